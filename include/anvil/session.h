@@ -1,0 +1,66 @@
+// anvil::Session — load a model once, plan it, run it many times.
+//
+//   anvil::SessionOptions opts;
+//   opts.num_threads = 2;
+//   anvil::Session s = anvil::Session::from_file("model.onnx", opts);
+//   std::vector<anvil::Tensor> out = s.run({{"input", x}});
+//
+// run() may be called from several threads at once: each call takes its own
+// activation arena; weights and prepared kernels are shared.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "anvil/tensor.h"
+
+namespace anvil {
+
+namespace ir { class Graph; }
+
+struct SessionOptions {
+  int num_threads = 0;        // 0: all cores of the machine
+  int optimization_level = 2; // 0: none, 1: basic cleanup, 2: fusions
+};
+
+struct ValueInfo {
+  std::string name;
+  DType dtype = DType::kUndefined;
+  Shape shape;  // -1 for a dimension the model leaves symbolic
+};
+
+struct PlanStats {
+  size_t arena_bytes = 0;    // planned activation arena of one run
+  size_t weight_bytes = 0;   // constants and prepacked weights
+  size_t num_steps = 0;      // kernels executed per run
+};
+
+class Session {
+ public:
+  static Session from_file(const std::string& path, const SessionOptions& options = {});
+  static Session from_graph(std::unique_ptr<ir::Graph> graph, const SessionOptions& options = {});
+  Session(Session&&) noexcept;
+  Session& operator=(Session&&) noexcept;
+  ~Session();
+
+  const std::vector<ValueInfo>& inputs() const;
+  const std::vector<ValueInfo>& outputs() const;
+
+  // Runs the model; `inputs` maps every graph input name to a tensor.
+  // Returns the outputs in the order of outputs().
+  std::vector<Tensor> run(const std::map<std::string, Tensor>& inputs) const;
+
+  // Statistics of the plan for the given input shapes (plans if needed).
+  PlanStats plan_stats(const std::map<std::string, Tensor>& inputs) const;
+  // One line per step: node name, op, kernel implementation.
+  std::vector<std::string> describe_plan(const std::map<std::string, Tensor>& inputs) const;
+
+ private:
+  struct Impl;
+  explicit Session(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace anvil

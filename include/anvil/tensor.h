@@ -1,0 +1,75 @@
+// anvil::Tensor — a typed, shaped, 64-byte aligned buffer.
+//
+//   anvil::Tensor t(anvil::DType::kFloat32, {1, 3, 224, 224});   // owns zeroed memory
+//   float* p = t.data<float>();
+//   anvil::Tensor v = anvil::Tensor::view(anvil::DType::kFloat32, {10}, ptr);  // borrows
+//
+// Copies are shallow (they share the buffer); clone() makes a deep copy.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace anvil {
+
+enum class DType : uint8_t {
+  kUndefined,
+  kFloat32,
+  kFloat64,
+  kFloat16,
+  kBFloat16,
+  kInt8,
+  kUInt8,
+  kInt16,
+  kUInt16,
+  kInt32,
+  kUInt32,
+  kInt64,
+  kUInt64,
+  kBool,
+};
+
+using Shape = std::vector<int64_t>;
+
+size_t dtype_size(DType dtype);
+const char* dtype_name(DType dtype);
+bool dtype_is_float(DType dtype);
+int64_t shape_numel(const Shape& shape);
+std::string shape_str(const Shape& shape);
+
+class Tensor {
+ public:
+  Tensor() = default;
+  // Allocates zero-initialised memory.
+  Tensor(DType dtype, Shape shape);
+  // A tensor that borrows `data`; the caller keeps it alive.
+  static Tensor view(DType dtype, Shape shape, void* data);
+
+  DType dtype() const { return dtype_; }
+  const Shape& shape() const { return shape_; }
+  int64_t dim(int i) const { return shape_[static_cast<size_t>(i)]; }
+  int rank() const { return static_cast<int>(shape_.size()); }
+  int64_t numel() const { return shape_numel(shape_); }
+  size_t nbytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype_); }
+  bool empty() const { return dtype_ == DType::kUndefined; }
+
+  void* raw() { return data_; }
+  const void* raw() const { return data_; }
+  template <typename T> T* data() { return static_cast<T*>(data_); }
+  template <typename T> const T* data() const { return static_cast<const T*>(data_); }
+
+  Tensor clone() const;
+  // Same buffer, new shape with the same element count.
+  Tensor reshaped(Shape shape) const;
+
+ private:
+  DType dtype_ = DType::kUndefined;
+  Shape shape_;
+  std::shared_ptr<void> owner_;
+  void* data_ = nullptr;
+};
+
+}  // namespace anvil

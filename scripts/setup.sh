@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Installs everything Anvil needs on a fresh Debian 12 machine. Idempotent.
+#   scripts/setup.sh           build + test dependencies, venv with onnxruntime
+#   scripts/setup.sh --peers   also the benchmark-only peers (openvino, apache-tvm)
+set -euo pipefail
+
+root="$(cd "$(dirname "$0")/.." && pwd)"
+venv="${ANVIL_VENV:-$root/build/venv}"
+peers=0
+for arg in "$@"; do
+  case "$arg" in
+    --peers) peers=1 ;;
+    -h|--help) sed -n '2,4p' "$0"; exit 0 ;;
+    *) echo "setup.sh: unknown argument '$arg' (try --help)" >&2; exit 2 ;;
+  esac
+done
+
+debian_packages=(
+  build-essential cmake ninja-build pkg-config
+  libdnnl-dev libonnx-dev libprotobuf-dev protobuf-compiler
+  libcli11-dev nlohmann-json3-dev libfmt-dev libgtest-dev libgmock-dev libbenchmark-dev
+  libonnx-testdata
+  python3 python3-venv python3-pip python3-numpy python3-torch python3-torchvision python3-onnx
+)
+
+missing=()
+for p in "${debian_packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  sudo=""; [ "$(id -u)" -ne 0 ] && sudo="sudo"
+  echo "setup: installing Debian packages: ${missing[*]}"
+  $sudo apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q "${missing[@]}"
+fi
+
+# Peers come from PyPI into a venv made from Debian's python, so that Debian's
+# torch/onnx stay importable next to PyPI's onnxruntime.
+if [ ! -x "$venv/bin/python" ]; then
+  echo "setup: creating virtual environment $venv"
+  /usr/bin/python3 -m venv --system-site-packages "$venv"
+fi
+pip=("$venv/bin/python" -m pip install -q --disable-pip-version-check)
+# numpy stays below 2: Debian's torch 1.13 was built against numpy 1.x.
+numpy_pin="numpy<2"
+"$venv/bin/python" -c "import onnxruntime, pytest, numpy, sys; sys.exit(int(numpy.__version__.split('.')[0]) >= 2)" 2>/dev/null \
+  || "${pip[@]}" "onnxruntime>=1.30" pytest "$numpy_pin"
+if [ "$peers" = 1 ]; then
+  "$venv/bin/python" -c "import openvino" 2>/dev/null || "${pip[@]}" openvino "$numpy_pin"
+  "$venv/bin/python" -c "import tvm" 2>/dev/null || "${pip[@]}" apache-tvm "$numpy_pin" \
+    || echo "setup: apache-tvm does not install here; benchmarks skip it"
+fi
+touch "$root/build/.setup-done"
+echo "setup: done"

@@ -1,0 +1,99 @@
+#include "anvil/tensor.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+#include "core/check.h"
+
+namespace anvil {
+
+size_t dtype_size(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32: case DType::kInt32: case DType::kUInt32: return 4;
+    case DType::kFloat64: case DType::kInt64: case DType::kUInt64: return 8;
+    case DType::kFloat16: case DType::kBFloat16: case DType::kInt16: case DType::kUInt16: return 2;
+    case DType::kInt8: case DType::kUInt8: case DType::kBool: return 1;
+    case DType::kUndefined: return 0;
+  }
+  return 0;
+}
+
+const char* dtype_name(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32: return "float32";
+    case DType::kFloat64: return "float64";
+    case DType::kFloat16: return "float16";
+    case DType::kBFloat16: return "bfloat16";
+    case DType::kInt8: return "int8";
+    case DType::kUInt8: return "uint8";
+    case DType::kInt16: return "int16";
+    case DType::kUInt16: return "uint16";
+    case DType::kInt32: return "int32";
+    case DType::kUInt32: return "uint32";
+    case DType::kInt64: return "int64";
+    case DType::kUInt64: return "uint64";
+    case DType::kBool: return "bool";
+    case DType::kUndefined: return "undefined";
+  }
+  return "undefined";
+}
+
+bool dtype_is_float(DType dtype) {
+  return dtype == DType::kFloat32 || dtype == DType::kFloat64 || dtype == DType::kFloat16 ||
+         dtype == DType::kBFloat16;
+}
+
+int64_t shape_numel(const Shape& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+std::string shape_str(const Shape& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (i) s += ",";
+    s += shape[i] < 0 ? std::string("?") : std::to_string(shape[i]);
+  }
+  return s + "]";
+}
+
+Tensor::Tensor(DType dtype, Shape shape) : dtype_(dtype), shape_(std::move(shape)) {
+  for (int64_t d : shape_)
+    ANVIL_CHECK(d >= 0, ErrorKind::kInvalidArgument, "tensor shape {} has a negative dimension",
+                shape_str(shape_));
+  size_t bytes = nbytes();
+  size_t padded = (bytes + 63) / 64 * 64;
+  if (padded == 0) padded = 64;
+  void* p = std::aligned_alloc(64, padded);
+  if (!p) fail(ErrorKind::kOutOfMemory, "cannot allocate {} bytes for a tensor of shape {}", bytes,
+               shape_str(shape_));
+  std::memset(p, 0, padded);
+  owner_ = std::shared_ptr<void>(p, [](void* q) { std::free(q); });
+  data_ = p;
+}
+
+Tensor Tensor::view(DType dtype, Shape shape, void* data) {
+  Tensor t;
+  t.dtype_ = dtype;
+  t.shape_ = std::move(shape);
+  t.data_ = data;
+  return t;
+}
+
+Tensor Tensor::clone() const {
+  Tensor t(dtype_, shape_);
+  if (nbytes()) std::memcpy(t.data_, data_, nbytes());
+  return t;
+}
+
+Tensor Tensor::reshaped(Shape shape) const {
+  ANVIL_CHECK(shape_numel(shape) == numel(), ErrorKind::kInvalidArgument,
+              "cannot reshape {} to {}", shape_str(shape_), shape_str(shape));
+  Tensor t = *this;
+  t.shape_ = std::move(shape);
+  return t;
+}
+
+}  // namespace anvil

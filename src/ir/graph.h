@@ -1,0 +1,105 @@
+// ir::Graph — the one intermediate representation of every Anvil path.
+//
+// A Graph owns Values (typed edges, possibly constant) and Nodes (an op with
+// attributes, input and output Values). Nodes are kept in topological order
+// by the importer and builder; passes that rewrite call compact() at the end.
+//
+//   ir::Graph g;
+//   ir::Value* x = g.add_input("x", DType::kFloat32, {1, 3, 8, 8});
+//   ir::Value* w = g.add_constant("w", weights_tensor);
+//   ir::Node* conv = g.add_node("Conv", {x, w}, 1);
+//   conv->attrs.set("pads", std::vector<int64_t>{1, 1, 1, 1});
+//   g.add_output(conv->output(0));
+#pragma once
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "anvil/tensor.h"
+#include "ir/attribute.h"
+
+namespace anvil::ir {
+
+struct Node;
+
+struct Value {
+  std::string name;
+  DType dtype = DType::kUndefined;
+  Shape shape;             // -1 for unknown dimensions
+  bool has_shape = false;  // false when even the rank is unknown
+  std::optional<Tensor> constant;
+  Node* producer = nullptr;
+  bool is_graph_input = false;
+  bool is_graph_output = false;
+
+  bool is_constant() const { return constant.has_value(); }
+};
+
+struct Node {
+  std::string op_type;
+  std::string domain;  // "" for the default ONNX domain
+  std::string name;
+  int opset = 0;  // opset version of the node's domain in the model
+  std::vector<Value*> inputs;   // nullptr marks an omitted optional input
+  std::vector<Value*> outputs;  // nullptr marks an omitted optional output
+  Attributes attrs;
+  bool dead = false;
+
+  Value* input(size_t i) const { return i < inputs.size() ? inputs[i] : nullptr; }
+  Value* output(size_t i) const { return i < outputs.size() ? outputs[i] : nullptr; }
+  size_t num_inputs() const { return inputs.size(); }
+  // "Conv 'conv1'" — for error messages.
+  std::string describe() const;
+};
+
+class Graph {
+ public:
+  Graph() = default;
+  Graph(const Graph&) = delete;
+  Graph& operator=(const Graph&) = delete;
+
+  Value* add_value(const std::string& name);
+  Value* add_input(const std::string& name, DType dtype, Shape shape);
+  Value* add_constant(const std::string& name, Tensor tensor);
+  void add_output(Value* v);
+  // Adds a node with `num_outputs` fresh output values named after the node.
+  Node* add_node(const std::string& op_type, std::vector<Value*> inputs, int num_outputs,
+                 const std::string& name = "");
+  // Adds a node whose outputs already exist.
+  Node* add_node_with_outputs(const std::string& op_type, std::vector<Value*> inputs,
+                              std::vector<Value*> outputs, const std::string& name = "");
+
+  Value* find_value(const std::string& name) const;
+  std::string unique_name(const std::string& base);
+
+  const std::vector<Value*>& inputs() const { return inputs_; }
+  const std::vector<Value*>& outputs() const { return outputs_; }
+  std::vector<Value*>& mutable_outputs() { return outputs_; }
+  const std::vector<std::unique_ptr<Node>>& nodes() const { return nodes_; }
+  const std::vector<std::unique_ptr<Value>>& values() const { return values_; }
+
+  // Consumers of every value, computed on demand (passes change the graph).
+  std::map<const Value*, std::vector<Node*>> consumers() const;
+  // Rewires every use of `from` (node inputs and graph outputs) to `to`.
+  void replace_uses(Value* from, Value* to);
+  // Drops dead nodes and values nothing refers to; keeps topological order.
+  void compact();
+  // Re-sorts nodes topologically; throws kInvalidModel on a cycle.
+  void topological_sort();
+
+  std::map<std::string, int> opsets;  // domain -> version
+  std::string name;
+
+ private:
+  std::vector<std::unique_ptr<Value>> values_;
+  std::vector<std::unique_ptr<Node>> nodes_;
+  std::vector<Value*> inputs_;
+  std::vector<Value*> outputs_;
+  std::map<std::string, Value*> by_name_;
+  int name_counter_ = 0;
+};
+
+}  // namespace anvil::ir

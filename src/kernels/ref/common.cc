@@ -1,0 +1,66 @@
+#include "kernels/ref/common.h"
+
+namespace anvil::kernels {
+
+bool dtype_in(DType d, unsigned set) {
+  switch (d) {
+    case DType::kFloat32: case DType::kFloat64: return set & kFloats;
+    case DType::kInt8: case DType::kInt16: case DType::kInt32: case DType::kInt64: return set & kSignedInts;
+    case DType::kUInt8: case DType::kUInt16: case DType::kUInt32: case DType::kUInt64: return set & kUnsignedInts;
+    case DType::kBool: return set & kBoolType;
+    case DType::kFloat16: case DType::kBFloat16: return set & kHalfs;
+    case DType::kUndefined: return false;
+  }
+  return false;
+}
+
+Shape broadcast_shapes(const PrepareContext& ctx, const Shape& a, const Shape& b) {
+  size_t rank = std::max(a.size(), b.size());
+  Shape out(rank);
+  for (size_t i = 0; i < rank; ++i) {
+    int64_t da = i < rank - a.size() ? 1 : a[i - (rank - a.size())];
+    int64_t db = i < rank - b.size() ? 1 : b[i - (rank - b.size())];
+    if (da != db && da != 1 && db != 1)
+      ctx.fail(ErrorKind::kInvalidArgument, "shapes {} and {} cannot be broadcast", shape_str(a), shape_str(b));
+    out[i] = da == 1 ? db : da;
+  }
+  return out;
+}
+
+std::vector<int64_t> contiguous_strides(const Shape& shape) {
+  std::vector<int64_t> s(shape.size());
+  int64_t acc = 1;
+  for (size_t i = shape.size(); i-- > 0;) {
+    s[i] = acc;
+    acc *= shape[i];
+  }
+  return s;
+}
+
+std::vector<int64_t> broadcast_strides(const Shape& shape, const Shape& out_shape) {
+  std::vector<int64_t> strides(out_shape.size(), 0);
+  std::vector<int64_t> own = contiguous_strides(shape);
+  size_t offset = out_shape.size() - shape.size();
+  for (size_t i = 0; i < shape.size(); ++i) strides[i + offset] = shape[i] == 1 ? 0 : own[i];
+  return strides;
+}
+
+int64_t normalize_axis(const PrepareContext& ctx, int64_t axis, int64_t rank) {
+  if (axis < -rank || axis >= rank)
+    ctx.fail(ErrorKind::kInvalidArgument, "axis {} is out of range for rank {}", axis, rank);
+  return axis < 0 ? axis + rank : axis;
+}
+
+std::vector<int64_t> tensor_to_ints(const Tensor& t) {
+  std::vector<int64_t> v(static_cast<size_t>(t.numel()));
+  if (t.dtype() == DType::kInt64) {
+    for (size_t i = 0; i < v.size(); ++i) v[i] = t.data<int64_t>()[i];
+  } else if (t.dtype() == DType::kInt32) {
+    for (size_t i = 0; i < v.size(); ++i) v[i] = t.data<int32_t>()[i];
+  } else {
+    fail(ErrorKind::kInvalidModel, "expected an int64 or int32 tensor, got {}", dtype_name(t.dtype()));
+  }
+  return v;
+}
+
+}  // namespace anvil::kernels

@@ -1,0 +1,61 @@
+// Helpers shared by the reference kernels: dtype dispatch, broadcasting, axes.
+#pragma once
+
+#include <cstdint>
+#include <type_traits>
+#include <vector>
+
+#include "core/half.h"
+#include "kernels/kernel.h"
+
+namespace anvil::kernels {
+
+template <typename T> struct TypeTag { using type = T; };
+
+// Calls fn(TypeTag<T>{}) for the C++ type of `dtype`. The Which mask limits the
+// dtypes accepted; others make prepare-time callers throw kUnsupported.
+enum DTypeSet : unsigned {
+  kFloats = 1u,      // float32, float64
+  kSignedInts = 2u,  // int8, int16, int32, int64
+  kUnsignedInts = 4u,
+  kBoolType = 8u,
+  kHalfs = 16u,  // float16, bfloat16 (converted through float)
+  kNumeric = kFloats | kSignedInts | kUnsignedInts,
+  kAll = kNumeric | kBoolType | kHalfs,
+};
+
+bool dtype_in(DType dtype, unsigned set);
+
+template <typename Fn>
+decltype(auto) dispatch_dtype(DType dtype, Fn&& fn) {
+  switch (dtype) {
+    case DType::kFloat32: return fn(TypeTag<float>{});
+    case DType::kFloat64: return fn(TypeTag<double>{});
+    case DType::kInt8: return fn(TypeTag<int8_t>{});
+    case DType::kUInt8: return fn(TypeTag<uint8_t>{});
+    case DType::kInt16: return fn(TypeTag<int16_t>{});
+    case DType::kUInt16: return fn(TypeTag<uint16_t>{});
+    case DType::kInt32: return fn(TypeTag<int32_t>{});
+    case DType::kUInt32: return fn(TypeTag<uint32_t>{});
+    case DType::kInt64: return fn(TypeTag<int64_t>{});
+    case DType::kUInt64: return fn(TypeTag<uint64_t>{});
+    case DType::kBool: return fn(TypeTag<bool>{});
+    case DType::kFloat16: return fn(TypeTag<Half>{});
+    case DType::kBFloat16: return fn(TypeTag<BFloat16>{});
+    case DType::kUndefined: break;
+  }
+  fail(ErrorKind::kInternal, "dispatch on undefined dtype");
+}
+
+// Numpy-style broadcast of two shapes; throws kInvalidArgument naming the node.
+Shape broadcast_shapes(const PrepareContext& ctx, const Shape& a, const Shape& b);
+// Strides (in elements) of `shape` viewed as `out_shape` under broadcasting:
+// 0 on broadcast dimensions, right-aligned.
+std::vector<int64_t> broadcast_strides(const Shape& shape, const Shape& out_shape);
+std::vector<int64_t> contiguous_strides(const Shape& shape);
+// Maps a possibly negative axis into [0, rank); throws naming the node.
+int64_t normalize_axis(const PrepareContext& ctx, int64_t axis, int64_t rank);
+// Reads an int64 or int32 tensor into a vector.
+std::vector<int64_t> tensor_to_ints(const Tensor& t);
+
+}  // namespace anvil::kernels

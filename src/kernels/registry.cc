@@ -1,0 +1,53 @@
+#include "kernels/registry.h"
+
+#include <algorithm>
+#include <cstring>
+#include <set>
+
+namespace anvil::kernels {
+
+Registry& Registry::global() {
+  static Registry r;
+  return r;
+}
+
+void Registry::add(KernelEntry entry) { entries_.push_back(std::move(entry)); }
+
+std::vector<const KernelEntry*> Registry::find(const std::string& domain, const std::string& op_type) const {
+  std::vector<const KernelEntry*> found;
+  for (const auto& e : entries_)
+    if (e.op_type == op_type && e.domain == domain) found.push_back(&e);
+  std::stable_sort(found.begin(), found.end(),
+                   [](const KernelEntry* a, const KernelEntry* b) { return a->backend < b->backend; });
+  return found;
+}
+
+bool Registry::has_op(const std::string& domain, const std::string& op_type) const {
+  return !find(domain, op_type).empty();
+}
+
+std::vector<std::string> Registry::op_types() const {
+  std::set<std::string> s;
+  for (const auto& e : entries_) s.insert(e.domain.empty() ? e.op_type : e.domain + "." + e.op_type);
+  return {s.begin(), s.end()};
+}
+
+const TensorType& PrepareContext::input_type(size_t i) const {
+  if (i >= types_.size() || types_[i].dtype == DType::kUndefined)
+    fail(ErrorKind::kInvalidModel, "input {} is required but missing", i);
+  return types_[i];
+}
+
+const Tensor& PrepareContext::require_constant(size_t i, const char* what) const {
+  const Tensor* t = constant(i);
+  if (!t) fail(ErrorKind::kUnsupported, "input '{}' must be known when the model is planned", what);
+  return *t;
+}
+
+void copy_if_distinct(const RunContext& ctx, size_t in) {
+  const Tensor& src = ctx.in(in);
+  Tensor& dst = ctx.out(0);
+  if (src.raw() != dst.raw() && src.nbytes()) std::memcpy(dst.raw(), src.raw(), src.nbytes());
+}
+
+}  // namespace anvil::kernels
