@@ -93,6 +93,9 @@ class Kernel {
   // Identity...): the planner gives both one buffer and run() copies only if
   // they still differ (e.g. when the output is a graph output).
   virtual int output_aliases_input() const { return -1; }
+  // When >= 0, output 0 may overwrite that input in place if nothing reads
+  // the input afterwards; run() must then work whether or not they share memory.
+  virtual int inplace_input() const { return -1; }
   // Name of the implementation, for plan listings ("ref", "dnnl:jit:avx2"...).
   virtual std::string impl_name() const { return "ref"; }
 };

@@ -1,0 +1,33 @@
+#include "kernels/activation.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace anvil::kernels {
+
+bool is_known_activation(const std::string& n) {
+  return n.empty() || n == "Relu" || n == "LeakyRelu" || n == "Elu" || n == "Clip" || n == "Sigmoid" ||
+         n == "Tanh" || n == "HardSigmoid" || n == "HardSwish";
+}
+
+namespace {
+template <typename F>
+void apply(float* d, int64_t n, F f) {
+#pragma omp parallel for if (n > 32768)
+  for (int64_t i = 0; i < n; ++i) d[i] = f(d[i]);
+}
+}  // namespace
+
+void apply_activation(float* d, int64_t n, const std::string& name, float alpha, float beta) {
+  if (name.empty()) return;
+  if (name == "Relu") apply(d, n, [](float x) { return x > 0.f ? x : 0.f; });
+  else if (name == "LeakyRelu") apply(d, n, [=](float x) { return x >= 0.f ? x : alpha * x; });
+  else if (name == "Elu") apply(d, n, [=](float x) { return x >= 0.f ? x : alpha * (std::exp(x) - 1.f); });
+  else if (name == "Clip") apply(d, n, [=](float x) { return std::min(std::max(x, alpha), beta); });
+  else if (name == "Sigmoid") apply(d, n, [](float x) { return 1.f / (1.f + std::exp(-x)); });
+  else if (name == "Tanh") apply(d, n, [](float x) { return std::tanh(x); });
+  else if (name == "HardSigmoid") apply(d, n, [=](float x) { return std::min(1.f, std::max(0.f, alpha * x + beta)); });
+  else if (name == "HardSwish") apply(d, n, [](float x) { return x * std::min(1.f, std::max(0.f, x / 6.f + 0.5f)); });
+}
+
+}  // namespace anvil::kernels

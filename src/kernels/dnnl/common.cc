@@ -1,0 +1,89 @@
+#include "kernels/dnnl/common.h"
+
+namespace anvil {
+void apply_max_isa();  // isa.cc
+}
+
+namespace anvil::kernels::dnnl_util {
+
+dnnl::engine& engine() {
+  static dnnl::engine e = [] {
+    apply_max_isa();
+    return dnnl::engine(dnnl::engine::kind::cpu, 0);
+  }();
+  return e;
+}
+
+dnnl::stream& stream() {
+  thread_local dnnl::stream s(engine());
+  return s;
+}
+
+dnnl::memory::data_type data_type(DType dtype) {
+  using dt = dnnl::memory::data_type;
+  switch (dtype) {
+    case DType::kFloat32: return dt::f32;
+    case DType::kBFloat16: return dt::bf16;
+    case DType::kFloat16: return dt::f16;
+    case DType::kInt8: return dt::s8;
+    case DType::kUInt8: return dt::u8;
+    case DType::kInt32: return dt::s32;
+    default: return dt::undef;
+  }
+}
+
+dnnl::memory::dims dims(const Shape& shape) { return dnnl::memory::dims(shape.begin(), shape.end()); }
+
+dnnl::memory::desc plain_desc(const Shape& shape, DType dtype) {
+  Shape s = shape.empty() ? Shape{1} : shape;
+  dnnl::memory::dims strides(s.size());
+  int64_t acc = 1;
+  for (size_t i = s.size(); i-- > 0;) {
+    strides[i] = acc;
+    acc *= s[i];
+  }
+  return dnnl::memory::desc(dims(s), data_type(dtype), strides);
+}
+
+dnnl::memory wrap(const dnnl::memory::desc& desc, const void* data) {
+  return dnnl::memory(desc, engine(), const_cast<void*>(data));
+}
+
+std::string impl_name(const dnnl::primitive_desc_base& pd) { return std::string("dnnl:") + pd.impl_info_str(); }
+
+bool append_activation(dnnl::post_ops& ops, const std::string& act, float alpha, float beta) {
+  using alg = dnnl::algorithm;
+  if (act.empty()) return true;
+  if (act == "Relu") ops.append_eltwise(1.f, alg::eltwise_relu, 0.f, 0.f);
+  else if (act == "LeakyRelu") ops.append_eltwise(1.f, alg::eltwise_relu, alpha, 0.f);
+  else if (act == "Elu") ops.append_eltwise(1.f, alg::eltwise_elu, alpha, 0.f);
+  else if (act == "Clip") ops.append_eltwise(1.f, alg::eltwise_clip_v2, alpha, beta);
+  else if (act == "Sigmoid") ops.append_eltwise(1.f, alg::eltwise_logistic, 0.f, 0.f);
+  else if (act == "Tanh") ops.append_eltwise(1.f, alg::eltwise_tanh, 0.f, 0.f);
+  else if (act == "HardSwish") ops.append_eltwise(1.f, alg::eltwise_hardswish, 0.f, 0.f);
+  else if (act == "HardSigmoid") {
+    ops.append_eltwise(1.f, alg::eltwise_linear, alpha, beta);
+    ops.append_eltwise(1.f, alg::eltwise_clip, 0.f, 1.f);
+  } else {
+    return false;
+  }
+  return true;
+}
+
+dnnl::primitive_attr user_scratchpad_attr() {
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  return attr;
+}
+
+PackedWeights pack(const dnnl::memory::desc& from, const void* data, const dnnl::memory::desc& to) {
+  PackedWeights w;
+  w.storage = Tensor(DType::kUInt8, {static_cast<int64_t>(to.get_size())});
+  w.memory = dnnl::memory(to, engine(), w.storage.raw());
+  dnnl::memory src = wrap(from, data);
+  dnnl::reorder(src, w.memory).execute(stream(), src, w.memory);
+  stream().wait();
+  return w;
+}
+
+}  // namespace anvil::kernels::dnnl_util

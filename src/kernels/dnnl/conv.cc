@@ -1,0 +1,217 @@
+// Conv, anvil.FusedConv and ConvTranspose on oneDNN (float32, 1-D to 3-D).
+#include <cstring>
+
+#include "kernels/dnnl/common.h"
+#include "kernels/nn_geometry.h"
+#include "kernels/registry.h"
+
+namespace anvil::kernels {
+
+namespace {
+
+using dnnl::memory;
+namespace du = dnnl_util;
+
+memory::dims to_dims(const std::vector<int64_t>& v, int64_t minus = 0) {
+  memory::dims d;
+  for (int64_t x : v) d.push_back(x - minus);
+  return d;
+}
+
+// What Conv and ConvTranspose share: input checks, weights handling, execution.
+class DnnlConvBase : public Kernel {
+ public:
+  size_t scratch_bytes() const override { return scratch_; }
+  std::string impl_name() const override { return impl_; }
+
+ protected:
+  void check_inputs(const PrepareContext& ctx) {
+    ANVIL_PREPARE_CHECK(ctx, ctx.input_dtype(0) == DType::kFloat32 && ctx.input_dtype(1) == DType::kFloat32,
+                        ErrorKind::kUnsupported, "oneDNN path is float32 only");
+    const Shape& x = ctx.input_shape(0);
+    const Shape& w = ctx.input_shape(1);
+    ANVIL_PREPARE_CHECK(ctx, x.size() >= 3 && x.size() <= 5, ErrorKind::kInvalidArgument,
+                        "input X must have rank 3 to 5 (N, C, spatial...), got {}", shape_str(x));
+    ANVIL_PREPARE_CHECK(ctx, w.size() == x.size(), ErrorKind::kInvalidArgument,
+                        "weights W {} must have the rank of X {}", shape_str(w), shape_str(x));
+    group_ = ctx.attrs().get_int("group", 1);
+    ANVIL_PREPARE_CHECK(ctx, group_ >= 1, ErrorKind::kInvalidModel, "group must be >= 1, got {}", group_);
+  }
+
+  // Weights: prepacked into oneDNN's preferred layout when constant.
+  void prepare_weights(const PrepareContext& ctx, const dnnl::primitive_desc_base& pd, const memory::desc& plain) {
+    weights_plain_ = plain;
+    if (const Tensor* w = ctx.constant(1)) {
+      packed_ = du::pack(plain, w->raw(), pd.weights_desc());
+      weights_packed_ = true;
+    }
+    if (ctx.has_input(2)) bias_desc_ = du::plain_desc(ctx.input_shape(2), DType::kFloat32);
+    scratch_ = pd.scratchpad_desc().get_size();
+    impl_ = du::impl_name(pd);
+  }
+
+  memory::desc bias_md(const PrepareContext& ctx, int64_t channels) const {
+    if (!ctx.has_input(2)) return memory::desc();
+    ANVIL_PREPARE_CHECK(ctx, ctx.input_dtype(2) == DType::kFloat32 && ctx.input_shape(2) == Shape{channels},
+                        ErrorKind::kInvalidArgument, "bias B must be float32 of shape [{}], got {}", channels,
+                        shape_str(ctx.input_shape(2)));
+    return du::plain_desc({channels}, DType::kFloat32);
+  }
+
+  void execute(const RunContext& ctx, const memory::desc& src_md, const memory::desc& dst_md) const {
+    std::unordered_map<int, memory> args;
+    args[DNNL_ARG_SRC] = du::wrap(src_md, ctx.in(0).raw());
+    args[DNNL_ARG_WEIGHTS] = weights_packed_ ? packed_.memory : du::wrap(weights_plain_, ctx.in(1).raw());
+    if (ctx.inputs.size() > 2 && ctx.inputs[2]) args[DNNL_ARG_BIAS] = du::wrap(bias_desc_, ctx.in(2).raw());
+    args[DNNL_ARG_DST] = du::wrap(dst_md, ctx.out(0).raw());
+    if (scratch_) args[DNNL_ARG_SCRATCHPAD] = du::wrap(scratchpad_md_, ctx.scratch);
+    primitive_.execute(du::stream(), args);
+    du::stream().wait();
+  }
+
+  int64_t group_ = 1;
+  dnnl::primitive primitive_;
+  memory::desc src_md_, dst_md_, weights_plain_, bias_desc_, scratchpad_md_;
+  du::PackedWeights packed_;
+  bool weights_packed_ = false;
+  size_t scratch_ = 0;
+  std::string impl_;
+};
+
+class DnnlConv : public DnnlConvBase {
+ public:
+  explicit DnnlConv(const ir::Node& node) : fused_(node.op_type == "FusedConv") {}
+
+  std::vector<TensorType> prepare(const PrepareContext& ctx) override {
+    check_inputs(ctx);
+    const Shape& x = ctx.input_shape(0);
+    const Shape& w = ctx.input_shape(1);
+    int64_t cout = w[0];
+    ANVIL_PREPARE_CHECK(ctx, x[1] == w[1] * group_ && cout % group_ == 0, ErrorKind::kInvalidArgument,
+                        "X has {} channels but W {} with group {} expects {}", x[1], shape_str(w), group_,
+                        w[1] * group_);
+    SpatialGeometry g = conv_geometry(ctx, x, std::vector<int64_t>(w.begin() + 2, w.end()));
+    Shape y = {x[0], cout};
+    y.insert(y.end(), g.out.begin(), g.out.end());
+
+    dnnl::primitive_attr attr = du::user_scratchpad_attr();
+    dnnl::post_ops ops;
+    if (fused_) {
+      has_sum_ = ctx.has_input(3);
+      if (has_sum_) {
+        ANVIL_PREPARE_CHECK(ctx, ctx.input_shape(3) == y && ctx.input_dtype(3) == DType::kFloat32,
+                            ErrorKind::kUnsupported, "residual input must match the output {}", shape_str(y));
+        ops.append_sum(1.f);
+      }
+      std::string act = ctx.attrs().get_string("activation", "");
+      ANVIL_PREPARE_CHECK(ctx, du::append_activation(ops, act, ctx.attrs().get_float("activation_alpha", 0.f),
+                                                     ctx.attrs().get_float("activation_beta", 0.f)),
+                          ErrorKind::kUnsupported, "activation {} has no oneDNN post-op", act);
+      attr.set_post_ops(ops);
+    }
+
+    src_md_ = du::plain_desc(x, DType::kFloat32);
+    dst_md_ = du::plain_desc(y, DType::kFloat32);
+    Shape wdims = w;
+    if (group_ > 1) {
+      wdims.insert(wdims.begin(), group_);
+      wdims[1] = cout / group_;
+    }
+    memory::desc w_plain = du::plain_desc(wdims, DType::kFloat32);
+    memory::desc w_any = ctx.constant(1) ? memory::desc(du::dims(wdims), memory::data_type::f32, memory::format_tag::any)
+                                         : w_plain;
+    try {
+      dnnl::convolution_forward::desc desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
+                                           src_md_, w_any, bias_md(ctx, cout), dst_md_, to_dims(g.strides),
+                                           to_dims(g.dilations, 1), to_dims(g.pads_begin), to_dims(g.pads_end));
+      dnnl::convolution_forward::primitive_desc pd(desc, attr, du::engine());
+      primitive_ = dnnl::convolution_forward(pd);
+      scratchpad_md_ = pd.scratchpad_desc();
+      prepare_weights(ctx, pd, w_plain);
+    } catch (const dnnl::error& e) {
+      ctx.fail(ErrorKind::kUnsupported, "oneDNN has no convolution for this case ({})", e.what());
+    }
+    return {{DType::kFloat32, y}};
+  }
+
+  int inplace_input() const override { return fused_ ? 3 : -1; }
+
+  void run(const RunContext& ctx) const override {
+    if (has_sum_ && ctx.in(3).raw() != ctx.out(0).raw())
+      std::memcpy(ctx.out(0).raw(), ctx.in(3).raw(), ctx.out(0).nbytes());
+    execute(ctx, src_md_, dst_md_);
+  }
+
+ private:
+  bool fused_;
+  bool has_sum_ = false;
+};
+
+class DnnlConvTranspose : public DnnlConvBase {
+ public:
+  explicit DnnlConvTranspose(const ir::Node&) {}
+
+  std::vector<TensorType> prepare(const PrepareContext& ctx) override {
+    check_inputs(ctx);
+    const Shape& x = ctx.input_shape(0);
+    const Shape& w = ctx.input_shape(1);  // [C_in, C_out / group, k...]
+    ANVIL_PREPARE_CHECK(ctx, x[1] == w[0] && w[0] % group_ == 0, ErrorKind::kInvalidArgument,
+                        "X has {} channels but W {} expects {}", x[1], shape_str(w), w[0]);
+    int64_t cout = w[1] * group_, cin_g = w[0] / group_, cout_g = w[1];
+    SpatialGeometry g = conv_transpose_geometry(ctx, x, std::vector<int64_t>(w.begin() + 2, w.end()));
+    Shape y = {x[0], cout};
+    y.insert(y.end(), g.out.begin(), g.out.end());
+    // oneDNN's end padding absorbs output_padding: out = (in-1)*s + keff - pl - pr.
+    std::vector<int64_t> pads_end(g.out.size());
+    for (size_t i = 0; i < g.out.size(); ++i) {
+      int64_t keff = (g.kernel[i] - 1) * g.dilations[i] + 1;
+      pads_end[i] = (x[2 + i] - 1) * g.strides[i] + keff - g.pads_begin[i] - g.out[i];
+    }
+    src_md_ = du::plain_desc(x, DType::kFloat32);
+    dst_md_ = du::plain_desc(y, DType::kFloat32);
+    // ONNX stores [g * IC/g, OC/g, k...]; oneDNN wants logical [g,] OC/g, IC/g, k... — describe it with strides.
+    int64_t spatial = shape_numel(Shape(w.begin() + 2, w.end()));
+    memory::dims wd, ws;
+    if (group_ > 1) {
+      wd = {group_, cout_g, cin_g};
+      ws = {cin_g * cout_g * spatial, spatial, cout_g * spatial};
+    } else {
+      wd = {cout_g, cin_g};
+      ws = {spatial, cout_g * spatial};
+    }
+    memory::dims ksp = to_dims(std::vector<int64_t>(w.begin() + 2, w.end()));
+    for (size_t i = 0; i < ksp.size(); ++i) {
+      wd.push_back(ksp[i]);
+      int64_t s = 1;
+      for (size_t j = i + 1; j < ksp.size(); ++j) s *= ksp[j];
+      ws.push_back(s);
+    }
+    memory::desc w_plain(wd, memory::data_type::f32, ws);
+    memory::desc w_any = ctx.constant(1) ? memory::desc(wd, memory::data_type::f32, memory::format_tag::any) : w_plain;
+    try {
+      dnnl::deconvolution_forward::desc desc(dnnl::prop_kind::forward_inference,
+                                             dnnl::algorithm::deconvolution_direct, src_md_, w_any, bias_md(ctx, cout),
+                                             dst_md_, to_dims(g.strides), to_dims(g.dilations, 1),
+                                             to_dims(g.pads_begin), to_dims(pads_end));
+      dnnl::deconvolution_forward::primitive_desc pd(desc, du::user_scratchpad_attr(), du::engine());
+      primitive_ = dnnl::deconvolution_forward(pd);
+      scratchpad_md_ = pd.scratchpad_desc();
+      prepare_weights(ctx, pd, w_plain);
+    } catch (const dnnl::error& e) {
+      ctx.fail(ErrorKind::kUnsupported, "oneDNN has no deconvolution for this case ({})", e.what());
+    }
+    return {{DType::kFloat32, y}};
+  }
+
+  void run(const RunContext& ctx) const override { execute(ctx, src_md_, dst_md_); }
+};
+
+ANVIL_REGISTER_KERNEL_CLASS("Conv", kDnnl, DnnlConv);
+ANVIL_REGISTER_KERNEL_CLASS("ConvTranspose", kDnnl, DnnlConvTranspose);
+static Registrar fused_conv_dnnl("FusedConv", Backend::kDnnl,
+                                 [](const ir::Node& n) -> std::unique_ptr<Kernel> { return std::make_unique<DnnlConv>(n); },
+                                 "anvil");
+
+}  // namespace
+
+}  // namespace anvil::kernels

@@ -1,0 +1,171 @@
+// MatMul (numpy semantics, batched, broadcasting) and Gemm on oneDNN's matmul (float32).
+#include "kernels/dnnl/common.h"
+#include "kernels/ref/common.h"
+#include "kernels/registry.h"
+
+namespace anvil::kernels {
+
+namespace {
+
+using dnnl::memory;
+namespace du = dnnl_util;
+
+// A matrix operand as oneDNN sees it: logical dims and element strides.
+struct Operand {
+  memory::dims dims;
+  memory::dims strides;
+  memory::desc desc() const { return memory::desc(dims, memory::data_type::f32, strides); }
+};
+
+Operand contiguous(const Shape& shape) {
+  Operand o{du::dims(shape), memory::dims(shape.size())};
+  std::vector<int64_t> s = contiguous_strides(shape);
+  for (size_t i = 0; i < s.size(); ++i) o.strides[i] = s[i];
+  return o;
+}
+
+class DnnlMatMulBase : public Kernel {
+ public:
+  size_t scratch_bytes() const override { return scratch_; }
+  std::string impl_name() const override { return impl_; }
+
+  void run(const RunContext& ctx) const override {
+    std::unordered_map<int, memory> args;
+    args[DNNL_ARG_SRC] = du::wrap(src_md_, ctx.in(0).raw());
+    args[DNNL_ARG_WEIGHTS] = packed_b_ ? packed_.memory : du::wrap(weights_md_, ctx.in(1).raw());
+    if (has_bias_) args[DNNL_ARG_BIAS] = bias_const_.empty() ? du::wrap(bias_md_, ctx.in(2).raw()) : du::wrap(bias_md_, bias_const_.raw());
+    args[DNNL_ARG_DST] = du::wrap(dst_md_, ctx.out(0).raw());
+    if (scratch_) args[DNNL_ARG_SCRATCHPAD] = du::wrap(scratchpad_md_, ctx.scratch);
+    primitive_.execute(du::stream(), args);
+    du::stream().wait();
+  }
+
+ protected:
+  // Builds the primitive; `b_data` is the constant B (already scaled) or nullptr.
+  void build(const PrepareContext& ctx, const Operand& a, const Operand& b, const Operand& c, const void* b_data) {
+    src_md_ = a.desc();
+    weights_md_ = b.desc();
+    dst_md_ = c.desc();
+    memory::desc b_any = b_data ? memory::desc(b.dims, memory::data_type::f32, memory::format_tag::any) : weights_md_;
+    try {
+      dnnl::matmul::desc desc = has_bias_ ? dnnl::matmul::desc(src_md_, b_any, bias_md_, dst_md_)
+                                          : dnnl::matmul::desc(src_md_, b_any, dst_md_);
+      dnnl::matmul::primitive_desc pd(desc, du::user_scratchpad_attr(), du::engine());
+      primitive_ = dnnl::matmul(pd);
+      scratchpad_md_ = pd.scratchpad_desc();
+      scratch_ = scratchpad_md_.get_size();
+      impl_ = du::impl_name(pd);
+      if (b_data) {
+        packed_ = du::pack(weights_md_, b_data, pd.weights_desc());
+        packed_b_ = true;
+      }
+    } catch (const dnnl::error& e) {
+      ctx.fail(ErrorKind::kUnsupported, "oneDNN has no matmul for this case ({})", e.what());
+    }
+  }
+
+  dnnl::primitive primitive_;
+  memory::desc src_md_, weights_md_, bias_md_, dst_md_, scratchpad_md_;
+  du::PackedWeights packed_;
+  bool packed_b_ = false;
+  bool has_bias_ = false;
+  Tensor bias_const_;
+  size_t scratch_ = 0;
+  std::string impl_;
+};
+
+class DnnlMatMul : public DnnlMatMulBase {
+ public:
+  explicit DnnlMatMul(const ir::Node&) {}
+
+  std::vector<TensorType> prepare(const PrepareContext& ctx) override {
+    ANVIL_PREPARE_CHECK(ctx, ctx.input_dtype(0) == DType::kFloat32 && ctx.input_dtype(1) == DType::kFloat32,
+                        ErrorKind::kUnsupported, "oneDNN path is float32 only");
+    Shape a = ctx.input_shape(0), b = ctx.input_shape(1);
+    ANVIL_PREPARE_CHECK(ctx, !a.empty() && !b.empty(), ErrorKind::kInvalidArgument, "MatMul operands must not be scalars");
+    bool a_vec = a.size() == 1, b_vec = b.size() == 1;
+    if (a_vec) a.insert(a.begin(), 1);
+    if (b_vec) b.push_back(1);
+    ANVIL_PREPARE_CHECK(ctx, a.back() == b[b.size() - 2], ErrorKind::kInvalidArgument,
+                        "inner dimensions differ: {} x {}", shape_str(ctx.input_shape(0)), shape_str(ctx.input_shape(1)));
+    size_t rank = std::max(a.size(), b.size());
+    ANVIL_PREPARE_CHECK(ctx, rank <= 12, ErrorKind::kUnsupported, "rank {} matmul", rank);
+    a.insert(a.begin(), rank - a.size(), 1);
+    b.insert(b.begin(), rank - b.size(), 1);
+    Shape c(rank);
+    for (size_t i = 0; i + 2 < rank; ++i) {
+      ANVIL_PREPARE_CHECK(ctx, a[i] == b[i] || a[i] == 1 || b[i] == 1, ErrorKind::kInvalidArgument,
+                          "batch dimensions of {} and {} cannot be broadcast", shape_str(ctx.input_shape(0)),
+                          shape_str(ctx.input_shape(1)));
+      c[i] = a[i] == 1 ? b[i] : a[i];
+    }
+    c[rank - 2] = a[rank - 2];
+    c[rank - 1] = b[rank - 1];
+    const Tensor* bconst = ctx.constant(1);
+    build(ctx, contiguous(a), contiguous(b), contiguous(c), bconst ? bconst->raw() : nullptr);
+    // The output drops the dimensions that 1-D operands gained.
+    Shape out = c;
+    if (b_vec) out.pop_back();
+    if (a_vec) out.erase(out.end() - (b_vec ? 1 : 2));
+    return {{DType::kFloat32, out}};
+  }
+};
+
+class DnnlGemm : public DnnlMatMulBase {
+ public:
+  explicit DnnlGemm(const ir::Node&) {}
+
+  std::vector<TensorType> prepare(const PrepareContext& ctx) override {
+    ANVIL_PREPARE_CHECK(ctx, ctx.input_dtype(0) == DType::kFloat32 && ctx.input_dtype(1) == DType::kFloat32,
+                        ErrorKind::kUnsupported, "oneDNN path is float32 only");
+    const Shape& a = ctx.input_shape(0);
+    const Shape& b = ctx.input_shape(1);
+    ANVIL_PREPARE_CHECK(ctx, a.size() == 2 && b.size() == 2, ErrorKind::kInvalidArgument,
+                        "A and B must be matrices, got {} and {}", shape_str(a), shape_str(b));
+    bool ta = ctx.attrs().get_int("transA", 0) != 0, tb = ctx.attrs().get_int("transB", 0) != 0;
+    float alpha = ctx.attrs().get_float("alpha", 1.f), beta = ctx.attrs().get_float("beta", 1.f);
+    int64_t m = ta ? a[1] : a[0], k = ta ? a[0] : a[1];
+    int64_t kb = tb ? b[1] : b[0], n = tb ? b[0] : b[1];
+    ANVIL_PREPARE_CHECK(ctx, k == kb, ErrorKind::kInvalidArgument, "inner dimensions differ: A {} B {} (transA {}, transB {})",
+                        shape_str(a), shape_str(b), ta, tb);
+    Operand oa{{m, k}, ta ? memory::dims{1, m} : memory::dims{k, 1}};
+    Operand ob{{k, n}, tb ? memory::dims{1, k} : memory::dims{n, 1}};
+    const Tensor* bconst = ctx.constant(1);
+    ANVIL_PREPARE_CHECK(ctx, alpha == 1.f || bconst, ErrorKind::kUnsupported, "alpha != 1 with a non-constant B");
+    Tensor scaled_b;
+    if (bconst && alpha != 1.f) {
+      scaled_b = bconst->clone();
+      for (int64_t i = 0; i < scaled_b.numel(); ++i) scaled_b.data<float>()[i] *= alpha;
+    }
+    prepare_bias(ctx, m, n, beta);
+    build(ctx, oa, ob, contiguous({m, n}), bconst ? (scaled_b.empty() ? bconst->raw() : scaled_b.raw()) : nullptr);
+    return {{DType::kFloat32, {m, n}}};
+  }
+
+ private:
+  // C, broadcast to [M, N], becomes the matmul bias (scaled by beta when constant).
+  void prepare_bias(const PrepareContext& ctx, int64_t m, int64_t n, float beta) {
+    if (!ctx.has_input(2) || beta == 0.f) return;
+    ANVIL_PREPARE_CHECK(ctx, ctx.input_dtype(2) == DType::kFloat32, ErrorKind::kUnsupported, "C must be float32");
+    Shape c = ctx.input_shape(2);
+    ANVIL_PREPARE_CHECK(ctx, c.size() <= 2, ErrorKind::kInvalidArgument, "C {} must have rank <= 2", shape_str(c));
+    c.insert(c.begin(), 2 - c.size(), 1);
+    ANVIL_PREPARE_CHECK(ctx, (c[0] == m || c[0] == 1) && (c[1] == n || c[1] == 1), ErrorKind::kInvalidArgument,
+                        "C {} does not broadcast to [{},{}]", shape_str(ctx.input_shape(2)), m, n);
+    const Tensor* cconst = ctx.constant(2);
+    ANVIL_PREPARE_CHECK(ctx, beta == 1.f || cconst, ErrorKind::kUnsupported, "beta != 1 with a non-constant C");
+    if (cconst && beta != 1.f) {
+      bias_const_ = cconst->clone();
+      for (int64_t i = 0; i < bias_const_.numel(); ++i) bias_const_.data<float>()[i] *= beta;
+    }
+    bias_md_ = contiguous(c).desc();
+    has_bias_ = true;
+  }
+};
+
+ANVIL_REGISTER_KERNEL_CLASS("MatMul", kDnnl, DnnlMatMul);
+ANVIL_REGISTER_KERNEL_CLASS("Gemm", kDnnl, DnnlGemm);
+
+}  // namespace
+
+}  // namespace anvil::kernels

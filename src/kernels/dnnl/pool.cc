@@ -1,0 +1,96 @@
+// MaxPool, AveragePool, GlobalAveragePool and GlobalMaxPool on oneDNN (float32).
+#include "kernels/dnnl/common.h"
+#include "kernels/nn_geometry.h"
+#include "kernels/registry.h"
+
+namespace anvil::kernels {
+
+namespace {
+
+using dnnl::memory;
+namespace du = dnnl_util;
+
+class DnnlPool : public Kernel {
+ public:
+  DnnlPool(const ir::Node& node) : op_(node.op_type) {}
+
+  std::vector<TensorType> prepare(const PrepareContext& ctx) override {
+    ANVIL_PREPARE_CHECK(ctx, ctx.input_dtype(0) == DType::kFloat32, ErrorKind::kUnsupported, "oneDNN path is float32 only");
+    const Shape& x = ctx.input_shape(0);
+    ANVIL_PREPARE_CHECK(ctx, x.size() >= 3 && x.size() <= 5, ErrorKind::kUnsupported, "oneDNN pools ranks 3 to 5");
+    bool global = op_.rfind("Global", 0) == 0;
+    SpatialGeometry g;
+    if (global) {
+      g.kernel.assign(x.begin() + 2, x.end());
+      g.strides.assign(g.kernel.size(), 1);
+      g.dilations.assign(g.kernel.size(), 1);
+      g.pads_begin.assign(g.kernel.size(), 0);
+      g.pads_end.assign(g.kernel.size(), 0);
+      g.out.assign(g.kernel.size(), 1);
+    } else {
+      g = pool_geometry(ctx, x);
+    }
+    dnnl::algorithm alg = dnnl::algorithm::pooling_max;
+    if (op_ == "AveragePool" || op_ == "GlobalAveragePool") {
+      bool include_pad = ctx.attrs().get_int("count_include_pad", 0) != 0;
+      bool ceil_padded = false;
+      for (int64_t e : g.ceil_extra) ceil_padded |= e != 0;
+      // ONNX does not count ceil_mode's extra end padding; oneDNN would.
+      ANVIL_PREPARE_CHECK(ctx, !(include_pad && ceil_padded), ErrorKind::kUnsupported,
+                          "count_include_pad with ceil_mode padding");
+      alg = include_pad ? dnnl::algorithm::pooling_avg_include_padding : dnnl::algorithm::pooling_avg_exclude_padding;
+    }
+    Shape y = {x[0], x[1]};
+    y.insert(y.end(), g.out.begin(), g.out.end());
+    src_md_ = du::plain_desc(x, DType::kFloat32);
+    dst_md_ = du::plain_desc(y, DType::kFloat32);
+    memory::dims dil;
+    for (int64_t d : g.dilations) dil.push_back(d - 1);
+    try {
+      dnnl::pooling_v2_forward::desc desc(dnnl::prop_kind::forward_inference, alg, src_md_, dst_md_,
+                                          du::dims(g.strides), du::dims(g.kernel), dil, du::dims(g.pads_begin),
+                                          du::dims(g.pads_end));
+      dnnl::pooling_v2_forward::primitive_desc pd(desc, du::user_scratchpad_attr(), du::engine());
+      primitive_ = dnnl::pooling_v2_forward(pd);
+      scratchpad_md_ = pd.scratchpad_desc();
+      scratch_ = scratchpad_md_.get_size();
+      impl_ = du::impl_name(pd);
+    } catch (const dnnl::error& e) {
+      ctx.fail(ErrorKind::kUnsupported, "oneDNN has no pooling for this case ({})", e.what());
+    }
+    return {{DType::kFloat32, y}};
+  }
+
+  void run(const RunContext& ctx) const override {
+    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, du::wrap(src_md_, ctx.in(0).raw())},
+                                         {DNNL_ARG_DST, du::wrap(dst_md_, ctx.out(0).raw())}};
+    if (scratch_) args[DNNL_ARG_SCRATCHPAD] = du::wrap(scratchpad_md_, ctx.scratch);
+    primitive_.execute(du::stream(), args);
+    du::stream().wait();
+  }
+
+  size_t scratch_bytes() const override { return scratch_; }
+  std::string impl_name() const override { return impl_; }
+
+ private:
+  std::string op_;
+  dnnl::primitive primitive_;
+  memory::desc src_md_, dst_md_, scratchpad_md_;
+  size_t scratch_ = 0;
+  std::string impl_;
+};
+
+// MaxPool's optional Indices output is left to the reference kernel.
+std::unique_ptr<Kernel> make_pool(const ir::Node& node) {
+  if (node.output(1)) return nullptr;
+  return std::make_unique<DnnlPool>(node);
+}
+
+ANVIL_REGISTER_KERNEL("MaxPool", kDnnl, make_pool);
+ANVIL_REGISTER_KERNEL("AveragePool", kDnnl, make_pool);
+ANVIL_REGISTER_KERNEL("GlobalMaxPool", kDnnl, make_pool);
+ANVIL_REGISTER_KERNEL("GlobalAveragePool", kDnnl, make_pool);
+
+}  // namespace
+
+}  // namespace anvil::kernels

@@ -1,0 +1,108 @@
+// Reference BatchNormalization, inference mode (float32 and float64):
+//   y = (x - mean) / sqrt(var + epsilon) * scale + B
+// over X of any rank >= 2 with channels on axis 1. Per channel this is
+// y = x * a + b, with a and b computed once per (batch, channel) plane.
+//
+// Training mode (opset 14/15 training_mode = 1, or the extra training outputs
+// of opsets 7-13) is not supported; momentum only matters there. Opset 7-8's
+// spatial = 0 normalizes every activation separately: scale, B, mean and var
+// then have X's shape without the batch axis, which is the same computation
+// with C * D1 * ... * Dn "channels" of one element each.
+#include <cmath>
+
+#include "kernels/ref/common.h"
+#include "kernels/registry.h"
+
+namespace anvil::kernels {
+namespace {
+
+constexpr int64_t kParallelThreshold = 32768;
+constexpr const char* kParamNames[] = {"X", "scale", "B", "mean", "var"};
+
+// Element i of a float32 or float64 parameter (opset 15 lets them differ from X).
+double load(const Tensor& t, int64_t i) {
+  return t.dtype() == DType::kFloat64 ? t.data<double>()[i] : static_cast<double>(t.data<float>()[i]);
+}
+
+class BatchNormKernel : public Kernel {
+ public:
+  explicit BatchNormKernel(const ir::Node&) {}
+
+  std::vector<TensorType> prepare(const PrepareContext& ctx) override {
+    check_modes(ctx);
+    ANVIL_PREPARE_CHECK(ctx, ctx.num_inputs() == 5, ErrorKind::kInvalidModel,
+                        "expected 5 inputs (X, scale, B, mean, var), got {}", ctx.num_inputs());
+    for (size_t i = 0; i < 5; ++i) {
+      ANVIL_PREPARE_CHECK(ctx, ctx.has_input(i), ErrorKind::kInvalidModel, "input {} is required", kParamNames[i]);
+      DType dt = ctx.input_dtype(i);
+      ANVIL_PREPARE_CHECK(ctx, dt == DType::kFloat32 || dt == DType::kFloat64, ErrorKind::kUnsupported,
+                          "input {} has dtype {}; the reference kernel supports float32 and float64", kParamNames[i],
+                          dtype_name(dt));
+    }
+    const Shape& x = ctx.input_shape(0);
+    ANVIL_PREPARE_CHECK(ctx, x.size() >= 2, ErrorKind::kInvalidArgument,
+                        "input X has shape {}; expected [N, C, ...]", shape_str(x));
+    const bool spatial = ctx.opset() >= 9 || ctx.attrs().get_int("spatial", 1) != 0;
+    Shape param = spatial ? Shape{x[1]} : Shape(x.begin() + 1, x.end());
+    for (size_t i = 1; i < 5; ++i)
+      ANVIL_PREPARE_CHECK(ctx, ctx.input_shape(i) == param, ErrorKind::kInvalidArgument,
+                          "input {} has shape {}; expected {} for X {}", kParamNames[i],
+                          shape_str(ctx.input_shape(i)), shape_str(param), shape_str(x));
+    batch_ = x[0];
+    channels_ = shape_numel(param);
+    inner_ = x[0] * channels_ == 0 ? 0 : shape_numel(x) / (x[0] * channels_);
+    epsilon_ = ctx.attrs().get_float("epsilon", 1e-5f);
+    return {{ctx.input_dtype(0), x}};
+  }
+
+  void run(const RunContext& ctx) const override {
+    dispatch_dtype(ctx.in(0).dtype(), [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      if constexpr (std::is_floating_point_v<T>) compute<T>(ctx);
+    });
+  }
+
+ private:
+  static void check_modes(const PrepareContext& ctx) {
+    size_t extra_outputs = 0;
+    const auto& outputs = ctx.node().outputs;
+    for (size_t i = 1; i < outputs.size(); ++i) extra_outputs += outputs[i] != nullptr;
+    if (ctx.opset() >= 14) {
+      ANVIL_PREPARE_CHECK(ctx, ctx.attrs().get_int("training_mode", 0) == 0, ErrorKind::kUnsupported,
+                          "training_mode=1 (batch statistics and running-mean updates) is not supported; "
+                          "only inference mode is");
+      ANVIL_PREPARE_CHECK(ctx, extra_outputs == 0, ErrorKind::kInvalidModel,
+                          "running_mean and running_var are outputs of training mode only, but training_mode=0");
+    } else {
+      ANVIL_PREPARE_CHECK(ctx, extra_outputs == 0, ErrorKind::kUnsupported,
+                          "the outputs mean, var, saved_mean and saved_var are produced in training mode, "
+                          "which is not supported; only inference mode (output Y alone) is");
+    }
+  }
+
+  template <typename T>
+  void compute(const RunContext& ctx) const {
+    const T* x = ctx.in(0).data<T>();
+    T* y = ctx.out(0).data<T>();
+    const Tensor &scale = ctx.in(1), &bias = ctx.in(2), &mean = ctx.in(3), &var = ctx.in(4);
+    const int64_t inner = inner_;
+#pragma omp parallel for collapse(2) if (batch_ * channels_ * inner > kParallelThreshold)
+    for (int64_t n = 0; n < batch_; ++n) {
+      for (int64_t c = 0; c < channels_; ++c) {
+        const double a = load(scale, c) / std::sqrt(load(var, c) + static_cast<double>(epsilon_));
+        const T ta = static_cast<T>(a), tb = static_cast<T>(load(bias, c) - load(mean, c) * a);
+        const T* xp = x + (n * channels_ + c) * inner;
+        T* yp = y + (n * channels_ + c) * inner;
+        for (int64_t i = 0; i < inner; ++i) yp[i] = xp[i] * ta + tb;
+      }
+    }
+  }
+
+  int64_t batch_ = 0, channels_ = 0, inner_ = 0;
+  float epsilon_ = 1e-5f;
+};
+
+ANVIL_REGISTER_KERNEL_CLASS("BatchNormalization", kRef, BatchNormKernel);
+
+}  // namespace
+}  // namespace anvil::kernels

@@ -1,0 +1,292 @@
+// Reference Conv and ConvTranspose (1D, 2D and 3D; float32 and float64).
+//
+// Both work on one output plane per (batch, output channel), which is also the
+// unit of parallelism, so no two threads ever write the same element. 1D and
+// 2D are run as 3D with leading unit dimensions. For each input channel of the
+// group and each kernel tap, the valid range of output (Conv) or input
+// (ConvTranspose) positions is computed once, so the innermost loop runs over
+// a contiguous row without bounds checks:
+//   Conv           y[o] += w[k] * x[o * s + k * d - p]
+//   ConvTranspose  y[i * s + k * d - p] += w[k] * x[i]
+#include <algorithm>
+
+#include "kernels/nn_geometry.h"
+#include "kernels/ref/common.h"
+#include "kernels/registry.h"
+
+namespace anvil::kernels {
+namespace {
+
+constexpr int64_t kParallelThreshold = 32768;
+
+// Geometry padded to three spatial dimensions (leading unit dimensions).
+struct Geometry3 {
+  int64_t in[3] = {1, 1, 1}, out[3] = {1, 1, 1}, k[3] = {1, 1, 1};
+  int64_t s[3] = {1, 1, 1}, d[3] = {1, 1, 1}, p[3] = {0, 0, 0};
+
+  Geometry3() = default;
+  Geometry3(const Shape& x, const SpatialGeometry& g) {
+    const size_t rank = g.kernel.size(), off = 3 - rank;
+    for (size_t i = 0; i < rank; ++i) {
+      in[off + i] = x[2 + i];
+      out[off + i] = g.out[i];
+      k[off + i] = g.kernel[i];
+      s[off + i] = g.strides[i];
+      d[off + i] = g.dilations[i];
+      p[off + i] = g.pads_begin[i];
+    }
+  }
+  int64_t in_plane() const { return in[0] * in[1] * in[2]; }
+  int64_t out_plane() const { return out[0] * out[1] * out[2]; }
+  int64_t taps() const { return k[0] * k[1] * k[2]; }
+};
+
+// ceil(a / b) for b > 0 and any sign of a.
+int64_t ceil_div(int64_t a, int64_t b) { return a >= 0 ? (a + b - 1) / b : -((-a) / b); }
+
+// Half-open range [lo, hi) of j in [0, limit) with 0 <= j * s + offset < size.
+struct Range {
+  int64_t lo, hi;
+};
+Range valid_range(int64_t offset, int64_t s, int64_t size, int64_t limit) {
+  int64_t lo = std::max<int64_t>(0, ceil_div(-offset, s));
+  int64_t hi = std::min<int64_t>(limit, ceil_div(size - offset, s));
+  return {lo, std::max(lo, hi)};
+}
+
+struct ConvDims {
+  int64_t n = 0, c = 0, m = 0, group = 1;
+};
+
+void check_float_inputs(const PrepareContext& ctx, size_t count) {
+  DType dt = ctx.input_dtype(0);
+  ANVIL_PREPARE_CHECK(ctx, dt == DType::kFloat32 || dt == DType::kFloat64, ErrorKind::kUnsupported,
+                      "input X has dtype {}; the reference kernel supports float32 and float64", dtype_name(dt));
+  for (size_t i = 1; i < count; ++i)
+    if (ctx.has_input(i))
+      ANVIL_PREPARE_CHECK(ctx, ctx.input_dtype(i) == dt, ErrorKind::kInvalidModel,
+                          "input {} has dtype {} but X has {}", i, dtype_name(ctx.input_dtype(i)), dtype_name(dt));
+}
+
+// Common input checks; returns the kernel's spatial shape.
+std::vector<int64_t> check_conv_inputs(const PrepareContext& ctx, int64_t* group) {
+  check_float_inputs(ctx, 3);
+  const Shape& x = ctx.input_shape(0);
+  const Shape& w = ctx.input_shape(1);
+  ANVIL_PREPARE_CHECK(ctx, x.size() >= 3, ErrorKind::kInvalidArgument,
+                      "input X has shape {}; expected [N, C, D1, ...] with at least one spatial dimension",
+                      shape_str(x));
+  ANVIL_PREPARE_CHECK(ctx, x.size() <= 5, ErrorKind::kUnsupported,
+                      "input X has {} spatial dimensions; at most 3 are supported", x.size() - 2);
+  ANVIL_PREPARE_CHECK(ctx, w.size() == x.size(), ErrorKind::kInvalidArgument,
+                      "weights W have shape {} but X has shape {}; the ranks must match", shape_str(w),
+                      shape_str(x));
+  *group = ctx.attrs().get_int("group", 1);
+  ANVIL_PREPARE_CHECK(ctx, *group > 0, ErrorKind::kInvalidModel, "group {} must be positive", *group);
+  ANVIL_PREPARE_CHECK(ctx, x[1] % *group == 0, ErrorKind::kInvalidArgument,
+                      "X has {} channels, which is not a multiple of group {}", x[1], *group);
+  return std::vector<int64_t>(w.begin() + 2, w.end());
+}
+
+void check_bias(const PrepareContext& ctx, int64_t m) {
+  if (!ctx.has_input(2)) return;
+  const Shape& b = ctx.input_shape(2);
+  ANVIL_PREPARE_CHECK(ctx, b == Shape{m}, ErrorKind::kInvalidArgument, "bias B has shape {}; expected [{}]",
+                      shape_str(b), m);
+}
+
+template <typename T>
+void fill_plane(T* y, int64_t n, const T* bias, int64_t m) {
+  const T v = bias ? bias[m] : T(0);
+  std::fill(y, y + n, v);
+}
+
+class ConvKernel : public Kernel {
+ public:
+  explicit ConvKernel(const ir::Node&) {}
+
+  std::vector<TensorType> prepare(const PrepareContext& ctx) override {
+    std::vector<int64_t> kernel = check_conv_inputs(ctx, &dims_.group);
+    const Shape& x = ctx.input_shape(0);
+    const Shape& w = ctx.input_shape(1);
+    dims_.n = x[0];
+    dims_.c = x[1];
+    dims_.m = w[0];
+    ANVIL_PREPARE_CHECK(ctx, w[1] * dims_.group == dims_.c, ErrorKind::kInvalidArgument,
+                        "X has {} channels but weights W {} with group {} expect {}", dims_.c, shape_str(w),
+                        dims_.group, w[1] * dims_.group);
+    ANVIL_PREPARE_CHECK(ctx, dims_.m % dims_.group == 0, ErrorKind::kInvalidArgument,
+                        "W has {} output channels, which is not a multiple of group {}", dims_.m, dims_.group);
+    check_bias(ctx, dims_.m);
+    SpatialGeometry g = conv_geometry(ctx, x, kernel);
+    geo_ = Geometry3(x, g);
+    Shape out = {dims_.n, dims_.m};
+    out.insert(out.end(), g.out.begin(), g.out.end());
+    return {{ctx.input_dtype(0), out}};
+  }
+
+  void run(const RunContext& ctx) const override {
+    const Tensor* bias = ctx.inputs.size() > 2 ? ctx.inputs[2] : nullptr;
+    dispatch_dtype(ctx.in(0).dtype(), [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      if constexpr (std::is_floating_point_v<T>) {
+        compute<T>(ctx.in(0).data<T>(), ctx.in(1).data<T>(), bias ? bias->data<T>() : nullptr,
+                   ctx.out(0).data<T>());
+      }
+    });
+  }
+
+ private:
+  template <typename T>
+  void compute(const T* x, const T* w, const T* bias, T* y) const {
+    const Geometry3& g = geo_;
+    const int64_t cg = dims_.c / dims_.group, mg = dims_.m / dims_.group;
+    const int64_t in_plane = g.in_plane(), out_plane = g.out_plane(), taps = g.taps();
+    const int64_t work = dims_.n * dims_.m * out_plane * cg * taps;
+#pragma omp parallel for collapse(2) if (work > kParallelThreshold)
+    for (int64_t n = 0; n < dims_.n; ++n) {
+      for (int64_t m = 0; m < dims_.m; ++m) {
+        T* yp = y + (n * dims_.m + m) * out_plane;
+        fill_plane(yp, out_plane, bias, m);
+        const int64_t first_c = (m / mg) * cg;
+        for (int64_t c = 0; c < cg; ++c) {
+          const T* xp = x + (n * dims_.c + first_c + c) * in_plane;
+          const T* wp = w + (m * cg + c) * taps;
+          accumulate_channel(xp, wp, yp);
+        }
+      }
+    }
+  }
+
+  // yp += conv(xp, wp) for one input channel.
+  template <typename T>
+  void accumulate_channel(const T* xp, const T* wp, T* yp) const {
+    const Geometry3& g = geo_;
+    for (int64_t kd = 0; kd < g.k[0]; ++kd) {
+      const int64_t od_off = kd * g.d[0] - g.p[0];
+      const Range rd = valid_range(od_off, g.s[0], g.in[0], g.out[0]);
+      for (int64_t kh = 0; kh < g.k[1]; ++kh) {
+        const int64_t oh_off = kh * g.d[1] - g.p[1];
+        const Range rh = valid_range(oh_off, g.s[1], g.in[1], g.out[1]);
+        for (int64_t kw = 0; kw < g.k[2]; ++kw) {
+          const int64_t ow_off = kw * g.d[2] - g.p[2];
+          const Range rw = valid_range(ow_off, g.s[2], g.in[2], g.out[2]);
+          const T wv = wp[(kd * g.k[1] + kh) * g.k[2] + kw];
+          const int64_t sw = g.s[2];
+          for (int64_t od = rd.lo; od < rd.hi; ++od) {
+            const int64_t id = od * g.s[0] + od_off;
+            for (int64_t oh = rh.lo; oh < rh.hi; ++oh) {
+              const int64_t ih = oh * g.s[1] + oh_off;
+              const T* xr = xp + (id * g.in[1] + ih) * g.in[2] + ow_off;
+              T* yr = yp + (od * g.out[1] + oh) * g.out[2];
+              if (sw == 1) {
+                for (int64_t ow = rw.lo; ow < rw.hi; ++ow) yr[ow] += wv * xr[ow];
+              } else {
+                for (int64_t ow = rw.lo; ow < rw.hi; ++ow) yr[ow] += wv * xr[ow * sw];
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+
+  ConvDims dims_;
+  Geometry3 geo_;
+};
+
+class ConvTransposeKernel : public Kernel {
+ public:
+  explicit ConvTransposeKernel(const ir::Node&) {}
+
+  std::vector<TensorType> prepare(const PrepareContext& ctx) override {
+    std::vector<int64_t> kernel = check_conv_inputs(ctx, &dims_.group);
+    const Shape& x = ctx.input_shape(0);
+    const Shape& w = ctx.input_shape(1);
+    dims_.n = x[0];
+    dims_.c = x[1];
+    // W is [C, M / group, k...].
+    ANVIL_PREPARE_CHECK(ctx, w[0] == dims_.c, ErrorKind::kInvalidArgument,
+                        "X has {} channels but weights W {} expect {} (W is [C, M/group, k...])", dims_.c,
+                        shape_str(w), w[0]);
+    dims_.m = w[1] * dims_.group;
+    check_bias(ctx, dims_.m);
+    SpatialGeometry g = conv_transpose_geometry(ctx, x, kernel);
+    geo_ = Geometry3(x, g);
+    Shape out = {dims_.n, dims_.m};
+    out.insert(out.end(), g.out.begin(), g.out.end());
+    return {{ctx.input_dtype(0), out}};
+  }
+
+  void run(const RunContext& ctx) const override {
+    const Tensor* bias = ctx.inputs.size() > 2 ? ctx.inputs[2] : nullptr;
+    dispatch_dtype(ctx.in(0).dtype(), [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      if constexpr (std::is_floating_point_v<T>) {
+        compute<T>(ctx.in(0).data<T>(), ctx.in(1).data<T>(), bias ? bias->data<T>() : nullptr,
+                   ctx.out(0).data<T>());
+      }
+    });
+  }
+
+ private:
+  template <typename T>
+  void compute(const T* x, const T* w, const T* bias, T* y) const {
+    const Geometry3& g = geo_;
+    const int64_t cg = dims_.c / dims_.group, mg = dims_.m / dims_.group;
+    const int64_t in_plane = g.in_plane(), out_plane = g.out_plane(), taps = g.taps();
+    const int64_t work = dims_.n * dims_.m * std::max(in_plane * cg * taps, out_plane);
+#pragma omp parallel for collapse(2) if (work > kParallelThreshold)
+    for (int64_t n = 0; n < dims_.n; ++n) {
+      for (int64_t m = 0; m < dims_.m; ++m) {
+        T* yp = y + (n * dims_.m + m) * out_plane;
+        fill_plane(yp, out_plane, bias, m);
+        const int64_t grp = m / mg, mm = m % mg;
+        for (int64_t c = 0; c < cg; ++c) {
+          const int64_t ci = grp * cg + c;
+          const T* xp = x + (n * dims_.c + ci) * in_plane;
+          const T* wp = w + (ci * mg + mm) * taps;
+          scatter_channel(xp, wp, yp);
+        }
+      }
+    }
+  }
+
+  // yp += conv_transpose(xp, wp) for one input channel.
+  template <typename T>
+  void scatter_channel(const T* xp, const T* wp, T* yp) const {
+    const Geometry3& g = geo_;
+    for (int64_t kd = 0; kd < g.k[0]; ++kd) {
+      const int64_t od_off = kd * g.d[0] - g.p[0];
+      const Range rd = valid_range(od_off, g.s[0], g.out[0], g.in[0]);
+      for (int64_t kh = 0; kh < g.k[1]; ++kh) {
+        const int64_t oh_off = kh * g.d[1] - g.p[1];
+        const Range rh = valid_range(oh_off, g.s[1], g.out[1], g.in[1]);
+        for (int64_t kw = 0; kw < g.k[2]; ++kw) {
+          const int64_t ow_off = kw * g.d[2] - g.p[2];
+          const Range rw = valid_range(ow_off, g.s[2], g.out[2], g.in[2]);
+          const T wv = wp[(kd * g.k[1] + kh) * g.k[2] + kw];
+          const int64_t sw = g.s[2];
+          for (int64_t id = rd.lo; id < rd.hi; ++id) {
+            const int64_t od = id * g.s[0] + od_off;
+            for (int64_t ih = rh.lo; ih < rh.hi; ++ih) {
+              const int64_t oh = ih * g.s[1] + oh_off;
+              const T* xr = xp + (id * g.in[1] + ih) * g.in[2];
+              T* yr = yp + (od * g.out[1] + oh) * g.out[2] + ow_off;
+              for (int64_t iw = rw.lo; iw < rw.hi; ++iw) yr[iw * sw] += wv * xr[iw];
+            }
+          }
+        }
+      }
+    }
+  }
+
+  ConvDims dims_;
+  Geometry3 geo_;
+};
+
+ANVIL_REGISTER_KERNEL_CLASS("Conv", kRef, ConvKernel);
+ANVIL_REGISTER_KERNEL_CLASS("ConvTranspose", kRef, ConvTransposeKernel);
+
+}  // namespace
+}  // namespace anvil::kernels

@@ -1,0 +1,303 @@
+// Reference pooling: MaxPool (with the optional Indices output), AveragePool,
+// GlobalAveragePool and GlobalMaxPool.
+//
+// Windowed pooling runs 1D and 2D as 3D with leading unit dimensions, one
+// (batch, channel) plane per parallel iteration. Per spatial dimension the
+// window of output position o starts at o * s - pads_begin and visits
+// start + j * d for j < k; positions outside [0, in) are padding.
+//
+// AveragePool divides by the number of real elements (count_include_pad = 0)
+// or by the number of window positions inside [-pads_begin, in + pads_end)
+// (count_include_pad = 1). The end padding added by ceil_mode is not part of
+// the model's pads and never counts, as in ONNX Runtime and the ONNX tests.
+#include <algorithm>
+#include <initializer_list>
+#include <limits>
+
+#include "kernels/nn_geometry.h"
+#include "kernels/ref/common.h"
+#include "kernels/registry.h"
+
+namespace anvil::kernels {
+namespace {
+
+constexpr int64_t kParallelThreshold = 32768;
+
+// Pooling geometry padded to three spatial dimensions.
+struct PoolGeometry3 {
+  int64_t in[3] = {1, 1, 1}, out[3] = {1, 1, 1}, k[3] = {1, 1, 1};
+  int64_t s[3] = {1, 1, 1}, d[3] = {1, 1, 1}, p[3] = {0, 0, 0};
+  int64_t real_end[3] = {1, 1, 1};  // in + the model's end padding (without ceil_mode's extra)
+
+  PoolGeometry3() = default;
+  PoolGeometry3(const Shape& x, const SpatialGeometry& g) {
+    const size_t rank = g.kernel.size(), off = 3 - rank;
+    for (size_t i = 0; i < rank; ++i) {
+      in[off + i] = x[2 + i];
+      out[off + i] = g.out[i];
+      k[off + i] = g.kernel[i];
+      s[off + i] = g.strides[i];
+      d[off + i] = g.dilations[i];
+      p[off + i] = g.pads_begin[i];
+      real_end[off + i] = x[2 + i] + g.pads_end[i] - g.ceil_extra[i];
+    }
+  }
+  int64_t in_plane() const { return in[0] * in[1] * in[2]; }
+  int64_t out_plane() const { return out[0] * out[1] * out[2]; }
+};
+
+// Window taps of one dimension that land in [0, in): j in [lo, hi).
+struct Taps {
+  int64_t lo, hi;
+};
+Taps taps_inside(int64_t start, int64_t k, int64_t d, int64_t limit) {
+  int64_t lo = start >= 0 ? 0 : (-start + d - 1) / d;
+  int64_t hi = start >= limit ? 0 : std::min<int64_t>(k, (limit - start + d - 1) / d);
+  return {lo, std::max(lo, hi)};
+}
+
+Shape pooled_shape(const Shape& x, const SpatialGeometry& g) {
+  Shape out = {x[0], x[1]};
+  out.insert(out.end(), g.out.begin(), g.out.end());
+  return out;
+}
+
+// Rejects dtypes other than `allowed`, whose names are listed in `names`.
+void check_dtype(const PrepareContext& ctx, std::initializer_list<DType> allowed, const char* names) {
+  DType dt = ctx.input_dtype(0);
+  ANVIL_PREPARE_CHECK(ctx, std::find(allowed.begin(), allowed.end(), dt) != allowed.end(), ErrorKind::kUnsupported,
+                      "input X has dtype {}; the reference kernel supports {}", dtype_name(dt), names);
+}
+
+void check_rank(const PrepareContext& ctx) {
+  const Shape& x = ctx.input_shape(0);
+  ANVIL_PREPARE_CHECK(ctx, x.size() >= 3 && x.size() <= 5, ErrorKind::kUnsupported,
+                      "input X has shape {}; 1 to 3 spatial dimensions are supported", shape_str(x));
+}
+
+class MaxPoolKernel : public Kernel {
+ public:
+  explicit MaxPoolKernel(const ir::Node&) {}
+
+  std::vector<TensorType> prepare(const PrepareContext& ctx) override {
+    check_dtype(ctx, {DType::kFloat32, DType::kFloat64, DType::kInt8, DType::kUInt8},
+                "float32, float64, int8 and uint8");
+    check_rank(ctx);
+    const Shape& x = ctx.input_shape(0);
+    SpatialGeometry g = pool_geometry(ctx, x);
+    geo_ = PoolGeometry3(x, g);
+    planes_ = x[0] * x[1];
+    storage_order_ = ctx.attrs().get_int("storage_order", 0);
+    ANVIL_PREPARE_CHECK(ctx, storage_order_ == 0 || storage_order_ == 1, ErrorKind::kInvalidModel,
+                        "storage_order {} must be 0 (row major) or 1 (column major)", storage_order_);
+    std::vector<TensorType> out = {{ctx.input_dtype(0), pooled_shape(x, g)}};
+    const auto& outputs = ctx.node().outputs;
+    if (outputs.size() > 1 && outputs[1] != nullptr) out.push_back({DType::kInt64, out[0].shape});
+    return out;
+  }
+
+  void run(const RunContext& ctx) const override {
+    int64_t* indices = ctx.outputs.size() > 1 && ctx.outputs[1] ? ctx.out(1).data<int64_t>() : nullptr;
+    dispatch_dtype(ctx.in(0).dtype(), [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, int8_t> ||
+                    std::is_same_v<T, uint8_t>) {
+        if (indices)
+          compute<T, true>(ctx.in(0).data<T>(), ctx.out(0).data<T>(), indices);
+        else
+          compute<T, false>(ctx.in(0).data<T>(), ctx.out(0).data<T>(), nullptr);
+      }
+    });
+  }
+
+ private:
+  template <typename T, bool kIndices>
+  void compute(const T* x, T* y, int64_t* indices) const {
+    const PoolGeometry3& g = geo_;
+    const int64_t in_plane = g.in_plane(), out_plane = g.out_plane();
+    const int64_t window = g.k[0] * g.k[1] * g.k[2];
+    // Column-major flattening of the spatial index (storage_order = 1).
+    const int64_t cm[3] = {1, g.in[0], g.in[0] * g.in[1]};
+#pragma omp parallel for if (planes_ * out_plane * window > kParallelThreshold)
+    for (int64_t pl = 0; pl < planes_; ++pl) {
+      const T* xp = x + pl * in_plane;
+      T* yp = y + pl * out_plane;
+      int64_t* ip = kIndices ? indices + pl * out_plane : nullptr;
+      int64_t o = 0;
+      for (int64_t od = 0; od < g.out[0]; ++od) {
+        const int64_t sd = od * g.s[0] - g.p[0];
+        const Taps td = taps_inside(sd, g.k[0], g.d[0], g.in[0]);
+        for (int64_t oh = 0; oh < g.out[1]; ++oh) {
+          const int64_t sh = oh * g.s[1] - g.p[1];
+          const Taps th = taps_inside(sh, g.k[1], g.d[1], g.in[1]);
+          for (int64_t ow = 0; ow < g.out[2]; ++ow, ++o) {
+            const int64_t sw = ow * g.s[2] - g.p[2];
+            const Taps tw = taps_inside(sw, g.k[2], g.d[2], g.in[2]);
+            T best = std::numeric_limits<T>::lowest();
+            int64_t bd = 0, bh = 0, bw = 0;
+            bool found = false;
+            for (int64_t jd = td.lo; jd < td.hi; ++jd) {
+              const int64_t id = sd + jd * g.d[0];
+              for (int64_t jh = th.lo; jh < th.hi; ++jh) {
+                const int64_t ih = sh + jh * g.d[1];
+                const T* row = xp + (id * g.in[1] + ih) * g.in[2];
+                for (int64_t jw = tw.lo; jw < tw.hi; ++jw) {
+                  const int64_t iw = sw + jw * g.d[2];
+                  // The first real element always wins, so an all-NaN window still has an index.
+                  if (!found || row[iw] > best) {
+                    best = row[iw];
+                    bd = id, bh = ih, bw = iw;
+                    found = true;
+                  }
+                }
+              }
+            }
+            yp[o] = best;
+            if constexpr (kIndices) {
+              const int64_t local = storage_order_ == 0 ? (bd * g.in[1] + bh) * g.in[2] + bw
+                                                        : bd * cm[0] + bh * cm[1] + bw * cm[2];
+              ip[o] = pl * in_plane + local;
+            }
+          }
+        }
+      }
+    }
+  }
+
+  PoolGeometry3 geo_;
+  int64_t planes_ = 0;
+  int64_t storage_order_ = 0;
+};
+
+class AveragePoolKernel : public Kernel {
+ public:
+  explicit AveragePoolKernel(const ir::Node&) {}
+
+  std::vector<TensorType> prepare(const PrepareContext& ctx) override {
+    check_dtype(ctx, {DType::kFloat32, DType::kFloat64}, "float32 and float64");
+    check_rank(ctx);
+    const Shape& x = ctx.input_shape(0);
+    SpatialGeometry g = pool_geometry(ctx, x);
+    geo_ = PoolGeometry3(x, g);
+    planes_ = x[0] * x[1];
+    count_include_pad_ = ctx.attrs().get_int("count_include_pad", 0) != 0;
+    return {{ctx.input_dtype(0), pooled_shape(x, g)}};
+  }
+
+  void run(const RunContext& ctx) const override {
+    dispatch_dtype(ctx.in(0).dtype(), [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      if constexpr (std::is_floating_point_v<T>) compute<T>(ctx.in(0).data<T>(), ctx.out(0).data<T>());
+    });
+  }
+
+ private:
+  // Number of taps of one dimension counted in the divisor.
+  int64_t divisor_taps(int dim, int64_t start, const Taps& inside) const {
+    if (!count_include_pad_) return inside.hi - inside.lo;
+    const PoolGeometry3& g = geo_;
+    // Taps in [-pads_begin, in + pads_end): the window never starts before -pads_begin.
+    const Taps t = taps_inside(start + g.p[dim], g.k[dim], g.d[dim], g.real_end[dim] + g.p[dim]);
+    return t.hi - t.lo;
+  }
+
+  template <typename T>
+  void compute(const T* x, T* y) const {
+    const PoolGeometry3& g = geo_;
+    const int64_t in_plane = g.in_plane(), out_plane = g.out_plane();
+    const int64_t window = g.k[0] * g.k[1] * g.k[2];
+#pragma omp parallel for if (planes_ * out_plane * window > kParallelThreshold)
+    for (int64_t pl = 0; pl < planes_; ++pl) {
+      const T* xp = x + pl * in_plane;
+      T* yp = y + pl * out_plane;
+      int64_t o = 0;
+      for (int64_t od = 0; od < g.out[0]; ++od) {
+        const int64_t sd = od * g.s[0] - g.p[0];
+        const Taps td = taps_inside(sd, g.k[0], g.d[0], g.in[0]);
+        const int64_t cd = divisor_taps(0, sd, td);
+        for (int64_t oh = 0; oh < g.out[1]; ++oh) {
+          const int64_t sh = oh * g.s[1] - g.p[1];
+          const Taps th = taps_inside(sh, g.k[1], g.d[1], g.in[1]);
+          const int64_t ch = divisor_taps(1, sh, th);
+          for (int64_t ow = 0; ow < g.out[2]; ++ow, ++o) {
+            const int64_t sw = ow * g.s[2] - g.p[2];
+            const Taps tw = taps_inside(sw, g.k[2], g.d[2], g.in[2]);
+            const int64_t count = cd * ch * divisor_taps(2, sw, tw);
+            T sum = 0;
+            for (int64_t jd = td.lo; jd < td.hi; ++jd) {
+              const int64_t id = sd + jd * g.d[0];
+              for (int64_t jh = th.lo; jh < th.hi; ++jh) {
+                const T* row = xp + (id * g.in[1] + sh + jh * g.d[1]) * g.in[2] + sw;
+                for (int64_t jw = tw.lo; jw < tw.hi; ++jw) sum += row[jw * g.d[2]];
+              }
+            }
+            yp[o] = count > 0 ? sum / static_cast<T>(count) : T(0);
+          }
+        }
+      }
+    }
+  }
+
+  PoolGeometry3 geo_;
+  int64_t planes_ = 0;
+  bool count_include_pad_ = false;
+};
+
+// GlobalAveragePool / GlobalMaxPool: one value per (batch, channel) plane.
+template <bool kMax>
+class GlobalPoolKernel : public Kernel {
+ public:
+  explicit GlobalPoolKernel(const ir::Node&) {}
+
+  std::vector<TensorType> prepare(const PrepareContext& ctx) override {
+    check_dtype(ctx, {DType::kFloat32, DType::kFloat64}, "float32 and float64");
+    const Shape& x = ctx.input_shape(0);
+    ANVIL_PREPARE_CHECK(ctx, x.size() >= 2, ErrorKind::kInvalidArgument,
+                        "input X has shape {}; expected [N, C, D1, ...]", shape_str(x));
+    planes_ = x[0] * x[1];
+    plane_ = 1;
+    Shape out = {x[0], x[1]};
+    for (size_t i = 2; i < x.size(); ++i) {
+      plane_ *= x[i];
+      out.push_back(1);
+    }
+    ANVIL_PREPARE_CHECK(ctx, plane_ > 0 || planes_ == 0, ErrorKind::kInvalidArgument,
+                        "input X {} has an empty spatial extent", shape_str(x));
+    return {{ctx.input_dtype(0), out}};
+  }
+
+  void run(const RunContext& ctx) const override {
+    dispatch_dtype(ctx.in(0).dtype(), [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      if constexpr (std::is_floating_point_v<T>) compute<T>(ctx.in(0).data<T>(), ctx.out(0).data<T>());
+    });
+  }
+
+ private:
+  template <typename T>
+  void compute(const T* x, T* y) const {
+#pragma omp parallel for if (planes_ * plane_ > kParallelThreshold)
+    for (int64_t pl = 0; pl < planes_; ++pl) {
+      const T* xp = x + pl * plane_;
+      if constexpr (kMax) {
+        T best = xp[0];
+        for (int64_t i = 1; i < plane_; ++i) best = xp[i] > best ? xp[i] : best;
+        y[pl] = best;
+      } else {
+        T sum = 0;
+        for (int64_t i = 0; i < plane_; ++i) sum += xp[i];
+        y[pl] = sum / static_cast<T>(plane_);
+      }
+    }
+  }
+
+  int64_t planes_ = 0, plane_ = 1;
+};
+
+ANVIL_REGISTER_KERNEL_CLASS("MaxPool", kRef, MaxPoolKernel);
+ANVIL_REGISTER_KERNEL_CLASS("AveragePool", kRef, AveragePoolKernel);
+ANVIL_REGISTER_KERNEL_CLASS("GlobalAveragePool", kRef, GlobalPoolKernel<false>);
+ANVIL_REGISTER_KERNEL_CLASS("GlobalMaxPool", kRef, GlobalPoolKernel<true>);
+
+}  // namespace
+}  // namespace anvil::kernels

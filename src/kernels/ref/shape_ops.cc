@@ -1,0 +1,332 @@
+// Reference kernels for ops that only change a tensor's shape or produce
+// metadata/constants: Flatten, Reshape, Squeeze, Unsqueeze, Identity, Dropout
+// (inference), Shape, Constant and ConstantOfShape.
+//
+// The reshape-like ops never move data themselves: output 0 aliases input 0
+// (output_aliases_input() == 0) and run() copies only when the planner could
+// not give both one buffer.
+#include <algorithm>
+#include <cstring>
+#include <optional>
+#include <set>
+
+#include "kernels/ref/common.h"
+#include "kernels/registry.h"
+
+namespace anvil::kernels {
+namespace {
+
+// Base for kernels whose output 0 is input 0's bytes under another shape.
+class AliasKernel : public Kernel {
+ public:
+  int output_aliases_input() const override { return 0; }
+  void run(const RunContext& ctx) const override { copy_if_distinct(ctx, 0); }
+};
+
+// Axes given as an attribute before `input_since` and as input `index` from then on.
+std::optional<std::vector<int64_t>> axes_operand(const PrepareContext& ctx, size_t index, int input_since) {
+  if (ctx.opset() < input_since) {
+    if (!ctx.attrs().has("axes")) return std::nullopt;
+    return ctx.attrs().get_ints("axes");
+  }
+  if (!ctx.has_input(index)) return std::nullopt;
+  return tensor_to_ints(ctx.require_constant(index, "axes"));
+}
+
+// Normalizes axes against `rank` and rejects duplicates.
+std::vector<int64_t> normalize_axes(const PrepareContext& ctx, const std::vector<int64_t>& axes, int64_t rank) {
+  std::vector<int64_t> out;
+  std::set<int64_t> seen;
+  for (int64_t a : axes) {
+    int64_t n = normalize_axis(ctx, a, rank);
+    ANVIL_PREPARE_CHECK(ctx, seen.insert(n).second, ErrorKind::kInvalidModel, "axis {} is repeated", a);
+    out.push_back(n);
+  }
+  return out;
+}
+
+class FlattenKernel : public AliasKernel {
+ public:
+  explicit FlattenKernel(const ir::Node&) {}
+  std::vector<TensorType> prepare(const PrepareContext& ctx) override {
+    const Shape& in = ctx.input_shape(0);
+    int64_t rank = static_cast<int64_t>(in.size());
+    int64_t axis = ctx.attrs().get_int("axis", 1);
+    // Flatten's axis ranges over [-r, r]: r itself means "everything in the first dimension".
+    ANVIL_PREPARE_CHECK(ctx, axis >= -rank && axis <= rank, ErrorKind::kInvalidModel,
+                        "axis {} is out of range for rank {}", axis, rank);
+    if (axis < 0) axis += rank;
+    int64_t outer = 1, inner = 1;
+    for (int64_t i = 0; i < rank; ++i) (i < axis ? outer : inner) *= in[static_cast<size_t>(i)];
+    return {{ctx.input_dtype(0), {outer, inner}}};
+  }
+};
+
+class ReshapeKernel : public AliasKernel {
+ public:
+  explicit ReshapeKernel(const ir::Node&) {}
+  std::vector<TensorType> prepare(const PrepareContext& ctx) override {
+    const Shape& in = ctx.input_shape(0);
+    std::vector<int64_t> spec = tensor_to_ints(ctx.require_constant(1, "shape"));
+    bool allowzero = ctx.opset() >= 14 && ctx.attrs().get_int("allowzero", 0) != 0;
+    Shape out(spec.size());
+    int infer = -1;
+    int64_t known = 1;
+    for (size_t i = 0; i < spec.size(); ++i) {
+      int64_t d = spec[i];
+      if (d == -1) {
+        ANVIL_PREPARE_CHECK(ctx, infer < 0, ErrorKind::kInvalidModel, "shape {} has more than one -1",
+                            shape_str(spec));
+        infer = static_cast<int>(i);
+        continue;
+      }
+      if (d == 0 && !allowzero) {
+        ANVIL_PREPARE_CHECK(ctx, i < in.size(), ErrorKind::kInvalidModel,
+                            "shape {} copies dimension {} (0) but the input {} has rank {}", shape_str(spec), i,
+                            shape_str(in), in.size());
+        d = in[i];
+      }
+      ANVIL_PREPARE_CHECK(ctx, d >= 0, ErrorKind::kInvalidModel, "shape {} has a negative dimension {}",
+                          shape_str(spec), d);
+      out[i] = d;
+      known *= d;
+    }
+    int64_t numel = shape_numel(in);
+    if (infer >= 0) {
+      ANVIL_PREPARE_CHECK(ctx, !(allowzero && std::count(spec.begin(), spec.end(), 0) > 0),
+                          ErrorKind::kInvalidModel, "shape {} has both 0 and -1 with allowzero=1", shape_str(spec));
+      ANVIL_PREPARE_CHECK(ctx, known != 0 && numel % known == 0, ErrorKind::kInvalidArgument,
+                          "cannot reshape {} ({} elements) to {}", shape_str(in), numel, shape_str(spec));
+      out[static_cast<size_t>(infer)] = numel / known;
+    }
+    ANVIL_PREPARE_CHECK(ctx, shape_numel(out) == numel, ErrorKind::kInvalidArgument,
+                        "cannot reshape {} ({} elements) to {} ({} elements)", shape_str(in), numel, shape_str(out),
+                        shape_numel(out));
+    return {{ctx.input_dtype(0), out}};
+  }
+};
+
+class SqueezeKernel : public AliasKernel {
+ public:
+  explicit SqueezeKernel(const ir::Node&) {}
+  std::vector<TensorType> prepare(const PrepareContext& ctx) override {
+    const Shape& in = ctx.input_shape(0);
+    int64_t rank = static_cast<int64_t>(in.size());
+    std::vector<bool> drop(in.size(), false);
+    // Like ONNX Runtime, an empty axes list squeezes every unit dimension too.
+    if (auto axes = axes_operand(ctx, 1, 13); axes && !axes->empty()) {
+      for (int64_t a : normalize_axes(ctx, *axes, rank)) {
+        ANVIL_PREPARE_CHECK(ctx, in[static_cast<size_t>(a)] == 1, ErrorKind::kInvalidArgument,
+                            "cannot squeeze axis {} of shape {}: its size is not 1", a, shape_str(in));
+        drop[static_cast<size_t>(a)] = true;
+      }
+    } else {
+      for (size_t i = 0; i < in.size(); ++i) drop[i] = in[i] == 1;
+    }
+    Shape out;
+    for (size_t i = 0; i < in.size(); ++i)
+      if (!drop[i]) out.push_back(in[i]);
+    return {{ctx.input_dtype(0), out}};
+  }
+};
+
+class UnsqueezeKernel : public AliasKernel {
+ public:
+  explicit UnsqueezeKernel(const ir::Node&) {}
+  std::vector<TensorType> prepare(const PrepareContext& ctx) override {
+    const Shape& in = ctx.input_shape(0);
+    auto axes = axes_operand(ctx, 1, 13);
+    ANVIL_PREPARE_CHECK(ctx, axes.has_value(), ErrorKind::kInvalidModel, "axes are required");
+    int64_t out_rank = static_cast<int64_t>(in.size() + axes->size());
+    std::vector<bool> inserted(static_cast<size_t>(out_rank), false);
+    for (int64_t a : normalize_axes(ctx, *axes, out_rank)) inserted[static_cast<size_t>(a)] = true;
+    Shape out;
+    size_t next = 0;
+    for (int64_t i = 0; i < out_rank; ++i) out.push_back(inserted[static_cast<size_t>(i)] ? 1 : in[next++]);
+    return {{ctx.input_dtype(0), out}};
+  }
+};
+
+class IdentityKernel : public AliasKernel {
+ public:
+  explicit IdentityKernel(const ir::Node&) {}
+  std::vector<TensorType> prepare(const PrepareContext& ctx) override { return {ctx.input_type(0)}; }
+};
+
+// Fills `n` elements of `elem` bytes each with the bytes of `value`.
+void fill_elements(void* dst, int64_t n, size_t elem, const void* value) {
+  auto* p = static_cast<unsigned char*>(dst);
+  bool zero = std::all_of(static_cast<const unsigned char*>(value), static_cast<const unsigned char*>(value) + elem,
+                          [](unsigned char c) { return c == 0; });
+  if (zero) {
+    std::memset(p, 0, static_cast<size_t>(n) * elem);
+    return;
+  }
+  for (int64_t i = 0; i < n; ++i) std::memcpy(p + static_cast<size_t>(i) * elem, value, elem);
+}
+
+// Inference-mode Dropout: output = input, mask (if requested) all true.
+class DropoutKernel : public Kernel {
+ public:
+  explicit DropoutKernel(const ir::Node&) {}
+  int output_aliases_input() const override { return 0; }
+
+  std::vector<TensorType> prepare(const PrepareContext& ctx) override {
+    if (ctx.opset() >= 12 && ctx.has_input(2)) {
+      const Tensor* mode = ctx.constant(2);
+      ANVIL_PREPARE_CHECK(ctx, mode != nullptr, ErrorKind::kUnsupported,
+                          "input 'training_mode' must be known when the model is planned");
+      ANVIL_PREPARE_CHECK(ctx, mode->dtype() == DType::kBool && mode->numel() == 1, ErrorKind::kInvalidModel,
+                          "training_mode must be one bool");
+      ANVIL_PREPARE_CHECK(ctx, !*mode->data<bool>(), ErrorKind::kUnsupported,
+                          "training-mode Dropout is not supported (inference only)");
+    }
+    TensorType x = ctx.input_type(0);
+    std::vector<TensorType> out = {x};
+    size_t num_outputs = ctx.node().outputs.size();
+    // Opsets 7-9 typed the mask like the data; from opset 10 it is bool.
+    if (num_outputs > 1) out.push_back({ctx.opset() >= 10 ? DType::kBool : x.dtype, x.shape});
+    mask_one_ = one_bytes(out.size() > 1 ? out[1].dtype : DType::kBool);
+    return out;
+  }
+
+  void run(const RunContext& ctx) const override {
+    copy_if_distinct(ctx, 0);
+    if (ctx.outputs.size() < 2 || !ctx.outputs[1]) return;
+    Tensor& mask = ctx.out(1);
+    fill_elements(mask.raw(), mask.numel(), dtype_size(mask.dtype()), &mask_one_);
+  }
+
+ private:
+  // The bytes of the value 1 (true) in `dtype`.
+  static uint64_t one_bytes(DType dtype) {
+    uint64_t bits = 0;
+    dispatch_dtype(dtype, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      T one;
+      if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) {
+        one = T(1.0f);
+      } else {
+        one = static_cast<T>(1);
+      }
+      std::memcpy(&bits, &one, sizeof(T));
+    });
+    return bits;
+  }
+
+  uint64_t mask_one_ = 0;
+};
+
+class ShapeKernel : public Kernel {
+ public:
+  explicit ShapeKernel(const ir::Node&) {}
+  std::vector<TensorType> prepare(const PrepareContext& ctx) override {
+    int64_t rank = static_cast<int64_t>(ctx.input_shape(0).size());
+    start_ = 0;
+    int64_t end = rank;
+    if (ctx.opset() >= 15) {
+      // Out-of-range start/end are clamped, not errors.
+      auto clamp = [rank](int64_t v) { return std::clamp(v < 0 ? v + rank : v, int64_t{0}, rank); };
+      start_ = clamp(ctx.attrs().get_int("start", 0));
+      end = clamp(ctx.attrs().get_int("end", rank));
+    }
+    count_ = std::max<int64_t>(0, end - start_);
+    return {{DType::kInt64, {count_}}};
+  }
+  void run(const RunContext& ctx) const override {
+    const Shape& shape = ctx.in(0).shape();
+    int64_t* out = ctx.out(0).data<int64_t>();
+    for (int64_t i = 0; i < count_; ++i) out[i] = shape[static_cast<size_t>(start_ + i)];
+  }
+
+ private:
+  int64_t start_ = 0, count_ = 0;
+};
+
+class ConstantKernel : public Kernel {
+ public:
+  explicit ConstantKernel(const ir::Node&) {}
+  std::vector<TensorType> prepare(const PrepareContext& ctx) override {
+    const ir::Attributes& a = ctx.attrs();
+    int present = 0;
+    for (const char* name : {"value", "value_float", "value_floats", "value_int", "value_ints", "value_string",
+                             "value_strings", "sparse_value"})
+      present += a.has(name) ? 1 : 0;
+    ANVIL_PREPARE_CHECK(ctx, present == 1, ErrorKind::kInvalidModel,
+                        "exactly one value attribute is required, found {}", present);
+    if (const Tensor* t = a.has("value") ? a.get_tensor("value") : nullptr) {
+      value_ = *t;
+    } else if (a.has("value_float")) {
+      value_ = Tensor(DType::kFloat32, {});
+      *value_.data<float>() = a.get_float("value_float", 0.f);
+    } else if (a.has("value_floats")) {
+      std::vector<float> v = a.get_floats("value_floats");
+      value_ = Tensor(DType::kFloat32, {static_cast<int64_t>(v.size())});
+      std::copy(v.begin(), v.end(), value_.data<float>());
+    } else if (a.has("value_int")) {
+      value_ = Tensor(DType::kInt64, {});
+      *value_.data<int64_t>() = a.get_int("value_int", 0);
+    } else if (a.has("value_ints")) {
+      std::vector<int64_t> v = a.get_ints("value_ints");
+      value_ = Tensor(DType::kInt64, {static_cast<int64_t>(v.size())});
+      std::copy(v.begin(), v.end(), value_.data<int64_t>());
+    } else {
+      ctx.fail(ErrorKind::kUnsupported, "string and sparse constants are not supported");
+    }
+    ANVIL_PREPARE_CHECK(ctx, value_.dtype() != DType::kUndefined, ErrorKind::kInvalidModel,
+                        "the value tensor has no dtype");
+    return {{value_.dtype(), value_.shape()}};
+  }
+  void run(const RunContext& ctx) const override {
+    Tensor& out = ctx.out(0);
+    if (value_.nbytes() && out.raw() != value_.raw()) std::memcpy(out.raw(), value_.raw(), value_.nbytes());
+  }
+
+ private:
+  Tensor value_;
+};
+
+class ConstantOfShapeKernel : public Kernel {
+ public:
+  explicit ConstantOfShapeKernel(const ir::Node&) {}
+  std::vector<TensorType> prepare(const PrepareContext& ctx) override {
+    const Tensor& shape_t = ctx.require_constant(0, "input");
+    ANVIL_PREPARE_CHECK(ctx, shape_t.rank() == 1, ErrorKind::kInvalidModel, "the shape input must be 1-D, got {}",
+                        shape_str(shape_t.shape()));
+    Shape shape = tensor_to_ints(shape_t);
+    for (int64_t d : shape)
+      ANVIL_PREPARE_CHECK(ctx, d >= 0, ErrorKind::kInvalidArgument, "shape {} has a negative dimension",
+                          shape_str(shape));
+    DType dtype = DType::kFloat32;
+    value_ = 0;
+    if (const Tensor* v = ctx.attrs().get_tensor("value")) {
+      ANVIL_PREPARE_CHECK(ctx, v->numel() == 1, ErrorKind::kInvalidModel,
+                          "the value attribute must hold one element, it has {}", v->numel());
+      dtype = v->dtype();
+      ANVIL_PREPARE_CHECK(ctx, dtype != DType::kUndefined, ErrorKind::kInvalidModel, "the value tensor has no dtype");
+      std::memcpy(&value_, v->raw(), dtype_size(dtype));
+    }
+    return {{dtype, shape}};
+  }
+  void run(const RunContext& ctx) const override {
+    Tensor& out = ctx.out(0);
+    fill_elements(out.raw(), out.numel(), dtype_size(out.dtype()), &value_);
+  }
+
+ private:
+  uint64_t value_ = 0;  // the element's bytes (every dtype fits in 8)
+};
+
+}  // namespace
+
+ANVIL_REGISTER_KERNEL_CLASS("Flatten", kRef, FlattenKernel);
+ANVIL_REGISTER_KERNEL_CLASS("Reshape", kRef, ReshapeKernel);
+ANVIL_REGISTER_KERNEL_CLASS("Squeeze", kRef, SqueezeKernel);
+ANVIL_REGISTER_KERNEL_CLASS("Unsqueeze", kRef, UnsqueezeKernel);
+ANVIL_REGISTER_KERNEL_CLASS("Identity", kRef, IdentityKernel);
+ANVIL_REGISTER_KERNEL_CLASS("Dropout", kRef, DropoutKernel);
+ANVIL_REGISTER_KERNEL_CLASS("Shape", kRef, ShapeKernel);
+ANVIL_REGISTER_KERNEL_CLASS("Constant", kRef, ConstantKernel);
+ANVIL_REGISTER_KERNEL_CLASS("ConstantOfShape", kRef, ConstantOfShapeKernel);
+
+}  // namespace anvil::kernels

@@ -1,0 +1,690 @@
+// Reference kernels for ops that move data around: Transpose, Concat, Split,
+// Slice, Pad, DepthToSpace, SpaceToDepth, Gather, Cast and CastLike.
+//
+// Except Cast, none of them looks at values, so they move elements by size
+// (1, 2, 4 or 8 bytes) instead of being instantiated per dtype. Transpose,
+// Slice, DepthToSpace and SpaceToDepth are all one strided copy: the output is
+// walked in order and each output axis has a (possibly negative) input stride.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "kernels/ref/common.h"
+#include "kernels/registry.h"
+
+namespace anvil::kernels {
+namespace {
+
+constexpr int64_t kParallelThreshold = 32768;
+
+// Calls fn(TypeTag<U>{}) with the unsigned integer type as wide as one element.
+template <typename Fn>
+void dispatch_size(size_t elem, Fn&& fn) {
+  switch (elem) {
+    case 1: return fn(TypeTag<uint8_t>{});
+    case 2: return fn(TypeTag<uint16_t>{});
+    case 4: return fn(TypeTag<uint32_t>{});
+    case 8: return fn(TypeTag<uint64_t>{});
+    default: fail(ErrorKind::kInternal, "no element type of {} bytes", elem);
+  }
+}
+
+// out[i] = in[offset + sum_a index_a(i) * strides[a]] over the output in row-major order.
+class StridedCopy {
+ public:
+  void init(const Shape& out_shape, const std::vector<int64_t>& in_strides, int64_t offset, size_t elem) {
+    elem_ = elem;
+    offset_ = offset;
+    numel_ = shape_numel(out_shape);
+    shape_.clear();
+    strides_.clear();
+    // Drop unit axes and merge an axis into its outer neighbour when they step
+    // through the input contiguously, so the inner loop is as long as possible.
+    for (size_t a = 0; a < out_shape.size(); ++a) {
+      if (out_shape[a] == 1) continue;
+      if (!shape_.empty() && strides_.back() == in_strides[a] * out_shape[a]) {
+        shape_.back() *= out_shape[a];
+        strides_.back() = in_strides[a];
+        continue;
+      }
+      shape_.push_back(out_shape[a]);
+      strides_.push_back(in_strides[a]);
+    }
+    if (shape_.empty()) {
+      shape_ = {1};
+      strides_ = {0};
+    }
+  }
+
+  void run(const void* in, void* out) const {
+    if (numel_ == 0) return;
+    const int64_t inner = shape_.back(), step = strides_.back(), rows = numel_ / inner;
+    const int outer_rank = static_cast<int>(shape_.size()) - 1;
+    dispatch_size(elem_, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      const T* src = static_cast<const T*>(in) + offset_;
+      T* dst = static_cast<T*>(out);
+#pragma omp parallel for if (numel_ > kParallelThreshold)
+      for (int64_t r = 0; r < rows; ++r) {
+        int64_t rem = r, base = 0;
+        for (int a = outer_rank - 1; a >= 0; --a) {
+          base += rem % shape_[static_cast<size_t>(a)] * strides_[static_cast<size_t>(a)];
+          rem /= shape_[static_cast<size_t>(a)];
+        }
+        const T* s = src + base;
+        T* d = dst + r * inner;
+        if (step == 1) {
+          std::memcpy(d, s, static_cast<size_t>(inner) * sizeof(T));
+        } else {
+          for (int64_t i = 0; i < inner; ++i) d[i] = s[i * step];
+        }
+      }
+    });
+  }
+
+ private:
+  Shape shape_;
+  std::vector<int64_t> strides_;
+  int64_t offset_ = 0, numel_ = 0;
+  size_t elem_ = 0;
+};
+
+// Base of the kernels that are one StridedCopy of input 0.
+class StridedKernel : public Kernel {
+ public:
+  void run(const RunContext& ctx) const override { copy_.run(ctx.in(0).raw(), ctx.out(0).raw()); }
+
+ protected:
+  StridedCopy copy_;
+};
+
+class TransposeKernel : public StridedKernel {
+ public:
+  explicit TransposeKernel(const ir::Node&) {}
+  std::vector<TensorType> prepare(const PrepareContext& ctx) override {
+    const Shape& in = ctx.input_shape(0);
+    const size_t rank = in.size();
+    std::vector<int64_t> perm = ctx.attrs().get_ints("perm");
+    if (!ctx.attrs().has("perm"))
+      for (size_t i = 0; i < rank; ++i) perm.push_back(static_cast<int64_t>(rank - 1 - i));
+    ANVIL_PREPARE_CHECK(ctx, perm.size() == rank, ErrorKind::kInvalidModel, "perm {} has {} entries for rank {}",
+                        shape_str(perm), perm.size(), rank);
+    std::vector<bool> seen(rank, false);
+    for (int64_t p : perm) {
+      ANVIL_PREPARE_CHECK(ctx, p >= 0 && p < static_cast<int64_t>(rank) && !seen[static_cast<size_t>(p)],
+                          ErrorKind::kInvalidModel, "perm {} is not a permutation of 0..{}", shape_str(perm),
+                          static_cast<int64_t>(rank) - 1);
+      seen[static_cast<size_t>(p)] = true;
+    }
+    std::vector<int64_t> in_strides = contiguous_strides(in), strides(rank);
+    Shape out(rank);
+    for (size_t i = 0; i < rank; ++i) {
+      out[i] = in[static_cast<size_t>(perm[i])];
+      strides[i] = in_strides[static_cast<size_t>(perm[i])];
+    }
+    copy_.init(out, strides, 0, dtype_size(ctx.input_dtype(0)));
+    return {{ctx.input_dtype(0), out}};
+  }
+};
+
+class ConcatKernel : public Kernel {
+ public:
+  explicit ConcatKernel(const ir::Node&) {}
+  std::vector<TensorType> prepare(const PrepareContext& ctx) override {
+    ANVIL_PREPARE_CHECK(ctx, ctx.num_inputs() > 0, ErrorKind::kInvalidModel, "needs at least one input");
+    ANVIL_PREPARE_CHECK(ctx, ctx.attrs().has("axis"), ErrorKind::kInvalidModel, "attribute 'axis' is required");
+    const TensorType& first = ctx.input_type(0);
+    const int64_t rank = static_cast<int64_t>(first.shape.size());
+    const size_t axis = static_cast<size_t>(normalize_axis(ctx, ctx.attrs().get_int("axis", 0), rank));
+    Shape out = first.shape;
+    out[axis] = 0;
+    const size_t elem = dtype_size(first.dtype);
+    int64_t inner = 1;
+    for (size_t i = axis + 1; i < out.size(); ++i) inner *= out[i];
+    chunk_bytes_.clear();
+    for (size_t i = 0; i < ctx.num_inputs(); ++i) {
+      const TensorType& t = ctx.input_type(i);
+      ANVIL_PREPARE_CHECK(ctx, t.dtype == first.dtype, ErrorKind::kInvalidModel, "input {} is {} but input 0 is {}",
+                          i, dtype_name(t.dtype), dtype_name(first.dtype));
+      bool same = t.shape.size() == first.shape.size();
+      for (size_t a = 0; same && a < t.shape.size(); ++a) same = a == axis || t.shape[a] == first.shape[a];
+      ANVIL_PREPARE_CHECK(ctx, same, ErrorKind::kInvalidArgument,
+                          "input {} has shape {}, which does not match input 0's {} outside axis {}", i,
+                          shape_str(t.shape), shape_str(first.shape), axis);
+      out[axis] += t.shape[axis];
+      chunk_bytes_.push_back(static_cast<size_t>(t.shape[axis] * inner) * elem);
+    }
+    outer_ = 1;
+    for (size_t i = 0; i < axis; ++i) outer_ *= out[i];
+    row_bytes_ = static_cast<size_t>(out[axis] * inner) * elem;
+    return {{first.dtype, out}};
+  }
+
+  void run(const RunContext& ctx) const override {
+    auto* dst = static_cast<unsigned char*>(ctx.out(0).raw());
+    const size_t n = chunk_bytes_.size();
+#pragma omp parallel for if (static_cast<int64_t>(row_bytes_) * outer_ > kParallelThreshold * 4)
+    for (int64_t o = 0; o < outer_; ++o) {
+      unsigned char* d = dst + static_cast<size_t>(o) * row_bytes_;
+      for (size_t i = 0; i < n; ++i) {
+        const size_t c = chunk_bytes_[i];
+        if (c) std::memcpy(d, static_cast<const unsigned char*>(ctx.in(i).raw()) + static_cast<size_t>(o) * c, c);
+        d += c;
+      }
+    }
+  }
+
+ private:
+  std::vector<size_t> chunk_bytes_;  // bytes of input i per outer index
+  size_t row_bytes_ = 0;
+  int64_t outer_ = 0;
+};
+
+class SplitKernel : public Kernel {
+ public:
+  explicit SplitKernel(const ir::Node&) {}
+  std::vector<TensorType> prepare(const PrepareContext& ctx) override {
+    const TensorType& x = ctx.input_type(0);
+    const int64_t rank = static_cast<int64_t>(x.shape.size());
+    const size_t axis = static_cast<size_t>(normalize_axis(ctx, ctx.attrs().get_int("axis", 0), rank));
+    const size_t n = ctx.node().outputs.size();
+    ANVIL_PREPARE_CHECK(ctx, n > 0, ErrorKind::kInvalidModel, "needs at least one output");
+    const int64_t dim = x.shape[axis];
+    std::vector<int64_t> split;
+    if (ctx.opset() < 13) {
+      split = ctx.attrs().get_ints("split");
+    } else if (ctx.has_input(1)) {
+      split = tensor_to_ints(ctx.require_constant(1, "split"));
+    }
+    if (split.empty()) {
+      ANVIL_PREPARE_CHECK(ctx, dim % static_cast<int64_t>(n) == 0, ErrorKind::kInvalidArgument,
+                          "axis {} of size {} cannot be split into {} equal parts", axis, dim, n);
+      split.assign(n, dim / static_cast<int64_t>(n));
+    }
+    ANVIL_PREPARE_CHECK(ctx, split.size() == n, ErrorKind::kInvalidModel, "split {} has {} entries for {} outputs",
+                        shape_str(split), split.size(), n);
+    int64_t total = 0;
+    for (int64_t s : split) {
+      ANVIL_PREPARE_CHECK(ctx, s >= 0, ErrorKind::kInvalidModel, "split {} has a negative size", shape_str(split));
+      total += s;
+    }
+    ANVIL_PREPARE_CHECK(ctx, total == dim, ErrorKind::kInvalidArgument,
+                        "split {} sums to {} but axis {} of {} has size {}", shape_str(split), total, axis,
+                        shape_str(x.shape), dim);
+    const size_t elem = dtype_size(x.dtype);
+    int64_t inner = 1;
+    for (size_t i = axis + 1; i < x.shape.size(); ++i) inner *= x.shape[i];
+    outer_ = 1;
+    for (size_t i = 0; i < axis; ++i) outer_ *= x.shape[i];
+    row_bytes_ = static_cast<size_t>(dim * inner) * elem;
+    chunk_bytes_.clear();
+    std::vector<TensorType> outs;
+    for (int64_t s : split) {
+      Shape shape = x.shape;
+      shape[axis] = s;
+      outs.push_back({x.dtype, shape});
+      chunk_bytes_.push_back(static_cast<size_t>(s * inner) * elem);
+    }
+    return outs;
+  }
+
+  void run(const RunContext& ctx) const override {
+    const auto* src = static_cast<const unsigned char*>(ctx.in(0).raw());
+    const size_t n = chunk_bytes_.size();
+#pragma omp parallel for if (static_cast<int64_t>(row_bytes_) * outer_ > kParallelThreshold * 4)
+    for (int64_t o = 0; o < outer_; ++o) {
+      const unsigned char* s = src + static_cast<size_t>(o) * row_bytes_;
+      for (size_t i = 0; i < n; ++i) {
+        const size_t c = chunk_bytes_[i];
+        if (c) std::memcpy(static_cast<unsigned char*>(ctx.out(i).raw()) + static_cast<size_t>(o) * c, s, c);
+        s += c;
+      }
+    }
+  }
+
+ private:
+  std::vector<size_t> chunk_bytes_;  // bytes of output i per outer index
+  size_t row_bytes_ = 0;
+  int64_t outer_ = 0;
+};
+
+class SliceKernel : public StridedKernel {
+ public:
+  explicit SliceKernel(const ir::Node&) {}
+  std::vector<TensorType> prepare(const PrepareContext& ctx) override {
+    const Shape& in = ctx.input_shape(0);
+    const int64_t rank = static_cast<int64_t>(in.size());
+    std::vector<int64_t> starts, ends, axes, steps;
+    if (ctx.opset() < 10) {
+      ANVIL_PREPARE_CHECK(ctx, ctx.attrs().has("starts") && ctx.attrs().has("ends"), ErrorKind::kInvalidModel,
+                          "attributes 'starts' and 'ends' are required");
+      starts = ctx.attrs().get_ints("starts");
+      ends = ctx.attrs().get_ints("ends");
+      axes = ctx.attrs().get_ints("axes");
+    } else {
+      starts = tensor_to_ints(ctx.require_constant(1, "starts"));
+      ends = tensor_to_ints(ctx.require_constant(2, "ends"));
+      if (ctx.has_input(3)) axes = tensor_to_ints(ctx.require_constant(3, "axes"));
+      if (ctx.has_input(4)) steps = tensor_to_ints(ctx.require_constant(4, "steps"));
+    }
+    const size_t n = starts.size();
+    if (axes.empty() && !(ctx.opset() >= 10 && ctx.has_input(3)))
+      for (size_t i = 0; i < n; ++i) axes.push_back(static_cast<int64_t>(i));
+    if (steps.empty() && !(ctx.opset() >= 10 && ctx.has_input(4))) steps.assign(n, 1);
+    ANVIL_PREPARE_CHECK(ctx, ends.size() == n && axes.size() == n && steps.size() == n, ErrorKind::kInvalidModel,
+                        "starts, ends, axes and steps have {}, {}, {} and {} entries", n, ends.size(), axes.size(),
+                        steps.size());
+
+    Shape out = in;
+    std::vector<int64_t> in_strides = contiguous_strides(in), strides = in_strides;
+    std::vector<bool> seen(in.size(), false);
+    int64_t offset = 0;
+    for (size_t i = 0; i < n; ++i) {
+      const size_t a = static_cast<size_t>(normalize_axis(ctx, axes[i], rank));
+      ANVIL_PREPARE_CHECK(ctx, !seen[a], ErrorKind::kInvalidModel, "axis {} is repeated", axes[i]);
+      seen[a] = true;
+      ANVIL_PREPARE_CHECK(ctx, steps[i] != 0, ErrorKind::kInvalidModel, "step {} is 0", i);
+      int64_t start = 0, len = 0;
+      clamp_range(in[a], starts[i], ends[i], steps[i], &start, &len);
+      out[a] = len;
+      offset += start * in_strides[a];
+      // A huge step only ever takes one element; keep the stride from overflowing.
+      strides[a] = len > 1 ? steps[i] * in_strides[a] : 0;
+    }
+    if (shape_numel(out) == 0) offset = 0;
+    copy_.init(out, strides, offset, dtype_size(ctx.input_dtype(0)));
+    return {{ctx.input_dtype(0), out}};
+  }
+
+ private:
+  // ONNX Slice clamping; safe for INT64_MIN/INT64_MAX starts, ends and steps.
+  static void clamp_range(int64_t dim, int64_t start, int64_t end, int64_t step, int64_t* first, int64_t* len) {
+    *first = 0;
+    *len = 0;
+    if (dim == 0) return;
+    if (start < 0) start += dim;
+    if (end < 0) end += dim;
+    if (step > 0) {
+      start = std::clamp<int64_t>(start, 0, dim);
+      end = std::clamp<int64_t>(end, 0, dim);
+      if (end > start) *len = (end - start - 1) / step + 1;
+    } else {
+      start = std::clamp<int64_t>(start, 0, dim - 1);
+      end = std::clamp<int64_t>(end, -1, dim - 1);
+      const int64_t back = step == std::numeric_limits<int64_t>::min() ? std::numeric_limits<int64_t>::max() : -step;
+      if (start > end) *len = (start - end - 1) / back + 1;
+    }
+    if (*len > 0) *first = start;
+  }
+};
+
+class PadKernel : public Kernel {
+ public:
+  explicit PadKernel(const ir::Node&) {}
+  std::vector<TensorType> prepare(const PrepareContext& ctx) override {
+    const TensorType& x = ctx.input_type(0);
+    const size_t rank = x.shape.size();
+    const std::string mode = ctx.attrs().get_string("mode", "constant");
+    ANVIL_PREPARE_CHECK(ctx, mode == "constant" || mode == "reflect" || mode == "edge", ErrorKind::kUnsupported,
+                        "mode '{}' is not supported (constant, reflect, edge)", mode);
+    elem_ = dtype_size(x.dtype);
+    std::vector<int64_t> pads = read_pads(ctx, rank);
+    fill_ = 0;
+    if (ctx.opset() < 11) {
+      fill_ = value_bytes(x.dtype, ctx.attrs().get_float("value", 0.f));
+    } else if (ctx.has_input(2)) {
+      const TensorType& v = ctx.input_type(2);
+      ANVIL_PREPARE_CHECK(ctx, v.dtype == x.dtype, ErrorKind::kInvalidModel,
+                          "constant_value is {} but the data is {}", dtype_name(v.dtype), dtype_name(x.dtype));
+      ANVIL_PREPARE_CHECK(ctx, shape_numel(v.shape) <= 1, ErrorKind::kInvalidModel,
+                          "constant_value must be a scalar, got shape {}", shape_str(v.shape));
+    }
+
+    Shape out(rank);
+    // Scalars are padded like a [1] tensor with no padding, which keeps run() uniform.
+    out_shape_ = rank ? Shape(rank) : Shape{1};
+    in_strides_ = rank ? contiguous_strides(x.shape) : std::vector<int64_t>{1};
+    maps_.assign(out_shape_.size(), {});
+    if (!rank) maps_[0] = {0};
+    for (size_t a = 0; a < rank; ++a) {
+      const int64_t d = x.shape[a], before = pads[a], after = pads[a + rank];
+      out[a] = out_shape_[a] = d + before + after;
+      ANVIL_PREPARE_CHECK(ctx, out[a] >= 0, ErrorKind::kInvalidArgument,
+                          "pads {} make axis {} of {} negative", shape_str(pads), a, shape_str(x.shape));
+      ANVIL_PREPARE_CHECK(ctx, mode == "constant" || d > 0 || out[a] == 0, ErrorKind::kInvalidArgument,
+                          "{} padding of an empty axis {} of {}", mode, a, shape_str(x.shape));
+      for (int64_t o = 0; o < out[a]; ++o) maps_[a].push_back(source_index(mode, o - before, d));
+    }
+    return {{x.dtype, out}};
+  }
+
+  void run(const RunContext& ctx) const override {
+    const int64_t numel = shape_numel(out_shape_);
+    if (numel == 0) return;
+    uint64_t fill = fill_;
+    if (ctx.inputs.size() > 2 && ctx.inputs[2] && ctx.inputs[2]->numel() > 0)
+      std::memcpy(&fill, ctx.inputs[2]->raw(), elem_);
+    const int64_t inner = out_shape_.back(), rows = numel / inner;
+    const int outer_rank = static_cast<int>(out_shape_.size()) - 1;
+    const std::vector<int64_t>& last = maps_.back();
+    dispatch_size(elem_, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      T value;
+      std::memcpy(&value, &fill, sizeof(T));
+      const T* src = static_cast<const T*>(ctx.in(0).raw());
+      T* dst = static_cast<T*>(ctx.out(0).raw());
+#pragma omp parallel for if (numel > kParallelThreshold)
+      for (int64_t r = 0; r < rows; ++r) {
+        int64_t rem = r, base = 0;
+        bool padding = false;
+        for (int a = outer_rank - 1; a >= 0; --a) {
+          const size_t ua = static_cast<size_t>(a);
+          const int64_t m = maps_[ua][static_cast<size_t>(rem % out_shape_[ua])];
+          rem /= out_shape_[ua];
+          padding |= m < 0;
+          base += m * in_strides_[ua];
+        }
+        T* d = dst + r * inner;
+        if (padding) {
+          std::fill(d, d + inner, value);
+          continue;
+        }
+        const T* s = src + base;
+        for (int64_t i = 0; i < inner; ++i) {
+          const int64_t m = last[static_cast<size_t>(i)];
+          d[i] = m < 0 ? value : s[m];
+        }
+      }
+    });
+  }
+
+ private:
+  // Pads as [begin_0, ..., begin_{r-1}, end_0, ..., end_{r-1}] over all axes.
+  static std::vector<int64_t> read_pads(const PrepareContext& ctx, size_t rank) {
+    std::vector<int64_t> given;
+    if (ctx.opset() < 11) {
+      ANVIL_PREPARE_CHECK(ctx, ctx.attrs().has("pads"), ErrorKind::kInvalidModel, "attribute 'pads' is required");
+      given = ctx.attrs().get_ints("pads");
+    } else {
+      given = tensor_to_ints(ctx.require_constant(1, "pads"));
+    }
+    std::vector<int64_t> axes;
+    if (ctx.opset() >= 11 && ctx.has_input(3)) {  // opset 18 axes, accepted when present
+      for (int64_t a : tensor_to_ints(ctx.require_constant(3, "axes")))
+        axes.push_back(normalize_axis(ctx, a, static_cast<int64_t>(rank)));
+    } else {
+      for (size_t a = 0; a < rank; ++a) axes.push_back(static_cast<int64_t>(a));
+    }
+    ANVIL_PREPARE_CHECK(ctx, given.size() == 2 * axes.size(), ErrorKind::kInvalidModel,
+                        "pads {} must have {} entries (2 per axis)", shape_str(given), 2 * axes.size());
+    std::vector<int64_t> pads(2 * rank, 0);
+    for (size_t i = 0; i < axes.size(); ++i) {
+      pads[static_cast<size_t>(axes[i])] = given[i];
+      pads[static_cast<size_t>(axes[i]) + rank] = given[i + axes.size()];
+    }
+    return pads;
+  }
+
+  // Input index feeding position i (relative to the data's start) of an axis of size d; -1 for the pad value.
+  static int64_t source_index(const std::string& mode, int64_t i, int64_t d) {
+    if (i >= 0 && i < d) return i;
+    if (mode == "constant") return -1;
+    if (mode == "edge") return i < 0 ? 0 : d - 1;
+    if (d == 1) return 0;
+    // reflect (numpy "reflect"): the sequence 0..d-1..1 repeats with period 2(d-1).
+    const int64_t period = 2 * (d - 1);
+    int64_t m = i % period;
+    if (m < 0) m += period;
+    return m < d ? m : period - m;
+  }
+
+  // The bytes of `v` converted to `dtype`.
+  static uint64_t value_bytes(DType dtype, float v) {
+    uint64_t bits = 0;
+    dispatch_dtype(dtype, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      T t;
+      if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) {
+        t = T(v);
+      } else if constexpr (std::is_same_v<T, bool>) {
+        t = v != 0.f;
+      } else {
+        t = static_cast<T>(v);
+      }
+      std::memcpy(&bits, &t, sizeof(T));
+    });
+    return bits;
+  }
+
+  size_t elem_ = 0;
+  uint64_t fill_ = 0;  // pad value bytes when not given by an input at run time
+  Shape out_shape_;
+  std::vector<int64_t> in_strides_;
+  std::vector<std::vector<int64_t>> maps_;  // per axis: output index -> input index or -1
+};
+
+// DepthToSpace / SpaceToDepth on [N, C, H, W] as a 6-D strided copy.
+class DepthSpaceKernel : public StridedKernel {
+ public:
+  DepthSpaceKernel(const ir::Node&, bool to_space) : to_space_(to_space) {}
+  std::vector<TensorType> prepare(const PrepareContext& ctx) override {
+    const Shape& x = ctx.input_shape(0);
+    ANVIL_PREPARE_CHECK(ctx, x.size() == 4, ErrorKind::kInvalidArgument, "input must be 4-D, got {}", shape_str(x));
+    const int64_t b = ctx.attrs().get_int("blocksize", 0);
+    ANVIL_PREPARE_CHECK(ctx, b > 0, ErrorKind::kInvalidModel, "blocksize must be positive, got {}", b);
+    const int64_t n = x[0], c = x[1], h = x[2], w = x[3];
+    const int64_t sc = h * w, sh = w, sw = 1;
+    const size_t elem = dtype_size(ctx.input_dtype(0));
+    if (to_space_) {
+      ANVIL_PREPARE_CHECK(ctx, c % (b * b) == 0, ErrorKind::kInvalidArgument,
+                          "channels {} are not a multiple of blocksize^2 = {}", c, b * b);
+      const std::string mode = ctx.attrs().get_string("mode", "DCR");
+      ANVIL_PREPARE_CHECK(ctx, mode == "DCR" || mode == "CRD", ErrorKind::kInvalidModel,
+                          "mode '{}' is not DCR or CRD", mode);
+      const int64_t co = c / (b * b);
+      // Output walked as [n, co, h, i, w, j]: row h*b+i, column w*b+j. The input
+      // channel is (i*b + j)*co + co_index in DCR and co_index*b*b + i*b + j in CRD.
+      const bool dcr = mode == "DCR";
+      std::vector<int64_t> strides = {c * sc, (dcr ? 1 : b * b) * sc, sh, (dcr ? b * co : b) * sc, sw,
+                                      (dcr ? co : 1) * sc};
+      copy_.init({n, co, h, b, w, b}, strides, 0, elem);
+      return {{ctx.input_dtype(0), {n, co, h * b, w * b}}};
+    }
+    ANVIL_PREPARE_CHECK(ctx, h % b == 0 && w % b == 0, ErrorKind::kInvalidArgument,
+                        "spatial size {}x{} is not a multiple of blocksize {}", h, w, b);
+    // Output channel (i*b + j)*c + ci at (h', w') reads input (ci, h'*b + i, w'*b + j).
+    copy_.init({n, b, b, c, h / b, w / b}, {c * sc, sh, sw, sc, b * sh, b * sw}, 0, elem);
+    return {{ctx.input_dtype(0), {n, c * b * b, h / b, w / b}}};
+  }
+
+ private:
+  bool to_space_;
+};
+
+class GatherKernel : public Kernel {
+ public:
+  explicit GatherKernel(const ir::Node&) {}
+  std::vector<TensorType> prepare(const PrepareContext& ctx) override {
+    const TensorType& data = ctx.input_type(0);
+    const TensorType& idx = ctx.input_type(1);
+    ANVIL_PREPARE_CHECK(ctx, idx.dtype == DType::kInt64 || idx.dtype == DType::kInt32, ErrorKind::kInvalidModel,
+                        "indices must be int32 or int64, got {}", dtype_name(idx.dtype));
+    const int64_t rank = static_cast<int64_t>(data.shape.size());
+    ANVIL_PREPARE_CHECK(ctx, rank >= 1, ErrorKind::kInvalidArgument, "data must have rank >= 1");
+    const size_t axis = static_cast<size_t>(normalize_axis(ctx, ctx.attrs().get_int("axis", 0), rank));
+    dim_ = data.shape[axis];
+    count_ = shape_numel(idx.shape);
+    idx64_ = idx.dtype == DType::kInt64;
+    ANVIL_PREPARE_CHECK(ctx, dim_ > 0 || count_ == 0, ErrorKind::kInvalidArgument,
+                        "cannot gather from axis {} of size 0", axis);
+    // Indices known now are checked now; run() clamps the others instead of checking.
+    if (const Tensor* t = ctx.constant(1)) {
+      for (int64_t v : tensor_to_ints(*t))
+        ANVIL_PREPARE_CHECK(ctx, v >= -dim_ && v < dim_, ErrorKind::kInvalidArgument,
+                            "index {} is out of range for axis {} of size {}", v, axis, dim_);
+    }
+    Shape out(data.shape.begin(), data.shape.begin() + static_cast<std::ptrdiff_t>(axis));
+    out.insert(out.end(), idx.shape.begin(), idx.shape.end());
+    out.insert(out.end(), data.shape.begin() + static_cast<std::ptrdiff_t>(axis) + 1, data.shape.end());
+    outer_ = 1;
+    for (size_t i = 0; i < axis; ++i) outer_ *= data.shape[i];
+    int64_t inner = 1;
+    for (size_t i = axis + 1; i < data.shape.size(); ++i) inner *= data.shape[i];
+    slice_bytes_ = static_cast<size_t>(inner) * dtype_size(data.dtype);
+    return {{data.dtype, out}};
+  }
+
+  void run(const RunContext& ctx) const override {
+    const auto* src = static_cast<const unsigned char*>(ctx.in(0).raw());
+    auto* dst = static_cast<unsigned char*>(ctx.out(0).raw());
+    const void* indices = ctx.in(1).raw();
+    const int64_t total = outer_ * count_;
+#pragma omp parallel for if (total * static_cast<int64_t>(slice_bytes_) > kParallelThreshold * 4)
+    for (int64_t k = 0; k < total; ++k) {
+      const int64_t o = k / count_, j = k % count_;
+      int64_t i = idx64_ ? static_cast<const int64_t*>(indices)[j] : static_cast<const int32_t*>(indices)[j];
+      if (i < 0) i += dim_;
+      i = std::clamp<int64_t>(i, 0, dim_ - 1);
+      std::memcpy(dst + static_cast<size_t>(k) * slice_bytes_,
+                  src + static_cast<size_t>(o * dim_ + i) * slice_bytes_, slice_bytes_);
+    }
+  }
+
+ private:
+  int64_t outer_ = 0, dim_ = 0, count_ = 0;
+  size_t slice_bytes_ = 0;
+  bool idx64_ = true;
+};
+
+// ---- Cast ----
+
+// ONNX TensorProto.DataType code -> DType; kUndefined for codes Anvil lacks.
+DType dtype_from_onnx(int64_t code) {
+  switch (code) {
+    case 1: return DType::kFloat32;
+    case 2: return DType::kUInt8;
+    case 3: return DType::kInt8;
+    case 4: return DType::kUInt16;
+    case 5: return DType::kInt16;
+    case 6: return DType::kInt32;
+    case 7: return DType::kInt64;
+    case 9: return DType::kBool;
+    case 10: return DType::kFloat16;
+    case 11: return DType::kFloat64;
+    case 12: return DType::kUInt32;
+    case 13: return DType::kUInt64;
+    case 16: return DType::kBFloat16;
+    default: return DType::kUndefined;
+  }
+}
+
+template <typename T>
+constexpr bool kIsHalf = std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>;
+
+// double -> float rounded to odd, so that a second rounding to half/bfloat16
+// gives the correctly rounded result (no double-rounding error).
+float to_float_round_odd(double x) {
+  float f = static_cast<float>(x);
+  if (!std::isfinite(f) || static_cast<double>(f) == x) return f;
+  uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  if (std::fabs(static_cast<double>(f)) > std::fabs(x)) --bits;  // truncate toward zero
+  bits |= 1;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+// Float to integer truncates toward zero; NaN gives 0 and out-of-range values
+// saturate (ONNX leaves both undefined; this keeps them free of C++ UB).
+template <typename D>
+D float_to_int(double x) {
+  if (std::isnan(x)) return 0;
+  if (x <= static_cast<double>(std::numeric_limits<D>::min())) return std::numeric_limits<D>::min();
+  if (x >= static_cast<double>(std::numeric_limits<D>::max())) return std::numeric_limits<D>::max();
+  return static_cast<D>(x);
+}
+
+template <typename D, typename S>
+D convert(S v) {
+  if constexpr (std::is_same_v<S, D>) {
+    return v;
+  } else if constexpr (kIsHalf<S>) {
+    return convert<D>(static_cast<float>(v));
+  } else if constexpr (std::is_same_v<D, bool>) {
+    return v != S(0);
+  } else if constexpr (kIsHalf<D>) {
+    if constexpr (std::is_same_v<S, float>) return D(v);
+    else return D(to_float_round_odd(static_cast<double>(v)));
+  } else if constexpr (std::is_floating_point_v<D> || !std::is_floating_point_v<S>) {
+    return static_cast<D>(v);  // integer -> integer wraps (two's complement), bool -> 0/1
+  } else {
+    return float_to_int<D>(static_cast<double>(v));
+  }
+}
+
+class CastKernel : public Kernel {
+ public:
+  CastKernel(const ir::Node&, bool like) : like_(like) {}
+  std::vector<TensorType> prepare(const PrepareContext& ctx) override {
+    from_ = ctx.input_dtype(0);
+    if (like_) {
+      to_ = ctx.input_dtype(1);
+    } else {
+      ANVIL_PREPARE_CHECK(ctx, ctx.attrs().has("to"), ErrorKind::kInvalidModel, "attribute 'to' is required");
+      const int64_t code = ctx.attrs().get_int("to", 0);
+      ANVIL_PREPARE_CHECK(ctx, code != 8, ErrorKind::kUnsupported, "casting to string is not supported");
+      to_ = dtype_from_onnx(code);
+      ANVIL_PREPARE_CHECK(ctx, to_ != DType::kUndefined, ErrorKind::kUnsupported,
+                          "casting to ONNX data type {} is not supported", code);
+    }
+    return {{to_, ctx.input_shape(0)}};
+  }
+
+  void run(const RunContext& ctx) const override {
+    const Tensor& in = ctx.in(0);
+    Tensor& out = ctx.out(0);
+    if (from_ == to_) {
+      if (in.raw() != out.raw() && in.nbytes()) std::memcpy(out.raw(), in.raw(), in.nbytes());
+      return;
+    }
+    const int64_t n = in.numel();
+    dispatch_dtype(from_, [&](auto stag) {
+      using S = typename decltype(stag)::type;
+      dispatch_dtype(to_, [&](auto dtag) {
+        using D = typename decltype(dtag)::type;
+        const S* s = in.data<S>();
+        D* d = out.data<D>();
+#pragma omp parallel for if (n > kParallelThreshold)
+        for (int64_t i = 0; i < n; ++i) d[i] = convert<D>(s[i]);
+      });
+    });
+  }
+
+ private:
+  bool like_;
+  DType from_ = DType::kUndefined, to_ = DType::kUndefined;
+};
+
+}  // namespace
+
+ANVIL_REGISTER_KERNEL_CLASS("Transpose", kRef, TransposeKernel);
+ANVIL_REGISTER_KERNEL_CLASS("Concat", kRef, ConcatKernel);
+ANVIL_REGISTER_KERNEL_CLASS("Split", kRef, SplitKernel);
+ANVIL_REGISTER_KERNEL_CLASS("Slice", kRef, SliceKernel);
+ANVIL_REGISTER_KERNEL_CLASS("Pad", kRef, PadKernel);
+ANVIL_REGISTER_KERNEL_CLASS("Gather", kRef, GatherKernel);
+ANVIL_REGISTER_KERNEL("DepthToSpace", kRef, [](const ir::Node& n) -> std::unique_ptr<Kernel> {
+  return std::make_unique<DepthSpaceKernel>(n, true);
+});
+ANVIL_REGISTER_KERNEL("SpaceToDepth", kRef, [](const ir::Node& n) -> std::unique_ptr<Kernel> {
+  return std::make_unique<DepthSpaceKernel>(n, false);
+});
+ANVIL_REGISTER_KERNEL("Cast", kRef, [](const ir::Node& n) -> std::unique_ptr<Kernel> {
+  return std::make_unique<CastKernel>(n, false);
+});
+ANVIL_REGISTER_KERNEL("CastLike", kRef, [](const ir::Node& n) -> std::unique_ptr<Kernel> {
+  return std::make_unique<CastKernel>(n, true);
+});
+
+}  // namespace anvil::kernels

@@ -1,0 +1,164 @@
+// anvil/tensor_io.h: tensors in .pb (TensorProto) and .npy files.
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <onnx/onnx_pb.h>
+
+#include "anvil/tensor_io.h"
+#include "core/check.h"
+#include "onnx/tensor_proto.h"
+
+namespace anvil {
+
+namespace {
+
+std::string read_file(const std::string& path) {
+  std::error_code ec;
+  ANVIL_CHECK(std::filesystem::exists(path, ec), ErrorKind::kInvalidArgument, "tensor file '{}' does not exist", path);
+  std::ifstream in(path, std::ios::binary);
+  ANVIL_CHECK(in.good() && !std::filesystem::is_directory(path, ec), ErrorKind::kInvalidArgument,
+              "cannot read tensor file '{}'", path);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// numpy dtype string ("<f4", "|b1", ...) -> DType.
+DType npy_dtype(const std::string& descr, const std::string& path) {
+  static const std::pair<const char*, DType> table[] = {
+      {"f4", DType::kFloat32}, {"f8", DType::kFloat64}, {"f2", DType::kFloat16}, {"i1", DType::kInt8},
+      {"u1", DType::kUInt8},   {"i2", DType::kInt16},   {"u2", DType::kUInt16},  {"i4", DType::kInt32},
+      {"u4", DType::kUInt32},  {"i8", DType::kInt64},   {"u8", DType::kUInt64},  {"b1", DType::kBool}};
+  ANVIL_CHECK(descr.size() == 3 && descr[0] != '>', ErrorKind::kInvalidArgument,
+              "'{}': numpy dtype '{}' is not supported (little-endian numeric types only)", path, descr);
+  for (const auto& [code, dtype] : table)
+    if (descr.substr(1) == code) return dtype;
+  fail(ErrorKind::kInvalidArgument, "'{}': numpy dtype '{}' is not supported", path, descr);
+}
+
+std::string npy_descr(DType d) {
+  switch (d) {
+    case DType::kFloat32: return "<f4";
+    case DType::kFloat64: return "<f8";
+    case DType::kFloat16: return "<f2";
+    case DType::kInt8: return "|i1";
+    case DType::kUInt8: return "|u1";
+    case DType::kInt16: return "<i2";
+    case DType::kUInt16: return "<u2";
+    case DType::kInt32: return "<i4";
+    case DType::kUInt32: return "<u4";
+    case DType::kInt64: return "<i8";
+    case DType::kUInt64: return "<u8";
+    case DType::kBool: return "|b1";
+    default: fail(ErrorKind::kUnsupported, "dtype {} cannot be written as .npy", dtype_name(d));
+  }
+}
+
+// Value of 'key' in the header dict, e.g. "'descr': '<f4'".
+std::string header_field(const std::string& header, const std::string& key, const std::string& path) {
+  size_t k = header.find("'" + key + "'");
+  ANVIL_CHECK(k != std::string::npos, ErrorKind::kInvalidArgument, "'{}': .npy header has no '{}'", path, key);
+  size_t colon = header.find(':', k);
+  ANVIL_CHECK(colon != std::string::npos, ErrorKind::kInvalidArgument, "'{}': malformed .npy header", path);
+  size_t start = header.find_first_not_of(' ', colon + 1);
+  ANVIL_CHECK(start != std::string::npos, ErrorKind::kInvalidArgument, "'{}': malformed .npy header", path);
+  char open = header[start];
+  char close = open == '(' ? ')' : open == '\'' ? '\'' : ',';
+  size_t end = header.find(close, start + 1);
+  ANVIL_CHECK(end != std::string::npos, ErrorKind::kInvalidArgument, "'{}': malformed .npy header", path);
+  return open == '\'' || open == '(' ? header.substr(start + 1, end - start - 1) : header.substr(start, end - start);
+}
+
+}  // namespace
+
+Tensor read_tensor_pb(const std::string& path, std::string* name) {
+  std::string bytes = read_file(path);
+  onnx::TensorProto proto;
+  ANVIL_CHECK(proto.ParseFromString(bytes), ErrorKind::kInvalidArgument, "'{}' is not a TensorProto (.pb) file", path);
+  if (name) *name = proto.name();
+  try {
+    std::string dir = std::filesystem::absolute(path).parent_path().string();
+    return onnx_io::tensor_from_proto(proto, dir);
+  } catch (const Error& e) {
+    throw Error(ErrorKind::kInvalidArgument, path + ": " + e.what());
+  }
+}
+
+Tensor read_tensor_npy(const std::string& path) {
+  std::string bytes = read_file(path);
+  ANVIL_CHECK(bytes.size() >= 10 && bytes.compare(0, 6, "\x93NUMPY") == 0, ErrorKind::kInvalidArgument,
+              "'{}' is not a .npy file", path);
+  int major = static_cast<unsigned char>(bytes[6]);
+  size_t header_len, header_start;
+  if (major == 1) {
+    header_len = static_cast<unsigned char>(bytes[8]) | (static_cast<unsigned char>(bytes[9]) << 8);
+    header_start = 10;
+  } else {
+    ANVIL_CHECK(bytes.size() >= 12, ErrorKind::kInvalidArgument, "'{}' is a truncated .npy file", path);
+    header_len = 0;
+    for (int i = 3; i >= 0; --i) header_len = header_len << 8 | static_cast<unsigned char>(bytes[8 + i]);
+    header_start = 12;
+  }
+  ANVIL_CHECK(header_start + header_len <= bytes.size(), ErrorKind::kInvalidArgument, "'{}' is a truncated .npy file",
+              path);
+  std::string header = bytes.substr(header_start, header_len);
+  DType dtype = npy_dtype(header_field(header, "descr", path), path);
+  ANVIL_CHECK(header_field(header, "fortran_order", path).find("False") != std::string::npos,
+              ErrorKind::kInvalidArgument, "'{}': Fortran-ordered .npy arrays are not supported", path);
+  Shape shape;
+  std::stringstream dims(header_field(header, "shape", path));
+  for (std::string item; std::getline(dims, item, ',');) {
+    if (item.find_first_not_of(' ') == std::string::npos) continue;
+    try {
+      shape.push_back(std::stoll(item));
+    } catch (const std::exception&) {
+      fail(ErrorKind::kInvalidArgument, "'{}': malformed shape in .npy header", path);
+    }
+  }
+  Tensor t(dtype, shape);
+  size_t data_start = header_start + header_len;
+  ANVIL_CHECK(bytes.size() - data_start == t.nbytes(), ErrorKind::kInvalidArgument,
+              "'{}' holds {} bytes of data but its shape {} needs {}", path, bytes.size() - data_start,
+              shape_str(shape), t.nbytes());
+  if (t.nbytes()) std::memcpy(t.raw(), bytes.data() + data_start, t.nbytes());
+  return t;
+}
+
+Tensor read_tensor_file(const std::string& path) {
+  if (ends_with(path, ".npy")) return read_tensor_npy(path);
+  return read_tensor_pb(path);
+}
+
+void write_tensor_pb(const std::string& path, const Tensor& tensor, const std::string& name) {
+  onnx::TensorProto proto;
+  onnx_io::tensor_to_proto(tensor, name, &proto);
+  std::ofstream out(path, std::ios::binary);
+  ANVIL_CHECK(out.good(), ErrorKind::kInvalidArgument, "cannot write '{}'", path);
+  ANVIL_CHECK(proto.SerializeToOstream(&out), ErrorKind::kInvalidArgument, "cannot write '{}'", path);
+}
+
+void write_tensor_npy(const std::string& path, const Tensor& tensor) {
+  std::string shape;
+  for (int64_t d : tensor.shape()) shape += std::to_string(d) + ",";
+  if (tensor.rank() > 1) shape.pop_back();
+  std::string header = "{'descr': '" + npy_descr(tensor.dtype()) + "', 'fortran_order': False, 'shape': (" + shape +
+                       "), }";
+  size_t total = 10 + header.size() + 1;
+  header.append((64 - total % 64) % 64, ' ');
+  header += '\n';
+  std::ofstream out(path, std::ios::binary);
+  ANVIL_CHECK(out.good(), ErrorKind::kInvalidArgument, "cannot write '{}'", path);
+  out.write("\x93NUMPY\x01\x00", 8);
+  uint16_t len = static_cast<uint16_t>(header.size());
+  out.put(static_cast<char>(len & 0xff));
+  out.put(static_cast<char>(len >> 8));
+  out << header;
+  out.write(static_cast<const char*>(tensor.raw()), static_cast<std::streamsize>(tensor.nbytes()));
+}
+
+}  // namespace anvil

@@ -1,0 +1,175 @@
+#include "onnx/tensor_proto.h"
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include <onnx/onnx_pb.h>
+
+#include "core/check.h"
+#include "core/half.h"
+
+namespace anvil::onnx_io {
+
+namespace fs = std::filesystem;
+using onnx::TensorProto;
+
+DType dtype_from_onnx(int t) {
+  switch (t) {
+    case TensorProto::FLOAT: return DType::kFloat32;
+    case TensorProto::UINT8: return DType::kUInt8;
+    case TensorProto::INT8: return DType::kInt8;
+    case TensorProto::UINT16: return DType::kUInt16;
+    case TensorProto::INT16: return DType::kInt16;
+    case TensorProto::INT32: return DType::kInt32;
+    case TensorProto::INT64: return DType::kInt64;
+    case TensorProto::BOOL: return DType::kBool;
+    case TensorProto::FLOAT16: return DType::kFloat16;
+    case TensorProto::DOUBLE: return DType::kFloat64;
+    case TensorProto::UINT32: return DType::kUInt32;
+    case TensorProto::UINT64: return DType::kUInt64;
+    case TensorProto::BFLOAT16: return DType::kBFloat16;
+    default: return DType::kUndefined;
+  }
+}
+
+int dtype_to_onnx(DType d) {
+  switch (d) {
+    case DType::kFloat32: return TensorProto::FLOAT;
+    case DType::kUInt8: return TensorProto::UINT8;
+    case DType::kInt8: return TensorProto::INT8;
+    case DType::kUInt16: return TensorProto::UINT16;
+    case DType::kInt16: return TensorProto::INT16;
+    case DType::kInt32: return TensorProto::INT32;
+    case DType::kInt64: return TensorProto::INT64;
+    case DType::kBool: return TensorProto::BOOL;
+    case DType::kFloat16: return TensorProto::FLOAT16;
+    case DType::kFloat64: return TensorProto::DOUBLE;
+    case DType::kUInt32: return TensorProto::UINT32;
+    case DType::kUInt64: return TensorProto::UINT64;
+    case DType::kBFloat16: return TensorProto::BFLOAT16;
+    case DType::kUndefined: break;
+  }
+  return TensorProto::UNDEFINED;
+}
+
+const char* onnx_type_name(int t) {
+  if (t == TensorProto::STRING) return "string";
+  if (t == TensorProto::COMPLEX64) return "complex64";
+  if (t == TensorProto::COMPLEX128) return "complex128";
+  DType d = dtype_from_onnx(t);
+  return d == DType::kUndefined ? "undefined" : dtype_name(d);
+}
+
+namespace {
+
+// Typed repeated fields: copy them element by element into the tensor.
+template <typename Dst, typename Field>
+void copy_field(const Field& field, Tensor& t, const std::string& name) {
+  ANVIL_CHECK(field.size() == t.numel(), ErrorKind::kInvalidModel,
+              "tensor '{}' holds {} values but its shape {} needs {}", name, field.size(), shape_str(t.shape()),
+              t.numel());
+  Dst* out = t.data<Dst>();
+  for (int i = 0; i < field.size(); ++i) out[i] = static_cast<Dst>(field.Get(i));
+}
+
+// Half types and small ints are stored in int32_data as their bit patterns / values.
+template <typename Dst>
+void copy_bits_field(const google::protobuf::RepeatedField<int32_t>& field, Tensor& t, const std::string& name) {
+  ANVIL_CHECK(field.size() == t.numel(), ErrorKind::kInvalidModel,
+              "tensor '{}' holds {} values but its shape {} needs {}", name, field.size(), shape_str(t.shape()),
+              t.numel());
+  Dst* out = t.data<Dst>();
+  for (int i = 0; i < field.size(); ++i) {
+    uint16_t bits = static_cast<uint16_t>(field.Get(i));
+    std::memcpy(&out[i], &bits, sizeof(Dst));
+  }
+}
+
+std::string read_external(const TensorProto& p, const std::string& base_dir, size_t expected) {
+  std::string location;
+  int64_t offset = 0, length = -1;
+  for (const auto& kv : p.external_data()) {
+    if (kv.key() == "location") location = kv.value();
+    else if (kv.key() == "offset") offset = std::stoll(kv.value());
+    else if (kv.key() == "length") length = std::stoll(kv.value());
+  }
+  ANVIL_CHECK(!location.empty(), ErrorKind::kInvalidModel, "tensor '{}' has external data without a location",
+              p.name());
+  ANVIL_CHECK(!base_dir.empty(), ErrorKind::kInvalidModel,
+              "tensor '{}' refers to external data, which needs the model to be loaded from a file", p.name());
+  // External files must stay inside the model's folder: a model is untrusted input.
+  fs::path base = fs::weakly_canonical(fs::path(base_dir));
+  fs::path file = fs::weakly_canonical(base / location);
+  auto [b, f] = std::mismatch(base.begin(), base.end(), file.begin(), file.end());
+  ANVIL_CHECK(b == base.end() && fs::path(location).is_relative(), ErrorKind::kInvalidModel,
+              "tensor '{}': external data path '{}' leaves the model's folder", p.name(), location);
+  std::ifstream in(file, std::ios::binary);
+  ANVIL_CHECK(in.good(), ErrorKind::kInvalidModel, "tensor '{}': cannot open external data file '{}'", p.name(),
+              file.string());
+  in.seekg(0, std::ios::end);
+  int64_t size = in.tellg();
+  if (length < 0) length = size - offset;
+  ANVIL_CHECK(offset >= 0 && offset + length <= size && static_cast<size_t>(length) == expected,
+              ErrorKind::kInvalidModel,
+              "tensor '{}': external data '{}' (offset {}, length {}) does not fit the file ({} bytes) or the "
+              "tensor ({} bytes)", p.name(), location, offset, length, size, expected);
+  std::string data(static_cast<size_t>(length), '\0');
+  in.seekg(offset);
+  in.read(data.data(), length);
+  return data;
+}
+
+}  // namespace
+
+Tensor tensor_from_proto(const TensorProto& p, const std::string& base_dir) {
+  DType dtype = dtype_from_onnx(p.data_type());
+  ANVIL_CHECK(dtype != DType::kUndefined, ErrorKind::kUnsupported, "tensor '{}' has data type {}, which Anvil does not support",
+              p.name(), onnx_type_name(p.data_type()));
+  Shape shape(p.dims().begin(), p.dims().end());
+  for (int64_t d : shape)
+    ANVIL_CHECK(d >= 0, ErrorKind::kInvalidModel, "tensor '{}' has a negative dimension", p.name());
+  Tensor t(dtype, shape);
+  const std::string& name = p.name();
+
+  if (p.data_location() == TensorProto::EXTERNAL) {
+    std::string bytes = read_external(p, base_dir, t.nbytes());
+    std::memcpy(t.raw(), bytes.data(), bytes.size());
+    return t;
+  }
+  if (p.has_raw_data()) {
+    ANVIL_CHECK(p.raw_data().size() == t.nbytes(), ErrorKind::kInvalidModel,
+                "tensor '{}' has {} bytes of raw data but its shape {} needs {}", name, p.raw_data().size(),
+                shape_str(shape), t.nbytes());
+    if (t.nbytes()) std::memcpy(t.raw(), p.raw_data().data(), t.nbytes());
+    return t;
+  }
+  if (t.numel() == 0) return t;
+  switch (dtype) {
+    case DType::kFloat32: copy_field<float>(p.float_data(), t, name); break;
+    case DType::kFloat64: copy_field<double>(p.double_data(), t, name); break;
+    case DType::kInt64: copy_field<int64_t>(p.int64_data(), t, name); break;
+    case DType::kUInt64: copy_field<uint64_t>(p.uint64_data(), t, name); break;
+    case DType::kUInt32: copy_field<uint32_t>(p.uint64_data(), t, name); break;
+    case DType::kInt32: copy_field<int32_t>(p.int32_data(), t, name); break;
+    case DType::kInt16: copy_field<int16_t>(p.int32_data(), t, name); break;
+    case DType::kUInt16: copy_field<uint16_t>(p.int32_data(), t, name); break;
+    case DType::kInt8: copy_field<int8_t>(p.int32_data(), t, name); break;
+    case DType::kUInt8: copy_field<uint8_t>(p.int32_data(), t, name); break;
+    case DType::kBool: copy_field<bool>(p.int32_data(), t, name); break;
+    case DType::kFloat16: copy_bits_field<Half>(p.int32_data(), t, name); break;
+    case DType::kBFloat16: copy_bits_field<BFloat16>(p.int32_data(), t, name); break;
+    case DType::kUndefined: break;
+  }
+  return t;
+}
+
+void tensor_to_proto(const Tensor& t, const std::string& name, TensorProto* p) {
+  p->Clear();
+  p->set_name(name);
+  p->set_data_type(dtype_to_onnx(t.dtype()));
+  for (int64_t d : t.shape()) p->add_dims(d);
+  p->set_raw_data(std::string(static_cast<const char*>(t.raw()), t.nbytes()));
+}
+
+}  // namespace anvil::onnx_io

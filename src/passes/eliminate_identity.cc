@@ -1,0 +1,54 @@
+// Removes Identity nodes and inference-mode Dropout whose mask nobody reads.
+#include "passes/pipeline.h"
+
+namespace anvil::passes {
+
+namespace {
+
+bool is_removable(const ir::Graph& graph, const ir::Node& n) {
+  if (n.op_type == "Identity" && n.domain.empty()) return true;
+  if (n.op_type != "Dropout" || !n.domain.empty()) return false;
+  const ir::Value* mask = n.output(1);
+  if (mask && (mask->is_graph_output || use_count(graph, mask))) return false;
+  const ir::Value* training = n.input(2);  // opset 12+: a constant false is inference
+  if (training && !(training->is_constant() && training->constant->numel() == 1 &&
+                    !*training->constant->data<bool>()))
+    return false;
+  return true;
+}
+
+class EliminateIdentity : public Pass {
+ public:
+  std::string name() const override { return "eliminate_identity"; }
+  bool run(ir::Graph& graph) override {
+    bool changed = false;
+    for (const auto& n : graph.nodes()) {
+      if (n->dead || !n->input(0) || !n->output(0) || !is_removable(graph, *n)) continue;
+      ir::Value* in = n->input(0);
+      ir::Value* out = n->output(0);
+      // Keep the node when both ends are graph boundaries: an output must stay a distinct value.
+      if (out->is_graph_output && (in->is_graph_output || in->is_graph_input || in->is_constant())) continue;
+      if (out->is_graph_output) {
+        // Rename so the graph output keeps its name: the producer now writes `out` directly.
+        if (in->producer && used_once(graph, in)) {
+          for (ir::Value*& o : in->producer->outputs)
+            if (o == in) o = out;
+          out->producer = in->producer;
+          n->dead = true;
+          changed = true;
+        }
+        continue;
+      }
+      graph.replace_uses(out, in);
+      n->dead = true;
+      changed = true;
+    }
+    return changed;
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Pass> make_eliminate_identity() { return std::make_unique<EliminateIdentity>(); }
+
+}  // namespace anvil::passes

@@ -1,0 +1,54 @@
+// Replaces nodes whose inputs are all constant by their computed outputs.
+#include "passes/pipeline.h"
+
+namespace anvil::passes {
+
+namespace {
+
+class FoldConstants : public Pass {
+ public:
+  explicit FoldConstants(ConstantEvaluator evaluator) : evaluator_(std::move(evaluator)) {}
+  std::string name() const override { return "fold_constants"; }
+
+  bool run(ir::Graph& graph) override {
+    bool changed = false;
+    for (size_t i = 0; i < graph.nodes().size(); ++i) {
+      ir::Node& n = *graph.nodes()[i];
+      if (n.dead || !foldable(n)) continue;
+      std::vector<const Tensor*> inputs;
+      for (const ir::Value* v : n.inputs) inputs.push_back(v ? &*v->constant : nullptr);
+      std::optional<std::vector<Tensor>> results = evaluator_(n, inputs);
+      if (!results) continue;
+      for (size_t o = 0; o < n.outputs.size() && o < results->size(); ++o) {
+        ir::Value* out = n.outputs[o];
+        if (!out) continue;
+        // The output value itself becomes the constant, so its name (maybe a graph output) survives.
+        out->constant = std::move((*results)[o]);
+        out->dtype = out->constant->dtype();
+        out->shape = out->constant->shape();
+        out->has_shape = true;
+        out->producer = nullptr;
+      }
+      n.dead = true;
+      changed = true;
+    }
+    return changed;
+  }
+
+ private:
+  static bool foldable(const ir::Node& n) {
+    if (n.outputs.empty()) return false;
+    for (const ir::Value* v : n.inputs)
+      if (v && !v->is_constant()) return false;
+    return true;
+  }
+  ConstantEvaluator evaluator_;
+};
+
+}  // namespace
+
+std::unique_ptr<Pass> make_fold_constants(ConstantEvaluator evaluator) {
+  return std::make_unique<FoldConstants>(std::move(evaluator));
+}
+
+}  // namespace anvil::passes

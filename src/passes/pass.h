@@ -1,0 +1,35 @@
+// The graph pass interface.
+//
+// A pass rewrites an ir::Graph in place and says whether it changed anything;
+// the pipeline runs each level's passes until none does. Passes know nothing of
+// kernels: constant folding gets an evaluator from the runtime.
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ir/graph.h"
+
+namespace anvil::passes {
+
+// Computes a node's outputs from constant inputs; nullopt when it cannot.
+using ConstantEvaluator =
+    std::function<std::optional<std::vector<Tensor>>(const ir::Node& node, const std::vector<const Tensor*>& inputs)>;
+
+class Pass {
+ public:
+  virtual ~Pass() = default;
+  virtual std::string name() const = 0;
+  virtual bool run(ir::Graph& graph) = 0;
+};
+
+// Consumers of `v` (nodes reading it) — the fusions' "used once" test.
+size_t use_count(const ir::Graph& graph, const ir::Value* v);
+// True when `v` has exactly one consumer and is not a graph output.
+bool used_once(const ir::Graph& graph, const ir::Value* v);
+// The single live node reading `v`, or nullptr.
+ir::Node* single_consumer(const ir::Graph& graph, const ir::Value* v);
+
+}  // namespace anvil::passes

@@ -1,0 +1,58 @@
+#include "passes/pipeline.h"
+
+#include "core/check.h"
+
+namespace anvil::passes {
+
+size_t use_count(const ir::Graph& graph, const ir::Value* v) {
+  size_t n = 0;
+  for (const auto& node : graph.nodes())
+    if (!node->dead)
+      for (const ir::Value* in : node->inputs) n += in == v;
+  return n;
+}
+
+bool used_once(const ir::Graph& graph, const ir::Value* v) { return !v->is_graph_output && use_count(graph, v) == 1; }
+
+ir::Node* single_consumer(const ir::Graph& graph, const ir::Value* v) {
+  if (!used_once(graph, v)) return nullptr;
+  for (const auto& node : graph.nodes())
+    if (!node->dead)
+      for (const ir::Value* in : node->inputs)
+        if (in == v) return node.get();
+  return nullptr;
+}
+
+std::vector<std::unique_ptr<Pass>> passes_for_level(int level, const ConstantEvaluator& evaluator) {
+  ANVIL_CHECK(level >= 0 && level <= 2, ErrorKind::kInvalidArgument, "optimization level must be 0, 1 or 2, got {}",
+              level);
+  std::vector<std::unique_ptr<Pass>> passes;
+  if (level >= 1) {
+    passes.push_back(make_eliminate_identity());
+    passes.push_back(make_fold_constants(evaluator));
+    passes.push_back(make_dead_code());
+  }
+  if (level >= 2) {
+    passes.push_back(make_fuse_conv_batchnorm());
+    passes.push_back(make_fuse_conv_activation());
+  }
+  return passes;
+}
+
+int optimize(ir::Graph& graph, int level, const ConstantEvaluator& evaluator) {
+  auto passes = passes_for_level(level, evaluator);
+  constexpr int kMaxRounds = 16;
+  int round = 0;
+  for (bool changed = !passes.empty(); changed && round < kMaxRounds; ++round) {
+    changed = false;
+    for (auto& pass : passes) {
+      if (pass->run(graph)) {
+        changed = true;
+        graph.compact();
+      }
+    }
+  }
+  return round;
+}
+
+}  // namespace anvil::passes

@@ -1,0 +1,24 @@
+// The optimization levels and the passes each one runs.
+//   0: nothing
+//   1: cleanup — identity elimination, constant folding, dead code
+//   2: + fusions — Conv+BatchNorm, Conv+Add+activation (oneDNN post-ops)
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "passes/pass.h"
+
+namespace anvil::passes {
+
+std::vector<std::unique_ptr<Pass>> passes_for_level(int level, const ConstantEvaluator& evaluator);
+// Runs the level's passes until none changes the graph; returns the rounds run.
+int optimize(ir::Graph& graph, int level, const ConstantEvaluator& evaluator);
+
+std::unique_ptr<Pass> make_eliminate_identity();
+std::unique_ptr<Pass> make_fold_constants(ConstantEvaluator evaluator);
+std::unique_ptr<Pass> make_dead_code();
+std::unique_ptr<Pass> make_fuse_conv_batchnorm();
+std::unique_ptr<Pass> make_fuse_conv_activation();
+
+}  // namespace anvil::passes

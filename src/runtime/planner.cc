@@ -1,0 +1,296 @@
+#include <algorithm>
+#include <climits>
+#include <map>
+
+#include "core/check.h"
+#include "kernels/registry.h"
+#include "runtime/memory_plan.h"
+#include "runtime/plan.h"
+
+namespace anvil::runtime {
+
+using kernels::TensorType;
+
+bool is_specialised_input(const Tensor& t) {
+  return (t.dtype() == DType::kInt64 || t.dtype() == DType::kInt32) && t.numel() <= kMaxSpecialisedInputElements;
+}
+
+PreparedKernel prepare_kernel(const ir::Node& node, const std::vector<TensorType>& types,
+                              const std::vector<const Tensor*>& constants, int num_threads, bool ref_only) {
+  auto entries = kernels::Registry::global().find(node.domain, node.op_type);
+  ANVIL_CHECK(!entries.empty(), ErrorKind::kUnsupported, "{}: operator {} is not supported by Anvil", node.describe(),
+              node.op_type);
+  kernels::PrepareContext ctx(node, types, constants, num_threads);
+  std::optional<Error> declined;
+  for (const kernels::KernelEntry* entry : entries) {
+    if (ref_only && entry->backend != kernels::Backend::kRef) continue;
+    std::unique_ptr<kernels::Kernel> kernel = entry->factory(node);
+    if (!kernel) continue;
+    try {
+      std::vector<TensorType> out = kernel->prepare(ctx);
+      return {std::move(kernel), std::move(out)};
+    } catch (const Error& e) {
+      if (e.kind() != ErrorKind::kUnsupported) throw;
+      declined = e;  // try the next backend
+    }
+  }
+  if (declined) throw *declined;
+  fail(ErrorKind::kUnsupported, "{}: no kernel accepts this node", node.describe());
+}
+
+std::vector<Tensor> evaluate_kernel(const PreparedKernel& prepared, const std::vector<const Tensor*>& inputs) {
+  std::vector<Tensor> outputs;
+  for (const TensorType& t : prepared.output_types) outputs.emplace_back(t.dtype, t.shape);
+  kernels::RunContext ctx;
+  ctx.inputs = inputs;
+  for (Tensor& t : outputs) ctx.outputs.push_back(&t);
+  std::vector<unsigned char> scratch(prepared.kernel->scratch_bytes() + kArenaAlignment);
+  ctx.scratch = scratch.data() + (kArenaAlignment - reinterpret_cast<uintptr_t>(scratch.data()) % kArenaAlignment);
+  prepared.kernel->run(ctx);
+  return outputs;
+}
+
+namespace {
+
+constexpr int kForever = INT_MAX;
+
+class PlanBuilder {
+ public:
+  PlanBuilder(const ir::Graph& graph, const std::vector<Tensor>& inputs, int threads)
+      : graph_(graph), inputs_(inputs), threads_(threads), plan_(std::make_unique<Plan>()) {}
+
+  std::unique_ptr<Plan> build() {
+    compute_last_uses();
+    bind_inputs_and_constants();
+    const auto& nodes = graph_.nodes();
+    for (size_t i = 0; i < nodes.size(); ++i) add_node(*nodes[i], static_cast<int>(i));
+    bind_graph_outputs();
+    place_buffers();
+    return std::move(plan_);
+  }
+
+ private:
+  void compute_last_uses() {
+    const auto& nodes = graph_.nodes();
+    for (size_t i = 0; i < nodes.size(); ++i)
+      for (const ir::Value* v : nodes[i]->inputs)
+        if (v) last_use_[v] = std::max(last_use_[v], static_cast<int>(i));
+    for (size_t k = 0; k < graph_.outputs().size(); ++k) {
+      last_use_[graph_.outputs()[k]] = kForever;
+      output_index_.emplace(graph_.outputs()[k], static_cast<int>(k));  // first occurrence wins
+    }
+  }
+
+  int add_slot(Slot s) {
+    plan_->slots.push_back(std::move(s));
+    return static_cast<int>(plan_->slots.size()) - 1;
+  }
+
+  void bind_inputs_and_constants() {
+    for (size_t i = 0; i < graph_.inputs().size(); ++i) {
+      const Tensor& t = inputs_[i];
+      Slot s;
+      s.type = {t.dtype(), t.shape()};
+      if (is_specialised_input(t)) {
+        s.kind = Slot::Kind::kConstant;
+        plan_->owned_constants.push_back(t.clone());
+        s.constant = &plan_->owned_constants.back();
+      } else {
+        s.kind = Slot::Kind::kInput;
+        s.index = static_cast<int>(i);
+      }
+      slot_of_[graph_.inputs()[i]] = add_slot(s);
+    }
+    for (const auto& v : graph_.values()) {
+      if (!v->is_constant()) continue;
+      Slot s;
+      s.kind = Slot::Kind::kConstant;
+      s.type = {v->dtype, v->constant->shape()};
+      s.constant = &*v->constant;
+      slot_of_[v.get()] = add_slot(s);
+    }
+  }
+
+  int root_of(int slot) const {
+    while (plan_->slots[slot].kind == Slot::Kind::kAlias) slot = plan_->slots[slot].index;
+    return slot;
+  }
+
+  void add_node(const ir::Node& node, int index) {
+    std::vector<TensorType> types;
+    std::vector<const Tensor*> constants;
+    std::vector<int> in_slots;
+    bool all_constant = true;
+    for (const ir::Value* v : node.inputs) {
+      if (!v) {
+        types.push_back({});
+        constants.push_back(nullptr);
+        in_slots.push_back(-1);
+        continue;
+      }
+      auto it = slot_of_.find(v);
+      ANVIL_CHECK(it != slot_of_.end(), ErrorKind::kInvalidModel, "{}: input '{}' is not computed before the node",
+                  node.describe(), v->name);
+      const Slot& s = plan_->slots[it->second];
+      types.push_back(s.type);
+      constants.push_back(s.kind == Slot::Kind::kConstant ? s.constant : nullptr);
+      all_constant &= s.kind == Slot::Kind::kConstant;
+      in_slots.push_back(it->second);
+    }
+    bool fold = all_constant;  // computed once here, with the reference kernels
+    PreparedKernel prepared = prepare_kernel(node, types, constants, threads_, /*ref_only=*/fold);
+    check_output_count(node, prepared);
+    if (fold) {
+      fold_node(node, prepared, constants);
+      return;
+    }
+    Step step;
+    step.node = &node;
+    step.inputs = in_slots;
+    for (size_t o = 0; o < node.outputs.size(); ++o) {
+      const ir::Value* v = node.outputs[o];
+      if (!v) {
+        step.outputs.push_back(-1);
+        continue;
+      }
+      int slot = make_output_slot(node, *prepared.kernel, prepared.output_types[o], o, in_slots, index, v);
+      slot_of_[v] = slot;
+      step.outputs.push_back(slot);
+    }
+    if (size_t scratch = prepared.kernel->scratch_bytes()) step.scratch_offset = scratch_buffer(scratch, index);
+    step.kernel = std::move(prepared.kernel);
+    plan_->steps.push_back(std::move(step));
+  }
+
+  void check_output_count(const ir::Node& node, const PreparedKernel& p) const {
+    for (size_t o = p.output_types.size(); o < node.outputs.size(); ++o)
+      ANVIL_CHECK(!node.outputs[o], ErrorKind::kUnsupported, "{}: output {} is not produced by Anvil's kernel",
+                  node.describe(), o);
+  }
+
+  void fold_node(const ir::Node& node, const PreparedKernel& prepared, const std::vector<const Tensor*>& constants) {
+    std::vector<Tensor> results = evaluate_kernel(prepared, constants);
+    ++plan_->folded_nodes;
+    for (size_t o = 0; o < node.outputs.size(); ++o) {
+      if (!node.outputs[o]) continue;
+      plan_->owned_constants.push_back(std::move(results[o]));
+      Slot s;
+      s.kind = Slot::Kind::kConstant;
+      s.constant = &plan_->owned_constants.back();
+      s.type = {s.constant->dtype(), s.constant->shape()};
+      slot_of_[node.outputs[o]] = add_slot(s);
+    }
+  }
+
+  int make_output_slot(const ir::Node& node, const kernels::Kernel& kernel, const TensorType& type, size_t o,
+                       const std::vector<int>& in_slots, int index, const ir::Value* v) {
+    Slot s;
+    s.type = type;
+    if (auto it = output_index_.find(v); it != output_index_.end()) {
+      s.kind = Slot::Kind::kOutput;
+      s.index = it->second;
+      return add_slot(s);
+    }
+    if (o == 0) {
+      int alias = kernel.output_aliases_input();
+      if (alias >= 0 && alias < static_cast<int>(in_slots.size()) && in_slots[alias] >= 0) {
+        s.kind = Slot::Kind::kAlias;
+        s.index = root_of(in_slots[alias]);
+        extend_root(s.index, v);
+        return add_slot(s);
+      }
+      int inplace = kernel.inplace_input();
+      if (inplace >= 0 && inplace < static_cast<int>(in_slots.size()) && in_slots[inplace] >= 0) {
+        int root = root_of(in_slots[inplace]);
+        const Slot& r = plan_->slots[root];
+        size_t out_bytes = static_cast<size_t>(shape_numel(type.shape)) * dtype_size(type.dtype);
+        bool free_after = r.kind == Slot::Kind::kArena && root_last_use_[root] <= index &&
+                          out_bytes <= buffer_bytes_[r.buffer];
+        if (free_after) {
+          s.kind = Slot::Kind::kAlias;
+          s.index = root;
+          extend_root(root, v);
+          return add_slot(s);
+        }
+      }
+    }
+    s.kind = Slot::Kind::kArena;
+    size_t bytes = static_cast<size_t>(shape_numel(type.shape)) * dtype_size(type.dtype);
+    s.buffer = new_buffer(bytes, index);
+    int slot = add_slot(s);
+    root_last_use_[slot] = std::max(index, last_use(v));
+    buffer_last_[s.buffer] = root_last_use_[slot];
+    return slot;
+  }
+
+  int last_use(const ir::Value* v) const {
+    auto it = last_use_.find(v);
+    return it == last_use_.end() ? -1 : it->second;
+  }
+
+  void extend_root(int root, const ir::Value* v) {
+    const Slot& r = plan_->slots[root];
+    if (r.kind != Slot::Kind::kArena) return;
+    root_last_use_[root] = std::max(root_last_use_[root], last_use(v));
+    buffer_last_[r.buffer] = std::max(buffer_last_[r.buffer], root_last_use_[root]);
+  }
+
+  int new_buffer(size_t bytes, int first) {
+    buffer_bytes_.push_back(bytes);
+    buffer_first_.push_back(first);
+    buffer_last_.push_back(first);
+    return static_cast<int>(buffer_bytes_.size()) - 1;
+  }
+
+  // Scratch lives for its step only; returns the slot-less buffer id, offset resolved later.
+  size_t scratch_buffer(size_t bytes, int index) {
+    scratch_buffers_.push_back({plan_->steps.size(), new_buffer(bytes, index)});
+    return 0;
+  }
+
+  void bind_graph_outputs() {
+    const auto& outs = graph_.outputs();
+    plan_->output_types.resize(outs.size());
+    for (size_t k = 0; k < outs.size(); ++k) {
+      auto it = slot_of_.find(outs[k]);
+      ANVIL_CHECK(it != slot_of_.end(), ErrorKind::kInvalidModel, "graph output '{}' is never computed", outs[k]->name);
+      const Slot& s = plan_->slots[it->second];
+      plan_->output_types[k] = s.type;
+      bool written_by_step = s.kind == Slot::Kind::kOutput && s.index == static_cast<int>(k);
+      if (!written_by_step) plan_->final_copies.emplace_back(static_cast<int>(k), it->second);
+    }
+  }
+
+  void place_buffers() {
+    MemoryPlanner planner;
+    for (size_t b = 0; b < buffer_bytes_.size(); ++b) planner.add(buffer_bytes_[b], buffer_first_[b], buffer_last_[b]);
+    MemoryPlan mp = plan_greedy_by_size(planner);
+    ANVIL_INTERNAL_CHECK(plan_is_valid(planner, mp));
+    plan_->arena_bytes = mp.arena_bytes;
+    for (Slot& s : plan_->slots)
+      if (s.kind == Slot::Kind::kArena) s.offset = mp.offsets[s.buffer];
+    for (const auto& [step, buffer] : scratch_buffers_) plan_->steps[step].scratch_offset = mp.offsets[buffer];
+    for (const auto& v : graph_.values())
+      if (v->is_constant()) plan_->weight_bytes += v->constant->nbytes();
+  }
+
+  const ir::Graph& graph_;
+  const std::vector<Tensor>& inputs_;
+  int threads_;
+  std::unique_ptr<Plan> plan_;
+  std::map<const ir::Value*, int> slot_of_;
+  std::map<const ir::Value*, int> last_use_;
+  std::map<const ir::Value*, int> output_index_;
+  std::map<int, int> root_last_use_;  // arena root slot -> last node index that reads it or an alias
+  std::vector<size_t> buffer_bytes_;
+  std::vector<int> buffer_first_, buffer_last_;
+  std::vector<std::pair<size_t, int>> scratch_buffers_;  // (step, buffer)
+};
+
+}  // namespace
+
+std::unique_ptr<Plan> build_plan(const ir::Graph& graph, const std::vector<Tensor>& inputs, int num_threads) {
+  return PlanBuilder(graph, inputs, num_threads).build();
+}
+
+}  // namespace anvil::runtime

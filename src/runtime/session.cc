@@ -1,0 +1,216 @@
+#include "anvil/session.h"
+
+#include <omp.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+
+#include "core/check.h"
+#include "kernels/registry.h"
+#include "onnx/importer.h"
+#include "passes/pipeline.h"
+#include "runtime/constant_evaluator.h"
+#include "runtime/plan.h"
+#include "runtime/type_propagation.h"
+
+namespace anvil {
+
+namespace {
+
+struct ArenaDeleter {
+  void operator()(void* p) const { std::free(p); }
+};
+using ArenaBuffer = std::unique_ptr<void, ArenaDeleter>;
+
+// A plan and the arenas that finished runs hand back for reuse.
+struct PlanEntry {
+  std::unique_ptr<runtime::Plan> plan;
+  std::mutex pool_mutex;
+  std::vector<ArenaBuffer> free_arenas;
+
+  ArenaBuffer acquire() {
+    {
+      std::lock_guard<std::mutex> lock(pool_mutex);
+      if (!free_arenas.empty()) {
+        ArenaBuffer a = std::move(free_arenas.back());
+        free_arenas.pop_back();
+        return a;
+      }
+    }
+    size_t bytes = (std::max<size_t>(plan->arena_bytes, 64) + 63) / 64 * 64;
+    void* p = std::aligned_alloc(64, bytes);
+    ANVIL_CHECK(p, ErrorKind::kOutOfMemory, "cannot allocate the {}-byte activation arena", bytes);
+    return ArenaBuffer(p);
+  }
+  void release(ArenaBuffer a) {
+    std::lock_guard<std::mutex> lock(pool_mutex);
+    free_arenas.push_back(std::move(a));
+  }
+};
+
+int default_threads() {
+  int n = omp_get_num_procs();
+  return n > 0 ? n : 1;
+}
+
+ValueInfo info_of(const ir::Value* v) { return {v->name, v->dtype, v->has_shape ? v->shape : Shape{}}; }
+
+}  // namespace
+
+struct Session::Impl {
+  std::unique_ptr<ir::Graph> graph;
+  SessionOptions options;
+  int threads = 1;
+  std::vector<ValueInfo> inputs, outputs;
+  mutable std::mutex plans_mutex;
+  mutable std::map<std::string, std::shared_ptr<PlanEntry>> plans;
+
+  std::vector<Tensor> order_inputs(const std::map<std::string, Tensor>& given) const;
+  std::shared_ptr<PlanEntry> plan_for(const std::vector<Tensor>& inputs) const;
+  std::vector<Tensor> execute(PlanEntry& entry, const std::vector<Tensor>& inputs) const;
+};
+
+Session::Session(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Session::Session(Session&&) noexcept = default;
+Session& Session::operator=(Session&&) noexcept = default;
+Session::~Session() = default;
+
+Session Session::from_file(const std::string& path, const SessionOptions& options) {
+  auto supported = [](const std::string& domain, const std::string& op) {
+    return kernels::Registry::global().has_op(domain, op);
+  };
+  return from_graph(onnx_io::import_model_file(path, supported), options);
+}
+
+Session Session::from_graph(std::unique_ptr<ir::Graph> graph, const SessionOptions& options) {
+  ANVIL_CHECK(options.num_threads >= 0, ErrorKind::kInvalidArgument, "thread count must be >= 0, got {}",
+              options.num_threads);
+  for (const auto& n : graph->nodes())
+    ANVIL_CHECK(kernels::Registry::global().has_op(n->domain, n->op_type), ErrorKind::kUnsupported,
+                "{}: operator {} is not supported by Anvil", n->describe(), n->op_type);
+  auto impl = std::make_unique<Impl>();
+  impl->options = options;
+  impl->threads = options.num_threads > 0 ? options.num_threads : default_threads();
+  // Names and types as the model declares them, before passes rewrite values.
+  for (const ir::Value* v : graph->inputs()) impl->inputs.push_back(info_of(v));
+  for (const ir::Value* v : graph->outputs()) impl->outputs.push_back(info_of(v));
+  runtime::propagate_types(*graph);
+  passes::optimize(*graph, options.optimization_level, runtime::reference_evaluator());
+  impl->graph = std::move(graph);
+  return Session(std::move(impl));
+}
+
+const std::vector<ValueInfo>& Session::inputs() const { return impl_->inputs; }
+const std::vector<ValueInfo>& Session::outputs() const { return impl_->outputs; }
+
+std::vector<Tensor> Session::Impl::order_inputs(const std::map<std::string, Tensor>& given) const {
+  for (const auto& [name, t] : given) {
+    bool known = std::any_of(inputs.begin(), inputs.end(), [&](const ValueInfo& i) { return i.name == name; });
+    if (!known) {
+      std::string names;
+      for (const auto& i : inputs) names += (names.empty() ? "'" : ", '") + i.name + "'";
+      fail(ErrorKind::kInvalidArgument, "the model has no input named '{}' (its inputs: {})", name, names);
+    }
+  }
+  std::vector<Tensor> ordered;
+  for (const ValueInfo& info : inputs) {
+    auto it = given.find(info.name);
+    ANVIL_CHECK(it != given.end(), ErrorKind::kInvalidArgument, "input '{}' is missing", info.name);
+    const Tensor& t = it->second;
+    ANVIL_CHECK(t.dtype() == info.dtype, ErrorKind::kInvalidArgument, "input '{}' must be {}, got {}", info.name,
+                dtype_name(info.dtype), dtype_name(t.dtype()));
+    if (!info.shape.empty() || t.rank() == 0) {
+      bool ok = static_cast<size_t>(t.rank()) == info.shape.size();
+      for (size_t d = 0; ok && d < info.shape.size(); ++d) ok = info.shape[d] < 0 || info.shape[d] == t.shape()[d];
+      ANVIL_CHECK(ok, ErrorKind::kInvalidArgument, "input '{}' must have shape {}, got {}", info.name,
+                  shape_str(info.shape), shape_str(t.shape()));
+    }
+    ordered.push_back(t);
+  }
+  return ordered;
+}
+
+std::shared_ptr<PlanEntry> Session::Impl::plan_for(const std::vector<Tensor>& ordered) const {
+  std::string key;
+  for (const Tensor& t : ordered) {
+    key += shape_str(t.shape()) + ";";
+    if (runtime::is_specialised_input(t)) {
+      for (int64_t i = 0; i < t.numel(); ++i)
+        key += std::to_string(t.dtype() == DType::kInt64 ? t.data<int64_t>()[i] : t.data<int32_t>()[i]) + ",";
+      key += ";";
+    }
+  }
+  std::lock_guard<std::mutex> lock(plans_mutex);
+  auto it = plans.find(key);
+  if (it != plans.end()) return it->second;
+  omp_set_num_threads(threads);
+  auto entry = std::make_shared<PlanEntry>();
+  entry->plan = runtime::build_plan(*graph, ordered, threads);
+  plans[key] = entry;
+  return entry;
+}
+
+std::vector<Tensor> Session::Impl::execute(PlanEntry& entry, const std::vector<Tensor>& inputs) const {
+  const runtime::Plan& plan = *entry.plan;
+  std::vector<Tensor> outputs;
+  for (const auto& t : plan.output_types) outputs.emplace_back(t.dtype, t.shape);
+
+  ArenaBuffer arena = entry.acquire();
+  char* base = static_cast<char*>(arena.get());
+  std::vector<Tensor> views(plan.slots.size());
+  auto memory_of = [&](int slot) -> void* {
+    while (plan.slots[slot].kind == runtime::Slot::Kind::kAlias) slot = plan.slots[slot].index;
+    const runtime::Slot& s = plan.slots[slot];
+    switch (s.kind) {
+      case runtime::Slot::Kind::kInput: return const_cast<void*>(inputs[s.index].raw());
+      case runtime::Slot::Kind::kConstant: return const_cast<void*>(s.constant->raw());
+      case runtime::Slot::Kind::kArena: return base + s.offset;
+      case runtime::Slot::Kind::kOutput: return outputs[s.index].raw();
+      case runtime::Slot::Kind::kAlias: break;
+    }
+    return nullptr;
+  };
+  for (size_t i = 0; i < plan.slots.size(); ++i)
+    views[i] = Tensor::view(plan.slots[i].type.dtype, plan.slots[i].type.shape, memory_of(static_cast<int>(i)));
+
+  omp_set_num_threads(threads);
+  kernels::RunContext ctx;
+  for (const runtime::Step& step : plan.steps) {
+    ctx.inputs.clear();
+    ctx.outputs.clear();
+    for (int s : step.inputs) ctx.inputs.push_back(s < 0 ? nullptr : &views[s]);
+    for (int s : step.outputs) ctx.outputs.push_back(s < 0 ? nullptr : &views[s]);
+    ctx.scratch = base + step.scratch_offset;
+    step.kernel->run(ctx);
+  }
+  for (const auto& [k, slot] : plan.final_copies)
+    if (outputs[k].nbytes()) std::memcpy(outputs[k].raw(), views[slot].raw(), outputs[k].nbytes());
+  entry.release(std::move(arena));
+  return outputs;
+}
+
+std::vector<Tensor> Session::run(const std::map<std::string, Tensor>& inputs) const {
+  std::vector<Tensor> ordered = impl_->order_inputs(inputs);
+  std::shared_ptr<PlanEntry> entry = impl_->plan_for(ordered);
+  return impl_->execute(*entry, ordered);
+}
+
+PlanStats Session::plan_stats(const std::map<std::string, Tensor>& inputs) const {
+  std::shared_ptr<PlanEntry> entry = impl_->plan_for(impl_->order_inputs(inputs));
+  return {entry->plan->arena_bytes, entry->plan->weight_bytes, entry->plan->steps.size()};
+}
+
+std::vector<std::string> Session::describe_plan(const std::map<std::string, Tensor>& inputs) const {
+  std::shared_ptr<PlanEntry> entry = impl_->plan_for(impl_->order_inputs(inputs));
+  std::vector<std::string> lines;
+  for (const runtime::Step& step : entry->plan->steps) {
+    std::string out;
+    for (int s : step.outputs)
+      if (s >= 0) out += shape_str(entry->plan->slots[s].type.shape);
+    lines.push_back(fmt::format("{:<40} {:<24} {}", step.node->describe(), step.kernel->impl_name(), out));
+  }
+  return lines;
+}
+
+}  // namespace anvil

@@ -1,0 +1,69 @@
+#include "kernel_tester.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <stdexcept>
+
+#include "kernels/ref/common.h"
+
+namespace anvil::testing {
+
+KernelResult run_kernel_full(const std::string& op, const std::vector<Tensor>& inputs, const ir::Attributes& attrs,
+                             const KernelOptions& options) {
+  ir::Node node;
+  node.op_type = op;
+  node.name = "test_" + op;
+  node.opset = options.opset;
+  node.attrs = attrs;
+  // Kernels read the node's output count (Split, Dropout's optional mask).
+  std::vector<std::unique_ptr<ir::Value>> output_values;
+  for (int i = 0; i < options.num_outputs; ++i) {
+    output_values.push_back(std::make_unique<ir::Value>());
+    output_values.back()->name = node.name + "_out" + std::to_string(i);
+    node.outputs.push_back(output_values.back().get());
+  }
+
+  std::vector<kernels::TensorType> types;
+  std::vector<const Tensor*> constants;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const Tensor& t = inputs[i];
+    types.push_back({t.dtype(), t.shape()});
+    bool is_const = i < options.constant_inputs.size()
+                        ? options.constant_inputs[i]
+                        : (!t.empty() && !dtype_is_float(t.dtype()) && t.dtype() != DType::kBool);
+    constants.push_back(is_const && !t.empty() ? &t : nullptr);
+  }
+
+  auto entries = kernels::Registry::global().find("", op);
+  const kernels::KernelEntry* entry = nullptr;
+  for (const auto* e : entries)
+    if (e->backend == options.backend) entry = e;
+  if (!entry) throw std::runtime_error("no kernel registered for " + op + " with the requested backend");
+  std::unique_ptr<kernels::Kernel> kernel = entry->factory(node);
+  if (!kernel) throw std::runtime_error("kernel factory declined " + op);
+
+  kernels::PrepareContext pctx(node, types, constants, 1);
+  std::vector<kernels::TensorType> out_types = kernel->prepare(pctx);
+
+  KernelResult result;
+  result.impl = kernel->impl_name();
+  kernels::RunContext rctx;
+  for (const Tensor& t : inputs) rctx.inputs.push_back(t.empty() ? nullptr : &t);
+  for (const auto& ot : out_types) result.outputs.emplace_back(ot.dtype, ot.shape);
+  for (Tensor& t : result.outputs) rctx.outputs.push_back(&t);
+  std::vector<unsigned char> scratch_storage(kernel->scratch_bytes() + 64);
+  void* scratch = scratch_storage.data();
+  size_t space = scratch_storage.size();
+  rctx.scratch = std::align(64, kernel->scratch_bytes(), scratch, space);
+  kernel->run(rctx);
+  return result;
+}
+
+float max_abs_diff(const Tensor& a, const Tensor& b) {
+  if (a.shape() != b.shape()) throw std::runtime_error("max_abs_diff: shapes differ");
+  float m = 0;
+  for (int64_t i = 0; i < a.numel(); ++i) m = std::max(m, std::fabs(a.data<float>()[i] - b.data<float>()[i]));
+  return m;
+}
+
+}  // namespace anvil::testing

@@ -1,0 +1,52 @@
+// Runs one kernel on hand-made tensors, the way the planner would.
+//
+//   auto out = anvil::testing::run_kernel("Relu", {make_tensor<float>({2}, {-1, 2})});
+//   EXPECT_EQ(out[0].data<float>()[0], 0.f);
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "anvil/tensor.h"
+#include "ir/attribute.h"
+#include "kernels/registry.h"
+
+namespace anvil::testing {
+
+template <typename T>
+Tensor make_tensor(DType dtype, Shape shape, const std::vector<T>& values) {
+  Tensor t(dtype, std::move(shape));
+  if (static_cast<int64_t>(values.size()) != t.numel()) throw std::runtime_error("make_tensor: wrong value count");
+  for (size_t i = 0; i < values.size(); ++i) t.data<T>()[i] = values[i];
+  return t;
+}
+inline Tensor f32(Shape shape, const std::vector<float>& v) { return make_tensor<float>(DType::kFloat32, std::move(shape), v); }
+inline Tensor i64(Shape shape, const std::vector<int64_t>& v) { return make_tensor<int64_t>(DType::kInt64, std::move(shape), v); }
+
+struct KernelOptions {
+  kernels::Backend backend = kernels::Backend::kRef;
+  int opset = 17;
+  int num_outputs = 1;
+  // Which inputs are known at plan time. Empty: the integer-typed inputs are
+  // (as the session does for small integer inputs); float inputs are not.
+  std::vector<bool> constant_inputs;
+};
+
+struct KernelResult {
+  std::vector<Tensor> outputs;
+  std::string impl;
+};
+
+// Inputs that are empty Tensors are omitted optional inputs. Throws whatever
+// the kernel's prepare() throws (anvil::Error).
+KernelResult run_kernel_full(const std::string& op, const std::vector<Tensor>& inputs,
+                             const ir::Attributes& attrs = {}, const KernelOptions& options = {});
+inline std::vector<Tensor> run_kernel(const std::string& op, const std::vector<Tensor>& inputs,
+                                      const ir::Attributes& attrs = {}, const KernelOptions& options = {}) {
+  return run_kernel_full(op, inputs, attrs, options).outputs;
+}
+
+// Max |a-b| over all elements (both float32); throws on shape mismatch.
+float max_abs_diff(const Tensor& a, const Tensor& b);
+
+}  // namespace anvil::testing

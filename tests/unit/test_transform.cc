@@ -1,0 +1,325 @@
+// Tests of the reference data-movement kernels (src/kernels/ref/transform.cc) against hand-computed values.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <numeric>
+
+#include "anvil/error.h"
+#include "core/half.h"
+#include "kernel_tester.h"
+
+namespace anvil {
+namespace {
+
+using testing::f32;
+using testing::i64;
+using testing::make_tensor;
+using testing::run_kernel;
+
+constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+constexpr int64_t kMin = std::numeric_limits<int64_t>::min();
+
+std::vector<float> iota_f(int64_t n) {
+  std::vector<float> v(static_cast<size_t>(n));
+  std::iota(v.begin(), v.end(), 0.f);
+  return v;
+}
+
+template <typename T>
+std::vector<T> values(const Tensor& t) {
+  return std::vector<T>(t.data<T>(), t.data<T>() + t.numel());
+}
+
+ir::Attributes attrs(std::initializer_list<std::pair<const char*, ir::AttrValue>> list) {
+  ir::Attributes a;
+  for (const auto& [name, v] : list) a.set(name, v);
+  return a;
+}
+
+testing::KernelOptions opset(int version, int num_outputs = 1) {
+  testing::KernelOptions o;
+  o.opset = version;
+  o.num_outputs = num_outputs;
+  return o;
+}
+
+ErrorKind error_kind_of(const std::function<void()>& fn, std::string* message = nullptr) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    if (message) *message = e.what();
+    return e.kind();
+  }
+  ADD_FAILURE() << "no anvil::Error thrown";
+  return ErrorKind::kInternal;
+}
+
+TEST(Transpose, DefaultReversesAxes) {
+  std::vector<Tensor> out = run_kernel("Transpose", {f32({2, 3}, iota_f(6))});
+  EXPECT_EQ(out[0].shape(), (Shape{3, 2}));
+  EXPECT_EQ(values<float>(out[0]), (std::vector<float>{0, 3, 1, 4, 2, 5}));
+}
+
+TEST(Transpose, AllPermutationsOf3D) {
+  Tensor x = f32({2, 3, 4}, iota_f(24));
+  std::vector<int64_t> perm = {0, 1, 2};
+  do {
+    Tensor y = run_kernel("Transpose", {x}, attrs({{"perm", perm}}))[0];
+    Shape expect_shape = {x.dim(static_cast<int>(perm[0])), x.dim(static_cast<int>(perm[1])),
+                          x.dim(static_cast<int>(perm[2]))};
+    ASSERT_EQ(y.shape(), expect_shape);
+    const int64_t strides[3] = {12, 4, 1};
+    int64_t k = 0;
+    for (int64_t i = 0; i < y.dim(0); ++i)
+      for (int64_t j = 0; j < y.dim(1); ++j)
+        for (int64_t l = 0; l < y.dim(2); ++l, ++k)
+          EXPECT_EQ(y.data<float>()[k], i * strides[perm[0]] + j * strides[perm[1]] + l * strides[perm[2]]);
+  } while (std::next_permutation(perm.begin(), perm.end()));
+}
+
+TEST(Transpose, SmallDtypeAndLargeTensor) {
+  Tensor x = make_tensor<int8_t>(DType::kInt8, {2, 2}, {1, 2, 3, 4});
+  EXPECT_EQ(values<int8_t>(run_kernel("Transpose", {x})[0]), (std::vector<int8_t>{1, 3, 2, 4}));
+  // Big enough to take the OpenMP path.
+  Tensor big = f32({300, 200}, iota_f(60000));
+  Tensor t = run_kernel("Transpose", {big})[0];
+  for (int64_t i = 0; i < 200; i += 37)
+    for (int64_t j = 0; j < 300; j += 41) EXPECT_EQ(t.data<float>()[i * 300 + j], j * 200 + i);
+}
+
+TEST(Transpose, BadPermNamesTheNode) {
+  std::string msg;
+  EXPECT_EQ(error_kind_of([&] {
+              run_kernel("Transpose", {f32({2, 3}, iota_f(6))}, attrs({{"perm", std::vector<int64_t>{0, 0}}}));
+            }, &msg),
+            ErrorKind::kInvalidModel);
+  EXPECT_NE(msg.find("Transpose 'test_Transpose'"), std::string::npos) << msg;
+  EXPECT_EQ(error_kind_of([&] {
+              run_kernel("Transpose", {f32({2, 3}, iota_f(6))}, attrs({{"perm", std::vector<int64_t>{1, 0, 2}}}));
+            }),
+            ErrorKind::kInvalidModel);
+}
+
+TEST(Concat, NegativeAxisAndEmptyInput) {
+  Tensor a = f32({2, 1}, {1, 2});
+  Tensor b = f32({2, 2}, {3, 4, 5, 6});
+  Tensor e(DType::kFloat32, {2, 0});
+  std::vector<Tensor> out = run_kernel("Concat", {a, e, b}, attrs({{"axis", int64_t{-1}}}));
+  EXPECT_EQ(out[0].shape(), (Shape{2, 3}));
+  EXPECT_EQ(values<float>(out[0]), (std::vector<float>{1, 3, 4, 2, 5, 6}));
+  out = run_kernel("Concat", {i64({2}, {1, 2}), i64({1}, {3})}, attrs({{"axis", int64_t{0}}}));
+  EXPECT_EQ(values<int64_t>(out[0]), (std::vector<int64_t>{1, 2, 3}));
+  EXPECT_EQ(error_kind_of([&] { run_kernel("Concat", {a, f32({3, 1}, {1, 2, 3})}, attrs({{"axis", int64_t{1}}})); }),
+            ErrorKind::kInvalidArgument);
+  EXPECT_EQ(error_kind_of([&] { run_kernel("Concat", {a, i64({2, 1}, {1, 2})}, attrs({{"axis", int64_t{1}}})); }),
+            ErrorKind::kInvalidModel);
+}
+
+TEST(Split, EqualInputAndAttribute) {
+  Tensor x = f32({6}, iota_f(6));
+  std::vector<Tensor> out = run_kernel("Split", {x}, {}, opset(13, 3));
+  ASSERT_EQ(out.size(), 3u);
+  EXPECT_EQ(values<float>(out[2]), (std::vector<float>{4, 5}));
+  out = run_kernel("Split", {x, i64({2}, {1, 5})}, {}, opset(13, 2));
+  EXPECT_EQ(values<float>(out[0]), (std::vector<float>{0}));
+  EXPECT_EQ(values<float>(out[1]), (std::vector<float>{1, 2, 3, 4, 5}));
+  Tensor m = f32({2, 4}, iota_f(8));
+  ir::Attributes split_attrs = attrs({{"axis", int64_t{-1}}, {"split", std::vector<int64_t>{1, 0, 3}}});
+  out = run_kernel("Split", {m}, split_attrs, opset(11, 3));
+  EXPECT_EQ(out[0].shape(), (Shape{2, 1}));
+  EXPECT_EQ(values<float>(out[0]), (std::vector<float>{0, 4}));
+  EXPECT_EQ(out[1].shape(), (Shape{2, 0}));
+  EXPECT_EQ(values<float>(out[2]), (std::vector<float>{1, 2, 3, 5, 6, 7}));
+  EXPECT_EQ(error_kind_of([&] { run_kernel("Split", {x}, {}, opset(13, 4)); }), ErrorKind::kInvalidArgument);
+  EXPECT_EQ(error_kind_of([&] { run_kernel("Split", {x, i64({2}, {1, 4})}, {}, opset(13, 2)); }),
+            ErrorKind::kInvalidArgument);
+}
+
+TEST(Slice, NegativeStepsAndHugeBounds) {
+  Tensor x = f32({3, 4}, iota_f(12));
+  // Reverse the columns: start -1, end INT64_MIN, step -1.
+  std::vector<Tensor> out = run_kernel("Slice", {x, i64({1}, {-1}), i64({1}, {kMin}), i64({1}, {1}), i64({1}, {-1})});
+  EXPECT_EQ(out[0].shape(), (Shape{3, 4}));
+  EXPECT_EQ(values<float>(out[0]), (std::vector<float>{3, 2, 1, 0, 7, 6, 5, 4, 11, 10, 9, 8}));
+  // Rows 2 and 0 (end -4 -> -1 is "before row 0"), columns 1.. (end INT64_MAX).
+  out = run_kernel("Slice", {x, i64({2}, {2, 1}), i64({2}, {-4, kMax}), i64({2}, {0, -1}), i64({2}, {-2, 1})});
+  EXPECT_EQ(out[0].shape(), (Shape{2, 3}));
+  EXPECT_EQ(values<float>(out[0]), (std::vector<float>{9, 10, 11, 1, 2, 3}));
+  // Huge steps take one element.
+  out = run_kernel("Slice", {x, i64({1}, {1}), i64({1}, {kMax}), i64({1}, {1}), i64({1}, {kMax})});
+  EXPECT_EQ(values<float>(out[0]), (std::vector<float>{1, 5, 9}));
+  out = run_kernel("Slice", {x, i64({1}, {kMax}), i64({1}, {kMin}), i64({1}, {0}), i64({1}, {kMin})});
+  EXPECT_EQ(values<float>(out[0]), (std::vector<float>{8, 9, 10, 11}));
+  // Empty results.
+  EXPECT_EQ(run_kernel("Slice", {x, i64({1}, {3}), i64({1}, {1}), i64({1}, {1})})[0].shape(), (Shape{3, 0}));
+  EXPECT_EQ(error_kind_of([&] {
+              run_kernel("Slice", {x, i64({1}, {0}), i64({1}, {1}), i64({1}, {0}), i64({1}, {0})});
+            }),
+            ErrorKind::kInvalidModel);
+}
+
+TEST(Slice, AttributesBeforeOpset10) {
+  Tensor x = f32({3, 4}, iota_f(12));
+  std::vector<Tensor> out = run_kernel(
+      "Slice", {x},
+      attrs({{"starts", std::vector<int64_t>{1, 0}}, {"ends", std::vector<int64_t>{1000, 2}}}), opset(9));
+  EXPECT_EQ(out[0].shape(), (Shape{2, 2}));
+  EXPECT_EQ(values<float>(out[0]), (std::vector<float>{4, 5, 8, 9}));
+  out = run_kernel("Slice", {x},
+                   attrs({{"starts", std::vector<int64_t>{-2}}, {"ends", std::vector<int64_t>{-1}},
+                          {"axes", std::vector<int64_t>{1}}}),
+                   opset(9));
+  EXPECT_EQ(values<float>(out[0]), (std::vector<float>{2, 6, 10}));
+}
+
+TEST(Pad, ConstantFromInputAndNegativePads) {
+  Tensor x = f32({2, 2}, {1, 2, 3, 4});
+  std::vector<Tensor> out = run_kernel("Pad", {x, i64({4}, {1, 0, 0, 1}), f32({}, {9})});
+  EXPECT_EQ(out[0].shape(), (Shape{3, 3}));
+  EXPECT_EQ(values<float>(out[0]), (std::vector<float>{9, 9, 9, 1, 2, 9, 3, 4, 9}));
+  out = run_kernel("Pad", {f32({4}, {1, 2, 3, 4}), i64({2}, {-1, 1})});
+  EXPECT_EQ(values<float>(out[0]), (std::vector<float>{2, 3, 4, 0}));
+  out = run_kernel("Pad", {x}, attrs({{"pads", std::vector<int64_t>{0, 1, 0, 0}}, {"value", 1.5f}}), opset(2));
+  EXPECT_EQ(values<float>(out[0]), (std::vector<float>{1.5f, 1, 2, 1.5f, 3, 4}));
+}
+
+TEST(Pad, ReflectAndEdge) {
+  Tensor x = f32({4}, {1, 2, 3, 4});
+  ir::Attributes reflect = attrs({{"mode", std::string("reflect")}});
+  EXPECT_EQ(values<float>(run_kernel("Pad", {x, i64({2}, {2, 3})}, reflect)[0]),
+            (std::vector<float>{3, 2, 1, 2, 3, 4, 3, 2, 1}));
+  // Pads longer than the axis keep reflecting (numpy's "reflect").
+  EXPECT_EQ(values<float>(run_kernel("Pad", {f32({3}, {1, 2, 3}), i64({2}, {4, 0})}, reflect)[0]),
+            (std::vector<float>{1, 2, 3, 2, 1, 2, 3}));
+  Tensor m = make_tensor<int32_t>(DType::kInt32, {2, 2}, {1, 2, 3, 4});
+  std::vector<Tensor> out = run_kernel("Pad", {m, i64({4}, {1, 1, 0, 0})}, attrs({{"mode", std::string("edge")}}));
+  EXPECT_EQ(out[0].shape(), (Shape{3, 3}));
+  EXPECT_EQ(values<int32_t>(out[0]), (std::vector<int32_t>{1, 1, 2, 1, 1, 2, 3, 3, 4}));
+  EXPECT_EQ(error_kind_of([&] { run_kernel("Pad", {x, i64({2}, {1, 1})}, attrs({{"mode", std::string("wrap")}})); }),
+            ErrorKind::kUnsupported);
+  EXPECT_EQ(error_kind_of([&] { run_kernel("Pad", {x, i64({3}, {1, 1, 1})}); }), ErrorKind::kInvalidModel);
+}
+
+// The ONNX operator documentation's example: channel c holds c*9 + h*3 + w.
+Tensor depth_example() {
+  std::vector<float> v;
+  for (int c = 0; c < 8; ++c)
+    for (int i = 0; i < 6; ++i) v.push_back(static_cast<float>(c * 9 + i));
+  return f32({1, 8, 2, 3}, v);
+}
+
+TEST(DepthToSpace, DcrAndCrd) {
+  Tensor x = depth_example();
+  std::vector<Tensor> out = run_kernel("DepthToSpace", {x}, attrs({{"blocksize", int64_t{2}}}));
+  EXPECT_EQ(out[0].shape(), (Shape{1, 2, 4, 6}));
+  EXPECT_EQ(values<float>(out[0]),
+            (std::vector<float>{0,  18, 1,  19, 2,  20, 36, 54, 37, 55, 38, 56, 3,  21, 4,  22,
+                                5,  23, 39, 57, 40, 58, 41, 59, 9,  27, 10, 28, 11, 29, 45, 63,
+                                46, 64, 47, 65, 12, 30, 13, 31, 14, 32, 48, 66, 49, 67, 50, 68}));
+  out = run_kernel("DepthToSpace", {x}, attrs({{"blocksize", int64_t{2}}, {"mode", std::string("CRD")}}));
+  EXPECT_EQ(values<float>(out[0]),
+            (std::vector<float>{0,  9,  1,  10, 2,  11, 18, 27, 19, 28, 20, 29, 3,  12, 4,  13,
+                                5,  14, 21, 30, 22, 31, 23, 32, 36, 45, 37, 46, 38, 47, 54, 63,
+                                55, 64, 56, 65, 39, 48, 40, 49, 41, 50, 57, 66, 58, 67, 59, 68}));
+  EXPECT_EQ(error_kind_of([&] { run_kernel("DepthToSpace", {x}, attrs({{"blocksize", int64_t{3}}})); }),
+            ErrorKind::kInvalidArgument);
+}
+
+TEST(SpaceToDepth, InvertsDepthToSpaceDcr) {
+  ir::Attributes block2 = attrs({{"blocksize", int64_t{2}}});
+  std::vector<Tensor> out = run_kernel("SpaceToDepth", {f32({1, 2, 2, 2}, iota_f(8))}, block2);
+  EXPECT_EQ(out[0].shape(), (Shape{1, 8, 1, 1}));
+  EXPECT_EQ(values<float>(out[0]), (std::vector<float>{0, 4, 1, 5, 2, 6, 3, 7}));
+  Tensor x = depth_example();
+  Tensor space = run_kernel("DepthToSpace", {x}, attrs({{"blocksize", int64_t{2}}}))[0];
+  Tensor back = run_kernel("SpaceToDepth", {space}, attrs({{"blocksize", int64_t{2}}}))[0];
+  EXPECT_EQ(back.shape(), x.shape());
+  EXPECT_EQ(values<float>(back), values<float>(x));
+  EXPECT_EQ(error_kind_of([&] { run_kernel("SpaceToDepth", {x}, attrs({{"blocksize", int64_t{2}}})); }),
+            ErrorKind::kInvalidArgument);
+}
+
+TEST(Gather, NegativeIndicesAnyRank) {
+  Tensor data = f32({3, 2}, {1, 2, 3, 4, 5, 6});
+  std::vector<Tensor> out = run_kernel("Gather", {data, i64({2, 2}, {0, -1, 1, 0})});
+  EXPECT_EQ(out[0].shape(), (Shape{2, 2, 2}));
+  EXPECT_EQ(values<float>(out[0]), (std::vector<float>{1, 2, 5, 6, 3, 4, 1, 2}));
+  out = run_kernel("Gather", {data, make_tensor<int32_t>(DType::kInt32, {1}, {-1})}, attrs({{"axis", int64_t{-1}}}));
+  EXPECT_EQ(out[0].shape(), (Shape{3, 1}));
+  EXPECT_EQ(values<float>(out[0]), (std::vector<float>{2, 4, 6}));
+  out = run_kernel("Gather", {i64({3}, {7, 8, 9}), i64({}, {1})});
+  EXPECT_EQ(out[0].shape(), Shape{});
+  EXPECT_EQ(values<int64_t>(out[0]), (std::vector<int64_t>{8}));
+}
+
+TEST(Gather, OutOfRangeIndices) {
+  Tensor data = f32({3}, {1, 2, 3});
+  // Known at plan time: rejected by prepare().
+  EXPECT_EQ(error_kind_of([&] { run_kernel("Gather", {data, i64({1}, {3})}); }), ErrorKind::kInvalidArgument);
+  // Only known at run time: run() does not validate, it clamps into the axis.
+  testing::KernelOptions dynamic;
+  dynamic.constant_inputs = {false, false};
+  EXPECT_EQ(values<float>(run_kernel("Gather", {data, i64({2}, {5, -7})}, {}, dynamic)[0]),
+            (std::vector<float>{3, 1}));
+}
+
+ir::Attributes cast_to(int64_t code) { return attrs({{"to", code}}); }
+
+TEST(Cast, FloatToInt64TruncatesAndSaturates) {
+  float nan = std::numeric_limits<float>::quiet_NaN();
+  std::vector<Tensor> out = run_kernel("Cast", {f32({6}, {1.7f, -1.7f, 0.f, 3e20f, -3e20f, nan})}, cast_to(7));
+  EXPECT_EQ(out[0].dtype(), DType::kInt64);
+  EXPECT_EQ(values<int64_t>(out[0]), (std::vector<int64_t>{1, -1, 0, kMax, kMin, 0}));
+}
+
+TEST(Cast, FloatToHalfAndBack) {
+  Tensor x = f32({5}, {1.f, 0.1f, 65504.f, 1e5f, 1.f / 3});
+  Tensor h = run_kernel("Cast", {x}, cast_to(10))[0];
+  EXPECT_EQ(h.dtype(), DType::kFloat16);
+  EXPECT_EQ(h.data<Half>()[0].bits, 0x3c00);
+  Tensor back = run_kernel("Cast", {h}, cast_to(1))[0];
+  std::vector<float> v = values<float>(back);
+  EXPECT_EQ(v[0], 1.f);
+  EXPECT_EQ(v[1], 0.0999755859375f);
+  EXPECT_EQ(v[2], 65504.f);
+  EXPECT_TRUE(std::isinf(v[3]));
+  EXPECT_EQ(v[4], 0.333251953125f);
+}
+
+TEST(Cast, BoolIntegerAndDoublePairs) {
+  std::vector<Tensor> out = run_kernel("Cast", {f32({3}, {0.f, -0.5f, 2.f})}, cast_to(9));
+  EXPECT_EQ(values<bool>(out[0]), (std::vector<bool>{false, true, true}));
+  out = run_kernel("Cast", {out[0]}, cast_to(11));
+  EXPECT_EQ(values<double>(out[0]), (std::vector<double>{0, 1, 1}));
+  out = run_kernel("Cast", {make_tensor<int32_t>(DType::kInt32, {3}, {300, -1, 7})}, cast_to(2));
+  EXPECT_EQ(values<uint8_t>(out[0]), (std::vector<uint8_t>{44, 255, 7}));
+  out = run_kernel("Cast", {make_tensor<double>(DType::kFloat64, {2}, {1.0 + 1.0 / 256, -2.5})}, cast_to(16));
+  EXPECT_EQ(out[0].dtype(), DType::kBFloat16);
+  EXPECT_EQ(static_cast<float>(out[0].data<BFloat16>()[0]), 1.0f);  // ties to even
+  EXPECT_EQ(static_cast<float>(out[0].data<BFloat16>()[1]), -2.5f);
+  // Double straight to half rounds once: 1 + 2^-11 + 2^-30 is just above a tie and must round up.
+  const double above_tie = 1.0 + std::ldexp(1.0, -11) + std::ldexp(1.0, -30);
+  out = run_kernel("Cast", {make_tensor<double>(DType::kFloat64, {1}, {above_tie})}, cast_to(10));
+  EXPECT_EQ(out[0].data<Half>()[0].bits, 0x3c01);
+  out = run_kernel("Cast", {i64({2}, {-3, 5})}, cast_to(7));
+  EXPECT_EQ(values<int64_t>(out[0]), (std::vector<int64_t>{-3, 5}));
+}
+
+TEST(Cast, StringsAndUnknownCodesAreUnsupported) {
+  std::string msg;
+  EXPECT_EQ(error_kind_of([&] { run_kernel("Cast", {f32({1}, {1})}, cast_to(8)); }, &msg), ErrorKind::kUnsupported);
+  EXPECT_NE(msg.find("string"), std::string::npos) << msg;
+  EXPECT_EQ(error_kind_of([&] { run_kernel("Cast", {f32({1}, {1})}, cast_to(14)); }), ErrorKind::kUnsupported);
+}
+
+TEST(CastLike, TakesTheSecondInputsDtype) {
+  Tensor like = make_tensor<int8_t>(DType::kInt8, {1}, {0});
+  std::vector<Tensor> out = run_kernel("CastLike", {f32({2}, {2.9f, -1.f}), like});
+  EXPECT_EQ(out[0].dtype(), DType::kInt8);
+  EXPECT_EQ(values<int8_t>(out[0]), (std::vector<int8_t>{2, -1}));
+}
+
+}  // namespace
+}  // namespace anvil

@@ -1,0 +1,143 @@
+// anvil bench: the inference article's method — warm-up, then C cycles of I
+// timed runs; per-cycle and overall statistics, memory, optional JSON.
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <fstream>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "anvil/error.h"
+#include "commands.h"
+
+namespace anvil::cli {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct BenchArgs {
+  std::string model;
+  std::vector<std::string> inputs;
+  int threads = 0, batch = 1, cycles = 3, iters = 100, warmup = 10, opt_level = 2;
+  std::string json;
+};
+
+struct Stats {
+  double mean, median, p90, p99, min, max;
+};
+
+double percentile(const std::vector<double>& sorted, double p) {
+  if (sorted.size() == 1) return sorted[0];
+  double pos = p * static_cast<double>(sorted.size() - 1);
+  size_t lo = static_cast<size_t>(pos);
+  size_t hi = std::min(lo + 1, sorted.size() - 1);
+  return sorted[lo] + (sorted[hi] - sorted[lo]) * (pos - static_cast<double>(lo));
+}
+
+Stats stats_of(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  double sum = 0;
+  for (double x : v) sum += x;
+  return {sum / static_cast<double>(v.size()), percentile(v, 0.5), percentile(v, 0.9), percentile(v, 0.99), v.front(),
+          v.back()};
+}
+
+nlohmann::json to_json(const Stats& s) {
+  return {{"mean_ms", s.mean}, {"median_ms", s.median}, {"p90_ms", s.p90},
+          {"p99_ms", s.p99},   {"min_ms", s.min},       {"max_ms", s.max}};
+}
+
+void print_row(const std::string& label, const Stats& s) {
+  fmt::print("{:<9} {:>9.3f} {:>9.3f} {:>9.3f} {:>9.3f} {:>9.3f} {:>9.3f}\n", label, s.mean, s.median, s.p90, s.p99,
+             s.min, s.max);
+}
+
+double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
+
+int bench(const BenchArgs& a) {
+  bool tty = isatty(STDERR_FILENO);
+  SessionOptions opts;
+  opts.num_threads = a.threads;
+  opts.optimization_level = a.opt_level;
+  auto t0 = Clock::now();
+  Session session = load_session(a.model, opts, a.batch);
+  double create_ms = ms_since(t0);
+  std::map<std::string, Tensor> inputs = random_inputs(session, read_inputs(a.inputs), 0, a.batch);
+
+  t0 = Clock::now();
+  session.run(inputs);
+  double first_ms = ms_since(t0);
+  PlanStats plan = session.plan_stats(inputs);
+  for (int i = 0; i < a.warmup; ++i) session.run(inputs);
+
+  std::vector<Stats> cycles;
+  std::vector<double> all;
+  for (int c = 0; c < a.cycles; ++c) {
+    std::vector<double> times;
+    for (int i = 0; i < a.iters; ++i) {
+      auto s = Clock::now();
+      session.run(inputs);
+      times.push_back(ms_since(s));
+      if (tty && (i % 10 == 0 || i + 1 == a.iters))
+        fmt::print(stderr, "\rcycle {}/{}  run {}/{}  last {:.3f} ms   ", c + 1, a.cycles, i + 1, a.iters, times.back());
+    }
+    all.insert(all.end(), times.begin(), times.end());
+    cycles.push_back(stats_of(times));
+  }
+  if (tty) fmt::print(stderr, "\r{:60}\r", "");
+  Stats overall = stats_of(all);
+  double throughput = a.batch * 1000.0 / overall.mean;
+  size_t rss = peak_rss_bytes();
+  int threads = a.threads > 0 ? a.threads : static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
+
+  fmt::print("model {}  threads {}  batch {}\n", a.model, threads, a.batch);
+  fmt::print("session creation {:.1f} ms, first run {:.1f} ms (plans the model)\n", create_ms, first_ms);
+  fmt::print("{:<9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}   (ms, {} runs per cycle)\n", "cycle", "mean", "median",
+             "p90", "p99", "min", "max", a.iters);
+  for (size_t c = 0; c < cycles.size(); ++c) print_row(std::to_string(c + 1), cycles[c]);
+  print_row("overall", overall);
+  fmt::print("throughput {:.1f} inferences/s\n", throughput);
+  fmt::print("peak RSS {}, planned arena {}, weights {}, {} kernels per run\n", format_bytes(rss),
+             format_bytes(plan.arena_bytes), format_bytes(plan.weight_bytes), plan.num_steps);
+
+  if (!a.json.empty()) {
+    nlohmann::json j = {{"model", a.model},
+                        {"threads", threads},
+                        {"batch", a.batch},
+                        {"session_create_ms", create_ms},
+                        {"first_run_ms", first_ms},
+                        {"cycles", nlohmann::json::array()},
+                        {"overall", to_json(overall)},
+                        {"throughput_per_s", throughput},
+                        {"peak_rss_bytes", rss},
+                        {"arena_bytes", plan.arena_bytes},
+                        {"weight_bytes", plan.weight_bytes}};
+    for (const Stats& s : cycles) j["cycles"].push_back(to_json(s));
+    std::ofstream out(a.json);
+    if (!out) throw Error(ErrorKind::kInvalidArgument, "cannot write '" + a.json + "'");
+    out << j.dump(2) << "\n";
+  }
+  return 0;
+}
+
+}  // namespace
+
+Command add_bench(CLI::App& app) {
+  auto a = std::make_shared<BenchArgs>();
+  app.add_option("model", a->model, "ONNX file or zoo:NAME (built in: zoo:resnet18, zoo:mobilenet_v2)")->required();
+  app.add_option("-i,--input", a->inputs, "NAME=FILE; missing inputs get seeded random data");
+  app.add_option("-t,--threads", a->threads, "threads (0: all cores)")->check(CLI::Range(0, 4096));
+  app.add_option("-b,--batch", a->batch, "batch size for zoo models and symbolic batch dimensions")->check(CLI::Range(1, 1 << 20));
+  app.add_option("-c,--cycles", a->cycles, "timed cycles")->check(CLI::Range(1, 1000));
+  app.add_option("-n,--iters", a->iters, "timed runs per cycle")->check(CLI::Range(1, 1000000));
+  app.add_option("-w,--warmup", a->warmup, "untimed runs before the first cycle")->check(CLI::Range(0, 1000000));
+  app.add_option("-O,--opt-level", a->opt_level, "graph optimization level 0-2")->check(CLI::Range(0, 2));
+  app.add_option("--json", a->json, "write the results as JSON to FILE");
+  return [a] { return bench(*a); };
+}
+
+}  // namespace anvil::cli

@@ -1,0 +1,214 @@
+// anvil conformance DIR...: runs ONNX backend test cases (model.onnx plus
+// test_data_set_*/input_*.pb, output_*.pb) and compares the outputs.
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "anvil/error.h"
+#include "anvil/tensor_io.h"
+#include "commands.h"
+
+namespace anvil::cli {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr double kRtol = 1e-3, kAtol = 1e-7;
+
+struct ConformanceArgs {
+  std::vector<std::string> dirs;
+  std::string expect, json;
+  int threads = 1;
+  bool quiet = false;
+};
+
+struct CaseResult {
+  std::string status;  // pass, fail, error, unsupported, invalid
+  std::string detail;
+};
+
+template <typename T>
+double as_double(const Tensor& t, int64_t i) {
+  return static_cast<double>(t.data<T>()[i]);
+}
+
+double element(const Tensor& t, int64_t i) {
+  switch (t.dtype()) {
+    case DType::kFloat32: return as_double<float>(t, i);
+    case DType::kFloat64: return as_double<double>(t, i);
+    case DType::kInt8: return as_double<int8_t>(t, i);
+    case DType::kUInt8: return as_double<uint8_t>(t, i);
+    case DType::kInt16: return as_double<int16_t>(t, i);
+    case DType::kUInt16: return as_double<uint16_t>(t, i);
+    case DType::kInt32: return as_double<int32_t>(t, i);
+    case DType::kUInt32: return as_double<uint32_t>(t, i);
+    case DType::kInt64: return as_double<int64_t>(t, i);
+    case DType::kUInt64: return as_double<uint64_t>(t, i);
+    case DType::kBool: return t.data<bool>()[i] ? 1 : 0;
+    default: return std::nan("");
+  }
+}
+
+// Empty string when equal within tolerance, else what differs.
+std::string compare(const Tensor& got, const Tensor& want) {
+  if (got.dtype() != want.dtype()) return fmt::format("dtype {} != expected {}", dtype_name(got.dtype()), dtype_name(want.dtype()));
+  if (got.shape() != want.shape()) return fmt::format("shape {} != expected {}", shape_str(got.shape()), shape_str(want.shape()));
+  bool exact = !dtype_is_float(got.dtype());
+  if (got.dtype() == DType::kFloat16 || got.dtype() == DType::kBFloat16) {
+    // Compare the 16-bit patterns as floats through the half conversion in the bytes: exact match required.
+    return std::memcmp(got.raw(), want.raw(), got.nbytes()) == 0 ? "" : "16-bit float values differ";
+  }
+  if (got.dtype() == DType::kInt64 || got.dtype() == DType::kUInt64)
+    return std::memcmp(got.raw(), want.raw(), got.nbytes()) == 0 ? "" : "integer values differ";
+  for (int64_t i = 0; i < got.numel(); ++i) {
+    double g = element(got, i), w = element(want, i);
+    if (std::isnan(w) && std::isnan(g)) continue;
+    bool ok = exact ? g == w : (g == w || std::fabs(g - w) <= kAtol + kRtol * std::fabs(w));
+    if (!ok) return fmt::format("element {}: got {} expected {}", i, g, w);
+  }
+  return "";
+}
+
+std::vector<fs::path> sorted_files(const fs::path& dir, const std::string& prefix) {
+  std::vector<fs::path> files;
+  for (const auto& e : fs::directory_iterator(dir))
+    if (e.path().filename().string().rfind(prefix, 0) == 0) files.push_back(e.path());
+  // input_10 after input_9: order by the number after the prefix.
+  std::sort(files.begin(), files.end(), [&](const fs::path& a, const fs::path& b) {
+    auto num = [&](const fs::path& p) {
+      std::string s = p.stem().string().substr(prefix.size());
+      return s.empty() ? 0L : std::strtol(s.c_str(), nullptr, 10);
+    };
+    return num(a) < num(b);
+  });
+  return files;
+}
+
+CaseResult run_case(const fs::path& dir, int threads) {
+  SessionOptions opts;
+  opts.num_threads = threads;
+  std::optional<Session> session;
+  try {
+    session.emplace(Session::from_file((dir / "model.onnx").string(), opts));
+  } catch (const Error& e) {
+    return {e.kind() == ErrorKind::kUnsupported ? "unsupported" : "invalid", e.what()};
+  }
+  std::vector<fs::path> sets;
+  for (const auto& e : fs::directory_iterator(dir))
+    if (e.is_directory() && e.path().filename().string().rfind("test_data_set_", 0) == 0) sets.push_back(e.path());
+  std::sort(sets.begin(), sets.end());
+  if (sets.empty()) return {"error", "no test_data_set_* folder"};
+  for (const fs::path& set : sets) {
+    try {
+      std::map<std::string, Tensor> inputs;
+      std::vector<fs::path> in_files = sorted_files(set, "input_");
+      for (size_t i = 0; i < in_files.size(); ++i) {
+        std::string name;
+        Tensor t = read_tensor_pb(in_files[i].string(), &name);
+        if (i < session->inputs().size()) name = session->inputs()[i].name;
+        inputs[name] = std::move(t);
+      }
+      std::vector<Tensor> outputs = session->run(inputs);
+      std::vector<fs::path> out_files = sorted_files(set, "output_");
+      if (out_files.size() != outputs.size())
+        return {"fail", fmt::format("{} outputs, expected {}", outputs.size(), out_files.size())};
+      for (size_t i = 0; i < outputs.size(); ++i) {
+        std::string diff = compare(outputs[i], read_tensor_pb(out_files[i].string()));
+        if (!diff.empty()) return {"fail", fmt::format("{}: output {}: {}", set.filename().string(), i, diff)};
+      }
+    } catch (const Error& e) {
+      return {e.kind() == ErrorKind::kUnsupported ? "unsupported" : "error", e.what()};
+    }
+  }
+  return {"pass", ""};
+}
+
+// A case folder holds model.onnx; any other folder is searched one level down.
+std::vector<fs::path> expand(const std::vector<std::string>& dirs) {
+  std::vector<fs::path> cases;
+  for (const std::string& d : dirs) {
+    std::error_code ec;
+    if (!fs::is_directory(d, ec)) throw Error(ErrorKind::kInvalidArgument, "'" + d + "' is not a folder");
+    if (fs::exists(fs::path(d) / "model.onnx")) {
+      cases.push_back(d);
+      continue;
+    }
+    std::vector<fs::path> sub;
+    for (const auto& e : fs::directory_iterator(d))
+      if (e.is_directory() && fs::exists(e.path() / "model.onnx")) sub.push_back(e.path());
+    if (sub.empty()) throw Error(ErrorKind::kInvalidArgument, "'" + d + "' holds no test case (no model.onnx)");
+    std::sort(sub.begin(), sub.end());
+    cases.insert(cases.end(), sub.begin(), sub.end());
+  }
+  return cases;
+}
+
+std::set<std::string> read_expect(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw Error(ErrorKind::kInvalidArgument, "cannot read expectation file '" + path + "'");
+  std::set<std::string> names;
+  for (std::string line; std::getline(in, line);) {
+    line.erase(0, line.find_first_not_of(" \t"));
+    line.erase(line.find_last_not_of(" \t\r") + 1);
+    if (!line.empty() && line[0] != '#') names.insert(line);
+  }
+  return names;
+}
+
+int conformance(const ConformanceArgs& a) {
+  std::vector<fs::path> cases = expand(a.dirs);
+  std::set<std::string> expected;
+  if (!a.expect.empty()) expected = read_expect(a.expect);
+  std::map<std::string, int> counts;
+  nlohmann::json report = nlohmann::json::object();
+  std::vector<std::string> regressions, newly_passing;
+  for (const fs::path& dir : cases) {
+    std::string name = dir.filename().string();
+    CaseResult r = run_case(dir, a.threads);
+    ++counts[r.status];
+    report[name] = r.status;
+    if (!a.quiet || r.status != "pass")
+      fmt::print("{:<11} {}{}\n", r.status.c_str(), name, r.detail.empty() ? "" : "  (" + r.detail + ")");
+    bool listed = expected.count(name) != 0;
+    if (listed && r.status != "pass") regressions.push_back(name);
+    if (!a.expect.empty() && !listed && r.status == "pass") newly_passing.push_back(name);
+  }
+  int failed = static_cast<int>(cases.size()) - counts["pass"];
+  fmt::print("\n{} cases: {} pass, {} fail, {} error, {} unsupported, {} invalid\n", cases.size(), counts["pass"],
+             counts["fail"], counts["error"], counts["unsupported"], counts["invalid"]);
+  if (!a.json.empty()) {
+    std::ofstream out(a.json);
+    if (!out) throw Error(ErrorKind::kInvalidArgument, "cannot write '" + a.json + "'");
+    out << nlohmann::json{{"cases", report}}.dump(1) << "\n";
+  }
+  if (a.expect.empty()) {
+    fmt::print("{} passed, {} failed\n", counts["pass"], failed);
+    return failed ? 1 : 0;
+  }
+  for (const auto& n : newly_passing) fmt::print("newly passing (add to {}): {}\n", a.expect, n);
+  for (const auto& n : regressions) fmt::print("REGRESSION: {} is in {} but does not pass\n", n, a.expect);
+  int expected_run = static_cast<int>(expected.size());
+  fmt::print("{} passed, {} failed\n", expected_run - static_cast<int>(regressions.size()),
+             static_cast<int>(regressions.size()));
+  return regressions.empty() ? 0 : 1;
+}
+
+}  // namespace
+
+Command add_conformance(CLI::App& app) {
+  auto a = std::make_shared<ConformanceArgs>();
+  app.add_option("dirs", a->dirs, "case folders, or folders of case folders")->required();
+  app.add_option("--expect", a->expect, "file listing the cases that must pass (one per line)");
+  app.add_option("--json", a->json, "write {case: status} as JSON to FILE");
+  app.add_option("-t,--threads", a->threads, "threads per case")->check(CLI::Range(1, 4096));
+  app.add_flag("-q,--quiet", a->quiet, "print only the cases that do not pass");
+  return [a] { return conformance(*a); };
+}
+
+}  // namespace anvil::cli

@@ -1,0 +1,75 @@
+#include <sys/resource.h>
+
+#include <random>
+
+#include <fmt/format.h>
+
+#include "anvil/error.h"
+#include "anvil/tensor_io.h"
+#include "anvil/zoo.h"
+#include "commands.h"
+
+namespace anvil::cli {
+
+Session load_session(const std::string& model, const SessionOptions& options, int batch) {
+  if (model.rfind("zoo:", 0) == 0) return zoo_session(model.substr(4), options, batch);
+  return Session::from_file(model, options);
+}
+
+std::map<std::string, Tensor> read_inputs(const std::vector<std::string>& specs) {
+  std::map<std::string, Tensor> inputs;
+  for (const std::string& spec : specs) {
+    size_t eq = spec.find('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == spec.size())
+      throw Error(ErrorKind::kInvalidArgument, "input '" + spec + "' must be written NAME=FILE");
+    inputs[spec.substr(0, eq)] = read_tensor_file(spec.substr(eq + 1));
+  }
+  return inputs;
+}
+
+namespace {
+template <typename T, typename Dist>
+void fill(Tensor& t, std::mt19937_64& rng, Dist dist) {
+  for (int64_t i = 0; i < t.numel(); ++i) t.data<T>()[i] = static_cast<T>(dist(rng));
+}
+}  // namespace
+
+std::map<std::string, Tensor> random_inputs(const Session& session, std::map<std::string, Tensor> given,
+                                            uint64_t seed, int batch) {
+  std::mt19937_64 rng(seed);
+  if (!given.empty()) return given;  // inputs given by hand: a missing one is an error, not random data
+  for (const ValueInfo& info : session.inputs()) {
+    Shape shape = info.shape;
+    for (size_t d = 0; d < shape.size(); ++d)
+      if (shape[d] < 0) shape[d] = d == 0 ? batch : 1;
+    Tensor t(info.dtype, shape);
+    switch (info.dtype) {
+      case DType::kFloat32: fill<float>(t, rng, std::uniform_real_distribution<float>(-1.f, 1.f)); break;
+      case DType::kFloat64: fill<double>(t, rng, std::uniform_real_distribution<double>(-1.0, 1.0)); break;
+      case DType::kInt64: fill<int64_t>(t, rng, std::uniform_int_distribution<int64_t>(0, 9)); break;
+      case DType::kInt32: fill<int32_t>(t, rng, std::uniform_int_distribution<int32_t>(0, 9)); break;
+      case DType::kUInt8: fill<uint8_t>(t, rng, std::uniform_int_distribution<int>(0, 255)); break;
+      case DType::kInt8: fill<int8_t>(t, rng, std::uniform_int_distribution<int>(-128, 127)); break;
+      case DType::kBool: fill<bool>(t, rng, std::uniform_int_distribution<int>(0, 1)); break;
+      default:
+        throw Error(ErrorKind::kUnsupported, fmt::format("cannot make random data for input '{}' of type {}",
+                                                         info.name, dtype_name(info.dtype)));
+    }
+    given[info.name] = std::move(t);
+  }
+  return given;
+}
+
+std::string format_bytes(size_t bytes) {
+  if (bytes >= (size_t{1} << 20)) return fmt::format("{:.1f} MiB", static_cast<double>(bytes) / (1 << 20));
+  if (bytes >= 1024) return fmt::format("{:.1f} KiB", static_cast<double>(bytes) / 1024);
+  return fmt::format("{} B", bytes);
+}
+
+size_t peak_rss_bytes() {
+  struct rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return static_cast<size_t>(ru.ru_maxrss) * 1024;
+}
+
+}  // namespace anvil::cli
