@@ -51,11 +51,9 @@ void check_non_negative(const PrepareContext& ctx, const char* name, const std::
 
 size_t spatial_rank(const PrepareContext& ctx, const Shape& x) {
   ANVIL_PREPARE_CHECK(ctx, x.size() >= 3, ErrorKind::kInvalidArgument,
-                      "input has shape {}; expected [N, C, D1, ...] with at least one spatial dimension",
-                      shape_str(x));
+                      "input has shape {}; expected [N, C, D1, ...] with at least one spatial dimension", shape_str(x));
   for (int64_t d : x)
-    ANVIL_PREPARE_CHECK(ctx, d >= 0, ErrorKind::kInvalidArgument, "input shape {} is not fully known",
-                        shape_str(x));
+    ANVIL_PREPARE_CHECK(ctx, d >= 0, ErrorKind::kInvalidArgument, "input shape {} is not fully known", shape_str(x));
   return x.size() - 2;
 }
 
@@ -128,8 +126,7 @@ SpatialGeometry conv_geometry(const PrepareContext& ctx, const Shape& x, const s
   return g;
 }
 
-SpatialGeometry conv_transpose_geometry(const PrepareContext& ctx, const Shape& x,
-                                        const std::vector<int64_t>& kernel) {
+SpatialGeometry conv_transpose_geometry(const PrepareContext& ctx, const Shape& x, const std::vector<int64_t>& kernel) {
   const size_t k = spatial_rank(ctx, x);
   ANVIL_PREPARE_CHECK(ctx, kernel.size() == k, ErrorKind::kInvalidArgument,
                       "weights have {} spatial dimensions but the input {} has {}", kernel.size(), shape_str(x), k);
@@ -196,9 +193,9 @@ SpatialGeometry pool_geometry(const PrepareContext& ctx, const Shape& x) {
   if (mode == AutoPad::kNotSet) {
     // A window made only of padding has no value to pool (ONNX Runtime rejects it too).
     for (size_t i = 0; i < k; ++i)
-      ANVIL_PREPARE_CHECK(ctx, g.pads_begin[i] < g.kernel[i] && g.pads_end[i] < g.kernel[i],
-                          ErrorKind::kInvalidModel, "pads {}+{} must be smaller than kernel_shape {}",
-                          shape_str(g.pads_begin), shape_str(g.pads_end), shape_str(g.kernel));
+      ANVIL_PREPARE_CHECK(ctx, g.pads_begin[i] < g.kernel[i] && g.pads_end[i] < g.kernel[i], ErrorKind::kInvalidModel,
+                          "pads {}+{} must be smaller than kernel_shape {}", shape_str(g.pads_begin),
+                          shape_str(g.pads_end), shape_str(g.kernel));
   }
   for (size_t i = 0; i < k; ++i) {
     const int64_t in = x[i + 2];

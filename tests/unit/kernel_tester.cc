@@ -12,6 +12,7 @@ KernelResult run_kernel_full(const std::string& op, const std::vector<Tensor>& i
                              const KernelOptions& options) {
   ir::Node node;
   node.op_type = op;
+  node.domain = options.domain;
   node.name = "test_" + op;
   node.opset = options.opset;
   node.attrs = attrs;
@@ -34,7 +35,7 @@ KernelResult run_kernel_full(const std::string& op, const std::vector<Tensor>& i
     constants.push_back(is_const && !t.empty() ? &t : nullptr);
   }
 
-  auto entries = kernels::Registry::global().find("", op);
+  auto entries = kernels::Registry::global().find(options.domain, op);
   const kernels::KernelEntry* entry = nullptr;
   for (const auto* e : entries)
     if (e->backend == options.backend) entry = e;

@@ -26,6 +26,7 @@ inline Tensor i64(Shape shape, const std::vector<int64_t>& v) { return make_tens
 struct KernelOptions {
   kernels::Backend backend = kernels::Backend::kRef;
   int opset = 17;
+  std::string domain;  // "" for ONNX ops, "anvil" for fused ops
   int num_outputs = 1;
   // Which inputs are known at plan time. Empty: the integer-typed inputs are
   // (as the session does for small integer inputs); float inputs are not.

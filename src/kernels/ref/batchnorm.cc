@@ -40,14 +40,14 @@ class BatchNormKernel : public Kernel {
                           dtype_name(dt));
     }
     const Shape& x = ctx.input_shape(0);
-    ANVIL_PREPARE_CHECK(ctx, x.size() >= 2, ErrorKind::kInvalidArgument,
-                        "input X has shape {}; expected [N, C, ...]", shape_str(x));
+    ANVIL_PREPARE_CHECK(ctx, x.size() >= 2, ErrorKind::kInvalidArgument, "input X has shape {}; expected [N, C, ...]",
+                        shape_str(x));
     const bool spatial = ctx.opset() >= 9 || ctx.attrs().get_int("spatial", 1) != 0;
     Shape param = spatial ? Shape{x[1]} : Shape(x.begin() + 1, x.end());
     for (size_t i = 1; i < 5; ++i)
       ANVIL_PREPARE_CHECK(ctx, ctx.input_shape(i) == param, ErrorKind::kInvalidArgument,
-                          "input {} has shape {}; expected {} for X {}", kParamNames[i],
-                          shape_str(ctx.input_shape(i)), shape_str(param), shape_str(x));
+                          "input {} has shape {}; expected {} for X {}", kParamNames[i], shape_str(ctx.input_shape(i)),
+                          shape_str(param), shape_str(x));
     batch_ = x[0];
     channels_ = shape_numel(param);
     inner_ = x[0] * channels_ == 0 ? 0 : shape_numel(x) / (x[0] * channels_);

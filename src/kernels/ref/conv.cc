@@ -64,8 +64,8 @@ void check_float_inputs(const PrepareContext& ctx, size_t count) {
                       "input X has dtype {}; the reference kernel supports float32 and float64", dtype_name(dt));
   for (size_t i = 1; i < count; ++i)
     if (ctx.has_input(i))
-      ANVIL_PREPARE_CHECK(ctx, ctx.input_dtype(i) == dt, ErrorKind::kInvalidModel,
-                          "input {} has dtype {} but X has {}", i, dtype_name(ctx.input_dtype(i)), dtype_name(dt));
+      ANVIL_PREPARE_CHECK(ctx, ctx.input_dtype(i) == dt, ErrorKind::kInvalidModel, "input {} has dtype {} but X has {}",
+                          i, dtype_name(ctx.input_dtype(i)), dtype_name(dt));
 }
 
 // Common input checks; returns the kernel's spatial shape.
@@ -79,8 +79,7 @@ std::vector<int64_t> check_conv_inputs(const PrepareContext& ctx, int64_t* group
   ANVIL_PREPARE_CHECK(ctx, x.size() <= 5, ErrorKind::kUnsupported,
                       "input X has {} spatial dimensions; at most 3 are supported", x.size() - 2);
   ANVIL_PREPARE_CHECK(ctx, w.size() == x.size(), ErrorKind::kInvalidArgument,
-                      "weights W have shape {} but X has shape {}; the ranks must match", shape_str(w),
-                      shape_str(x));
+                      "weights W have shape {} but X has shape {}; the ranks must match", shape_str(w), shape_str(x));
   *group = ctx.attrs().get_int("group", 1);
   ANVIL_PREPARE_CHECK(ctx, *group > 0, ErrorKind::kInvalidModel, "group {} must be positive", *group);
   ANVIL_PREPARE_CHECK(ctx, x[1] % *group == 0, ErrorKind::kInvalidArgument,
@@ -130,8 +129,7 @@ class ConvKernel : public Kernel {
     dispatch_dtype(ctx.in(0).dtype(), [&](auto tag) {
       using T = typename decltype(tag)::type;
       if constexpr (std::is_floating_point_v<T>) {
-        compute<T>(ctx.in(0).data<T>(), ctx.in(1).data<T>(), bias ? bias->data<T>() : nullptr,
-                   ctx.out(0).data<T>());
+        compute<T>(ctx.in(0).data<T>(), ctx.in(1).data<T>(), bias ? bias->data<T>() : nullptr, ctx.out(0).data<T>());
       }
     });
   }
@@ -207,8 +205,8 @@ class ConvTransposeKernel : public Kernel {
     dims_.c = x[1];
     // W is [C, M / group, k...].
     ANVIL_PREPARE_CHECK(ctx, w[0] == dims_.c, ErrorKind::kInvalidArgument,
-                        "X has {} channels but weights W {} expect {} (W is [C, M/group, k...])", dims_.c,
-                        shape_str(w), w[0]);
+                        "X has {} channels but weights W {} expect {} (W is [C, M/group, k...])", dims_.c, shape_str(w),
+                        w[0]);
     dims_.m = w[1] * dims_.group;
     check_bias(ctx, dims_.m);
     SpatialGeometry g = conv_transpose_geometry(ctx, x, kernel);
@@ -223,8 +221,7 @@ class ConvTransposeKernel : public Kernel {
     dispatch_dtype(ctx.in(0).dtype(), [&](auto tag) {
       using T = typename decltype(tag)::type;
       if constexpr (std::is_floating_point_v<T>) {
-        compute<T>(ctx.in(0).data<T>(), ctx.in(1).data<T>(), bias ? bias->data<T>() : nullptr,
-                   ctx.out(0).data<T>());
+        compute<T>(ctx.in(0).data<T>(), ctx.in(1).data<T>(), bias ? bias->data<T>() : nullptr, ctx.out(0).data<T>());
       }
     });
   }

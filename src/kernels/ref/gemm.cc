@@ -69,8 +69,8 @@ void check_dtypes(const PrepareContext& ctx, std::initializer_list<size_t> input
                       dtype_name(dt));
   for (size_t i : inputs)
     if (ctx.has_input(i))
-      ANVIL_PREPARE_CHECK(ctx, ctx.input_dtype(i) == dt, ErrorKind::kInvalidModel,
-                          "input {} has dtype {} but A has {}", i, dtype_name(ctx.input_dtype(i)), dtype_name(dt));
+      ANVIL_PREPARE_CHECK(ctx, ctx.input_dtype(i) == dt, ErrorKind::kInvalidModel, "input {} has dtype {} but A has {}",
+                          i, dtype_name(ctx.input_dtype(i)), dtype_name(dt));
 }
 
 template <typename Fn>

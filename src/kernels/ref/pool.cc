@@ -71,8 +71,11 @@ void check_dtype(const PrepareContext& ctx, std::initializer_list<DType> allowed
 
 void check_rank(const PrepareContext& ctx) {
   const Shape& x = ctx.input_shape(0);
-  ANVIL_PREPARE_CHECK(ctx, x.size() >= 3 && x.size() <= 5, ErrorKind::kUnsupported,
-                      "input X has shape {}; 1 to 3 spatial dimensions are supported", shape_str(x));
+  ANVIL_PREPARE_CHECK(ctx, x.size() >= 3, ErrorKind::kInvalidArgument,
+                      "input X has shape {}; expected [N, C, D1, ...] with at least one spatial dimension",
+                      shape_str(x));
+  ANVIL_PREPARE_CHECK(ctx, x.size() <= 5, ErrorKind::kUnsupported,
+                      "input X has {} spatial dimensions; at most 3 are supported", x.size() - 2);
 }
 
 class MaxPoolKernel : public Kernel {
@@ -154,8 +157,8 @@ class MaxPoolKernel : public Kernel {
             }
             yp[o] = best;
             if constexpr (kIndices) {
-              const int64_t local = storage_order_ == 0 ? (bd * g.in[1] + bh) * g.in[2] + bw
-                                                        : bd * cm[0] + bh * cm[1] + bw * cm[2];
+              const int64_t local =
+                  storage_order_ == 0 ? (bd * g.in[1] + bh) * g.in[2] + bw : bd * cm[0] + bh * cm[1] + bw * cm[2];
               ip[o] = pl * in_plane + local;
             }
           }

@@ -1,0 +1,179 @@
+// The oneDNN kernels against the reference kernels on the same random inputs.
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "kernel_tester.h"
+
+namespace anvil::testing {
+namespace {
+
+using kernels::Backend;
+
+Tensor random_f32(Shape shape, uint32_t seed) {
+  Tensor t(DType::kFloat32, std::move(shape));
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> d(-1.f, 1.f);
+  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = d(rng);
+  return t;
+}
+
+// Runs op on both backends with the given constant mask and checks they agree.
+void expect_backends_agree(const std::string& op, const std::vector<Tensor>& inputs, const ir::Attributes& attrs,
+                           std::vector<bool> constant, float tol = 1e-4f, bool expect_dnnl = true) {
+  KernelOptions ref_opts, dnnl_opts;
+  ref_opts.constant_inputs = constant;
+  dnnl_opts.constant_inputs = constant;
+  dnnl_opts.backend = Backend::kDnnl;
+  KernelResult ref = run_kernel_full(op, inputs, attrs, ref_opts);
+  KernelResult dnnl = run_kernel_full(op, inputs, attrs, dnnl_opts);
+  if (expect_dnnl) EXPECT_EQ(dnnl.impl.rfind("dnnl:", 0), 0u) << dnnl.impl;
+  ASSERT_EQ(ref.outputs[0].shape(), dnnl.outputs[0].shape());
+  EXPECT_LE(max_abs_diff(ref.outputs[0], dnnl.outputs[0]), tol) << op;
+}
+
+ir::Attributes conv_attrs(std::vector<int64_t> strides, std::vector<int64_t> pads, std::vector<int64_t> dilations,
+                          int64_t group) {
+  ir::Attributes a;
+  a.set("strides", strides);
+  a.set("pads", pads);
+  a.set("dilations", dilations);
+  a.set("group", group);
+  return a;
+}
+
+TEST(DnnlConv, Plain3x3WithBiasConstantWeights) {
+  expect_backends_agree("Conv", {random_f32({1, 8, 10, 10}, 1), random_f32({16, 8, 3, 3}, 2), random_f32({16}, 3)},
+                        conv_attrs({1, 1}, {1, 1, 1, 1}, {1, 1}, 1), {false, true, true});
+}
+
+TEST(DnnlConv, StridedDilatedAsymmetricPads) {
+  expect_backends_agree("Conv", {random_f32({2, 4, 13, 11}, 4), random_f32({6, 4, 3, 3}, 5)},
+                        conv_attrs({2, 1}, {0, 1, 2, 0}, {2, 1}, 1), {false, true});
+}
+
+TEST(DnnlConv, GroupedAndDepthwise) {
+  expect_backends_agree("Conv", {random_f32({1, 8, 9, 9}, 6), random_f32({8, 2, 3, 3}, 7)},
+                        conv_attrs({1, 1}, {1, 1, 1, 1}, {1, 1}, 4), {false, true});
+  expect_backends_agree("Conv", {random_f32({1, 8, 9, 9}, 8), random_f32({8, 1, 3, 3}, 9)},
+                        conv_attrs({2, 2}, {1, 1, 1, 1}, {1, 1}, 8), {false, true});
+}
+
+TEST(DnnlConv, WeightsNotConstant) {
+  expect_backends_agree("Conv", {random_f32({1, 3, 7, 7}, 10), random_f32({5, 3, 2, 2}, 11)},
+                        conv_attrs({1, 1}, {0, 0, 0, 0}, {1, 1}, 1), {false, false});
+}
+
+TEST(DnnlConv, OneDAndThreeD) {
+  ir::Attributes a1;
+  a1.set("pads", std::vector<int64_t>{1, 1});
+  expect_backends_agree("Conv", {random_f32({1, 3, 20}, 12), random_f32({4, 3, 3}, 13)}, a1, {false, true});
+  ir::Attributes a3;
+  a3.set("strides", std::vector<int64_t>{1, 2, 2});
+  expect_backends_agree("Conv", {random_f32({1, 2, 5, 6, 6}, 14), random_f32({3, 2, 3, 3, 3}, 15)}, a3, {false, true});
+}
+
+TEST(DnnlConv, AutoPadSameUpper) {
+  ir::Attributes a;
+  a.set("auto_pad", std::string("SAME_UPPER"));
+  a.set("strides", std::vector<int64_t>{2, 2});
+  expect_backends_agree("Conv", {random_f32({1, 3, 8, 7}, 16), random_f32({4, 3, 3, 3}, 17)}, a, {false, true});
+}
+
+TEST(DnnlConvTranspose, StridedWithOutputPadding) {
+  ir::Attributes a;
+  a.set("strides", std::vector<int64_t>{2, 2});
+  a.set("pads", std::vector<int64_t>{1, 1, 1, 1});
+  a.set("output_padding", std::vector<int64_t>{1, 1});
+  expect_backends_agree("ConvTranspose", {random_f32({1, 4, 5, 5}, 18), random_f32({4, 3, 3, 3}, 19), random_f32({3}, 20)},
+                        a, {false, true, true});
+}
+
+TEST(DnnlConvTranspose, Grouped) {
+  ir::Attributes a;
+  a.set("group", int64_t{2});
+  expect_backends_agree("ConvTranspose", {random_f32({1, 4, 4, 4}, 21), random_f32({4, 3, 3, 3}, 22)}, a, {false, true});
+}
+
+TEST(DnnlFusedConv, ResidualAndRelu) {
+  ir::Attributes a = conv_attrs({1, 1}, {1, 1, 1, 1}, {1, 1}, 1);
+  a.set("activation", std::string("Relu"));
+  a.set("activation_alpha", 0.f);
+  a.set("activation_beta", 0.f);
+  std::vector<Tensor> in = {random_f32({1, 4, 6, 6}, 23), random_f32({4, 4, 3, 3}, 24), random_f32({4}, 25),
+                            random_f32({1, 4, 6, 6}, 26)};
+  // Expected: the reference Conv, plus the residual, then ReLU — computed here.
+  KernelOptions conv_opts;
+  conv_opts.constant_inputs = {false, true, true};
+  Tensor expected = run_kernel("Conv", {in[0], in[1], in[2]}, conv_attrs({1, 1}, {1, 1, 1, 1}, {1, 1}, 1), conv_opts)[0];
+  for (int64_t i = 0; i < expected.numel(); ++i) {
+    float v = expected.data<float>()[i] + in[3].data<float>()[i];
+    expected.data<float>()[i] = v > 0 ? v : 0;
+  }
+  for (Backend backend : {Backend::kDnnl, Backend::kRef}) {
+    KernelOptions o;
+    o.domain = "anvil";
+    o.backend = backend;
+    o.constant_inputs = {false, true, true, false};
+    Tensor got = run_kernel("FusedConv", in, a, o)[0];
+    EXPECT_LE(max_abs_diff(got, expected), 1e-4f) << (backend == Backend::kDnnl ? "dnnl" : "ref");
+  }
+}
+
+TEST(DnnlPool, MaxAndAverage) {
+  ir::Attributes m;
+  m.set("kernel_shape", std::vector<int64_t>{3, 3});
+  m.set("strides", std::vector<int64_t>{2, 2});
+  m.set("pads", std::vector<int64_t>{1, 1, 1, 1});
+  expect_backends_agree("MaxPool", {random_f32({1, 3, 11, 11}, 27)}, m, {false});
+  ir::Attributes avg = m;
+  expect_backends_agree("AveragePool", {random_f32({1, 3, 11, 11}, 28)}, avg, {false});
+  avg.set("count_include_pad", int64_t{1});
+  expect_backends_agree("AveragePool", {random_f32({1, 3, 11, 11}, 29)}, avg, {false});
+  ir::Attributes ceil = m;
+  ceil.set("ceil_mode", int64_t{1});
+  ceil.set("pads", std::vector<int64_t>{0, 0, 0, 0});
+  expect_backends_agree("MaxPool", {random_f32({1, 2, 10, 10}, 30)}, ceil, {false});
+  expect_backends_agree("AveragePool", {random_f32({1, 2, 10, 10}, 31)}, ceil, {false});
+}
+
+TEST(DnnlPool, Global) {
+  expect_backends_agree("GlobalAveragePool", {random_f32({2, 5, 7, 3}, 32)}, {}, {false});
+  expect_backends_agree("GlobalMaxPool", {random_f32({2, 5, 7, 3}, 33)}, {}, {false});
+}
+
+TEST(DnnlMatMul, BatchedBroadcastAndVectors) {
+  expect_backends_agree("MatMul", {random_f32({2, 3, 4, 5}, 34), random_f32({5, 6}, 35)}, {}, {false, true});
+  expect_backends_agree("MatMul", {random_f32({2, 1, 4, 5}, 36), random_f32({3, 5, 2}, 37)}, {}, {false, false});
+  expect_backends_agree("MatMul", {random_f32({5}, 38), random_f32({2, 5, 3}, 39)}, {}, {false, false});
+  expect_backends_agree("MatMul", {random_f32({4, 5}, 40), random_f32({5}, 41)}, {}, {false, true});
+  expect_backends_agree("MatMul", {random_f32({5}, 42), random_f32({5}, 43)}, {}, {false, false});
+}
+
+TEST(DnnlGemm, TransposesAlphaBetaBias) {
+  ir::Attributes a;
+  a.set("transA", int64_t{1});
+  a.set("transB", int64_t{1});
+  a.set("alpha", 0.5f);
+  a.set("beta", 2.f);
+  expect_backends_agree("Gemm", {random_f32({4, 3}, 44), random_f32({5, 4}, 45), random_f32({5}, 46)}, a,
+                        {false, true, true});
+  expect_backends_agree("Gemm", {random_f32({3, 4}, 47), random_f32({4, 5}, 48), random_f32({3, 1}, 49)}, {},
+                        {false, false, false});
+}
+
+TEST(DnnlConv, ChannelMismatchIsInvalidArgument) {
+  KernelOptions o;
+  o.backend = Backend::kDnnl;
+  o.constant_inputs = {false, true};
+  try {
+    run_kernel("Conv", {random_f32({1, 3, 5, 5}, 50), random_f32({4, 2, 3, 3}, 51)}, {}, o);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("Conv"), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace anvil::testing
