@@ -49,6 +49,7 @@ int optimize(ir::Graph& graph, int level, const ConstantEvaluator& evaluator) {
       if (pass->run(graph)) {
         changed = true;
         graph.compact();
+        graph.topological_sort();  // a fused node may now read a value produced later in the old order
       }
     }
   }

@@ -204,7 +204,11 @@ class PlanBuilder {
         int root = root_of(in_slots[inplace]);
         const Slot& r = plan_->slots[root];
         size_t out_bytes = static_cast<size_t>(shape_numel(type.shape)) * dtype_size(type.dtype);
-        bool free_after = r.kind == Slot::Kind::kArena && root_last_use_[root] <= index &&
+        // The node must not read the buffer through another input while overwriting it.
+        bool read_elsewhere = false;
+        for (size_t j = 0; j < in_slots.size(); ++j)
+          read_elsewhere |= static_cast<int>(j) != inplace && in_slots[j] >= 0 && root_of(in_slots[j]) == root;
+        bool free_after = r.kind == Slot::Kind::kArena && root_last_use_[root] <= index && !read_elsewhere &&
                           out_bytes <= buffer_bytes_[r.buffer];
         if (free_after) {
           s.kind = Slot::Kind::kAlias;

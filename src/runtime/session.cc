@@ -1,6 +1,9 @@
 #include "anvil/session.h"
 
 #include <omp.h>
+#include <pthread.h>
+
+#include <atomic>
 
 #include <cstdlib>
 #include <cstring>
@@ -49,6 +52,19 @@ struct PlanEntry {
   }
 };
 
+// GNU OpenMP cannot start a thread team in a child forked after the parent used
+// one (the child hangs), so a forked child runs sessions on its own thread with
+// plans made for one thread — what data-loader workers want anyway.
+std::atomic<bool> g_in_forked_child{false};
+
+void watch_for_fork() {
+  static bool registered = [] {
+    pthread_atfork(nullptr, nullptr, [] { g_in_forked_child = true; });
+    return true;
+  }();
+  (void)registered;
+}
+
 int default_threads() {
   int n = omp_get_num_procs();
   return n > 0 ? n : 1;
@@ -69,6 +85,7 @@ struct Session::Impl {
   std::vector<Tensor> order_inputs(const std::map<std::string, Tensor>& given) const;
   std::shared_ptr<PlanEntry> plan_for(const std::vector<Tensor>& inputs) const;
   std::vector<Tensor> execute(PlanEntry& entry, const std::vector<Tensor>& inputs) const;
+  int effective_threads() const { return g_in_forked_child ? 1 : threads; }
 };
 
 Session::Session(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -89,6 +106,7 @@ Session Session::from_graph(std::unique_ptr<ir::Graph> graph, const SessionOptio
   for (const auto& n : graph->nodes())
     ANVIL_CHECK(kernels::Registry::global().has_op(n->domain, n->op_type), ErrorKind::kUnsupported,
                 "{}: operator {} is not supported by Anvil", n->describe(), n->op_type);
+  watch_for_fork();
   auto impl = std::make_unique<Impl>();
   impl->options = options;
   impl->threads = options.num_threads > 0 ? options.num_threads : default_threads();
@@ -132,7 +150,8 @@ std::vector<Tensor> Session::Impl::order_inputs(const std::map<std::string, Tens
 }
 
 std::shared_ptr<PlanEntry> Session::Impl::plan_for(const std::vector<Tensor>& ordered) const {
-  std::string key;
+  int threads = effective_threads();
+  std::string key = std::to_string(threads) + "t;";
   for (const Tensor& t : ordered) {
     key += shape_str(t.shape()) + ";";
     if (runtime::is_specialised_input(t)) {
@@ -174,7 +193,7 @@ std::vector<Tensor> Session::Impl::execute(PlanEntry& entry, const std::vector<T
   for (size_t i = 0; i < plan.slots.size(); ++i)
     views[i] = Tensor::view(plan.slots[i].type.dtype, plan.slots[i].type.shape, memory_of(static_cast<int>(i)));
 
-  omp_set_num_threads(threads);
+  omp_set_num_threads(effective_threads());
   kernels::RunContext ctx;
   for (const runtime::Step& step : plan.steps) {
     ctx.inputs.clear();

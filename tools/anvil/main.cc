@@ -19,6 +19,15 @@ int main(int argc, char** argv) {
   add("bench", "measure latency, throughput and memory of a model", anvil::cli::add_bench);
   add("conformance", "run ONNX backend test cases", anvil::cli::add_conformance);
 
+  auto known = [&](const std::string& name) {
+    for (const auto& c : commands)
+      if (c.first->get_name() == name) return true;
+    return false;
+  };
+  if (argc > 1 && argv[1][0] != '-' && !known(argv[1])) {
+    std::fprintf(stderr, "anvil: error: unknown command '%s' (commands: info, run, bench, conformance)\n", argv[1]);
+    return 1;
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
