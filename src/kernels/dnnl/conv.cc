@@ -1,4 +1,5 @@
 // Conv, anvil.FusedConv and ConvTranspose on oneDNN (float32, 1-D to 3-D).
+#include <cstdlib>
 #include <cstring>
 
 #include "kernels/dnnl/common.h"
@@ -16,6 +17,20 @@ memory::dims to_dims(const std::vector<int64_t>& v, int64_t minus = 0) {
   memory::dims d;
   for (int64_t x : v) d.push_back(x - minus);
   return d;
+}
+
+// ANVIL_CONV_LAYOUT=plain keeps convolutions on NCHW kernels (no reorders).
+bool allow_blocked_layout() {
+  static const bool allow = [] {
+    const char* v = std::getenv("ANVIL_CONV_LAYOUT");
+    return !(v && std::string(v) == "plain");
+  }();
+  return allow;
+}
+
+memory::desc activation_desc(const Shape& shape) {
+  if (!allow_blocked_layout()) return du::plain_desc(shape, DType::kFloat32);
+  return memory::desc(du::dims(shape), memory::data_type::f32, memory::format_tag::any);
 }
 
 // What Conv and ConvTranspose share: input checks, weights handling, execution.
@@ -46,8 +61,8 @@ class DnnlConvBase : public Kernel {
       weights_packed_ = true;
     }
     if (ctx.has_input(2)) bias_desc_ = du::plain_desc(ctx.input_shape(2), DType::kFloat32);
-    scratch_ = pd.scratchpad_desc().get_size();
     impl_ = du::impl_name(pd);
+    choose_layouts(pd);
   }
 
   memory::desc bias_md(const PrepareContext& ctx, int64_t channels) const {
@@ -58,20 +73,64 @@ class DnnlConvBase : public Kernel {
     return du::plain_desc({channels}, DType::kFloat32);
   }
 
-  void execute(const RunContext& ctx, const memory::desc& src_md, const memory::desc& dst_md) const {
+  // Activations stay plain (NCHW) between nodes; when oneDNN runs faster on a
+  // blocked layout, the kernel reorders in and out through its scratch memory.
+  // (A layout pass that keeps whole regions blocked will remove these reorders.)
+  void choose_layouts(const dnnl::primitive_desc_base& pd) {
+    src_inner_ = pd.src_desc();
+    dst_inner_ = pd.dst_desc();
+    src_staged_ = src_inner_ != src_md_;
+    dst_staged_ = dst_inner_ != dst_md_;
+    size_t conv_scratch = pd.scratchpad_desc().get_size();
+    src_offset_ = align(conv_scratch);
+    dst_offset_ = src_offset_ + (src_staged_ ? align(src_inner_.get_size()) : 0);
+    scratch_ = dst_offset_ + (dst_staged_ ? align(dst_inner_.get_size()) : 0);
+    if (src_staged_) src_reorder_ = dnnl::reorder(dnnl::reorder::primitive_desc(du::engine(), src_md_, du::engine(), src_inner_));
+    if (dst_staged_) {
+      dst_reorder_ = dnnl::reorder(dnnl::reorder::primitive_desc(du::engine(), dst_inner_, du::engine(), dst_md_));
+      sum_reorder_ = dnnl::reorder(dnnl::reorder::primitive_desc(du::engine(), dst_md_, du::engine(), dst_inner_));
+    }
+  }
+
+  static size_t align(size_t n) { return (n + 63) / 64 * 64; }
+
+  void execute(const RunContext& ctx, const Tensor* sum) const {
+    char* scratch = static_cast<char*>(ctx.scratch);
+    dnnl::stream& s = du::stream();
+    memory src = du::wrap(src_md_, ctx.in(0).raw());
+    memory dst = du::wrap(dst_md_, ctx.out(0).raw());
+    if (src_staged_) {
+      memory staged = du::wrap(src_inner_, scratch + src_offset_);
+      src_reorder_.execute(s, src, staged);
+      src = staged;
+    }
+    memory dst_plain = dst;
+    if (dst_staged_) dst = du::wrap(dst_inner_, scratch + dst_offset_);
+    if (sum) {
+      if (dst_staged_) {
+        memory plain_sum = du::wrap(dst_md_, sum->raw());
+        sum_reorder_.execute(s, plain_sum, dst);
+      }
+      else if (sum->raw() != ctx.out(0).raw()) std::memcpy(ctx.out(0).raw(), sum->raw(), ctx.out(0).nbytes());
+    }
     std::unordered_map<int, memory> args;
-    args[DNNL_ARG_SRC] = du::wrap(src_md, ctx.in(0).raw());
+    args[DNNL_ARG_SRC] = src;
     args[DNNL_ARG_WEIGHTS] = weights_packed_ ? packed_.memory : du::wrap(weights_plain_, ctx.in(1).raw());
     if (ctx.inputs.size() > 2 && ctx.inputs[2]) args[DNNL_ARG_BIAS] = du::wrap(bias_desc_, ctx.in(2).raw());
-    args[DNNL_ARG_DST] = du::wrap(dst_md, ctx.out(0).raw());
-    if (scratch_) args[DNNL_ARG_SCRATCHPAD] = du::wrap(scratchpad_md_, ctx.scratch);
-    primitive_.execute(du::stream(), args);
-    du::stream().wait();
+    args[DNNL_ARG_DST] = dst;
+    if (scratchpad_md_.get_size()) args[DNNL_ARG_SCRATCHPAD] = du::wrap(scratchpad_md_, scratch);
+    primitive_.execute(s, args);
+    if (dst_staged_) dst_reorder_.execute(s, dst, dst_plain);
+    s.wait();
   }
 
   int64_t group_ = 1;
   dnnl::primitive primitive_;
   memory::desc src_md_, dst_md_, weights_plain_, bias_desc_, scratchpad_md_;
+  memory::desc src_inner_, dst_inner_;
+  bool src_staged_ = false, dst_staged_ = false;
+  size_t src_offset_ = 0, dst_offset_ = 0;
+  dnnl::reorder src_reorder_, dst_reorder_, sum_reorder_;
   du::PackedWeights packed_;
   bool weights_packed_ = false;
   size_t scratch_ = 0;
@@ -121,8 +180,9 @@ class DnnlConv : public DnnlConvBase {
     memory::desc w_any = ctx.constant(1) ? memory::desc(du::dims(wdims), memory::data_type::f32, memory::format_tag::any)
                                          : w_plain;
     try {
+      memory::desc src_any = activation_desc(x), dst_any = activation_desc(y);
       dnnl::convolution_forward::desc desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
-                                           src_md_, w_any, bias_md(ctx, cout), dst_md_, to_dims(g.strides),
+                                           src_any, w_any, bias_md(ctx, cout), dst_any, to_dims(g.strides),
                                            to_dims(g.dilations, 1), to_dims(g.pads_begin), to_dims(g.pads_end));
       dnnl::convolution_forward::primitive_desc pd(desc, attr, du::engine());
       primitive_ = dnnl::convolution_forward(pd);
@@ -136,11 +196,7 @@ class DnnlConv : public DnnlConvBase {
 
   int inplace_input() const override { return fused_ ? 3 : -1; }
 
-  void run(const RunContext& ctx) const override {
-    if (has_sum_ && ctx.in(3).raw() != ctx.out(0).raw())
-      std::memcpy(ctx.out(0).raw(), ctx.in(3).raw(), ctx.out(0).nbytes());
-    execute(ctx, src_md_, dst_md_);
-  }
+  void run(const RunContext& ctx) const override { execute(ctx, has_sum_ ? &ctx.in(3) : nullptr); }
 
  private:
   bool fused_;
@@ -203,7 +259,7 @@ class DnnlConvTranspose : public DnnlConvBase {
     return {{DType::kFloat32, y}};
   }
 
-  void run(const RunContext& ctx) const override { execute(ctx, src_md_, dst_md_); }
+  void run(const RunContext& ctx) const override { execute(ctx, nullptr); }
 };
 
 ANVIL_REGISTER_KERNEL_CLASS("Conv", kDnnl, DnnlConv);
