@@ -161,6 +161,9 @@ std::unique_ptr<ir::Graph> import_model_bytes(const std::string& bytes, const st
   std::map<std::string, int> opsets;
   check_opsets(model, opsets);
   check_ops_supported(model.graph(), opsets, supported);
+  // External weights are read (and their paths checked) before the checker,
+  // which would look for them relative to the working directory.
+  for (auto& init : *model.mutable_graph()->mutable_initializer()) inline_external_data(init, base_dir);
   run_onnx_checker(model);
   return build_graph(model, std::move(opsets), base_dir);
 }

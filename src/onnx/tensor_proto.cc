@@ -164,6 +164,21 @@ Tensor tensor_from_proto(const TensorProto& p, const std::string& base_dir) {
   return t;
 }
 
+void inline_external_data(TensorProto& p, const std::string& base_dir) {
+  if (p.data_location() != TensorProto::EXTERNAL) return;
+  DType dtype = dtype_from_onnx(p.data_type());
+  ANVIL_CHECK(dtype != DType::kUndefined, ErrorKind::kUnsupported, "tensor '{}' has data type {}, which Anvil does not support",
+              p.name(), onnx_type_name(p.data_type()));
+  int64_t n = 1;
+  for (int64_t d : p.dims()) {
+    ANVIL_CHECK(d >= 0, ErrorKind::kInvalidModel, "tensor '{}' has a negative dimension", p.name());
+    n *= d;
+  }
+  p.set_raw_data(read_external(p, base_dir, static_cast<size_t>(n) * dtype_size(dtype)));
+  p.clear_external_data();
+  p.set_data_location(TensorProto::DEFAULT);
+}
+
 void tensor_to_proto(const Tensor& t, const std::string& name, TensorProto* p) {
   p->Clear();
   p->set_name(name);
