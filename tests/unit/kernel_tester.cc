@@ -24,6 +24,13 @@ KernelResult run_kernel_full(const std::string& op, const std::vector<Tensor>& i
     node.outputs.push_back(output_values.back().get());
   }
 
+  // Kernels may look at the node's input count (variadic ops); omitted inputs stay nullptr.
+  std::vector<std::unique_ptr<ir::Value>> input_values;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    input_values.push_back(std::make_unique<ir::Value>());
+    input_values.back()->name = node.name + "_in" + std::to_string(i);
+    node.inputs.push_back(inputs[i].empty() ? nullptr : input_values.back().get());
+  }
   std::vector<kernels::TensorType> types;
   std::vector<const Tensor*> constants;
   for (size_t i = 0; i < inputs.size(); ++i) {

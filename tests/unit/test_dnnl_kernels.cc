@@ -1,6 +1,7 @@
 // The oneDNN kernels against the reference kernels on the same random inputs.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <random>
 
 #include "kernel_tester.h"
@@ -160,6 +161,87 @@ TEST(DnnlGemm, TransposesAlphaBetaBias) {
                         {false, true, true});
   expect_backends_agree("Gemm", {random_f32({3, 4}, 47), random_f32({4, 5}, 48), random_f32({3, 1}, 49)}, {},
                         {false, false, false});
+}
+
+
+TEST(DnnlEltwise, MatchesReference) {
+  Tensor x = random_f32({2, 3, 5, 7}, 60);
+  for (const char* op : {"Relu", "LeakyRelu", "Elu", "Sigmoid", "Tanh", "HardSwish", "Exp", "Abs", "Neg"})
+    expect_backends_agree(op, {x}, {}, {false}, 1e-5f);
+  Tensor positive = random_f32({4, 9}, 61);
+  for (int64_t i = 0; i < positive.numel(); ++i) positive.data<float>()[i] = std::fabs(positive.data<float>()[i]) + 0.1f;
+  expect_backends_agree("Sqrt", {positive}, {}, {false}, 1e-5f);
+  expect_backends_agree("Log", {positive}, {}, {false}, 1e-5f);
+  ir::Attributes alpha;
+  alpha.set("alpha", 0.3f);
+  expect_backends_agree("LeakyRelu", {x}, alpha, {false}, 1e-6f);
+}
+
+TEST(DnnlEltwise, ClipWithConstantBounds) {
+  Tensor lo(DType::kFloat32, {}), hi(DType::kFloat32, {});
+  *lo.data<float>() = -0.2f;
+  *hi.data<float>() = 0.4f;
+  expect_backends_agree("Clip", {random_f32({3, 8}, 62), lo, hi}, {}, {false, true, true}, 0.f);
+  KernelOptions o;
+  o.backend = Backend::kDnnl;
+  o.constant_inputs = {false, false, false};  // bounds known only at run time: the reference kernel's job
+  EXPECT_THROW(run_kernel("Clip", {random_f32({3, 8}, 63), lo, hi}, {}, o), Error);
+}
+
+TEST(DnnlBinary, BroadcastBothWays) {
+  for (const char* op : {"Add", "Sub", "Mul", "Div", "Max", "Min"}) {
+    expect_backends_agree(op, {random_f32({2, 3, 4}, 64), random_f32({2, 3, 4}, 65)}, {}, {false, false}, 1e-5f);
+    expect_backends_agree(op, {random_f32({2, 3, 4}, 66), random_f32({3, 1}, 67)}, {}, {false, false}, 1e-5f);
+  }
+  // The first operand broadcast: commuting ops swap, Sub and Div decline.
+  expect_backends_agree("Add", {random_f32({4}, 68), random_f32({2, 3, 4}, 69)}, {}, {false, false}, 1e-6f);
+  KernelOptions o;
+  o.backend = Backend::kDnnl;
+  o.constant_inputs = {false, false};
+  try {
+    run_kernel("Sub", {random_f32({4}, 70), random_f32({2, 3, 4}, 71)}, {}, o);
+    FAIL() << "expected oneDNN to decline";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kUnsupported);
+  }
+}
+
+TEST(DnnlSoftmax, LegacyAndAxisSemantics) {
+  Tensor x = random_f32({2, 3, 4}, 72);
+  for (const char* op : {"Softmax", "LogSoftmax"}) {
+    for (int64_t axis : {0, 1, 2, -1}) {
+      ir::Attributes a;
+      a.set("axis", axis);
+      for (int opset : {11, 13}) {
+        KernelOptions ref, dnnl;
+        ref.opset = dnnl.opset = opset;
+        ref.constant_inputs = dnnl.constant_inputs = {false};
+        dnnl.backend = Backend::kDnnl;
+        EXPECT_LE(max_abs_diff(run_kernel(op, {x}, a, ref)[0], run_kernel(op, {x}, a, dnnl)[0]), 1e-5f)
+            << op << " axis " << axis << " opset " << opset;
+      }
+    }
+  }
+}
+
+TEST(DnnlBatchNorm, MatchesReference) {
+  Tensor var = random_f32({3}, 73);
+  for (int64_t i = 0; i < 3; ++i) var.data<float>()[i] = std::fabs(var.data<float>()[i]) + 0.5f;
+  expect_backends_agree("BatchNormalization",
+                        {random_f32({2, 3, 5, 5}, 74), random_f32({3}, 75), random_f32({3}, 76), random_f32({3}, 77), var},
+                        {}, {false, true, true, true, true}, 1e-5f);
+}
+
+TEST(DnnlConcat, AlongEachAxis) {
+  for (int64_t axis : {0, 1, -1}) {
+    ir::Attributes a;
+    a.set("axis", axis);
+    Shape s1 = {2, 3, 4}, s2 = {2, 3, 4};
+    int64_t ax = axis < 0 ? 2 : axis;
+    s2[ax] = 5;
+    expect_backends_agree("Concat", {random_f32(s1, 78), random_f32(s2, 79), random_f32(s1, 80)}, a,
+                          {false, false, false}, 0.f);
+  }
 }
 
 TEST(DnnlConv, ChannelMismatchIsInvalidArgument) {

@@ -86,4 +86,10 @@ PackedWeights pack(const dnnl::memory::desc& from, const void* data, const dnnl:
   return w;
 }
 
+void PrimitiveKernel::execute(std::unordered_map<int, dnnl::memory>& args, void* scratch) const {
+  if (scratchpad_md_.get_size()) args[DNNL_ARG_SCRATCHPAD] = wrap(scratchpad_md_, scratch);
+  primitive_.execute(stream(), args);
+  stream().wait();
+}
+
 }  // namespace anvil::kernels::dnnl_util

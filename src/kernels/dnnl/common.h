@@ -8,7 +8,9 @@
 // kUnsupported, so the planner falls back to the reference kernel.
 #pragma once
 
+#include <functional>
 #include <string>
+#include <unordered_map>
 
 #include <oneapi/dnnl/dnnl.hpp>
 
@@ -42,5 +44,35 @@ struct PackedWeights {
   dnnl::memory memory;
 };
 PackedWeights pack(const dnnl::memory::desc& from, const void* data, const dnnl::memory::desc& to);
+
+// Base of the kernels that run one oneDNN primitive: keeps the primitive, its
+// scratchpad and its name; run() in the subclass only binds pointers.
+class PrimitiveKernel : public Kernel {
+ public:
+  size_t scratch_bytes() const override { return scratchpad_md_.get_size(); }
+  std::string impl_name() const override { return impl_; }
+
+ protected:
+  // Creates the primitive from `pd`; a dnnl::error becomes kUnsupported.
+  template <typename Primitive, typename PrimitiveDesc>
+  void create(const PrepareContext& ctx, const std::function<PrimitiveDesc()>& make_pd) {
+    try {
+      PrimitiveDesc pd = make_pd();
+      primitive_ = Primitive(pd);
+      scratchpad_md_ = pd.scratchpad_desc();
+      impl_ = impl_name(pd);
+    } catch (const dnnl::error& e) {
+      ctx.fail(ErrorKind::kUnsupported, "oneDNN cannot run this case ({})", e.what());
+    }
+  }
+  void execute(std::unordered_map<int, dnnl::memory>& args, void* scratch) const;
+
+  dnnl::primitive primitive_;
+  dnnl::memory::desc scratchpad_md_;
+  std::string impl_;
+
+ private:
+  static std::string impl_name(const dnnl::primitive_desc_base& pd) { return dnnl_util::impl_name(pd); }
+};
 
 }  // namespace anvil::kernels::dnnl_util

@@ -1,0 +1,103 @@
+// Unary activations and math on oneDNN's eltwise primitive (float32), in place
+// when the planner allows. Erf, HardSigmoid and the rest stay on the reference kernels.
+#include <limits>
+
+#include "kernels/dnnl/common.h"
+#include "kernels/registry.h"
+
+namespace anvil::kernels {
+
+namespace {
+
+using dnnl::algorithm;
+using dnnl::memory;
+namespace du = dnnl_util;
+
+struct EltwiseSpec {
+  algorithm alg;
+  float alpha, beta;
+};
+
+class DnnlEltwise : public du::PrimitiveKernel {
+ public:
+  explicit DnnlEltwise(const ir::Node& node) : node_(node) {}
+
+  std::vector<TensorType> prepare(const PrepareContext& ctx) override {
+    ANVIL_PREPARE_CHECK(ctx, ctx.input_dtype(0) == DType::kFloat32, ErrorKind::kUnsupported, "oneDNN path is float32 only");
+    EltwiseSpec spec = spec_for(ctx);
+    md_ = du::plain_desc(ctx.input_shape(0), DType::kFloat32);
+    create<dnnl::eltwise_forward, dnnl::eltwise_forward::primitive_desc>(ctx, [&] {
+      dnnl::eltwise_forward::desc d(dnnl::prop_kind::forward_inference, spec.alg, md_, spec.alpha, spec.beta);
+      return dnnl::eltwise_forward::primitive_desc(d, du::user_scratchpad_attr(), du::engine());
+    });
+    return {ctx.input_type(0)};
+  }
+
+  int inplace_input() const override { return 0; }
+
+  void run(const RunContext& ctx) const override {
+    if (ctx.out(0).numel() == 0) return;
+    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, du::wrap(md_, ctx.in(0).raw())},
+                                         {DNNL_ARG_DST, du::wrap(md_, ctx.out(0).raw())}};
+    execute(args, ctx.scratch);
+  }
+
+ private:
+  EltwiseSpec spec_for(const PrepareContext& ctx) const {
+    const std::string& op = node_.op_type;
+    const ir::Attributes& a = node_.attrs;
+    if (op == "Relu") return {algorithm::eltwise_relu, 0.f, 0.f};
+    if (op == "LeakyRelu") return {algorithm::eltwise_relu, a.get_float("alpha", 0.01f), 0.f};
+    if (op == "Elu") return {algorithm::eltwise_elu, a.get_float("alpha", 1.f), 0.f};
+    if (op == "Sigmoid") return {algorithm::eltwise_logistic, 0.f, 0.f};
+    if (op == "Tanh") return {algorithm::eltwise_tanh, 0.f, 0.f};
+    if (op == "HardSwish") return {algorithm::eltwise_hardswish, 0.f, 0.f};
+    if (op == "Sqrt") return {algorithm::eltwise_sqrt, 0.f, 0.f};
+    if (op == "Exp") return {algorithm::eltwise_exp, 0.f, 0.f};
+    if (op == "Log") return {algorithm::eltwise_log, 0.f, 0.f};
+    if (op == "Abs") return {algorithm::eltwise_abs, 0.f, 0.f};
+    if (op == "Neg") return {algorithm::eltwise_linear, -1.f, 0.f};
+    if (op == "Clip") return clip_spec(ctx);
+    ctx.fail(ErrorKind::kUnsupported, "no oneDNN eltwise for {}", op);
+  }
+
+  // Clip's bounds: attributes before opset 11, constant scalar inputs after.
+  EltwiseSpec clip_spec(const PrepareContext& ctx) const {
+    float lo = std::numeric_limits<float>::lowest(), hi = std::numeric_limits<float>::max();
+    if (ctx.opset() < 11) {
+      lo = node_.attrs.get_float("min", lo);
+      hi = node_.attrs.get_float("max", hi);
+    } else {
+      for (size_t i = 1; i < 3; ++i) {
+        if (!ctx.has_input(i)) continue;
+        const Tensor* t = ctx.constant(i);
+        ANVIL_PREPARE_CHECK(ctx, t && t->dtype() == DType::kFloat32 && t->numel() == 1, ErrorKind::kUnsupported,
+                            "oneDNN clip needs constant float bounds");
+        (i == 1 ? lo : hi) = *t->data<float>();
+      }
+    }
+    return {algorithm::eltwise_clip_v2, lo, hi};
+  }
+
+  const ir::Node& node_;
+  memory::desc md_;
+};
+
+}  // namespace
+
+#define ANVIL_DNNL_ELTWISE(op) ANVIL_REGISTER_KERNEL_CLASS(op, kDnnl, DnnlEltwise)
+ANVIL_DNNL_ELTWISE("Relu");
+ANVIL_DNNL_ELTWISE("LeakyRelu");
+ANVIL_DNNL_ELTWISE("Elu");
+ANVIL_DNNL_ELTWISE("Sigmoid");
+ANVIL_DNNL_ELTWISE("Tanh");
+ANVIL_DNNL_ELTWISE("HardSwish");
+ANVIL_DNNL_ELTWISE("Sqrt");
+ANVIL_DNNL_ELTWISE("Exp");
+ANVIL_DNNL_ELTWISE("Log");
+ANVIL_DNNL_ELTWISE("Abs");
+ANVIL_DNNL_ELTWISE("Neg");
+ANVIL_DNNL_ELTWISE("Clip");
+#undef ANVIL_DNNL_ELTWISE
+
+}  // namespace anvil::kernels
