@@ -96,6 +96,9 @@ class Kernel {
   // When >= 0, output 0 may overwrite that input in place if nothing reads
   // the input afterwards; run() must then work whether or not they share memory.
   virtual int inplace_input() const { return -1; }
+  // True when the outputs depend only on the input types, not their values
+  // (Shape): the planner then computes them once, at plan time.
+  virtual bool reads_only_input_types() const { return false; }
   // Name of the implementation, for plan listings ("ref", "dnnl:jit:avx2"...).
   virtual std::string impl_name() const { return "ref"; }
 };

@@ -144,6 +144,15 @@ class PlanBuilder {
       fold_node(node, prepared, constants);
       return;
     }
+    if (prepared.kernel->reads_only_input_types()) {
+      // Shape and the like: bytes-less views carry the types the kernel reads.
+      std::vector<Tensor> views;
+      for (const TensorType& t : types) views.push_back(Tensor::view(t.dtype, t.shape, nullptr));
+      std::vector<const Tensor*> ptrs;
+      for (size_t i = 0; i < views.size(); ++i) ptrs.push_back(types[i].dtype == DType::kUndefined ? nullptr : &views[i]);
+      fold_node(node, prepared, ptrs);
+      return;
+    }
     Step step;
     step.node = &node;
     step.inputs = in_slots;

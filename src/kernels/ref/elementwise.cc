@@ -1,9 +1,14 @@
-// Elementwise ops: numpy-broadcast binary (Add, Sub, Mul, Div, Pow, PRelu),
-// variadic (Sum, Max, Min, Mean), unary math and activations, Clip.
+// Elementwise ops: numpy-broadcast binary ops (Add, Sub, Mul, Div, Pow, PRelu),
+// variadic ops (Sum, Mean, Max, Min), unary math and activations, and Clip.
+//
+// Broadcasting is planned once in prepare(): the output shape is collapsed to
+// as few dimensions as the operands' strides allow, so equal shapes become one
+// flat loop and "scalar" or "per-channel" operands become an inner loop with a
+// stride of 0 — the fast paths fall out of the general one.
 #include <algorithm>
 #include <cmath>
-#include <functional>
 #include <limits>
+#include <type_traits>
 
 #include "kernels/ref/common.h"
 #include "kernels/registry.h"
@@ -12,152 +17,310 @@ namespace anvil::kernels {
 
 namespace {
 
-// Output-shaped iteration over two broadcast operands: rows of the last
-// dimension, each row's start offsets computed from its coordinates.
-struct BroadcastPlan {
-  Shape out;
-  std::vector<int64_t> sa, sb;  // element strides of a and b per output dim (0 = broadcast)
+// The C++ types the kernels here instantiate for (no bool, no 16-bit floats).
+template <typename T>
+constexpr bool kPlainNumber = std::is_arithmetic_v<T> && !std::is_same_v<T, bool>;
 
+// Iterates an output shape with two broadcast operands, after collapsing
+// adjacent dimensions that are contiguous (or broadcast) in both.
+class BroadcastPlan {
+ public:
   BroadcastPlan() = default;
-  BroadcastPlan(Shape out_shape, const Shape& a, const Shape& b)
-      : out(std::move(out_shape)), sa(broadcast_strides(a, out)), sb(broadcast_strides(b, out)) {}
+  BroadcastPlan(const Shape& out, const Shape& a, const Shape& b) {
+    numel_ = shape_numel(out);
+    if (numel_ == 0) return;
+    std::vector<int64_t> sa = broadcast_strides(a, out), sb = broadcast_strides(b, out);
+    for (size_t d = 0; d < out.size(); ++d) {
+      if (out[d] == 1) continue;  // size-1 dims contribute nothing
+      if (!dims_.empty() && sa_.back() == sa[d] * out[d] && sb_.back() == sb[d] * out[d]) {
+        dims_.back() *= out[d];
+        sa_.back() = sa[d];
+        sb_.back() = sb[d];
+      } else {
+        dims_.push_back(out[d]);
+        sa_.push_back(sa[d]);
+        sb_.push_back(sb[d]);
+      }
+    }
+    if (dims_.empty()) {  // a single element
+      dims_ = {1};
+      sa_ = {0};
+      sb_ = {0};
+    }
+  }
 
+  // o[i] = f(a[..], b[..]) for every output element i. o may alias a or b when
+  // that operand is not broadcast: each element is read before it is written.
   template <typename TA, typename TB, typename TO, typename F>
   void apply(const TA* a, const TB* b, TO* o, F f) const {
-    int64_t n = shape_numel(out);
-    if (n == 0) return;
-    if (out.empty()) {
-      o[0] = f(a[0], b[0]);
+    if (numel_ == 0) return;
+    const int64_t inner = dims_.back(), rows = numel_ / inner;
+    const int64_t ia = sa_.back(), ib = sb_.back();
+    if (rows == 1) {  // one flat run (same shapes, or a scalar operand): split it into chunks
+      constexpr int64_t kChunk = 16384;
+      const int64_t chunks = (inner + kChunk - 1) / kChunk;
+#pragma omp parallel for if (inner > 32768)
+      for (int64_t c = 0; c < chunks; ++c) {
+        int64_t begin = c * kChunk;
+        row(a + begin * ia, b + begin * ib, o + begin, std::min(kChunk, inner - begin), ia, ib, f);
+      }
       return;
     }
-    int rank = static_cast<int>(out.size());
-    int64_t inner = out.back(), rows = n / inner;
-    int64_t ia = sa.back(), ib = sb.back();
-#pragma omp parallel for if (n > 32768)
+    const int rank = static_cast<int>(dims_.size());
+#pragma omp parallel for if (numel_ > 32768)
     for (int64_t r = 0; r < rows; ++r) {
       int64_t rem = r, oa = 0, ob = 0;
       for (int d = rank - 2; d >= 0; --d) {
-        int64_t c = rem % out[d];
-        rem /= out[d];
-        oa += c * sa[d];
-        ob += c * sb[d];
+        int64_t c = rem % dims_[d];
+        rem /= dims_[d];
+        oa += c * sa_[d];
+        ob += c * sb_[d];
       }
-      const TA* pa = a + oa;
-      const TB* pb = b + ob;
-      TO* po = o + r * inner;
-      if (ia == 1 && ib == 1) {
-        for (int64_t j = 0; j < inner; ++j) po[j] = f(pa[j], pb[j]);
-      } else if (ia == 1 && ib == 0) {
-        TB vb = *pb;
-        for (int64_t j = 0; j < inner; ++j) po[j] = f(pa[j], vb);
-      } else {
-        for (int64_t j = 0; j < inner; ++j) po[j] = f(pa[j * ia], pb[j * ib]);
-      }
+      row(a + oa, b + ob, o + r * inner, inner, ia, ib, f);
     }
   }
+
+ private:
+  // One contiguous output row; the stride patterns get their own loops so the
+  // compiler vectorises the common ones (same shape, scalar operand).
+  template <typename TA, typename TB, typename TO, typename F>
+  static void row(const TA* a, const TB* b, TO* o, int64_t n, int64_t ia, int64_t ib, F f) {
+    if (ia == 1 && ib == 1) {
+      for (int64_t j = 0; j < n; ++j) o[j] = f(a[j], b[j]);
+    } else if (ia == 1 && ib == 0) {
+      const TB vb = *b;
+      for (int64_t j = 0; j < n; ++j) o[j] = f(a[j], vb);
+    } else if (ia == 0 && ib == 1) {
+      const TA va = *a;
+      for (int64_t j = 0; j < n; ++j) o[j] = f(va, b[j]);
+    } else {
+      for (int64_t j = 0; j < n; ++j) o[j] = f(a[j * ia], b[j * ib]);
+    }
+  }
+
+  int64_t numel_ = 0;
+  std::vector<int64_t> dims_, sa_, sb_;
 };
 
-enum class BinOp { kAdd, kSub, kMul, kDiv, kPow, kPRelu, kMax, kMin };
+// --- scalar arithmetic with defined results for every input -----------------
 
+// Integer overflow wraps (as the hardware does) instead of being undefined:
+// the operation runs on unsigned operands no narrower than int, which never
+// promote back to signed int.
 template <typename T>
-T div_safe(T a, T b) {
+using WrapType = std::make_unsigned_t<decltype(T() + 0)>;
+
+template <typename T, typename F>
+T wrapping(T x, T y, F f) {
   if constexpr (std::is_integral_v<T>) {
-    if (b == 0) return 0;  // ONNX leaves it undefined; never trap
-    if constexpr (std::is_signed_v<T>)
-      if (b == -1) return static_cast<T>(-a);
-    return static_cast<T>(a / b);
+    using U = WrapType<T>;
+    return static_cast<T>(f(static_cast<U>(x), static_cast<U>(y)));
   } else {
-    return a / b;
+    return static_cast<T>(f(x, y));
   }
 }
+
+// Integer division truncates toward zero (C++ and onnxruntime); x/0 is defined
+// as 0 so that a bad input cannot trap the process.
+template <typename T>
+T divide(T x, T y) {
+  if constexpr (std::is_integral_v<T>) {
+    if (y == 0) return 0;
+    if constexpr (std::is_signed_v<T>)
+      if (y == -1) return wrapping(T(0), x, [](auto p, auto q) { return p - q; });  // MIN / -1 overflows
+    return static_cast<T>(x / y);
+  } else {
+    return x / y;
+  }
+}
+
+// Max/Min that propagate NaN like numpy's maximum/minimum.
+template <typename T>
+T maximum(T x, T y) {
+  if constexpr (std::is_floating_point_v<T>) return (x > y || x != x) ? x : y;
+  else return x > y ? x : y;
+}
+template <typename T>
+T minimum(T x, T y) {
+  if constexpr (std::is_floating_point_v<T>) return (x < y || x != x) ? x : y;
+  else return x < y ? x : y;
+}
+
+// The same for 16-bit floats, compared through float; an operand is returned unchanged.
+template <typename T>
+T pick_max(T x, T y) {
+  const float fx = x, fy = y;
+  return (fx > fy || fx != fx) ? x : y;
+}
+template <typename T>
+T pick_min(T x, T y) {
+  const float fx = x, fy = y;
+  return (fx < fy || fx != fx) ? x : y;
+}
+
+// Double -> integer conversion that saturates instead of being undefined.
+template <typename T>
+T saturate_cast(double v) {
+  if constexpr (std::is_floating_point_v<T>) {
+    return static_cast<T>(v);
+  } else {
+    if (std::isnan(v)) return 0;
+    if (v <= static_cast<double>(std::numeric_limits<T>::lowest())) return std::numeric_limits<T>::lowest();
+    if (v >= static_cast<double>(std::numeric_limits<T>::max())) return std::numeric_limits<T>::max();
+    return static_cast<T>(v);
+  }
+}
+
+// Integer power by squaring; exact where pow() through double is not (int64).
+template <typename B, typename E>
+B int_pow(B base, E exp) {
+  if constexpr (std::is_signed_v<E>) {
+    if (exp < 0) {  // 1 / base^-exp, truncated; 1/0 is defined as 0 like Div
+      if (base == 1) return 1;
+      if constexpr (std::is_signed_v<B>)
+        if (base == -1) return (exp % 2 == 0) ? 1 : -1;
+      return 0;
+    }
+  }
+  using W = WrapType<B>;  // wraps on overflow
+  W result = 1, b = static_cast<W>(base);
+  for (auto e = exp; e > 0; e /= 2) {
+    if (e % 2) result = static_cast<W>(result * b);
+    b = static_cast<W>(b * b);
+  }
+  return static_cast<B>(result);
+}
+
+template <typename B, typename E>
+B power(B base, E exp) {
+  if constexpr (std::is_same_v<B, E> && std::is_floating_point_v<B>) {
+    return std::pow(base, exp);
+  } else if constexpr (std::is_integral_v<B> && std::is_integral_v<E>) {
+    return int_pow(base, exp);
+  } else {
+    // Mixed types: numpy computes in the wider (double) type, then the result is cast to the base's type.
+    return saturate_cast<B>(std::pow(static_cast<double>(base), static_cast<double>(exp)));
+  }
+}
+
+// --- binary ops --------------------------------------------------------------
+
+enum class BinOp { kAdd, kSub, kMul, kDiv, kPRelu, kMax, kMin };
+
+constexpr auto kPlus = [](auto u, auto v) { return u + v; };
+constexpr auto kMinus = [](auto u, auto v) { return u - v; };
+constexpr auto kTimes = [](auto u, auto v) { return u * v; };
 
 template <typename T>
-void binary_same_type(BinOp op, const BroadcastPlan& p, const T* a, const T* b, T* o) {
+void apply_binary(BinOp op, const BroadcastPlan& p, const T* a, const T* b, T* o) {
   switch (op) {
-    case BinOp::kAdd: p.apply(a, b, o, [](T x, T y) { return static_cast<T>(x + y); }); break;
-    case BinOp::kSub: p.apply(a, b, o, [](T x, T y) { return static_cast<T>(x - y); }); break;
-    case BinOp::kMul: p.apply(a, b, o, [](T x, T y) { return static_cast<T>(x * y); }); break;
-    case BinOp::kDiv: p.apply(a, b, o, [](T x, T y) { return div_safe(x, y); }); break;
-    case BinOp::kPRelu: p.apply(a, b, o, [](T x, T s) { return x < T(0) ? static_cast<T>(x * s) : x; }); break;
-    case BinOp::kMax: p.apply(a, b, o, [](T x, T y) { return std::max(x, y); }); break;
-    case BinOp::kMin: p.apply(a, b, o, [](T x, T y) { return std::min(x, y); }); break;
-    case BinOp::kPow: break;
+    case BinOp::kAdd: p.apply(a, b, o, [](T x, T y) { return wrapping(x, y, kPlus); }); break;
+    case BinOp::kSub: p.apply(a, b, o, [](T x, T y) { return wrapping(x, y, kMinus); }); break;
+    case BinOp::kMul: p.apply(a, b, o, [](T x, T y) { return wrapping(x, y, kTimes); }); break;
+    case BinOp::kDiv: p.apply(a, b, o, [](T x, T y) { return divide(x, y); }); break;
+    case BinOp::kPRelu: p.apply(a, b, o, [](T x, T s) { return x < T(0) ? wrapping(x, s, kTimes) : x; }); break;
+    case BinOp::kMax: p.apply(a, b, o, [](T x, T y) { return maximum(x, y); }); break;
+    case BinOp::kMin: p.apply(a, b, o, [](T x, T y) { return minimum(x, y); }); break;
   }
 }
 
+// Add, Sub, Mul, Div, PRelu: both operands of one type.
 class BinaryKernel : public Kernel {
  public:
   explicit BinaryKernel(BinOp op) : op_(op) {}
 
   std::vector<TensorType> prepare(const PrepareContext& ctx) override {
-    DType a = ctx.input_dtype(0), b = ctx.input_dtype(1);
-    if (op_ == BinOp::kPow) {
-      ANVIL_PREPARE_CHECK(ctx, dtype_in(a, kNumeric) && dtype_in(b, kNumeric), ErrorKind::kUnsupported,
-                          "Pow of {} by {} is not supported", dtype_name(a), dtype_name(b));
-    } else {
-      ANVIL_PREPARE_CHECK(ctx, a == b, ErrorKind::kInvalidModel, "operands have different types {} and {}",
-                          dtype_name(a), dtype_name(b));
-      ANVIL_PREPARE_CHECK(ctx, dtype_in(a, kNumeric), ErrorKind::kUnsupported, "dtype {} is not supported",
-                          dtype_name(a));
-    }
+    ANVIL_PREPARE_CHECK(ctx, ctx.num_inputs() == 2 && ctx.has_input(0) && ctx.has_input(1), ErrorKind::kInvalidModel,
+                        "expects 2 inputs, got {}", ctx.num_inputs());
+    DType d = ctx.input_dtype(0);
+    ANVIL_PREPARE_CHECK(ctx, ctx.input_dtype(1) == d, ErrorKind::kInvalidModel,
+                        "operands have different types {} and {}", dtype_name(d), dtype_name(ctx.input_dtype(1)));
+    ANVIL_PREPARE_CHECK(ctx, dtype_in(d, kNumeric), ErrorKind::kUnsupported, "dtype {} is not supported",
+                        dtype_name(d));
     const Shape& sa = ctx.input_shape(0);
     const Shape& sb = ctx.input_shape(1);
     Shape out = broadcast_shapes(ctx, sa, sb);
-    if (op_ == BinOp::kPRelu)
-      ANVIL_PREPARE_CHECK(ctx, out == sa, ErrorKind::kInvalidArgument, "slope {} does not broadcast to X {}",
-                          shape_str(sb), shape_str(sa));
+    // PRelu broadcasts the slope to X only (unidirectional).
+    ANVIL_PREPARE_CHECK(ctx, op_ != BinOp::kPRelu || out == sa, ErrorKind::kInvalidArgument,
+                        "slope of shape {} does not broadcast to X of shape {}", shape_str(sb), shape_str(sa));
     plan_ = BroadcastPlan(out, sa, sb);
+    inplace_ = out == sa ? 0 : out == sb ? 1 : -1;
+    return {{d, out}};
+  }
+
+  void run(const RunContext& ctx) const override {
+    dispatch_dtype(ctx.in(0).dtype(), [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      if constexpr (kPlainNumber<T>)
+        apply_binary<T>(op_, plan_, ctx.in(0).data<T>(), ctx.in(1).data<T>(), ctx.out(0).data<T>());
+    });
+  }
+
+  int inplace_input() const override { return inplace_; }
+
+ private:
+  BinOp op_;
+  BroadcastPlan plan_;
+  int inplace_ = -1;
+};
+
+// Pow: the exponent may have another type than the base; the result has the base's.
+class PowKernel : public Kernel {
+ public:
+  std::vector<TensorType> prepare(const PrepareContext& ctx) override {
+    ANVIL_PREPARE_CHECK(ctx, ctx.num_inputs() == 2 && ctx.has_input(0) && ctx.has_input(1), ErrorKind::kInvalidModel,
+                        "expects 2 inputs, got {}", ctx.num_inputs());
+    DType a = ctx.input_dtype(0), b = ctx.input_dtype(1);
+    ANVIL_PREPARE_CHECK(ctx, dtype_in(a, kNumeric) && dtype_in(b, kNumeric), ErrorKind::kUnsupported,
+                        "Pow of {} by {} is not supported", dtype_name(a), dtype_name(b));
+    Shape out = broadcast_shapes(ctx, ctx.input_shape(0), ctx.input_shape(1));
+    plan_ = BroadcastPlan(out, ctx.input_shape(0), ctx.input_shape(1));
+    inplace_ = out == ctx.input_shape(0) ? 0 : -1;
     return {{a, out}};
   }
 
   void run(const RunContext& ctx) const override {
     const Tensor &a = ctx.in(0), &b = ctx.in(1);
-    Tensor& o = ctx.out(0);
-    if (op_ == BinOp::kPow) return run_pow(a, b, o);
-    dispatch_dtype(a.dtype(), [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      if constexpr (std::is_arithmetic_v<T> && !std::is_same_v<T, bool>)
-        binary_same_type<T>(op_, plan_, a.data<T>(), b.data<T>(), o.data<T>());
-    });
-  }
-
- private:
-  void run_pow(const Tensor& a, const Tensor& b, Tensor& o) const {
     dispatch_dtype(a.dtype(), [&](auto ta) {
       using TA = typename decltype(ta)::type;
-      if constexpr (std::is_arithmetic_v<TA> && !std::is_same_v<TA, bool>) {
+      if constexpr (kPlainNumber<TA>) {
         dispatch_dtype(b.dtype(), [&](auto tb) {
           using TB = typename decltype(tb)::type;
-          if constexpr (std::is_arithmetic_v<TB> && !std::is_same_v<TB, bool>)
-            plan_.apply(a.data<TA>(), b.data<TB>(), o.data<TA>(), [](TA x, TB y) {
-              if constexpr (std::is_same_v<TA, float> && std::is_same_v<TB, float>) return std::pow(x, y);
-              else return static_cast<TA>(std::pow(static_cast<double>(x), static_cast<double>(y)));
-            });
+          if constexpr (kPlainNumber<TB>)
+            plan_.apply(a.data<TA>(), b.data<TB>(), ctx.out(0).data<TA>(), [](TA x, TB y) { return power(x, y); });
         });
       }
     });
   }
 
-  BinOp op_;
+  int inplace_input() const override { return inplace_; }
+
+ private:
   BroadcastPlan plan_;
+  int inplace_ = -1;
 };
 
-// Sum, Max, Min, Mean over 1..N inputs with multidirectional broadcasting.
+// Sum, Mean, Max, Min over 1..N inputs with multidirectional broadcasting.
 class VariadicKernel : public Kernel {
  public:
-  explicit VariadicKernel(BinOp op, bool mean = false) : op_(op), mean_(mean) {}
+  VariadicKernel(BinOp op, bool mean, unsigned dtypes) : op_(op), mean_(mean), dtypes_(dtypes) {}
 
   std::vector<TensorType> prepare(const PrepareContext& ctx) override {
-    ANVIL_PREPARE_CHECK(ctx, ctx.num_inputs() >= 1, ErrorKind::kInvalidModel, "needs at least one input");
+    size_t n = ctx.num_inputs();
+    ANVIL_PREPARE_CHECK(ctx, n >= 1, ErrorKind::kInvalidModel, "needs at least one input");
     DType d = ctx.input_dtype(0);
-    ANVIL_PREPARE_CHECK(ctx, dtype_in(d, kNumeric), ErrorKind::kUnsupported, "dtype {} is not supported", dtype_name(d));
+    ANVIL_PREPARE_CHECK(ctx, dtype_in(d, dtypes_), ErrorKind::kUnsupported, "dtype {} is not supported", dtype_name(d));
     Shape out = ctx.input_shape(0);
-    for (size_t i = 1; i < ctx.num_inputs(); ++i) {
-      ANVIL_PREPARE_CHECK(ctx, ctx.input_dtype(i) == d, ErrorKind::kInvalidModel, "inputs have different types");
+    for (size_t i = 1; i < n; ++i) {
+      ANVIL_PREPARE_CHECK(ctx, ctx.has_input(i) && ctx.input_dtype(i) == d, ErrorKind::kInvalidModel,
+                          "input {} is missing or has another type than input 0", i);
       out = broadcast_shapes(ctx, out, ctx.input_shape(i));
     }
+    // Plan 0 copies input 0 (broadcast) into the output; plan i folds input i into it.
     plans_.clear();
-    for (size_t i = 0; i < ctx.num_inputs(); ++i) plans_.emplace_back(out, out, ctx.input_shape(i));
+    plans_.emplace_back(out, ctx.input_shape(0), ctx.input_shape(0));
+    for (size_t i = 1; i < n; ++i) plans_.emplace_back(out, out, ctx.input_shape(i));
+    inplace_ = ctx.input_shape(0) == out ? 0 : -1;
     return {{d, out}};
   }
 
@@ -165,126 +328,198 @@ class VariadicKernel : public Kernel {
     Tensor& o = ctx.out(0);
     dispatch_dtype(o.dtype(), [&](auto tag) {
       using T = typename decltype(tag)::type;
-      if constexpr (std::is_arithmetic_v<T> && !std::is_same_v<T, bool>) {
+      if constexpr (kPlainNumber<T>) {
         T* out = o.data<T>();
-        // Start from input 0 broadcast to the output, then fold the others in place.
-        plans_[0].apply(out, ctx.in(0).data<T>(), out, [](T, T y) { return y; });
-        for (size_t i = 1; i < plans_.size(); ++i) binary_same_type<T>(op_, plans_[i], out, ctx.in(i).data<T>(), out);
+        const T* in0 = ctx.in(0).data<T>();
+        plans_[0].apply(in0, in0, out, [](T x, T) { return x; });
+        for (size_t i = 1; i < plans_.size(); ++i) apply_binary<T>(op_, plans_[i], out, ctx.in(i).data<T>(), out);
         if (mean_) {
-          T count = static_cast<T>(plans_.size());
-          for (int64_t j = 0; j < o.numel(); ++j) out[j] = static_cast<T>(out[j] / count);
+          const T count = static_cast<T>(plans_.size());
+          const int64_t n = o.numel();
+#pragma omp parallel for if (n > 32768)
+          for (int64_t j = 0; j < n; ++j) out[j] = static_cast<T>(out[j] / count);
         }
+      } else if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) {
+        fold_16bit<T>(ctx);  // only Max and Min admit 16-bit floats
       }
     });
   }
 
+  int inplace_input() const override { return inplace_; }
+
  private:
+  // Max/Min of 16-bit floats compare through float and select an operand, so no rounding happens.
+  template <typename T>
+  void fold_16bit(const RunContext& ctx) const {
+    T* out = ctx.out(0).data<T>();
+    const T* in0 = ctx.in(0).data<T>();
+    plans_[0].apply(in0, in0, out, [](T x, T) { return x; });
+    for (size_t i = 1; i < plans_.size(); ++i) {
+      if (op_ == BinOp::kMax)
+        plans_[i].apply(out, ctx.in(i).data<T>(), out, [](T x, T y) { return pick_max(x, y); });
+      else
+        plans_[i].apply(out, ctx.in(i).data<T>(), out, [](T x, T y) { return pick_min(x, y); });
+    }
+  }
+
   BinOp op_;
   bool mean_;
+  unsigned dtypes_;
   std::vector<BroadcastPlan> plans_;
+  int inplace_ = -1;
 };
 
-// Unary ops: a function of one element; `ints` says whether integer types are allowed.
-struct UnaryDef {
-  std::function<double(double, float, float)> f;  // generic path (all types), through double
-  bool ints;
+// --- unary ops ---------------------------------------------------------------
+
+enum class UnOp {
+  kRelu, kLeakyRelu, kElu, kSelu, kSigmoid, kTanh, kHardSigmoid, kHardSwish, kSoftplus, kSoftsign,
+  kSqrt, kExp, kLog, kNeg, kAbs, kErf, kFloor, kCeil, kReciprocal,
 };
 
 template <typename T, typename F>
-void map_unary(const T* in, T* out, int64_t n, F f) {
+void map(const T* in, T* out, int64_t n, F f) {
 #pragma omp parallel for if (n > 32768)
   for (int64_t i = 0; i < n; ++i) out[i] = f(in[i]);
 }
 
+// Float math; alpha/beta/gamma are the op's attributes (defaults filled in).
+template <typename T>
+void unary_float(UnOp op, const T* x, T* y, int64_t n, T alpha, T beta, T gamma) {
+  switch (op) {
+    case UnOp::kRelu: return map(x, y, n, [](T v) { return v > T(0) ? v : T(0); });
+    case UnOp::kLeakyRelu: return map(x, y, n, [=](T v) { return v >= T(0) ? v : alpha * v; });
+    case UnOp::kElu: return map(x, y, n, [=](T v) { return v >= T(0) ? v : alpha * std::expm1(v); });
+    case UnOp::kSelu: return map(x, y, n, [=](T v) { return v > T(0) ? gamma * v : gamma * alpha * std::expm1(v); });
+    case UnOp::kSigmoid:  // exp of a non-positive argument only, so large |v| neither overflows nor loses precision
+      return map(x, y, n, [](T v) {
+        if (v >= T(0)) return T(1) / (T(1) + std::exp(-v));
+        T e = std::exp(v);
+        return e / (T(1) + e);
+      });
+    case UnOp::kTanh: return map(x, y, n, [](T v) { return std::tanh(v); });
+    case UnOp::kHardSigmoid:
+      return map(x, y, n, [=](T v) { return std::max(T(0), std::min(T(1), alpha * v + beta)); });
+    case UnOp::kHardSwish:
+      return map(x, y, n, [](T v) { return v * std::max(T(0), std::min(T(1), v / T(6) + T(0.5))); });
+    case UnOp::kSoftplus:
+      return map(x, y, n, [](T v) { return v > T(0) ? v + std::log1p(std::exp(-v)) : std::log1p(std::exp(v)); });
+    case UnOp::kSoftsign: return map(x, y, n, [](T v) { return v / (T(1) + std::fabs(v)); });
+    case UnOp::kSqrt: return map(x, y, n, [](T v) { return std::sqrt(v); });
+    case UnOp::kExp: return map(x, y, n, [](T v) { return std::exp(v); });
+    case UnOp::kLog: return map(x, y, n, [](T v) { return std::log(v); });
+    case UnOp::kNeg: return map(x, y, n, [](T v) { return -v; });
+    case UnOp::kAbs: return map(x, y, n, [](T v) { return std::fabs(v); });
+    case UnOp::kErf: return map(x, y, n, [](T v) { return std::erf(v); });
+    case UnOp::kFloor: return map(x, y, n, [](T v) { return std::floor(v); });
+    case UnOp::kCeil: return map(x, y, n, [](T v) { return std::ceil(v); });
+    case UnOp::kReciprocal: return map(x, y, n, [](T v) { return T(1) / v; });
+  }
+}
+
+// The integer ops (Relu, Neg, Abs); negation wraps, so Abs(INT_MIN) == INT_MIN as in numpy.
+template <typename T>
+void unary_int(UnOp op, const T* x, T* y, int64_t n) {
+  auto neg = [](T v) { return wrapping(T(0), v, [](auto p, auto q) { return p - q; }); };
+  switch (op) {
+    case UnOp::kRelu: return map(x, y, n, [](T v) { return v > T(0) ? v : T(0); });
+    case UnOp::kNeg: return map(x, y, n, neg);
+    case UnOp::kAbs: return map(x, y, n, [=](T v) { return v < T(0) ? neg(v) : v; });
+    default: return;  // prepare() admits integers for these three only
+  }
+}
+
+struct UnaryDef {
+  const char* name;
+  UnOp op;
+  unsigned dtypes;
+  float alpha, beta, gamma;  // attribute defaults
+};
+
+constexpr UnaryDef kUnaryOps[] = {
+    {"Relu", UnOp::kRelu, kFloats | kSignedInts, 0, 0, 0},
+    {"LeakyRelu", UnOp::kLeakyRelu, kFloats, 0.01f, 0, 0},
+    {"Elu", UnOp::kElu, kFloats, 1.0f, 0, 0},
+    {"Selu", UnOp::kSelu, kFloats, 1.67326319217681884765625f, 0, 1.05070102214813232421875f},
+    {"Sigmoid", UnOp::kSigmoid, kFloats, 0, 0, 0},
+    {"Tanh", UnOp::kTanh, kFloats, 0, 0, 0},
+    {"HardSigmoid", UnOp::kHardSigmoid, kFloats, 0.2f, 0.5f, 0},
+    {"HardSwish", UnOp::kHardSwish, kFloats, 0, 0, 0},
+    {"Softplus", UnOp::kSoftplus, kFloats, 0, 0, 0},
+    {"Softsign", UnOp::kSoftsign, kFloats, 0, 0, 0},
+    {"Sqrt", UnOp::kSqrt, kFloats, 0, 0, 0},
+    {"Exp", UnOp::kExp, kFloats, 0, 0, 0},
+    {"Log", UnOp::kLog, kFloats, 0, 0, 0},
+    {"Neg", UnOp::kNeg, kFloats | kSignedInts, 0, 0, 0},
+    {"Abs", UnOp::kAbs, kNumeric, 0, 0, 0},
+    {"Erf", UnOp::kErf, kFloats, 0, 0, 0},
+    {"Floor", UnOp::kFloor, kFloats, 0, 0, 0},
+    {"Ceil", UnOp::kCeil, kFloats, 0, 0, 0},
+    {"Reciprocal", UnOp::kReciprocal, kFloats, 0, 0, 0},
+};
+
 class UnaryKernel : public Kernel {
  public:
-  UnaryKernel(const ir::Node& node, std::string op) : op_(std::move(op)) {
-    alpha_ = node.attrs.get_float("alpha", op_ == "LeakyRelu" ? 0.01f : op_ == "HardSigmoid" ? 0.2f : 1.0f);
-    beta_ = node.attrs.get_float("beta", 0.5f);
-  }
+  UnaryKernel(const ir::Node& node, const UnaryDef& def)
+      : def_(def),
+        alpha_(node.attrs.get_float("alpha", def.alpha)),
+        beta_(node.attrs.get_float("beta", def.beta)),
+        gamma_(node.attrs.get_float("gamma", def.gamma)) {}
 
   std::vector<TensorType> prepare(const PrepareContext& ctx) override {
+    ANVIL_PREPARE_CHECK(ctx, ctx.num_inputs() == 1 && ctx.has_input(0), ErrorKind::kInvalidModel,
+                        "expects 1 input, got {}", ctx.num_inputs());
     DType d = ctx.input_dtype(0);
-    bool int_ok = op_ == "Neg" || op_ == "Abs" || op_ == "Relu";
-    ANVIL_PREPARE_CHECK(ctx, dtype_in(d, kFloats) || (int_ok && dtype_in(d, kSignedInts | kUnsignedInts)),
-                        ErrorKind::kUnsupported, "dtype {} is not supported", dtype_name(d));
+    ANVIL_PREPARE_CHECK(ctx, dtype_in(d, def_.dtypes), ErrorKind::kUnsupported, "dtype {} is not supported",
+                        dtype_name(d));
     return {ctx.input_type(0)};
   }
 
   void run(const RunContext& ctx) const override {
     const Tensor& x = ctx.in(0);
-    Tensor& y = ctx.out(0);
-    int64_t n = x.numel();
     dispatch_dtype(x.dtype(), [&](auto tag) {
       using T = typename decltype(tag)::type;
-      if constexpr (std::is_arithmetic_v<T> && !std::is_same_v<T, bool>) {
-        const T* in = x.data<T>();
-        T* out = y.data<T>();
-        if constexpr (std::is_floating_point_v<T>) {
-          run_float<T>(in, out, n);
-        } else {
-          if (op_ == "Neg") map_unary(in, out, n, [](T v) { return static_cast<T>(-v); });
-          else if (op_ == "Abs") map_unary(in, out, n, [](T v) { return v < 0 ? static_cast<T>(-v) : v; });
-          else map_unary(in, out, n, [](T v) { return v < 0 ? T(0) : v; });
-        }
+      if constexpr (std::is_floating_point_v<T>) {
+        unary_float<T>(def_.op, x.data<T>(), ctx.out(0).data<T>(), x.numel(), static_cast<T>(alpha_),
+                       static_cast<T>(beta_), static_cast<T>(gamma_));
+      } else if constexpr (kPlainNumber<T>) {
+        unary_int<T>(def_.op, x.data<T>(), ctx.out(0).data<T>(), x.numel());
       }
     });
   }
 
- private:
-  template <typename T>
-  void run_float(const T* in, T* out, int64_t n) const {
-    const T a = static_cast<T>(alpha_), b = static_cast<T>(beta_);
-    const std::string& op = op_;
-    if (op == "Relu") map_unary(in, out, n, [](T v) { return v > 0 ? v : T(0); });
-    else if (op == "LeakyRelu") map_unary(in, out, n, [a](T v) { return v >= 0 ? v : a * v; });
-    else if (op == "Elu") map_unary(in, out, n, [a](T v) { return v >= 0 ? v : a * (std::exp(v) - T(1)); });
-    else if (op == "Sigmoid") map_unary(in, out, n, [](T v) {
-      return v >= 0 ? T(1) / (T(1) + std::exp(-v)) : std::exp(v) / (T(1) + std::exp(v));
-    });
-    else if (op == "Tanh") map_unary(in, out, n, [](T v) { return std::tanh(v); });
-    else if (op == "HardSigmoid") map_unary(in, out, n, [a, b](T v) { return std::min(T(1), std::max(T(0), a * v + b)); });
-    else if (op == "HardSwish") map_unary(in, out, n, [](T v) { return v * std::min(T(1), std::max(T(0), v / T(6) + T(0.5))); });
-    else if (op == "Sqrt") map_unary(in, out, n, [](T v) { return std::sqrt(v); });
-    else if (op == "Exp") map_unary(in, out, n, [](T v) { return std::exp(v); });
-    else if (op == "Log") map_unary(in, out, n, [](T v) { return std::log(v); });
-    else if (op == "Neg") map_unary(in, out, n, [](T v) { return -v; });
-    else if (op == "Abs") map_unary(in, out, n, [](T v) { return std::fabs(v); });
-    else if (op == "Erf") map_unary(in, out, n, [](T v) { return std::erf(v); });
-    else if (op == "Floor") map_unary(in, out, n, [](T v) { return std::floor(v); });
-    else if (op == "Ceil") map_unary(in, out, n, [](T v) { return std::ceil(v); });
-    else if (op == "Reciprocal") map_unary(in, out, n, [](T v) { return T(1) / v; });
-    else if (op == "Softplus") map_unary(in, out, n, [](T v) { return v > 0 ? v + std::log1p(std::exp(-v)) : std::log1p(std::exp(v)); });
-    else if (op == "Softsign") map_unary(in, out, n, [](T v) { return v / (T(1) + std::fabs(v)); });
-    else if (op == "Selu") {
-      T gamma = static_cast<T>(gamma_);
-      map_unary(in, out, n, [a, gamma](T v) { return v > 0 ? gamma * v : gamma * (a * std::exp(v) - a); });
-    }
-  }
-
- public:
-  float gamma_ = 1.05070102214813232421875f;
+  int inplace_input() const override { return 0; }
 
  private:
-  std::string op_;
-  float alpha_, beta_;
+  const UnaryDef& def_;
+  float alpha_, beta_, gamma_;
 };
 
-// Clip: min/max attributes before opset 11, optional inputs from 11.
+// Clip: min/max attributes before opset 11, optional scalar inputs from 11
+// (an omitted bound is unbounded). With min > max every value becomes max.
 class ClipKernel : public Kernel {
  public:
-  explicit ClipKernel(const ir::Node& node) : legacy_(node.opset < 11) {
-    lo_ = node.attrs.get_float("min", std::numeric_limits<float>::lowest());
-    hi_ = node.attrs.get_float("max", std::numeric_limits<float>::max());
-  }
+  explicit ClipKernel(const ir::Node& node)
+      : legacy_(node.opset < 11),
+        has_lo_(node.attrs.has("min")),
+        has_hi_(node.attrs.has("max")),
+        lo_(node.attrs.get_float("min", 0.f)),
+        hi_(node.attrs.get_float("max", 0.f)) {}
 
   std::vector<TensorType> prepare(const PrepareContext& ctx) override {
+    ANVIL_PREPARE_CHECK(ctx, ctx.has_input(0), ErrorKind::kInvalidModel, "input 0 is missing");
     DType d = ctx.input_dtype(0);
-    ANVIL_PREPARE_CHECK(ctx, dtype_in(d, kNumeric), ErrorKind::kUnsupported, "dtype {} is not supported", dtype_name(d));
-    for (size_t i = 1; i < 3 && !legacy_; ++i)
-      if (ctx.has_input(i))
-        ANVIL_PREPARE_CHECK(ctx, ctx.input_dtype(i) == d && shape_numel(ctx.input_shape(i)) == 1,
-                            ErrorKind::kInvalidArgument, "min and max must be scalars of the input's type");
+    ANVIL_PREPARE_CHECK(ctx, dtype_in(d, legacy_ ? unsigned(kFloats) : unsigned(kNumeric)), ErrorKind::kUnsupported,
+                        "dtype {} is not supported", dtype_name(d));
+    ANVIL_PREPARE_CHECK(ctx, ctx.num_inputs() <= (legacy_ ? 1u : 3u), ErrorKind::kInvalidModel, "too many inputs ({})",
+                        ctx.num_inputs());
+    for (size_t i = 1; i < ctx.num_inputs(); ++i) {
+      if (!ctx.has_input(i)) continue;
+      ANVIL_PREPARE_CHECK(ctx, ctx.input_dtype(i) == d, ErrorKind::kInvalidModel,
+                          "{} has type {}, the input {}", i == 1 ? "min" : "max", dtype_name(ctx.input_dtype(i)),
+                          dtype_name(d));
+      ANVIL_PREPARE_CHECK(ctx, shape_numel(ctx.input_shape(i)) == 1, ErrorKind::kInvalidArgument,
+                          "{} must be a scalar, got shape {}", i == 1 ? "min" : "max", shape_str(ctx.input_shape(i)));
+    }
     return {ctx.input_type(0)};
   }
 
@@ -292,66 +527,61 @@ class ClipKernel : public Kernel {
     const Tensor& x = ctx.in(0);
     dispatch_dtype(x.dtype(), [&](auto tag) {
       using T = typename decltype(tag)::type;
-      if constexpr (std::is_arithmetic_v<T> && !std::is_same_v<T, bool>) {
+      if constexpr (kPlainNumber<T>) {
         T lo = std::numeric_limits<T>::lowest(), hi = std::numeric_limits<T>::max();
+        if constexpr (std::is_floating_point_v<T>) {
+          lo = -std::numeric_limits<T>::infinity();
+          hi = std::numeric_limits<T>::infinity();
+        }
         if (legacy_) {
-          lo = static_cast<T>(std::max<double>(lo_, static_cast<double>(lo)));
-          hi = static_cast<T>(std::min<double>(hi_, static_cast<double>(hi)));
+          if (has_lo_) lo = static_cast<T>(lo_);
+          if (has_hi_) hi = static_cast<T>(hi_);
         } else {
           if (ctx.inputs.size() > 1 && ctx.inputs[1]) lo = *ctx.in(1).data<T>();
           if (ctx.inputs.size() > 2 && ctx.inputs[2]) hi = *ctx.in(2).data<T>();
         }
-        map_unary(x.data<T>(), ctx.out(0).data<T>(), x.numel(), [lo, hi](T v) { return std::min(std::max(v, lo), hi); });
+        // max then min: NaN stays NaN, and min > max yields max.
+        map(x.data<T>(), ctx.out(0).data<T>(), x.numel(), [lo, hi](T v) { return std::min(std::max(v, lo), hi); });
       }
     });
   }
 
+  int inplace_input() const override { return 0; }
+
  private:
-  bool legacy_;
+  bool legacy_, has_lo_, has_hi_;
   float lo_, hi_;
 };
 
-std::unique_ptr<Kernel> binary(BinOp op) { return std::make_unique<BinaryKernel>(op); }
+// --- registration --------------------------------------------------------------
 
-ANVIL_REGISTER_KERNEL("Add", kRef, [](const ir::Node&) { return binary(BinOp::kAdd); });
-ANVIL_REGISTER_KERNEL("Sub", kRef, [](const ir::Node&) { return binary(BinOp::kSub); });
-ANVIL_REGISTER_KERNEL("Mul", kRef, [](const ir::Node&) { return binary(BinOp::kMul); });
-ANVIL_REGISTER_KERNEL("Div", kRef, [](const ir::Node&) { return binary(BinOp::kDiv); });
-ANVIL_REGISTER_KERNEL("Pow", kRef, [](const ir::Node&) { return binary(BinOp::kPow); });
-ANVIL_REGISTER_KERNEL("PRelu", kRef, [](const ir::Node&) { return binary(BinOp::kPRelu); });
-ANVIL_REGISTER_KERNEL("Sum", kRef, [](const ir::Node&) -> std::unique_ptr<Kernel> { return std::make_unique<VariadicKernel>(BinOp::kAdd); });
-ANVIL_REGISTER_KERNEL("Mean", kRef, [](const ir::Node&) -> std::unique_ptr<Kernel> { return std::make_unique<VariadicKernel>(BinOp::kAdd, true); });
-ANVIL_REGISTER_KERNEL("Max", kRef, [](const ir::Node&) -> std::unique_ptr<Kernel> { return std::make_unique<VariadicKernel>(BinOp::kMax); });
-ANVIL_REGISTER_KERNEL("Min", kRef, [](const ir::Node&) -> std::unique_ptr<Kernel> { return std::make_unique<VariadicKernel>(BinOp::kMin); });
+template <typename K, typename... Args>
+KernelFactory make_factory(Args... args) {
+  return [=](const ir::Node&) -> std::unique_ptr<Kernel> { return std::make_unique<K>(args...); };
+}
+
+ANVIL_REGISTER_KERNEL("Add", kRef, make_factory<BinaryKernel>(BinOp::kAdd));
+ANVIL_REGISTER_KERNEL("Sub", kRef, make_factory<BinaryKernel>(BinOp::kSub));
+ANVIL_REGISTER_KERNEL("Mul", kRef, make_factory<BinaryKernel>(BinOp::kMul));
+ANVIL_REGISTER_KERNEL("Div", kRef, make_factory<BinaryKernel>(BinOp::kDiv));
+ANVIL_REGISTER_KERNEL("PRelu", kRef, make_factory<BinaryKernel>(BinOp::kPRelu));
+ANVIL_REGISTER_KERNEL("Pow", kRef, make_factory<PowKernel>());
+ANVIL_REGISTER_KERNEL("Sum", kRef, make_factory<VariadicKernel>(BinOp::kAdd, false, unsigned(kFloats)));
+ANVIL_REGISTER_KERNEL("Mean", kRef, make_factory<VariadicKernel>(BinOp::kAdd, true, unsigned(kFloats)));
+ANVIL_REGISTER_KERNEL("Max", kRef, make_factory<VariadicKernel>(BinOp::kMax, false, unsigned(kNumeric | kHalfs)));
+ANVIL_REGISTER_KERNEL("Min", kRef, make_factory<VariadicKernel>(BinOp::kMin, false, unsigned(kNumeric | kHalfs)));
 ANVIL_REGISTER_KERNEL_CLASS("Clip", kRef, ClipKernel);
 
-#define ANVIL_UNARY(op) \
-  ANVIL_REGISTER_KERNEL(op, kRef, [](const ir::Node& n) -> std::unique_ptr<Kernel> { return std::make_unique<UnaryKernel>(n, op); })
-ANVIL_UNARY("Relu");
-ANVIL_UNARY("LeakyRelu");
-ANVIL_UNARY("Elu");
-ANVIL_UNARY("Sigmoid");
-ANVIL_UNARY("Tanh");
-ANVIL_UNARY("HardSigmoid");
-ANVIL_UNARY("HardSwish");
-ANVIL_UNARY("Sqrt");
-ANVIL_UNARY("Exp");
-ANVIL_UNARY("Log");
-ANVIL_UNARY("Neg");
-ANVIL_UNARY("Abs");
-ANVIL_UNARY("Erf");
-ANVIL_UNARY("Floor");
-ANVIL_UNARY("Ceil");
-ANVIL_UNARY("Reciprocal");
-ANVIL_UNARY("Softplus");
-ANVIL_UNARY("Softsign");
-#undef ANVIL_UNARY
-
-ANVIL_REGISTER_KERNEL("Selu", kRef, [](const ir::Node& n) -> std::unique_ptr<Kernel> {
-  auto k = std::make_unique<UnaryKernel>(n, "Selu");
-  k->gamma_ = n.attrs.get_float("gamma", 1.05070102214813232421875f);
-  return k;
-});
+// One registration per entry of kUnaryOps.
+struct UnaryRegistrar {
+  UnaryRegistrar() {
+    for (const UnaryDef& def : kUnaryOps)
+      Registry::global().add({def.name, "", Backend::kRef, [&def](const ir::Node& n) -> std::unique_ptr<Kernel> {
+                                return std::make_unique<UnaryKernel>(n, def);
+                              }});
+  }
+};
+const UnaryRegistrar unary_registrar;
 
 }  // namespace
 

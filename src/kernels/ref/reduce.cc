@@ -1,8 +1,13 @@
 // Reductions over axes: ReduceMean, ReduceSum, ReduceMax, ReduceMin, ReduceProd,
-// ReduceL2, ReduceSumSquare. Axes come from the `axes` attribute, or (ReduceSum
-// from opset 13) from an optional input; keepdims and noop_with_empty_axes.
+// ReduceL1, ReduceL2, ReduceSumSquare, ReduceLogSum, ReduceLogSumExp.
+//
+// Axes come from the `axes` attribute, or from an optional input for ReduceSum
+// from opset 13 (the others from opset 18); empty axes reduce everything unless
+// noop_with_empty_axes is set. Adding a reduction is one Reduction value, one
+// case in step() and finish(), and one registration line.
 #include <cmath>
 #include <limits>
+#include <type_traits>
 
 #include "kernels/ref/common.h"
 #include "kernels/registry.h"
@@ -11,104 +16,205 @@ namespace anvil::kernels {
 
 namespace {
 
-enum class Reduction { kMean, kSum, kMax, kMin, kProd, kL2, kSumSquare };
+enum class Reduction { kMean, kSum, kMax, kMin, kProd, kL1, kL2, kSumSquare, kLogSum, kLogSumExp };
+
+// Floats accumulate in double; integers in 64 bits, wrapping like the narrow
+// type would (the result is converted back modulo 2^bits).
+template <typename T>
+using Acc = std::conditional_t<std::is_floating_point_v<T>, double,
+                               std::conditional_t<std::is_signed_v<T>, int64_t, uint64_t>>;
+
+template <typename A>
+A initial(Reduction r) {
+  switch (r) {
+    case Reduction::kMax:
+      return std::is_floating_point_v<A> ? -std::numeric_limits<A>::infinity() : std::numeric_limits<A>::lowest();
+    case Reduction::kMin:
+      return std::is_floating_point_v<A> ? std::numeric_limits<A>::infinity() : std::numeric_limits<A>::max();
+    case Reduction::kProd: return A(1);
+    default: return A(0);
+  }
+}
+
+// Integer sums and products wrap (through uint64) instead of overflowing.
+template <typename A>
+A add(A x, A y) {
+  if constexpr (std::is_integral_v<A>) return static_cast<A>(static_cast<uint64_t>(x) + static_cast<uint64_t>(y));
+  else return x + y;
+}
+template <typename A>
+A mul(A x, A y) {
+  if constexpr (std::is_integral_v<A>) return static_cast<A>(static_cast<uint64_t>(x) * static_cast<uint64_t>(y));
+  else return x * y;
+}
+
+// Folds one element into the accumulator. `shift` is the max subtracted by LogSumExp.
+template <typename A>
+A step(Reduction r, A acc, A v, A shift) {
+  switch (r) {
+    case Reduction::kMean: case Reduction::kSum: case Reduction::kLogSum: return add(acc, v);
+    case Reduction::kMax: return (v > acc || v != v) ? v : acc;  // NaN propagates
+    case Reduction::kMin: return (v < acc || v != v) ? v : acc;
+    case Reduction::kProd: return mul(acc, v);
+    case Reduction::kL1: return add(acc, v < A(0) ? add(A(0), mul(v, A(-1))) : v);
+    case Reduction::kL2: case Reduction::kSumSquare: return add(acc, mul(v, v));
+    case Reduction::kLogSumExp:
+      return acc + static_cast<A>(std::exp(static_cast<double>(v) - static_cast<double>(shift)));
+  }
+  return acc;
+}
+
+template <typename T, typename A>
+T finish(Reduction r, A acc, int64_t count, A shift) {
+  switch (r) {
+    case Reduction::kMean:  // an empty float mean is 0/0 = NaN, as numpy gives
+      if constexpr (std::is_floating_point_v<A>) return static_cast<T>(acc / static_cast<A>(count));
+      else return static_cast<T>(count ? acc / static_cast<A>(count) : A(0));
+    case Reduction::kL2: return static_cast<T>(std::sqrt(static_cast<double>(acc)));
+    case Reduction::kLogSum: return static_cast<T>(std::log(static_cast<double>(acc)));
+    case Reduction::kLogSumExp: return static_cast<T>(static_cast<double>(shift) + std::log(static_cast<double>(acc)));
+    default: return static_cast<T>(acc);
+  }
+}
 
 class ReduceKernel : public Kernel {
  public:
   explicit ReduceKernel(Reduction r) : r_(r) {}
 
   std::vector<TensorType> prepare(const PrepareContext& ctx) override {
+    ANVIL_PREPARE_CHECK(ctx, ctx.has_input(0), ErrorKind::kInvalidModel, "input 0 is missing");
     DType d = ctx.input_dtype(0);
-    ANVIL_PREPARE_CHECK(ctx, dtype_in(d, kNumeric), ErrorKind::kUnsupported, "dtype {} is not supported", dtype_name(d));
+    ANVIL_PREPARE_CHECK(ctx, dtype_in(d, kNumeric), ErrorKind::kUnsupported, "dtype {} is not supported",
+                        dtype_name(d));
     const Shape& x = ctx.input_shape(0);
-    int64_t rank = static_cast<int64_t>(x.size());
-    std::vector<int64_t> axes = ctx.attrs().get_ints("axes");
-    // ReduceSum took its axes as an input from opset 13 (the others from opset 18).
-    bool axes_input = ctx.node().op_type == "ReduceSum" ? ctx.opset() >= 13 : ctx.opset() >= 18;
-    if (axes_input && ctx.has_input(1)) axes = tensor_to_ints(ctx.require_constant(1, "axes"));
-    bool noop = ctx.attrs().get_int("noop_with_empty_axes", 0) != 0;
-    std::vector<bool> reduced(static_cast<size_t>(rank), axes.empty() && !noop);
-    for (int64_t a : axes) {
-      int64_t ax = normalize_axis(ctx, a, rank);
-      ANVIL_PREPARE_CHECK(ctx, !reduced[ax] || axes.empty(), ErrorKind::kInvalidModel, "axis {} appears twice", a);
-      reduced[ax] = true;
-    }
-    bool keep = ctx.attrs().get_int("keepdims", 1) != 0;
-    Shape out, kept;
-    for (int64_t i = 0; i < rank; ++i) {
-      kept.push_back(reduced[i] ? 1 : x[i]);
-      if (!reduced[i] || keep) out.push_back(reduced[i] ? 1 : x[i]);
-    }
-    out_strides_ = broadcast_strides(kept, x);  // input index -> output index (0 on reduced axes)
-    in_shape_ = x;
-    count_ = 1;
+    const int64_t rank = static_cast<int64_t>(x.size());
+
+    std::vector<bool> reduced = reduced_axes(ctx, rank);
+    const bool keep = ctx.attrs().get_int("keepdims", 1) != 0;
+    Shape out;
     for (int64_t i = 0; i < rank; ++i)
-      if (reduced[i]) count_ *= x[i];
+      if (!reduced[i] || keep) out.push_back(reduced[i] ? 1 : x[i]);
+
+    // Collapse runs of adjacent kept / reduced axes (size-1 axes are dropped),
+    // so the common cases become one kept and one reduced dimension.
+    kept_.clear();
+    red_.clear();
+    std::vector<int64_t> strides = contiguous_strides(x);
+    int last = -1;  // 0: the previous axis was kept, 1: reduced
+    for (int64_t i = 0; i < rank; ++i) {
+      if (x[i] == 1) continue;
+      std::vector<Dim>& dims = reduced[i] ? red_ : kept_;
+      int kind = reduced[i] ? 1 : 0;
+      if (kind == last) {
+        dims.back().size *= x[i];
+        dims.back().stride = strides[i];
+      } else {
+        dims.push_back({x[i], strides[i]});
+      }
+      last = kind;
+    }
+    count_ = 1;
+    for (const Dim& dim : red_) count_ *= dim.size;
     return {{d, out}};
   }
 
   void run(const RunContext& ctx) const override {
     dispatch_dtype(ctx.in(0).dtype(), [&](auto tag) {
       using T = typename decltype(tag)::type;
-      if constexpr (std::is_arithmetic_v<T> && !std::is_same_v<T, bool>) compute<T>(ctx.in(0).data<T>(), ctx.out(0));
+      if constexpr (std::is_arithmetic_v<T> && !std::is_same_v<T, bool>)
+        compute<T>(ctx.in(0).data<T>(), ctx.out(0).data<T>(), ctx.out(0).numel());
     });
   }
 
  private:
-  template <typename T>
-  void compute(const T* x, Tensor& out) const {
-    using Acc = std::conditional_t<std::is_floating_point_v<T>, double, T>;
-    int64_t n_out = out.numel(), n_in = shape_numel(in_shape_);
-    std::vector<Acc> acc(static_cast<size_t>(n_out), init<Acc>());
-    int rank = static_cast<int>(in_shape_.size());
-    for (int64_t i = 0; i < n_in; ++i) {
-      int64_t rem = i, o = 0;
-      for (int d = rank - 1; d >= 0; --d) {
-        o += (rem % in_shape_[d]) * out_strides_[d];
-        rem /= in_shape_[d];
-      }
-      Acc v = static_cast<Acc>(x[i]);
-      Acc& a = acc[o];
-      switch (r_) {
-        case Reduction::kMean: case Reduction::kSum: a += v; break;
-        case Reduction::kMax: a = std::max(a, v); break;
-        case Reduction::kMin: a = std::min(a, v); break;
-        case Reduction::kProd: a *= v; break;
-        case Reduction::kL2: case Reduction::kSumSquare: a += v * v; break;
-      }
+  struct Dim {
+    int64_t size, stride;  // stride in input elements
+  };
+
+  // Which axes of a rank-`rank` input are reduced.
+  std::vector<bool> reduced_axes(const PrepareContext& ctx, int64_t rank) const {
+    std::vector<int64_t> axes = ctx.attrs().get_ints("axes");
+    const bool axes_input = ctx.node().op_type == "ReduceSum" ? ctx.opset() >= 13 : ctx.opset() >= 18;
+    if (axes_input && ctx.has_input(1)) {
+      ANVIL_PREPARE_CHECK(ctx, ctx.input_dtype(1) == DType::kInt64, ErrorKind::kInvalidModel,
+                          "axes must be int64, got {}", dtype_name(ctx.input_dtype(1)));
+      axes = tensor_to_ints(ctx.require_constant(1, "axes"));
     }
-    T* y = out.data<T>();
-    for (int64_t o = 0; o < n_out; ++o) {
-      Acc a = acc[o];
-      if (r_ == Reduction::kMean) a = count_ ? a / static_cast<Acc>(count_) : a;
-      if (r_ == Reduction::kL2) a = static_cast<Acc>(std::sqrt(static_cast<double>(a)));
-      y[o] = static_cast<T>(a);
+    const bool noop = ctx.attrs().get_int("noop_with_empty_axes", 0) != 0;
+    std::vector<bool> reduced(static_cast<size_t>(rank), axes.empty() && !noop);
+    for (int64_t a : axes) {
+      int64_t axis = normalize_axis(ctx, a, rank);
+      ANVIL_PREPARE_CHECK(ctx, !reduced[axis], ErrorKind::kInvalidModel, "axis {} is listed twice", a);
+      reduced[axis] = true;
     }
+    return reduced;
   }
 
-  template <typename Acc>
-  Acc init() const {
-    if (r_ == Reduction::kMax) return std::numeric_limits<Acc>::lowest();
-    if (r_ == Reduction::kMin) return std::numeric_limits<Acc>::max();
-    if (r_ == Reduction::kProd) return Acc(1);
-    return Acc(0);
+  // Offset in the input of reduced position r (all but the innermost reduced dimension).
+  int64_t reduced_offset(int64_t r) const {
+    int64_t off = 0;
+    if (red_.empty()) return 0;
+    for (size_t d = red_.size() - 1; d-- > 0;) {
+      off += (r % red_[d].size) * red_[d].stride;
+      r /= red_[d].size;
+    }
+    return off;
+  }
+
+  template <typename T>
+  void compute(const T* x, T* y, int64_t n_out) const {
+    using A = Acc<T>;
+    const int64_t inner = red_.empty() ? 1 : red_.back().size;
+    const int64_t inner_stride = red_.empty() ? 0 : red_.back().stride;
+    const int64_t outer = inner ? count_ / inner : 0;
+    const bool two_pass = r_ == Reduction::kLogSumExp;
+#pragma omp parallel for if (n_out > 1 && n_out * count_ > 32768)
+    for (int64_t o = 0; o < n_out; ++o) {
+      int64_t base = 0, rem = o;
+      for (size_t d = kept_.size(); d-- > 0;) {
+        base += (rem % kept_[d].size) * kept_[d].stride;
+        rem /= kept_[d].size;
+      }
+      // LogSumExp subtracts the max first so exp() cannot overflow.
+      A shift = 0;
+      if (two_pass && count_ > 0) {
+        shift = initial<A>(Reduction::kMax);
+        for (int64_t r = 0; r < outer; ++r) {
+          const T* p = x + base + reduced_offset(r);
+          for (int64_t j = 0; j < inner; ++j)
+            shift = step(Reduction::kMax, shift, static_cast<A>(p[j * inner_stride]), A(0));
+        }
+        if constexpr (std::is_floating_point_v<A>)
+          if (std::isinf(shift)) shift = 0;  // all -inf (or +inf present): let exp/log give the IEEE answer
+      }
+      A acc = initial<A>(r_);
+      for (int64_t r = 0; r < outer; ++r) {
+        const T* p = x + base + reduced_offset(r);
+        for (int64_t j = 0; j < inner; ++j) acc = step(r_, acc, static_cast<A>(p[j * inner_stride]), shift);
+      }
+      y[o] = finish<T>(r_, acc, count_, shift);
+    }
   }
 
   Reduction r_;
-  Shape in_shape_;
-  std::vector<int64_t> out_strides_;
+  std::vector<Dim> kept_, red_;
   int64_t count_ = 1;
 };
 
-#define ANVIL_REDUCE(op, r) \
-  ANVIL_REGISTER_KERNEL(op, kRef, [](const ir::Node&) -> std::unique_ptr<Kernel> { return std::make_unique<ReduceKernel>(r); })
+#define ANVIL_REDUCE(op, r)                                                      \
+  ANVIL_REGISTER_KERNEL(op, kRef, [](const ir::Node&) -> std::unique_ptr<Kernel> { \
+    return std::make_unique<ReduceKernel>(r);                                      \
+  })
 ANVIL_REDUCE("ReduceMean", Reduction::kMean);
 ANVIL_REDUCE("ReduceSum", Reduction::kSum);
 ANVIL_REDUCE("ReduceMax", Reduction::kMax);
 ANVIL_REDUCE("ReduceMin", Reduction::kMin);
 ANVIL_REDUCE("ReduceProd", Reduction::kProd);
+ANVIL_REDUCE("ReduceL1", Reduction::kL1);
 ANVIL_REDUCE("ReduceL2", Reduction::kL2);
 ANVIL_REDUCE("ReduceSumSquare", Reduction::kSumSquare);
+ANVIL_REDUCE("ReduceLogSum", Reduction::kLogSum);
+ANVIL_REDUCE("ReduceLogSumExp", Reduction::kLogSumExp);
 #undef ANVIL_REDUCE
 
 }  // namespace

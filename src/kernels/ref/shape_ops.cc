@@ -233,6 +233,7 @@ class ShapeKernel : public Kernel {
     count_ = std::max<int64_t>(0, end - start_);
     return {{DType::kInt64, {count_}}};
   }
+  bool reads_only_input_types() const override { return true; }
   void run(const RunContext& ctx) const override {
     const Shape& shape = ctx.in(0).shape();
     int64_t* out = ctx.out(0).data<int64_t>();

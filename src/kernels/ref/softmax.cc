@@ -1,7 +1,10 @@
-// Softmax and LogSoftmax: before opset 13 the input is flattened to 2-D at
-// `axis` (default 1); from 13 the normalisation runs along `axis` (default -1).
+// Softmax and LogSoftmax: before opset 13 the input is coerced to 2-D at
+// `axis` (default 1) and each row is normalised; from opset 13 the
+// normalisation runs along `axis` alone (default -1). Both subtract the
+// maximum first, so large inputs neither overflow nor lose precision.
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "kernels/ref/common.h"
 #include "kernels/registry.h"
@@ -12,24 +15,32 @@ namespace {
 
 class SoftmaxKernel : public Kernel {
  public:
-  SoftmaxKernel(const ir::Node& node, bool log) : log_(log) {}
+  explicit SoftmaxKernel(bool log) : log_(log) {}
 
   std::vector<TensorType> prepare(const PrepareContext& ctx) override {
+    ANVIL_PREPARE_CHECK(ctx, ctx.num_inputs() == 1 && ctx.has_input(0), ErrorKind::kInvalidModel,
+                        "expects 1 input, got {}", ctx.num_inputs());
     DType d = ctx.input_dtype(0);
     ANVIL_PREPARE_CHECK(ctx, dtype_in(d, kFloats), ErrorKind::kUnsupported, "dtype {} is not supported", dtype_name(d));
     const Shape& x = ctx.input_shape(0);
-    int64_t rank = static_cast<int64_t>(x.size());
-    bool legacy = ctx.opset() < 13;
-    int64_t axis = normalize_axis(ctx, ctx.attrs().get_int("axis", legacy ? 1 : -1), std::max<int64_t>(rank, 1));
-    outer_ = 1;
-    for (int64_t i = 0; i < axis; ++i) outer_ *= x[i];
+    const int64_t rank = static_cast<int64_t>(x.size());
+    const bool legacy = ctx.opset() < 13;
+    int64_t axis = ctx.attrs().get_int("axis", legacy ? 1 : -1);
     if (legacy) {
-      dim_ = shape_numel(x) / std::max<int64_t>(outer_, 1);
-      inner_ = 1;
+      // Flatten semantics: axis may equal the rank (every row has one element).
+      ANVIL_PREPARE_CHECK(ctx, axis >= -rank && axis <= rank, ErrorKind::kInvalidArgument,
+                          "axis {} is out of range for rank {}", axis, rank);
+      if (axis < 0) axis += rank;
     } else {
-      dim_ = rank ? x[axis] : 1;
-      inner_ = 1;
-      for (int64_t i = axis + 1; i < rank; ++i) inner_ *= x[i];
+      axis = rank == 0 ? 0 : normalize_axis(ctx, axis, rank);
+    }
+    outer_ = 1;
+    for (int64_t i = 0; i < std::min(axis, rank); ++i) outer_ *= x[i];
+    dim_ = 1;
+    inner_ = 1;
+    for (int64_t i = axis; i < rank; ++i) {
+      if (legacy || i == axis) dim_ *= x[i];
+      else inner_ *= x[i];
     }
     return {ctx.input_type(0)};
   }
@@ -39,28 +50,37 @@ class SoftmaxKernel : public Kernel {
     else compute<double>(ctx.in(0).data<double>(), ctx.out(0).data<double>());
   }
 
+  int inplace_input() const override { return 0; }
+
  private:
+  // One lane is the `dim_` elements normalised together, `inner_` apart. It
+  // reads each element before overwriting it, so x and y may alias.
   template <typename T>
   void compute(const T* x, T* y) const {
-    int64_t lanes = outer_ * inner_;
+    const int64_t lanes = outer_ * inner_;
+    if (lanes == 0 || dim_ == 0) return;
 #pragma omp parallel for if (lanes * dim_ > 32768)
     for (int64_t l = 0; l < lanes; ++l) {
-      int64_t o = l / inner_, i = l % inner_;
+      const int64_t o = l / inner_, i = l % inner_;
       const T* px = x + o * dim_ * inner_ + i;
       T* py = y + o * dim_ * inner_ + i;
       T m = -std::numeric_limits<T>::infinity();
       for (int64_t k = 0; k < dim_; ++k) m = std::max(m, px[k * inner_]);
+      if (std::isinf(m)) m = 0;  // all -inf or some +inf: no finite shift helps; let IEEE decide
       T sum = 0;
-      for (int64_t k = 0; k < dim_; ++k) {
-        T e = std::exp(px[k * inner_] - m);
-        sum += e;
-        if (!log_) py[k * inner_] = e;
-      }
       if (log_) {
-        T ls = std::log(sum);
-        for (int64_t k = 0; k < dim_; ++k) py[k * inner_] = px[k * inner_] - m - ls;
+        for (int64_t k = 0; k < dim_; ++k) sum += std::exp(px[k * inner_] - m);
+        // (x - m) - log(sum), not x - (m + log(sum)), which loses log(sum) next to a large m.
+        const T log_sum = std::log(sum);
+        for (int64_t k = 0; k < dim_; ++k) py[k * inner_] = (px[k * inner_] - m) - log_sum;
       } else {
-        for (int64_t k = 0; k < dim_; ++k) py[k * inner_] /= sum;
+        for (int64_t k = 0; k < dim_; ++k) {
+          T e = std::exp(px[k * inner_] - m);
+          py[k * inner_] = e;
+          sum += e;
+        }
+        const T inv = T(1) / sum;
+        for (int64_t k = 0; k < dim_; ++k) py[k * inner_] *= inv;
       }
     }
   }
@@ -69,11 +89,11 @@ class SoftmaxKernel : public Kernel {
   int64_t outer_ = 1, dim_ = 1, inner_ = 1;
 };
 
-ANVIL_REGISTER_KERNEL("Softmax", kRef, [](const ir::Node& n) -> std::unique_ptr<Kernel> {
-  return std::make_unique<SoftmaxKernel>(n, false);
+ANVIL_REGISTER_KERNEL("Softmax", kRef, [](const ir::Node&) -> std::unique_ptr<Kernel> {
+  return std::make_unique<SoftmaxKernel>(false);
 });
-ANVIL_REGISTER_KERNEL("LogSoftmax", kRef, [](const ir::Node& n) -> std::unique_ptr<Kernel> {
-  return std::make_unique<SoftmaxKernel>(n, true);
+ANVIL_REGISTER_KERNEL("LogSoftmax", kRef, [](const ir::Node&) -> std::unique_ptr<Kernel> {
+  return std::make_unique<SoftmaxKernel>(true);
 });
 
 }  // namespace
