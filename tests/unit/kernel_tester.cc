@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <random>
 #include <stdexcept>
 
 #include "kernels/ref/common.h"
@@ -65,6 +66,20 @@ KernelResult run_kernel_full(const std::string& op, const std::vector<Tensor>& i
   rctx.scratch = std::align(64, kernel->scratch_bytes(), scratch, space);
   kernel->run(rctx);
   return result;
+}
+
+std::vector<float> iota_f(int64_t n, float start) {
+  std::vector<float> v(static_cast<size_t>(n));
+  for (size_t i = 0; i < v.size(); ++i) v[i] = start + static_cast<float>(i);
+  return v;
+}
+
+Tensor random_f32(Shape shape, uint32_t seed) {
+  Tensor t(DType::kFloat32, std::move(shape));
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> d(-1.f, 1.f);
+  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = d(rng);
+  return t;
 }
 
 float max_abs_diff(const Tensor& a, const Tensor& b) {

@@ -4,6 +4,7 @@
 //   EXPECT_EQ(out[0].data<float>()[0], 0.f);
 #pragma once
 
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -46,6 +47,23 @@ inline std::vector<Tensor> run_kernel(const std::string& op, const std::vector<T
                                       const ir::Attributes& attrs = {}, const KernelOptions& options = {}) {
   return run_kernel_full(op, inputs, attrs, options).outputs;
 }
+
+// Shared helpers of the kernel tests.
+template <typename T>
+std::vector<T> values(const Tensor& t) {
+  return std::vector<T>(t.data<T>(), t.data<T>() + t.numel());
+}
+
+inline ir::Attributes attrs(std::initializer_list<std::pair<const char*, ir::AttrValue>> list) {
+  ir::Attributes a;
+  for (const auto& [name, v] : list) a.set(name, v);
+  return a;
+}
+
+// start, start + 1, ... (n values)
+std::vector<float> iota_f(int64_t n, float start = 0.f);
+// Uniform in [-1, 1), seeded.
+Tensor random_f32(Shape shape, uint32_t seed);
 
 // Max |a-b| over all elements (both float32); throws on shape mismatch.
 float max_abs_diff(const Tensor& a, const Tensor& b);

@@ -10,19 +10,10 @@ namespace anvil {
 namespace {
 
 using testing::f32;
+using testing::values;
+using testing::attrs;
 using testing::make_tensor;
 using testing::run_kernel;
-
-template <typename T>
-std::vector<T> values(const Tensor& t) {
-  return std::vector<T>(t.data<T>(), t.data<T>() + t.numel());
-}
-
-ir::Attributes attrs(std::initializer_list<std::pair<const char*, ir::AttrValue>> list) {
-  ir::Attributes a;
-  for (const auto& [name, v] : list) a.set(name, v);
-  return a;
-}
 
 testing::KernelOptions options(int opset, int num_outputs = 1) {
   testing::KernelOptions o;

@@ -11,14 +11,6 @@ namespace {
 
 using kernels::Backend;
 
-Tensor random_f32(Shape shape, uint32_t seed) {
-  Tensor t(DType::kFloat32, std::move(shape));
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> d(-1.f, 1.f);
-  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = d(rng);
-  return t;
-}
-
 // Runs op on both backends with the given constant mask and checks they agree.
 void expect_backends_agree(const std::string& op, const std::vector<Tensor>& inputs, const ir::Attributes& attrs,
                            std::vector<bool> constant, float tol = 1e-4f, bool expect_dnnl = true) {

@@ -11,27 +11,13 @@ namespace anvil {
 namespace {
 
 using testing::f32;
+using testing::values;
+using testing::attrs;
+using testing::iota_f;
 using testing::make_tensor;
 using testing::run_kernel;
 
 using Ints = std::vector<int64_t>;
-
-std::vector<float> iota_f(int64_t n, float start = 0.f) {
-  std::vector<float> v(static_cast<size_t>(n));
-  std::iota(v.begin(), v.end(), start);
-  return v;
-}
-
-template <typename T>
-std::vector<T> values(const Tensor& t) {
-  return std::vector<T>(t.data<T>(), t.data<T>() + t.numel());
-}
-
-ir::Attributes attrs(std::initializer_list<std::pair<const char*, ir::AttrValue>> list) {
-  ir::Attributes a;
-  for (const auto& [name, v] : list) a.set(name, v);
-  return a;
-}
 
 testing::KernelOptions outputs(int n, int opset = 17) {
   testing::KernelOptions o;

@@ -12,22 +12,13 @@ namespace anvil {
 namespace {
 
 using testing::f32;
+using testing::values;
+using testing::attrs;
 using testing::i64;
 using testing::make_tensor;
 using testing::run_kernel;
 
 using Ints = std::vector<int64_t>;
-
-template <typename T>
-std::vector<T> values(const Tensor& t) {
-  return std::vector<T>(t.data<T>(), t.data<T>() + t.numel());
-}
-
-ir::Attributes attrs(std::initializer_list<std::pair<const char*, ir::AttrValue>> list) {
-  ir::Attributes a;
-  for (const auto& [name, v] : list) a.set(name, v);
-  return a;
-}
 
 testing::KernelOptions opset(int version) {
   testing::KernelOptions o;

@@ -11,25 +11,11 @@ namespace anvil {
 namespace {
 
 using testing::f32;
+using testing::values;
+using testing::attrs;
+using testing::iota_f;
 using testing::i64;
 using testing::run_kernel;
-
-std::vector<float> iota_f(int64_t n) {
-  std::vector<float> v(static_cast<size_t>(n));
-  std::iota(v.begin(), v.end(), 0.f);
-  return v;
-}
-
-template <typename T>
-std::vector<T> values(const Tensor& t) {
-  return std::vector<T>(t.data<T>(), t.data<T>() + t.numel());
-}
-
-ir::Attributes attrs(std::initializer_list<std::pair<const char*, ir::AttrValue>> list) {
-  ir::Attributes a;
-  for (const auto& [name, v] : list) a.set(name, v);
-  return a;
-}
 
 testing::KernelOptions opset(int version, int num_outputs = 1) {
   testing::KernelOptions o;
