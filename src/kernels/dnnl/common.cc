@@ -86,6 +86,49 @@ PackedWeights pack(const dnnl::memory::desc& from, const void* data, const dnnl:
   return w;
 }
 
+size_t Staging::init(const dnnl::memory::desc& plain, const dnnl::memory::desc& inner, size_t offset) {
+  plain_ = plain;
+  inner_ = inner;
+  staged_ = inner != plain;
+  offset_ = (offset + 63) / 64 * 64;
+  if (!staged_) return offset;
+  to_inner_ = dnnl::reorder(dnnl::reorder::primitive_desc(engine(), plain_, engine(), inner_));
+  to_plain_ = dnnl::reorder(dnnl::reorder::primitive_desc(engine(), inner_, engine(), plain_));
+  return offset_ + inner_.get_size();
+}
+
+dnnl::memory Staging::input(const void* data, void* scratch) const {
+  dnnl::memory src = wrap(plain_, data);
+  if (!staged_) return src;
+  dnnl::memory staged = wrap(inner_, static_cast<char*>(scratch) + offset_);
+  to_inner_.execute(stream(), src, staged);
+  return staged;
+}
+
+dnnl::memory Staging::output(void* data, void* scratch) const {
+  return staged_ ? wrap(inner_, static_cast<char*>(scratch) + offset_) : wrap(plain_, data);
+}
+
+void Staging::load(const void* data, const dnnl::memory& target) const {
+  dnnl::memory src = wrap(plain_, data);
+  dnnl::memory dst = target;
+  to_inner_.execute(stream(), src, dst);
+}
+
+void Staging::finish(const dnnl::memory& written, void* data) const {
+  if (!staged_) return;
+  dnnl::memory src = written;
+  dnnl::memory dst = wrap(plain_, data);
+  to_plain_.execute(stream(), src, dst);
+}
+
+dnnl::memory::desc blocked_desc(const Shape& shape) {
+  using tag = dnnl::memory::format_tag;
+  bool wide = dnnl::get_effective_cpu_isa() >= dnnl::cpu_isa::avx512_core;
+  tag t = shape.size() == 4 ? (wide ? tag::nChw16c : tag::nChw8c) : (wide ? tag::nCdhw16c : tag::nCdhw8c);
+  return dnnl::memory::desc(dims(shape), dnnl::memory::data_type::f32, t);
+}
+
 void PrimitiveKernel::execute(std::unordered_map<int, dnnl::memory>& args, void* scratch) const {
   if (scratchpad_md_.get_size()) args[DNNL_ARG_SCRATCHPAD] = wrap(scratchpad_md_, scratch);
   primitive_.execute(stream(), args);

@@ -45,6 +45,35 @@ struct PackedWeights {
 };
 PackedWeights pack(const dnnl::memory::desc& from, const void* data, const dnnl::memory::desc& to);
 
+// An activation that the primitive wants in another layout than the plain one
+// it has between nodes: staged in the kernel's scratch memory and reordered on
+// the way in or out. (A layout pass that keeps whole regions blocked will make
+// these reorders unnecessary.)
+class Staging {
+ public:
+  // Reserves scratch from `offset` when `inner` differs from `plain`; returns the end offset.
+  size_t init(const dnnl::memory::desc& plain, const dnnl::memory::desc& inner, size_t offset);
+  bool staged() const { return staged_; }
+  // The primitive's view of a plain input: reordered into scratch when staged.
+  dnnl::memory input(const void* data, void* scratch) const;
+  // Where the primitive writes an output (scratch when staged).
+  dnnl::memory output(void* data, void* scratch) const;
+  // Copies a plain tensor into the primitive's output layout (sum post-ops).
+  void load(const void* data, const dnnl::memory& target) const;
+  // Moves a staged output back into the plain tensor.
+  void finish(const dnnl::memory& written, void* data) const;
+
+ private:
+  dnnl::memory::desc plain_, inner_;
+  bool staged_ = false;
+  size_t offset_ = 0;
+  dnnl::reorder to_inner_, to_plain_;
+};
+
+// Picks the blocked activation layout of this ISA for rank-4/5 float tensors
+// (nChw8c / nChw16c), for primitives that cannot choose one themselves (pooling).
+dnnl::memory::desc blocked_desc(const Shape& shape);
+
 // Base of the kernels that run one oneDNN primitive: keeps the primitive, its
 // scratchpad and its name; run() in the subclass only binds pointers.
 class PrimitiveKernel : public Kernel {

@@ -73,64 +73,33 @@ class DnnlConvBase : public Kernel {
     return du::plain_desc({channels}, DType::kFloat32);
   }
 
-  // Activations stay plain (NCHW) between nodes; when oneDNN runs faster on a
-  // blocked layout, the kernel reorders in and out through its scratch memory.
-  // (A layout pass that keeps whole regions blocked will remove these reorders.)
   void choose_layouts(const dnnl::primitive_desc_base& pd) {
-    src_inner_ = pd.src_desc();
-    dst_inner_ = pd.dst_desc();
-    src_staged_ = src_inner_ != src_md_;
-    dst_staged_ = dst_inner_ != dst_md_;
-    size_t conv_scratch = pd.scratchpad_desc().get_size();
-    src_offset_ = align(conv_scratch);
-    dst_offset_ = src_offset_ + (src_staged_ ? align(src_inner_.get_size()) : 0);
-    scratch_ = dst_offset_ + (dst_staged_ ? align(dst_inner_.get_size()) : 0);
-    if (src_staged_) src_reorder_ = dnnl::reorder(dnnl::reorder::primitive_desc(du::engine(), src_md_, du::engine(), src_inner_));
-    if (dst_staged_) {
-      dst_reorder_ = dnnl::reorder(dnnl::reorder::primitive_desc(du::engine(), dst_inner_, du::engine(), dst_md_));
-      sum_reorder_ = dnnl::reorder(dnnl::reorder::primitive_desc(du::engine(), dst_md_, du::engine(), dst_inner_));
-    }
+    size_t end = src_.init(src_md_, pd.src_desc(), pd.scratchpad_desc().get_size());
+    scratch_ = dst_.init(dst_md_, pd.dst_desc(), end);
   }
 
-  static size_t align(size_t n) { return (n + 63) / 64 * 64; }
-
   void execute(const RunContext& ctx, const Tensor* sum) const {
-    char* scratch = static_cast<char*>(ctx.scratch);
-    dnnl::stream& s = du::stream();
-    memory src = du::wrap(src_md_, ctx.in(0).raw());
-    memory dst = du::wrap(dst_md_, ctx.out(0).raw());
-    if (src_staged_) {
-      memory staged = du::wrap(src_inner_, scratch + src_offset_);
-      src_reorder_.execute(s, src, staged);
-      src = staged;
-    }
-    memory dst_plain = dst;
-    if (dst_staged_) dst = du::wrap(dst_inner_, scratch + dst_offset_);
+    memory dst = dst_.output(ctx.out(0).raw(), ctx.scratch);
     if (sum) {
-      if (dst_staged_) {
-        memory plain_sum = du::wrap(dst_md_, sum->raw());
-        sum_reorder_.execute(s, plain_sum, dst);
-      }
+      if (dst_.staged()) dst_.load(sum->raw(), dst);
       else if (sum->raw() != ctx.out(0).raw()) std::memcpy(ctx.out(0).raw(), sum->raw(), ctx.out(0).nbytes());
     }
     std::unordered_map<int, memory> args;
-    args[DNNL_ARG_SRC] = src;
+    args[DNNL_ARG_SRC] = src_.input(ctx.in(0).raw(), ctx.scratch);
     args[DNNL_ARG_WEIGHTS] = weights_packed_ ? packed_.memory : du::wrap(weights_plain_, ctx.in(1).raw());
     if (ctx.inputs.size() > 2 && ctx.inputs[2]) args[DNNL_ARG_BIAS] = du::wrap(bias_desc_, ctx.in(2).raw());
     args[DNNL_ARG_DST] = dst;
-    if (scratchpad_md_.get_size()) args[DNNL_ARG_SCRATCHPAD] = du::wrap(scratchpad_md_, scratch);
-    primitive_.execute(s, args);
-    if (dst_staged_) dst_reorder_.execute(s, dst, dst_plain);
-    s.wait();
+    if (scratchpad_md_.get_size()) args[DNNL_ARG_SCRATCHPAD] = du::wrap(scratchpad_md_, ctx.scratch);
+    primitive_.execute(du::stream(), args);
+    dst_.finish(dst, ctx.out(0).raw());
+    du::stream().wait();
   }
 
   int64_t group_ = 1;
   dnnl::primitive primitive_;
   memory::desc src_md_, dst_md_, weights_plain_, bias_desc_, scratchpad_md_;
-  memory::desc src_inner_, dst_inner_;
-  bool src_staged_ = false, dst_staged_ = false;
-  size_t src_offset_ = 0, dst_offset_ = 0;
-  dnnl::reorder src_reorder_, dst_reorder_, sum_reorder_;
+  // Activations are plain between nodes; oneDNN may run on a blocked layout (nChw8c).
+  du::Staging src_, dst_;
   du::PackedWeights packed_;
   bool weights_packed_ = false;
   size_t scratch_ = 0;

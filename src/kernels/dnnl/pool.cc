@@ -46,14 +46,22 @@ class DnnlPool : public Kernel {
     dst_md_ = du::plain_desc(y, DType::kFloat32);
     memory::dims dil;
     for (int64_t d : g.dilations) dil.push_back(d - 1);
+    auto make_pd = [&](const memory::desc& src, const memory::desc& dst) {
+      dnnl::pooling_v2_forward::desc desc(dnnl::prop_kind::forward_inference, alg, src, dst, du::dims(g.strides),
+                                          du::dims(g.kernel), dil, du::dims(g.pads_begin), du::dims(g.pads_end));
+      return dnnl::pooling_v2_forward::primitive_desc(desc, du::user_scratchpad_attr(), du::engine());
+    };
     try {
-      dnnl::pooling_v2_forward::desc desc(dnnl::prop_kind::forward_inference, alg, src_md_, dst_md_,
-                                          du::dims(g.strides), du::dims(g.kernel), dil, du::dims(g.pads_begin),
-                                          du::dims(g.pads_end));
-      dnnl::pooling_v2_forward::primitive_desc pd(desc, du::user_scratchpad_attr(), du::engine());
+      // oneDNN has only reference pooling for NCHW: run the JIT kernel on the blocked layout instead.
+      dnnl::pooling_v2_forward::primitive_desc pd = make_pd(src_md_, dst_md_);
+      if (x.size() >= 4 && (std::string(pd.impl_info_str()).find("jit") == std::string::npos)) {
+        dnnl::pooling_v2_forward::primitive_desc blocked = make_pd(du::blocked_desc(x), du::blocked_desc(y));
+        if (std::string(blocked.impl_info_str()).find("jit") != std::string::npos) pd = blocked;
+      }
       primitive_ = dnnl::pooling_v2_forward(pd);
       scratchpad_md_ = pd.scratchpad_desc();
-      scratch_ = scratchpad_md_.get_size();
+      size_t end = src_.init(src_md_, pd.src_desc(), scratchpad_md_.get_size());
+      scratch_ = dst_.init(dst_md_, pd.dst_desc(), end);
       impl_ = du::impl_name(pd);
     } catch (const dnnl::error& e) {
       ctx.fail(ErrorKind::kUnsupported, "oneDNN has no pooling for this case ({})", e.what());
@@ -62,10 +70,11 @@ class DnnlPool : public Kernel {
   }
 
   void run(const RunContext& ctx) const override {
-    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, du::wrap(src_md_, ctx.in(0).raw())},
-                                         {DNNL_ARG_DST, du::wrap(dst_md_, ctx.out(0).raw())}};
-    if (scratch_) args[DNNL_ARG_SCRATCHPAD] = du::wrap(scratchpad_md_, ctx.scratch);
+    memory dst = dst_.output(ctx.out(0).raw(), ctx.scratch);
+    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, src_.input(ctx.in(0).raw(), ctx.scratch)}, {DNNL_ARG_DST, dst}};
+    if (scratchpad_md_.get_size()) args[DNNL_ARG_SCRATCHPAD] = du::wrap(scratchpad_md_, ctx.scratch);
     primitive_.execute(du::stream(), args);
+    dst_.finish(dst, ctx.out(0).raw());
     du::stream().wait();
   }
 
@@ -76,6 +85,7 @@ class DnnlPool : public Kernel {
   std::string op_;
   dnnl::primitive primitive_;
   memory::desc src_md_, dst_md_, scratchpad_md_;
+  du::Staging src_, dst_;
   size_t scratch_ = 0;
   std::string impl_;
 };
