@@ -20,8 +20,8 @@ $(BUILD)/build.ninja: CMakeLists.txt | $(BUILD)/.setup-done
 build: $(BUILD)/build.ninja
 	cmake --build $(BUILD) -j $(JOBS)
 
-# Benchmarks the built-in ResNet-18 (seeded weights), then compares Anvil with
-# ONNX Runtime / OpenVINO on the same exported model when the peers are installed.
+# Benchmarks the built-in ResNet-18 (seeded weights) with the articles' method.
+# Side-by-side ratios against ONNX Runtime / OpenVINO: bench/compare (docs/benchmarks.md).
 bench: build
 	$(ANVIL) info
 	$(ANVIL) bench zoo:resnet18 --threads $(JOBS) --json $(BUILD)/bench-resnet18.json
