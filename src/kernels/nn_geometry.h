@@ -21,6 +21,32 @@ struct SpatialGeometry {
   std::vector<int64_t> out;         // output spatial sizes
 };
 
+// The same geometry padded to three spatial dimensions (leading unit
+// dimensions), for loops that treat 1-D and 2-D as 3-D.
+struct Geometry3 {
+  int64_t in[3] = {1, 1, 1}, out[3] = {1, 1, 1}, k[3] = {1, 1, 1};
+  int64_t s[3] = {1, 1, 1}, d[3] = {1, 1, 1}, p[3] = {0, 0, 0};
+  int64_t real_end[3] = {1, 1, 1};  // in + the model's end padding (without ceil_mode's extra)
+
+  Geometry3() = default;
+  Geometry3(const Shape& x, const SpatialGeometry& g) {
+    const size_t rank = g.kernel.size(), off = 3 - rank;
+    for (size_t i = 0; i < rank; ++i) {
+      in[off + i] = x[2 + i];
+      out[off + i] = g.out[i];
+      k[off + i] = g.kernel[i];
+      s[off + i] = g.strides[i];
+      d[off + i] = g.dilations[i];
+      p[off + i] = g.pads_begin[i];
+      int64_t extra = i < g.ceil_extra.size() ? g.ceil_extra[i] : 0;
+      real_end[off + i] = x[2 + i] + (i < g.pads_end.size() ? g.pads_end[i] : 0) - extra;
+    }
+  }
+  int64_t in_plane() const { return in[0] * in[1] * in[2]; }
+  int64_t out_plane() const { return out[0] * out[1] * out[2]; }
+  int64_t taps() const { return k[0] * k[1] * k[2]; }
+};
+
 // x is [N, C, D1, ..., Dk]; `kernel` holds the k spatial kernel sizes (from W).
 SpatialGeometry conv_geometry(const PrepareContext& ctx, const Shape& x, const std::vector<int64_t>& kernel);
 SpatialGeometry conv_transpose_geometry(const PrepareContext& ctx, const Shape& x,

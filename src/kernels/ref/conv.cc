@@ -19,28 +19,6 @@ namespace {
 
 constexpr int64_t kParallelThreshold = 32768;
 
-// Geometry padded to three spatial dimensions (leading unit dimensions).
-struct Geometry3 {
-  int64_t in[3] = {1, 1, 1}, out[3] = {1, 1, 1}, k[3] = {1, 1, 1};
-  int64_t s[3] = {1, 1, 1}, d[3] = {1, 1, 1}, p[3] = {0, 0, 0};
-
-  Geometry3() = default;
-  Geometry3(const Shape& x, const SpatialGeometry& g) {
-    const size_t rank = g.kernel.size(), off = 3 - rank;
-    for (size_t i = 0; i < rank; ++i) {
-      in[off + i] = x[2 + i];
-      out[off + i] = g.out[i];
-      k[off + i] = g.kernel[i];
-      s[off + i] = g.strides[i];
-      d[off + i] = g.dilations[i];
-      p[off + i] = g.pads_begin[i];
-    }
-  }
-  int64_t in_plane() const { return in[0] * in[1] * in[2]; }
-  int64_t out_plane() const { return out[0] * out[1] * out[2]; }
-  int64_t taps() const { return k[0] * k[1] * k[2]; }
-};
-
 // ceil(a / b) for b > 0 and any sign of a.
 int64_t ceil_div(int64_t a, int64_t b) { return a >= 0 ? (a + b - 1) / b : -((-a) / b); }
 

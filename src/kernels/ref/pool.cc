@@ -23,29 +23,6 @@ namespace {
 
 constexpr int64_t kParallelThreshold = 32768;
 
-// Pooling geometry padded to three spatial dimensions.
-struct PoolGeometry3 {
-  int64_t in[3] = {1, 1, 1}, out[3] = {1, 1, 1}, k[3] = {1, 1, 1};
-  int64_t s[3] = {1, 1, 1}, d[3] = {1, 1, 1}, p[3] = {0, 0, 0};
-  int64_t real_end[3] = {1, 1, 1};  // in + the model's end padding (without ceil_mode's extra)
-
-  PoolGeometry3() = default;
-  PoolGeometry3(const Shape& x, const SpatialGeometry& g) {
-    const size_t rank = g.kernel.size(), off = 3 - rank;
-    for (size_t i = 0; i < rank; ++i) {
-      in[off + i] = x[2 + i];
-      out[off + i] = g.out[i];
-      k[off + i] = g.kernel[i];
-      s[off + i] = g.strides[i];
-      d[off + i] = g.dilations[i];
-      p[off + i] = g.pads_begin[i];
-      real_end[off + i] = x[2 + i] + g.pads_end[i] - g.ceil_extra[i];
-    }
-  }
-  int64_t in_plane() const { return in[0] * in[1] * in[2]; }
-  int64_t out_plane() const { return out[0] * out[1] * out[2]; }
-};
-
 // Window taps of one dimension that land in [0, in): j in [lo, hi).
 struct Taps {
   int64_t lo, hi;
@@ -88,7 +65,7 @@ class MaxPoolKernel : public Kernel {
     check_rank(ctx);
     const Shape& x = ctx.input_shape(0);
     SpatialGeometry g = pool_geometry(ctx, x);
-    geo_ = PoolGeometry3(x, g);
+    geo_ = Geometry3(x, g);
     planes_ = x[0] * x[1];
     storage_order_ = ctx.attrs().get_int("storage_order", 0);
     ANVIL_PREPARE_CHECK(ctx, storage_order_ == 0 || storage_order_ == 1, ErrorKind::kInvalidModel,
@@ -116,7 +93,7 @@ class MaxPoolKernel : public Kernel {
  private:
   template <typename T, bool kIndices>
   void compute(const T* x, T* y, int64_t* indices) const {
-    const PoolGeometry3& g = geo_;
+    const Geometry3& g = geo_;
     const int64_t in_plane = g.in_plane(), out_plane = g.out_plane();
     const int64_t window = g.k[0] * g.k[1] * g.k[2];
     // Column-major flattening of the spatial index (storage_order = 1).
@@ -167,7 +144,7 @@ class MaxPoolKernel : public Kernel {
     }
   }
 
-  PoolGeometry3 geo_;
+  Geometry3 geo_;
   int64_t planes_ = 0;
   int64_t storage_order_ = 0;
 };
@@ -181,7 +158,7 @@ class AveragePoolKernel : public Kernel {
     check_rank(ctx);
     const Shape& x = ctx.input_shape(0);
     SpatialGeometry g = pool_geometry(ctx, x);
-    geo_ = PoolGeometry3(x, g);
+    geo_ = Geometry3(x, g);
     planes_ = x[0] * x[1];
     count_include_pad_ = ctx.attrs().get_int("count_include_pad", 0) != 0;
     return {{ctx.input_dtype(0), pooled_shape(x, g)}};
@@ -198,7 +175,7 @@ class AveragePoolKernel : public Kernel {
   // Number of taps of one dimension counted in the divisor.
   int64_t divisor_taps(int dim, int64_t start, const Taps& inside) const {
     if (!count_include_pad_) return inside.hi - inside.lo;
-    const PoolGeometry3& g = geo_;
+    const Geometry3& g = geo_;
     // Taps in [-pads_begin, in + pads_end): the window never starts before -pads_begin.
     const Taps t = taps_inside(start + g.p[dim], g.k[dim], g.d[dim], g.real_end[dim] + g.p[dim]);
     return t.hi - t.lo;
@@ -206,7 +183,7 @@ class AveragePoolKernel : public Kernel {
 
   template <typename T>
   void compute(const T* x, T* y) const {
-    const PoolGeometry3& g = geo_;
+    const Geometry3& g = geo_;
     const int64_t in_plane = g.in_plane(), out_plane = g.out_plane();
     const int64_t window = g.k[0] * g.k[1] * g.k[2];
 #pragma omp parallel for if (planes_ * out_plane * window > kParallelThreshold)
@@ -241,7 +218,7 @@ class AveragePoolKernel : public Kernel {
     }
   }
 
-  PoolGeometry3 geo_;
+  Geometry3 geo_;
   int64_t planes_ = 0;
   bool count_include_pad_ = false;
 };
