@@ -4,10 +4,14 @@
 //   EXPECT_EQ(out[0].data<float>()[0], 0.f);
 #pragma once
 
+#include <gtest/gtest.h>
+
+#include <functional>
 #include <initializer_list>
 #include <string>
 #include <vector>
 
+#include "anvil/error.h"
 #include "anvil/tensor.h"
 #include "ir/attribute.h"
 #include "kernels/registry.h"
@@ -58,6 +62,25 @@ inline ir::Attributes attrs(std::initializer_list<std::pair<const char*, ir::Att
   ir::Attributes a;
   for (const auto& [name, v] : list) a.set(name, v);
   return a;
+}
+
+inline KernelOptions opset(int version, int num_outputs = 1) {
+  KernelOptions o;
+  o.opset = version;
+  o.num_outputs = num_outputs;
+  return o;
+}
+
+// The kind of the anvil::Error that fn throws (a test failure if none).
+inline ErrorKind error_kind_of(const std::function<void()>& fn, std::string* message = nullptr) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    if (message) *message = e.what();
+    return e.kind();
+  }
+  ADD_FAILURE() << "no anvil::Error thrown";
+  return ErrorKind::kInternal;
 }
 
 // start, start + 1, ... (n values)

@@ -11,29 +11,13 @@ namespace anvil {
 namespace {
 
 using testing::f32;
+using testing::error_kind_of;
+using testing::opset;
 using testing::values;
 using testing::attrs;
 using testing::iota_f;
 using testing::i64;
 using testing::run_kernel;
-
-testing::KernelOptions opset(int version, int num_outputs = 1) {
-  testing::KernelOptions o;
-  o.opset = version;
-  o.num_outputs = num_outputs;
-  return o;
-}
-
-ErrorKind error_kind_of(const std::function<void()>& fn, std::string* message = nullptr) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    if (message) *message = e.what();
-    return e.kind();
-  }
-  ADD_FAILURE() << "no anvil::Error thrown";
-  return ErrorKind::kInternal;
-}
 
 TEST(ShapeOps, ReshapeLikeKernelsAliasTheirInput) {
   for (const char* op : {"Flatten", "Reshape", "Squeeze", "Unsqueeze", "Identity", "Dropout"}) {

@@ -14,6 +14,8 @@ namespace anvil {
 namespace {
 
 using testing::f32;
+using testing::error_kind_of;
+using testing::opset;
 using testing::values;
 using testing::attrs;
 using testing::iota_f;
@@ -23,24 +25,6 @@ using testing::run_kernel;
 
 constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
 constexpr int64_t kMin = std::numeric_limits<int64_t>::min();
-
-testing::KernelOptions opset(int version, int num_outputs = 1) {
-  testing::KernelOptions o;
-  o.opset = version;
-  o.num_outputs = num_outputs;
-  return o;
-}
-
-ErrorKind error_kind_of(const std::function<void()>& fn, std::string* message = nullptr) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    if (message) *message = e.what();
-    return e.kind();
-  }
-  ADD_FAILURE() << "no anvil::Error thrown";
-  return ErrorKind::kInternal;
-}
 
 TEST(Transpose, DefaultReversesAxes) {
   std::vector<Tensor> out = run_kernel("Transpose", {f32({2, 3}, iota_f(6))});
