@@ -21,9 +21,14 @@ enum class ErrorKind {
 
 const char* error_kind_name(ErrorKind kind);
 
+// `s` with bytes below 0x20 and 0x7f written as \xNN.
+std::string escape_control(const std::string& s);
+
 class Error : public std::runtime_error {
  public:
-  Error(ErrorKind kind, const std::string& message) : std::runtime_error(message), kind_(kind) {}
+  // Control characters in `message` (from names in a hostile file) are
+  // escaped as \xNN, so the message is always one printable line.
+  Error(ErrorKind kind, const std::string& message) : std::runtime_error(escape_control(message)), kind_(kind) {}
   ErrorKind kind() const { return kind_; }
   // Process exit code for this kind of failure (2..6).
   int exit_code() const { return 2 + static_cast<int>(kind_); }

@@ -37,7 +37,10 @@ using Shape = std::vector<int64_t>;
 size_t dtype_size(DType dtype);
 const char* dtype_name(DType dtype);
 bool dtype_is_float(DType dtype);
+// Element count; throws anvil::Error (invalid argument) when it overflows int64.
 int64_t shape_numel(const Shape& shape);
+// Byte count of a dense tensor; throws when it overflows.
+size_t shape_nbytes(const Shape& shape, DType dtype);
 std::string shape_str(const Shape& shape);
 
 class Tensor {

@@ -4,7 +4,10 @@
 #include <cstring>
 #include <new>
 
+#include <unistd.h>
+
 #include "core/check.h"
+#include "core/checked.h"
 
 namespace anvil {
 
@@ -46,8 +49,35 @@ bool dtype_is_float(DType dtype) {
 
 int64_t shape_numel(const Shape& shape) {
   int64_t n = 1;
-  for (int64_t d : shape) n *= d;
+  for (int64_t d : shape) {
+    auto r = mul_overflow_free(n, d);
+    ANVIL_CHECK(r.has_value(), ErrorKind::kInvalidArgument, "the element count of shape {} overflows int64",
+                shape_str(shape));
+    n = *r;
+  }
   return n;
+}
+
+size_t shape_nbytes(const Shape& shape, DType dtype) {
+  int64_t n = shape_numel(shape);
+  auto bytes = mul_overflow_free(n, static_cast<int64_t>(dtype_size(dtype)));
+  ANVIL_CHECK(bytes.has_value(), ErrorKind::kInvalidArgument, "the byte size of a {} tensor of shape {} overflows int64",
+              dtype_name(dtype), shape_str(shape));
+  return static_cast<size_t>(*bytes);
+}
+
+size_t max_allocation_bytes() {
+  static const size_t limit = [] {
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+    if (pages <= 0 || page <= 0) return size_t{1} << 40;
+    return static_cast<size_t>(pages) * static_cast<size_t>(page);
+  }();
+  return limit;
+}
+
+void check_allocation(size_t bytes, const std::string& what) {
+  ANVIL_CHECK(bytes <= max_allocation_bytes(), ErrorKind::kOutOfMemory,
+              "{} needs {} bytes, more than this machine's {} bytes of memory", what, bytes, max_allocation_bytes());
 }
 
 std::string shape_str(const Shape& shape) {
@@ -63,7 +93,8 @@ Tensor::Tensor(DType dtype, Shape shape) : dtype_(dtype), shape_(std::move(shape
   for (int64_t d : shape_)
     ANVIL_CHECK(d >= 0, ErrorKind::kInvalidArgument, "tensor shape {} has a negative dimension",
                 shape_str(shape_));
-  size_t bytes = nbytes();
+  size_t bytes = shape_nbytes(shape_, dtype_);
+  check_allocation(bytes, "a " + std::string(dtype_name(dtype_)) + " tensor of shape " + shape_str(shape_));
   size_t padded = (bytes + 63) / 64 * 64;
   if (padded == 0) padded = 64;
   void* p = std::aligned_alloc(64, padded);

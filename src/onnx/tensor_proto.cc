@@ -2,12 +2,19 @@
 
 #include <cstring>
 #include <filesystem>
+#include <memory>
 #include <fstream>
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <onnx/onnx_pb.h>
 
 #include "core/check.h"
+#include "core/checked.h"
 #include "core/half.h"
+#include "onnx/validate.h"
 
 namespace anvil::onnx_io {
 
@@ -86,43 +93,51 @@ void copy_bits_field(const google::protobuf::RepeatedField<int32_t>& field, Tens
   }
 }
 
+// Reads `expected` bytes of external data. The fields were checked by
+// validate_tensor(); here the path must stay inside the model's folder and
+// name a regular file (a FIFO or device would block or never end).
 std::string read_external(const TensorProto& p, const std::string& base_dir, size_t expected) {
   std::string location;
-  int64_t offset = 0, length = -1;
+  int64_t offset = 0;
   for (const auto& kv : p.external_data()) {
     if (kv.key() == "location") location = kv.value();
-    else if (kv.key() == "offset") offset = std::stoll(kv.value());
-    else if (kv.key() == "length") length = std::stoll(kv.value());
+    else if (kv.key() == "offset") offset = std::stoll(kv.value());  // validated digits
   }
-  ANVIL_CHECK(!location.empty(), ErrorKind::kInvalidModel, "tensor '{}' has external data without a location",
-              p.name());
   ANVIL_CHECK(!base_dir.empty(), ErrorKind::kInvalidModel,
               "tensor '{}' refers to external data, which needs the model to be loaded from a file", p.name());
   // External files must stay inside the model's folder: a model is untrusted input.
   fs::path base = fs::weakly_canonical(fs::path(base_dir));
-  fs::path file = fs::weakly_canonical(base / location);
+  std::error_code ec;
+  fs::path file = fs::weakly_canonical(base / location, ec);
   auto [b, f] = std::mismatch(base.begin(), base.end(), file.begin(), file.end());
-  ANVIL_CHECK(b == base.end() && fs::path(location).is_relative(), ErrorKind::kInvalidModel,
+  ANVIL_CHECK(!ec && b == base.end() && fs::path(location).is_relative(), ErrorKind::kInvalidModel,
               "tensor '{}': external data path '{}' leaves the model's folder", p.name(), location);
-  std::ifstream in(file, std::ios::binary);
-  ANVIL_CHECK(in.good(), ErrorKind::kInvalidModel, "tensor '{}': cannot open external data file '{}'", p.name(),
+  int fd = ::open(file.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  ANVIL_CHECK(fd >= 0, ErrorKind::kInvalidModel, "tensor '{}': cannot open external data file '{}'", p.name(),
               file.string());
-  in.seekg(0, std::ios::end);
-  int64_t size = in.tellg();
-  if (length < 0) length = size - offset;
-  ANVIL_CHECK(offset >= 0 && offset + length <= size && static_cast<size_t>(length) == expected,
-              ErrorKind::kInvalidModel,
-              "tensor '{}': external data '{}' (offset {}, length {}) does not fit the file ({} bytes) or the "
-              "tensor ({} bytes)", p.name(), location, offset, length, size, expected);
-  std::string data(static_cast<size_t>(length), '\0');
-  in.seekg(offset);
-  in.read(data.data(), length);
+  std::unique_ptr<int, void (*)(int*)> closer(&fd, [](int* f) { ::close(*f); });
+  struct stat st {};
+  ANVIL_CHECK(::fstat(fd, &st) == 0 && S_ISREG(st.st_mode), ErrorKind::kInvalidModel,
+              "tensor '{}': external data '{}' is not a regular file", p.name(), location);
+  int64_t size = st.st_size;
+  int64_t length = static_cast<int64_t>(expected);
+  ANVIL_CHECK(offset <= size && length <= size - offset, ErrorKind::kInvalidModel,
+              "tensor '{}': external data '{}' (offset {}, {} bytes) does not fit the file ({} bytes)", p.name(),
+              location, offset, length, size);
+  std::string data(expected, '\0');
+  size_t done = 0;
+  while (done < expected) {
+    ssize_t r = ::pread(fd, data.data() + done, expected - done, offset + static_cast<int64_t>(done));
+    ANVIL_CHECK(r > 0, ErrorKind::kInvalidModel, "tensor '{}': cannot read external data '{}'", p.name(), location);
+    done += static_cast<size_t>(r);
+  }
   return data;
 }
 
 }  // namespace
 
 Tensor tensor_from_proto(const TensorProto& p, const std::string& base_dir) {
+  validate_tensor(p);
   DType dtype = dtype_from_onnx(p.data_type());
   ANVIL_CHECK(dtype != DType::kUndefined, ErrorKind::kUnsupported, "tensor '{}' has data type {}, which Anvil does not support",
               p.name(), onnx_type_name(p.data_type()));
@@ -162,21 +177,6 @@ Tensor tensor_from_proto(const TensorProto& p, const std::string& base_dir) {
     case DType::kUndefined: break;
   }
   return t;
-}
-
-void inline_external_data(TensorProto& p, const std::string& base_dir) {
-  if (p.data_location() != TensorProto::EXTERNAL) return;
-  DType dtype = dtype_from_onnx(p.data_type());
-  ANVIL_CHECK(dtype != DType::kUndefined, ErrorKind::kUnsupported, "tensor '{}' has data type {}, which Anvil does not support",
-              p.name(), onnx_type_name(p.data_type()));
-  int64_t n = 1;
-  for (int64_t d : p.dims()) {
-    ANVIL_CHECK(d >= 0, ErrorKind::kInvalidModel, "tensor '{}' has a negative dimension", p.name());
-    n *= d;
-  }
-  p.set_raw_data(read_external(p, base_dir, static_cast<size_t>(n) * dtype_size(dtype)));
-  p.clear_external_data();
-  p.set_data_location(TensorProto::DEFAULT);
 }
 
 void tensor_to_proto(const Tensor& t, const std::string& name, TensorProto* p) {

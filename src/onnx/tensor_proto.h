@@ -16,8 +16,6 @@ const char* onnx_type_name(int onnx_type);
 
 // `base_dir` is where external data files are looked up ("" forbids external data).
 Tensor tensor_from_proto(const onnx::TensorProto& proto, const std::string& base_dir);
-// Reads an EXTERNAL tensor's bytes into raw_data (checks the path stays in base_dir).
-void inline_external_data(onnx::TensorProto& proto, const std::string& base_dir);
 void tensor_to_proto(const Tensor& tensor, const std::string& name, onnx::TensorProto* proto);
 
 }  // namespace anvil::onnx_io

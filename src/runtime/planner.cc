@@ -3,6 +3,7 @@
 #include <map>
 
 #include "core/check.h"
+#include "core/checked.h"
 #include "kernels/registry.h"
 #include "runtime/memory_plan.h"
 #include "runtime/plan.h"
@@ -228,7 +229,9 @@ class PlanBuilder {
       }
     }
     s.kind = Slot::Kind::kArena;
-    size_t bytes = static_cast<size_t>(shape_numel(type.shape)) * dtype_size(type.dtype);
+    size_t bytes = shape_nbytes(type.shape, type.dtype);
+    check_allocation(bytes, fmt::format("{}: output {} ({} {})", node.describe(), o, dtype_name(type.dtype),
+                                        shape_str(type.shape)));
     s.buffer = new_buffer(bytes, index);
     int slot = add_slot(s);
     root_last_use_[slot] = std::max(index, last_use(v));
@@ -280,6 +283,7 @@ class PlanBuilder {
     MemoryPlan mp = plan_greedy_by_size(planner);
     ANVIL_INTERNAL_CHECK(plan_is_valid(planner, mp));
     plan_->arena_bytes = mp.arena_bytes;
+    check_allocation(mp.arena_bytes, "the activation arena");
     for (Slot& s : plan_->slots)
       if (s.kind == Slot::Kind::kArena) s.offset = mp.offsets[s.buffer];
     for (const auto& [step, buffer] : scratch_buffers_) plan_->steps[step].scratch_offset = mp.offsets[buffer];

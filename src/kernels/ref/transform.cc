@@ -10,6 +10,7 @@
 #include <cstring>
 #include <limits>
 
+#include "core/checked.h"
 #include "kernels/ref/common.h"
 #include "kernels/registry.h"
 
@@ -349,13 +350,17 @@ class PadKernel : public Kernel {
     if (!rank) maps_[0] = {0};
     for (size_t a = 0; a < rank; ++a) {
       const int64_t d = x.shape[a], before = pads[a], after = pads[a + rank];
-      out[a] = out_shape_[a] = d + before + after;
+      out[a] = out_shape_[a] = checked_add(checked_add(d, before, "padded size"), after, "padded size");
       ANVIL_PREPARE_CHECK(ctx, out[a] >= 0, ErrorKind::kInvalidArgument,
                           "pads {} make axis {} of {} negative", shape_str(pads), a, shape_str(x.shape));
       ANVIL_PREPARE_CHECK(ctx, mode == "constant" || d > 0 || out[a] == 0, ErrorKind::kInvalidArgument,
                           "{} padding of an empty axis {} of {}", mode, a, shape_str(x.shape));
-      for (int64_t o = 0; o < out[a]; ++o) maps_[a].push_back(source_index(mode, o - before, d));
     }
+    // The index maps below are as long as the output's axes: refuse an output
+    // that cannot exist before building them.
+    check_allocation(shape_nbytes(out, x.dtype), ctx.node().describe() + ": the padded output " + shape_str(out));
+    for (size_t a = 0; a < rank; ++a)
+      for (int64_t o = 0; o < out[a]; ++o) maps_[a].push_back(source_index(mode, o - pads[a], x.shape[a]));
     return {{x.dtype, out}};
   }
 

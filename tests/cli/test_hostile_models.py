@@ -1,0 +1,211 @@
+"""Hostile model files: each class of malformed model that once crashed or hung
+Anvil (inside libonnx's checker and shape inference, or in Anvil's own
+allocation) must now end with one clean error line and the contract's exit code.
+
+The cases are built with onnx.helper without the checker (they are invalid on
+purpose), and every run has a timeout: a hang fails the test.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from anvil_testing import (EXIT_INVALID_ARGUMENT, EXIT_INVALID_MODEL, EXIT_OUT_OF_MEMORY, float_info,
+                           save_model)
+from test_bad_input import check_error
+
+TIMEOUT_S = 60
+
+
+@pytest.fixture(scope="module")
+def cases(tmp_path_factory):
+    return tmp_path_factory.mktemp("hostile")
+
+
+def save(graph, path, opset=13):
+    return save_model(graph, path, opset=opset, check=False)
+
+
+def run(anvil, model, *extra):
+    return anvil("run", model, *extra, timeout=TIMEOUT_S)
+
+
+# --------------------------------------------------------------------------
+# Attributes that divide or size loops
+# --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("op,attr,value", [
+    ("Conv", "strides", [0, 1]),
+    ("Conv", "dilations", [1, 0]),
+    ("Conv", "group", 0),
+    ("MaxPool", "strides", [0, 0]),
+    ("MaxPool", "kernel_shape", [0, 2]),
+    ("AveragePool", "pads", [-1, 0, 0, 0]),
+])
+def test_window_attribute_out_of_range(anvil, cases, op, attr, value):
+    inputs = ["x", "w"] if op == "Conv" else ["x"]
+    attrs = {"kernel_shape": [2, 2]} if op != "Conv" else {}
+    attrs[attr] = value
+    w = numpy_helper.from_array(np.ones((4, 3, 2, 2), np.float32), "w")
+    graph = helper.make_graph([helper.make_node(op, inputs, ["y"], name="n0", **attrs)], "g",
+                              [float_info("x", (1, 3, 8, 8))], [float_info("y", (1, 4, 7, 7))],
+                              [w] if op == "Conv" else [])
+    model = save(graph, cases / f"{op}_{attr}.onnx")
+    check_error(run(anvil, model), EXIT_INVALID_MODEL, op, attr, strip=(cases,))
+
+
+def test_depth_to_space_huge_blocksize(anvil, cases):
+    graph = helper.make_graph([helper.make_node("DepthToSpace", ["x"], ["y"], name="d2s", blocksize=2**32)], "g",
+                              [float_info("x", (1, 4, 2, 2))], [float_info("y", (1, 1, 4, 4))])
+    model = save(graph, cases / "d2s.onnx")
+    check_error(run(anvil, model), EXIT_INVALID_MODEL, r"blocksize", strip=(cases,))
+
+
+# --------------------------------------------------------------------------
+# Initializers whose data does not match their dims
+# --------------------------------------------------------------------------
+
+def short_int64(name, dims):
+    """An int64 initializer whose raw_data holds one element fewer than dims say."""
+    t = TensorProto()
+    t.name = name
+    t.data_type = TensorProto.INT64
+    t.dims.extend(dims)
+    count = int(np.prod(dims))
+    t.raw_data = np.arange(max(count - 1, 0), dtype=np.int64).tobytes()
+    return t
+
+
+@pytest.mark.parametrize("op", ["Reshape", "Slice", "Split", "Pad", "ReduceSum"])
+def test_short_raw_data(anvil, cases, op):
+    if op == "Reshape":
+        nodes, inits = [helper.make_node("Reshape", ["x", "s"], ["y"])], [short_int64("s", [2])]
+    elif op == "Slice":
+        nodes = [helper.make_node("Slice", ["x", "s", "e"], ["y"])]
+        inits = [short_int64("s", [2]), numpy_helper.from_array(np.array([1, 1], np.int64), "e")]
+    elif op == "Split":
+        nodes, inits = [helper.make_node("Split", ["x", "s"], ["y", "z"], axis=1)], [short_int64("s", [2])]
+    elif op == "Pad":
+        nodes, inits = [helper.make_node("Pad", ["x", "s"], ["y"])], [short_int64("s", [8])]
+    else:
+        nodes, inits = [helper.make_node("ReduceSum", ["x", "s"], ["y"])], [short_int64("s", [1])]
+    outputs = [float_info("y", (1,))] + ([float_info("z", (1,))] if op == "Split" else [])
+    graph = helper.make_graph(nodes, "g", [float_info("x", (2, 2, 2, 2))], outputs, inits)
+    model = save(graph, cases / f"short_{op}.onnx")
+    check_error(run(anvil, model), EXIT_INVALID_MODEL, r"'s'", r"raw data|bytes", strip=(cases,))
+
+
+def test_typed_data_count_mismatch(anvil, cases):
+    w = TensorProto(name="w", data_type=TensorProto.FLOAT, dims=[3, 3], float_data=[1.0, 2.0])  # 2 of 9 values
+    graph = helper.make_graph([helper.make_node("Add", ["x", "w"], ["y"])], "g",
+                              [float_info("x", (3, 3))], [float_info("y", (3, 3))], [w])
+    model = save(graph, cases / "typed_short.onnx")
+    check_error(run(anvil, model), EXIT_INVALID_MODEL, r"'w'", r"values", strip=(cases,))
+
+
+def test_negative_initializer_dim(anvil, cases):
+    w = TensorProto(name="w", data_type=TensorProto.FLOAT, dims=[-3])
+    graph = helper.make_graph([helper.make_node("Add", ["x", "w"], ["y"])], "g",
+                              [float_info("x", (3,))], [float_info("y", (3,))], [w])
+    check_error(run(anvil, save(graph, cases / "negdim.onnx")), EXIT_INVALID_MODEL, r"'w'", r"negative",
+                strip=(cases,))
+
+
+# --------------------------------------------------------------------------
+# Counts that overflow int64, and sizes larger than memory
+# --------------------------------------------------------------------------
+
+def test_initializer_element_count_overflows(anvil, cases):
+    w = TensorProto(name="w", data_type=TensorProto.FLOAT, dims=[2**40, 2**40])
+    graph = helper.make_graph([helper.make_node("Add", ["x", "w"], ["y"])], "g",
+                              [float_info("x", (1,))], [float_info("y", (1,))], [w])
+    check_error(run(anvil, save(graph, cases / "overflow_init.onnx")), EXIT_INVALID_MODEL, r"'w'", r"overflow",
+                strip=(cases,))
+
+
+def test_input_element_count_overflows(anvil, cases):
+    """Random inputs for a declared shape whose element count overflows int64."""
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+                              [float_info("x", (2**40, 2**40))], [float_info("y", (2**40, 2**40))])
+    result = run(anvil, save(graph, cases / "overflow_input.onnx"))
+    check_error(result, EXIT_INVALID_ARGUMENT, r"overflow", strip=(cases,))
+
+
+def test_input_larger_than_memory(anvil, cases):
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+                              [float_info("x", (2**20, 2**20))], [float_info("y", (2**20, 2**20))])
+    result = run(anvil, save(graph, cases / "huge_input.onnx"))
+    check_error(result, EXIT_OUT_OF_MEMORY, r"bytes", strip=(cases,))
+
+
+def test_huge_pad(anvil, cases):
+    """A Pad of 2^40 must fail at once, not allocate until the machine swaps."""
+    pads = numpy_helper.from_array(np.array([0, 2**40, 0, 2**40], np.int64), "pads")
+    graph = helper.make_graph([helper.make_node("Pad", ["x", "pads"], ["y"], name="pad0")], "g",
+                              [float_info("x", (2, 2))], [float_info("y", (2, None))], [pads])
+    result = run(anvil, save(graph, cases / "huge_pad.onnx"))
+    check_error(result, EXIT_OUT_OF_MEMORY, r"bytes", strip=(cases,))
+
+
+# --------------------------------------------------------------------------
+# External data
+# --------------------------------------------------------------------------
+
+def external_model(cases, name, location, extra=()):
+    w = TensorProto(name="w", data_type=TensorProto.FLOAT, dims=[4])
+    w.data_location = TensorProto.EXTERNAL
+    for key, value in (("location", location),) + tuple(extra):
+        entry = w.external_data.add()
+        entry.key, entry.value = key, value
+    graph = helper.make_graph([helper.make_node("Add", ["x", "w"], ["y"])], "g",
+                              [float_info("x", (4,))], [float_info("y", (4,))], [w])
+    folder = cases / name
+    folder.mkdir(exist_ok=True)
+    return save(graph, folder / "model.onnx"), folder
+
+
+def test_external_data_fifo(anvil, cases):
+    model, folder = external_model(cases, "fifo", "weights.fifo")
+    os.mkfifo(folder / "weights.fifo")
+    check_error(run(anvil, model), EXIT_INVALID_MODEL, r"regular file", strip=(cases,))
+
+
+def test_external_data_directory(anvil, cases):
+    model, folder = external_model(cases, "dir", "weights.d")
+    (folder / "weights.d").mkdir(exist_ok=True)
+    check_error(run(anvil, model), EXIT_INVALID_MODEL, r"regular file", strip=(cases,))
+
+
+@pytest.mark.parametrize("key,value", [("offset", "-4"), ("offset", "12abc"), ("length", "99999999999999999999"),
+                                       ("offset", "9223372036854775800")])
+def test_external_data_bad_fields(anvil, cases, key, value):
+    model, folder = external_model(cases, f"field_{key}_{abs(hash(value))}", "w.bin", ((key, value),))
+    (folder / "w.bin").write_bytes(np.ones(4, np.float32).tobytes())
+    check_error(run(anvil, model), EXIT_INVALID_MODEL, r"'w'", strip=(cases,))
+
+
+# --------------------------------------------------------------------------
+# Names: control characters never reach the terminal, the message stays one line
+# --------------------------------------------------------------------------
+
+def test_control_characters_in_names_are_escaped(anvil, cases):
+    graph = helper.make_graph([helper.make_node("NoSuchOp", ["x"], ["y"], name="evil\nname\x1b[31m")], "g",
+                              [float_info("x", (1,))], [float_info("y", (1,))])
+    result = run(anvil, save(graph, cases / "evil.onnx"))
+    line = check_error(result, 3, r"NoSuchOp", r"evil\\x0aname\\x1b", strip=(cases,))
+    assert "\x1b" not in result.stderr
+
+
+def test_subgraph_nesting_is_bounded(anvil, cases):
+    leaf = helper.make_graph([helper.make_node("Identity", ["c"], ["o"])], "leaf", [], [float_info("o", (1,))])
+    body = leaf
+    for depth in range(20):  # one nested branch per level: the file stays linear in the depth
+        node = helper.make_node("If", ["c"], ["o"], then_branch=body, else_branch=leaf, name=f"if{depth}")
+        body = helper.make_graph([node], f"level{depth}", [], [float_info("o", (1,))])
+    graph = helper.make_graph(body.node, "g", [helper.make_tensor_value_info("c", TensorProto.BOOL, [])],
+                              [float_info("o", (1,))])
+    check_error(run(anvil, save(graph, cases / "deep.onnx")), EXIT_INVALID_MODEL, r"nested", strip=(cases,))
