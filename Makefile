@@ -5,7 +5,7 @@ JOBS ?= $(shell nproc)
 VENV := $(BUILD)/venv
 ANVIL := $(BUILD)/bin/anvil
 
-.PHONY: all setup build bench test test-fast clean
+.PHONY: all setup build bench test test-fast test-asan test-tsan fuzz clean
 
 all: build
 
@@ -31,6 +31,29 @@ test: build
 
 test-fast: build
 	cd $(BUILD) && ctest --output-on-failure -L unit
+
+# Slow suites, not part of `make test` (docs/testing.md gives their run times).
+# Unit tests under ASan + UBSan; the concurrency tests under TSan (OpenMP
+# teams of one thread: Debian's libgomp is not TSan-instrumented).
+SANITIZE_CMAKE = -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DANVIL_PYTHON=$(abspath $(VENV))/bin/python
+test-asan: setup
+	cmake -S . -B build-asan $(SANITIZE_CMAKE) -DANVIL_SANITIZE=address
+	cmake --build build-asan -j $(JOBS) --target anvil_unit_tests
+	cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+	  ctest --output-on-failure -L asan
+
+test-tsan: setup
+	cmake -S . -B build-tsan $(SANITIZE_CMAKE) -DANVIL_SANITIZE=thread
+	cmake --build build-tsan -j $(JOBS) --target anvil_unit_tests
+	cd build-tsan && OMP_NUM_THREADS=1 TSAN_OPTIONS=halt_on_error=1 ctest --output-on-failure -L tsan
+
+# libFuzzer targets (clang, ASan + UBSan) for FUZZ_SECONDS each.
+FUZZ_SECONDS ?= 600
+fuzz: setup
+	cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ \
+	  -DANVIL_FUZZ=ON -DBUILD_TESTING=OFF
+	cmake --build build-fuzz -j $(JOBS) --target fuzz_model_loader fuzz_tensor_reader
+	ANVIL_PYTHON=$(abspath $(VENV))/bin/python bash scripts/fuzz.sh build-fuzz $(FUZZ_SECONDS)
 
 clean:
 	rm -rf $(BUILD)/CMakeFiles $(BUILD)/build.ninja $(BUILD)/bin $(BUILD)/lib*

@@ -1,5 +1,6 @@
 #include "anvil/tensor.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -66,11 +67,34 @@ size_t shape_nbytes(const Shape& shape, DType dtype) {
   return static_cast<size_t>(*bytes);
 }
 
+namespace {
+
+// "512M", "2G", "1048576" -> bytes; 0 when malformed.
+size_t parse_byte_count(const char* s) {
+  char* end = nullptr;
+  unsigned long long v = std::strtoull(s, &end, 10);
+  if (end == s) return 0;
+  int shift = 0;
+  switch (*end) {
+    case 'K': case 'k': shift = 10; ++end; break;
+    case 'M': case 'm': shift = 20; ++end; break;
+    case 'G': case 'g': shift = 30; ++end; break;
+    default: break;
+  }
+  if (*end != '\0' || v > (~0ull >> shift)) return 0;
+  return static_cast<size_t>(v << shift);
+}
+
+}  // namespace
+
 size_t max_allocation_bytes() {
   static const size_t limit = [] {
     long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
-    if (pages <= 0 || page <= 0) return size_t{1} << 40;
-    return static_cast<size_t>(pages) * static_cast<size_t>(page);
+    size_t physical = pages > 0 && page > 0 ? static_cast<size_t>(pages) * static_cast<size_t>(page) : size_t{1} << 40;
+    // ANVIL_MEMORY_LIMIT lowers the cap (containers, fuzzing); it never raises it.
+    const char* env = std::getenv("ANVIL_MEMORY_LIMIT");
+    size_t requested = env ? parse_byte_count(env) : 0;
+    return requested ? std::min(requested, physical) : physical;
   }();
   return limit;
 }

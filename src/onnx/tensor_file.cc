@@ -76,21 +76,26 @@ std::string header_field(const std::string& header, const std::string& key, cons
 
 }  // namespace
 
-Tensor read_tensor_pb(const std::string& path, std::string* name) {
-  std::string bytes = read_file(path);
+Tensor parse_tensor_pb(const std::string& bytes, const std::string& label, const std::string& base_dir,
+                       std::string* name) {
   onnx::TensorProto proto;
-  ANVIL_CHECK(proto.ParseFromString(bytes), ErrorKind::kInvalidArgument, "'{}' is not a TensorProto (.pb) file", path);
+  ANVIL_CHECK(proto.ParseFromString(bytes), ErrorKind::kInvalidArgument, "'{}' is not a TensorProto (.pb) file", label);
   if (name) *name = proto.name();
   try {
-    std::string dir = std::filesystem::absolute(path).parent_path().string();
-    return onnx_io::tensor_from_proto(proto, dir);
+    return onnx_io::tensor_from_proto(proto, base_dir);
   } catch (const Error& e) {
-    throw Error(ErrorKind::kInvalidArgument, path + ": " + e.what());
+    throw Error(e.kind() == ErrorKind::kOutOfMemory ? e.kind() : ErrorKind::kInvalidArgument, label + ": " + e.what());
   }
 }
 
-Tensor read_tensor_npy(const std::string& path) {
-  std::string bytes = read_file(path);
+Tensor read_tensor_pb(const std::string& path, std::string* name) {
+  std::string dir = std::filesystem::absolute(path).parent_path().string();
+  return parse_tensor_pb(read_file(path), path, dir, name);
+}
+
+Tensor read_tensor_npy(const std::string& path) { return parse_tensor_npy(read_file(path), path); }
+
+Tensor parse_tensor_npy(const std::string& bytes, const std::string& path) {
   ANVIL_CHECK(bytes.size() >= 10 && bytes.compare(0, 6, "\x93NUMPY") == 0, ErrorKind::kInvalidArgument,
               "'{}' is not a .npy file", path);
   int major = static_cast<unsigned char>(bytes[6]);
@@ -120,11 +125,14 @@ Tensor read_tensor_npy(const std::string& path) {
       fail(ErrorKind::kInvalidArgument, "'{}': malformed shape in .npy header", path);
     }
   }
-  Tensor t(dtype, shape);
+  for (int64_t d : shape)
+    ANVIL_CHECK(d >= 0, ErrorKind::kInvalidArgument, "'{}': negative dimension in .npy shape", path);
   size_t data_start = header_start + header_len;
-  ANVIL_CHECK(bytes.size() - data_start == t.nbytes(), ErrorKind::kInvalidArgument,
+  size_t need = shape_nbytes(shape, dtype);  // checked before allocating: the header is untrusted
+  ANVIL_CHECK(bytes.size() - data_start == need, ErrorKind::kInvalidArgument,
               "'{}' holds {} bytes of data but its shape {} needs {}", path, bytes.size() - data_start,
-              shape_str(shape), t.nbytes());
+              shape_str(shape), need);
+  Tensor t(dtype, shape);
   if (t.nbytes()) std::memcpy(t.raw(), bytes.data() + data_start, t.nbytes());
   return t;
 }
