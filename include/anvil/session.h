@@ -23,6 +23,9 @@ namespace ir { class Graph; }
 struct SessionOptions {
   int num_threads = 0;        // 0: all cores of the machine
   int optimization_level = 2; // 0: none, 1: basic cleanup, 2: fusions
+  // Plans kept for distinct input shapes (least recently used dropped first).
+  // A plan holds its arena pool and per-shape kernels; weights are shared.
+  int plan_cache_size = 16;
 };
 
 struct ValueInfo {
@@ -35,6 +38,7 @@ struct PlanStats {
   size_t arena_bytes = 0;    // planned activation arena of one run
   size_t weight_bytes = 0;   // constants and prepacked weights
   size_t num_steps = 0;      // kernels executed per run
+  size_t dynamic_steps = 0;  // steps prepared at run time (shapes depend on values)
 };
 
 class Session {
@@ -54,6 +58,8 @@ class Session {
 
   // Statistics of the plan for the given input shapes (plans if needed).
   PlanStats plan_stats(const std::map<std::string, Tensor>& inputs) const;
+  // Plans held in the cache now (at most SessionOptions::plan_cache_size).
+  size_t cached_plans() const;
   // One line per step: node name, op, kernel implementation.
   std::vector<std::string> describe_plan(const std::map<std::string, Tensor>& inputs) const;
 

@@ -26,6 +26,14 @@
 
 namespace anvil::kernels {
 
+// Thrown by PrepareContext::require_constant() when an input's value (a
+// Reshape's shape, a Slice's starts...) is not known at plan time. The planner
+// then prepares the node at run time, when the value is there.
+class ValueNeeded : public Error {
+ public:
+  using Error::Error;
+};
+
 struct TensorType {
   DType dtype = DType::kUndefined;
   Shape shape;
@@ -36,7 +44,11 @@ class PrepareContext {
  public:
   PrepareContext(const ir::Node& node, std::vector<TensorType> types, std::vector<const Tensor*> constants,
                  int num_threads)
-      : node_(node), types_(std::move(types)), constants_(std::move(constants)), num_threads_(num_threads) {}
+      : node_(node),
+        types_(std::move(types)),
+        constants_(std::move(constants)),
+        num_threads_(num_threads),
+        values_read_(constants_.size(), false) {}
 
   const ir::Node& node() const { return node_; }
   const ir::Attributes& attrs() const { return node_.attrs; }
@@ -48,10 +60,14 @@ class PrepareContext {
   const TensorType& input_type(size_t i) const;
   const Shape& input_shape(size_t i) const { return input_type(i).shape; }
   DType input_dtype(size_t i) const { return input_type(i).dtype; }
-  // The tensor when input i is known at plan time, nullptr otherwise.
-  const Tensor* constant(size_t i) const { return i < constants_.size() ? constants_[i] : nullptr; }
-  // Like constant(), but throws kUnsupported naming `what` when the input is not constant.
+  // The tensor when input i is known at plan time, nullptr otherwise. Records
+  // that the kernel looked at the value (see values_read()).
+  const Tensor* constant(size_t i) const;
+  // Like constant(), but throws ValueNeeded naming `what` when the input is not constant.
   const Tensor& require_constant(size_t i, const char* what) const;
+  // Inputs whose values prepare() looked at: a kernel prepared at run time is
+  // reused only for the same values of these inputs.
+  const std::vector<bool>& values_read() const { return values_read_; }
 
   // Throws Error(kind) with the node's description in front of the message.
   template <typename... Args>
@@ -64,6 +80,7 @@ class PrepareContext {
   std::vector<TensorType> types_;
   std::vector<const Tensor*> constants_;
   int num_threads_;
+  mutable std::vector<bool> values_read_;
 };
 
 // Checks a condition in prepare(); the message gets the node in front.

@@ -38,9 +38,17 @@ const TensorType& PrepareContext::input_type(size_t i) const {
   return types_[i];
 }
 
+const Tensor* PrepareContext::constant(size_t i) const {
+  if (i >= constants_.size()) return nullptr;
+  values_read_[i] = true;
+  return constants_[i];
+}
+
 const Tensor& PrepareContext::require_constant(size_t i, const char* what) const {
   const Tensor* t = constant(i);
-  if (!t) fail(ErrorKind::kUnsupported, "input '{}' must be known when the model is planned", what);
+  if (!t)
+    throw ValueNeeded(ErrorKind::kUnsupported,
+                      node_.describe() + ": input '" + what + "' must be known when the node is prepared");
   return *t;
 }
 

@@ -10,6 +10,7 @@
 
 #include "ir/graph.h"
 #include "kernels/kernel.h"
+#include "runtime/dynamic_kernels.h"
 
 namespace anvil::runtime {
 
@@ -20,6 +21,7 @@ struct Slot {
     kArena,     // offset into the run's arena
     kOutput,    // index: graph output, a tensor handed to the caller
     kAlias,     // index: the slot whose memory this one shares (reshape views, in-place ops)
+    kDynamic,   // computed by a dynamic step: shape and memory known only at run time
   };
   Kind kind = Kind::kArena;
   kernels::TensorType type;
@@ -31,7 +33,8 @@ struct Slot {
 
 struct Step {
   const ir::Node* node = nullptr;
-  std::unique_ptr<kernels::Kernel> kernel;
+  std::unique_ptr<kernels::Kernel> kernel;    // null for a dynamic step
+  std::unique_ptr<DynamicKernels> dynamic;    // set for a dynamic step
   std::vector<int> inputs;   // slot ids; -1 for omitted inputs
   std::vector<int> outputs;  // slot ids; -1 for omitted outputs
   size_t scratch_offset = 0;
@@ -47,17 +50,17 @@ struct Plan {
   size_t arena_bytes = 0;
   size_t weight_bytes = 0;
   size_t folded_nodes = 0;
+  size_t dynamic_steps = 0;
 };
 
-// Graph inputs of an integer type with at most this many elements are treated
-// as constants when planning (their values become part of the plan's key), so
-// shape-like inputs (Reshape's shape, Slice's starts) are known to kernels.
-constexpr int64_t kMaxSpecialisedInputElements = 64;
-bool is_specialised_input(const Tensor& t);
-
-// `inputs` holds one tensor per graph input, already checked against the
-// model's declared types. Throws anvil::Error naming the node that fails.
-std::unique_ptr<Plan> build_plan(const ir::Graph& graph, const std::vector<Tensor>& inputs, int num_threads);
+// A plan is made for the shapes of the graph inputs, never their values:
+// `input_types` holds one type per graph input, already checked against the
+// model's declared types. A node whose output shape depends on a value known
+// only at run time (a Reshape fed by a graph input, NonZero) becomes a dynamic
+// step, and so does everything that reads its outputs. Throws anvil::Error
+// naming the node that fails.
+std::unique_ptr<Plan> build_plan(const ir::Graph& graph, const std::vector<kernels::TensorType>& input_types,
+                                 int num_threads);
 
 // Makes the kernel for `node`, best backend first; a backend that declines or
 // whose prepare() throws kUnsupported gives way to the next.
@@ -65,8 +68,12 @@ struct PreparedKernel {
   std::unique_ptr<kernels::Kernel> kernel;
   std::vector<kernels::TensorType> output_types;
 };
+// `values_read`, when given, receives which inputs prepare() looked at.
+// Throws kernels::ValueNeeded when every backend needs an input's value that
+// `constants` lacks.
 PreparedKernel prepare_kernel(const ir::Node& node, const std::vector<kernels::TensorType>& types,
-                              const std::vector<const Tensor*>& constants, int num_threads, bool ref_only);
+                              const std::vector<const Tensor*>& constants, int num_threads, bool ref_only,
+                              std::vector<bool>* values_read = nullptr);
 
 // Runs a prepared kernel on tensors it allocates (constant folding).
 std::vector<Tensor> evaluate_kernel(const PreparedKernel& prepared, const std::vector<const Tensor*>& inputs);

@@ -12,30 +12,28 @@ namespace anvil::runtime {
 
 using kernels::TensorType;
 
-bool is_specialised_input(const Tensor& t) {
-  return (t.dtype() == DType::kInt64 || t.dtype() == DType::kInt32) && t.numel() <= kMaxSpecialisedInputElements;
-}
-
 PreparedKernel prepare_kernel(const ir::Node& node, const std::vector<TensorType>& types,
-                              const std::vector<const Tensor*>& constants, int num_threads, bool ref_only) {
+                              const std::vector<const Tensor*>& constants, int num_threads, bool ref_only,
+                              std::vector<bool>* values_read) {
   auto entries = kernels::Registry::global().find(node.domain, node.op_type);
   ANVIL_CHECK(!entries.empty(), ErrorKind::kUnsupported, "{}: operator {} is not supported by Anvil", node.describe(),
               node.op_type);
   kernels::PrepareContext ctx(node, types, constants, num_threads);
-  std::optional<Error> declined;
+  std::exception_ptr declined;  // kept whole: a ValueNeeded must reach the planner as one
   for (const kernels::KernelEntry* entry : entries) {
     if (ref_only && entry->backend != kernels::Backend::kRef) continue;
     std::unique_ptr<kernels::Kernel> kernel = entry->factory(node);
     if (!kernel) continue;
     try {
       std::vector<TensorType> out = kernel->prepare(ctx);
+      if (values_read) *values_read = ctx.values_read();
       return {std::move(kernel), std::move(out)};
     } catch (const Error& e) {
       if (e.kind() != ErrorKind::kUnsupported) throw;
-      declined = e;  // try the next backend
+      declined = std::current_exception();  // try the next backend
     }
   }
-  if (declined) throw *declined;
+  if (declined) std::rethrow_exception(declined);
   fail(ErrorKind::kUnsupported, "{}: no kernel accepts this node", node.describe());
 }
 
@@ -57,7 +55,7 @@ constexpr int kForever = INT_MAX;
 
 class PlanBuilder {
  public:
-  PlanBuilder(const ir::Graph& graph, const std::vector<Tensor>& inputs, int threads)
+  PlanBuilder(const ir::Graph& graph, const std::vector<TensorType>& inputs, int threads)
       : graph_(graph), inputs_(inputs), threads_(threads), plan_(std::make_unique<Plan>()) {}
 
   std::unique_ptr<Plan> build() {
@@ -89,17 +87,10 @@ class PlanBuilder {
 
   void bind_inputs_and_constants() {
     for (size_t i = 0; i < graph_.inputs().size(); ++i) {
-      const Tensor& t = inputs_[i];
       Slot s;
-      s.type = {t.dtype(), t.shape()};
-      if (is_specialised_input(t)) {
-        s.kind = Slot::Kind::kConstant;
-        plan_->owned_constants.push_back(t.clone());
-        s.constant = &plan_->owned_constants.back();
-      } else {
-        s.kind = Slot::Kind::kInput;
-        s.index = static_cast<int>(i);
-      }
+      s.type = inputs_[i];
+      s.kind = Slot::Kind::kInput;
+      s.index = static_cast<int>(i);
       slot_of_[graph_.inputs()[i]] = add_slot(s);
     }
     for (const auto& v : graph_.values()) {
@@ -121,7 +112,7 @@ class PlanBuilder {
     std::vector<TensorType> types;
     std::vector<const Tensor*> constants;
     std::vector<int> in_slots;
-    bool all_constant = true;
+    bool all_constant = true, reads_dynamic = false;
     for (const ir::Value* v : node.inputs) {
       if (!v) {
         types.push_back({});
@@ -136,10 +127,21 @@ class PlanBuilder {
       types.push_back(s.type);
       constants.push_back(s.kind == Slot::Kind::kConstant ? s.constant : nullptr);
       all_constant &= s.kind == Slot::Kind::kConstant;
+      reads_dynamic |= s.kind == Slot::Kind::kDynamic;
       in_slots.push_back(it->second);
     }
+    if (reads_dynamic) {
+      add_dynamic_step(node, constants, in_slots, index);
+      return;
+    }
     bool fold = all_constant;  // computed once here, with the reference kernels
-    PreparedKernel prepared = prepare_kernel(node, types, constants, threads_, /*ref_only=*/fold);
+    PreparedKernel prepared;
+    try {
+      prepared = prepare_kernel(node, types, constants, threads_, /*ref_only=*/fold);
+    } catch (const kernels::ValueNeeded&) {
+      add_dynamic_step(node, constants, in_slots, index);  // its shapes depend on run-time values
+      return;
+    }
     check_output_count(node, prepared);
     if (fold) {
       fold_node(node, prepared, constants);
@@ -169,6 +171,34 @@ class PlanBuilder {
     }
     if (size_t scratch = prepared.kernel->scratch_bytes()) step.scratch_offset = scratch_buffer(scratch, index);
     step.kernel = std::move(prepared.kernel);
+    plan_->steps.push_back(std::move(step));
+  }
+
+  // A step prepared at run time: its outputs live outside the arena, in
+  // tensors each run allocates, so the arena plan never depends on them.
+  void add_dynamic_step(const ir::Node& node, const std::vector<const Tensor*>& constants,
+                        const std::vector<int>& in_slots, int index) {
+    Step step;
+    step.node = &node;
+    step.inputs = in_slots;
+    std::vector<bool> plan_constant;
+    for (const Tensor* c : constants) plan_constant.push_back(c != nullptr);
+    step.dynamic = std::make_unique<DynamicKernels>(node, std::move(plan_constant), threads_);
+    for (const ir::Value* v : node.outputs) {
+      if (!v) {
+        step.outputs.push_back(-1);
+        continue;
+      }
+      Slot s;
+      s.kind = Slot::Kind::kDynamic;
+      int slot = add_slot(s);
+      slot_of_[v] = slot;
+      step.outputs.push_back(slot);
+    }
+    // Arena buffers read by this step must stay alive until it ran.
+    for (int in : in_slots)
+      if (in >= 0) extend_root_to(root_of(in), index);
+    ++plan_->dynamic_steps;
     plan_->steps.push_back(std::move(step));
   }
 
@@ -244,10 +274,12 @@ class PlanBuilder {
     return it == last_use_.end() ? -1 : it->second;
   }
 
-  void extend_root(int root, const ir::Value* v) {
+  void extend_root(int root, const ir::Value* v) { extend_root_to(root, last_use(v)); }
+
+  void extend_root_to(int root, int last) {
     const Slot& r = plan_->slots[root];
     if (r.kind != Slot::Kind::kArena) return;
-    root_last_use_[root] = std::max(root_last_use_[root], last_use(v));
+    root_last_use_[root] = std::max(root_last_use_[root], last);
     buffer_last_[r.buffer] = std::max(buffer_last_[r.buffer], root_last_use_[root]);
   }
 
@@ -292,7 +324,7 @@ class PlanBuilder {
   }
 
   const ir::Graph& graph_;
-  const std::vector<Tensor>& inputs_;
+  const std::vector<TensorType>& inputs_;
   int threads_;
   std::unique_ptr<Plan> plan_;
   std::map<const ir::Value*, int> slot_of_;
@@ -306,7 +338,7 @@ class PlanBuilder {
 
 }  // namespace
 
-std::unique_ptr<Plan> build_plan(const ir::Graph& graph, const std::vector<Tensor>& inputs, int num_threads) {
+std::unique_ptr<Plan> build_plan(const ir::Graph& graph, const std::vector<TensorType>& inputs, int num_threads) {
   return PlanBuilder(graph, inputs, num_threads).build();
 }
 

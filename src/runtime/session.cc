@@ -13,7 +13,9 @@
 #include "kernels/registry.h"
 #include "onnx/importer.h"
 #include "passes/pipeline.h"
+#include "core/lru_cache.h"
 #include "runtime/constant_evaluator.h"
+#include "runtime/memory_plan.h"
 #include "runtime/plan.h"
 #include "runtime/type_propagation.h"
 
@@ -80,11 +82,12 @@ struct Session::Impl {
   int threads = 1;
   std::vector<ValueInfo> inputs, outputs;
   mutable std::mutex plans_mutex;
-  mutable std::map<std::string, std::shared_ptr<PlanEntry>> plans;
+  mutable LruCache<std::shared_ptr<PlanEntry>> plans;
 
   std::vector<Tensor> order_inputs(const std::map<std::string, Tensor>& given) const;
   std::shared_ptr<PlanEntry> plan_for(const std::vector<Tensor>& inputs) const;
   std::vector<Tensor> execute(PlanEntry& entry, const std::vector<Tensor>& inputs) const;
+  void run_dynamic_step(const runtime::Step& step, kernels::RunContext& ctx, std::vector<Tensor>& views) const;
   int effective_threads() const { return g_in_forked_child ? 1 : threads; }
 };
 
@@ -108,7 +111,10 @@ Session Session::from_graph(std::unique_ptr<ir::Graph> graph, const SessionOptio
                 "{}: operator {} is not supported by Anvil", n->describe(), n->op_type);
   watch_for_fork();
   auto impl = std::make_unique<Impl>();
+  ANVIL_CHECK(options.plan_cache_size >= 1, ErrorKind::kInvalidArgument, "plan cache size must be >= 1, got {}",
+              options.plan_cache_size);
   impl->options = options;
+  impl->plans.set_capacity(static_cast<size_t>(options.plan_cache_size));
   impl->threads = options.num_threads > 0 ? options.num_threads : default_threads();
   // Names and types as the model declares them, before passes rewrite values.
   for (const ir::Value* v : graph->inputs()) impl->inputs.push_back(info_of(v));
@@ -123,7 +129,8 @@ const std::vector<ValueInfo>& Session::inputs() const { return impl_->inputs; }
 const std::vector<ValueInfo>& Session::outputs() const { return impl_->outputs; }
 
 std::vector<Tensor> Session::Impl::order_inputs(const std::map<std::string, Tensor>& given) const {
-  for (const auto& [name, t] : given) {
+  for (const auto& given_input : given) {
+    const std::string& name = given_input.first;
     bool known = std::any_of(inputs.begin(), inputs.end(), [&](const ValueInfo& i) { return i.name == name; });
     if (!known) {
       std::string names;
@@ -151,29 +158,34 @@ std::vector<Tensor> Session::Impl::order_inputs(const std::map<std::string, Tens
 
 std::shared_ptr<PlanEntry> Session::Impl::plan_for(const std::vector<Tensor>& ordered) const {
   int threads = effective_threads();
+  // Plans depend on input shapes only: values never enter the key.
   std::string key = std::to_string(threads) + "t;";
+  std::vector<kernels::TensorType> types;
   for (const Tensor& t : ordered) {
     key += shape_str(t.shape()) + ";";
-    if (runtime::is_specialised_input(t)) {
-      for (int64_t i = 0; i < t.numel(); ++i)
-        key += std::to_string(t.dtype() == DType::kInt64 ? t.data<int64_t>()[i] : t.data<int32_t>()[i]) + ",";
-      key += ";";
-    }
+    types.push_back({t.dtype(), t.shape()});
   }
-  std::lock_guard<std::mutex> lock(plans_mutex);
-  auto it = plans.find(key);
-  if (it != plans.end()) return it->second;
+  {
+    std::lock_guard<std::mutex> lock(plans_mutex);
+    if (auto entry = plans.find(key)) return entry;
+  }
+  // Built outside the lock: runs of other shapes go on meanwhile. Two runs
+  // that miss together both build; the first to finish is kept.
   omp_set_num_threads(threads);
   auto entry = std::make_shared<PlanEntry>();
-  entry->plan = runtime::build_plan(*graph, ordered, threads);
-  plans[key] = entry;
+  entry->plan = runtime::build_plan(*graph, types, threads);
+  std::lock_guard<std::mutex> lock(plans_mutex);
+  if (auto existing = plans.find(key)) return existing;
+  plans.insert(key, entry);
   return entry;
 }
 
 std::vector<Tensor> Session::Impl::execute(PlanEntry& entry, const std::vector<Tensor>& inputs) const {
   const runtime::Plan& plan = *entry.plan;
-  std::vector<Tensor> outputs;
-  for (const auto& t : plan.output_types) outputs.emplace_back(t.dtype, t.shape);
+  std::vector<Tensor> outputs(plan.output_types.size());
+  for (size_t k = 0; k < outputs.size(); ++k)
+    if (plan.output_types[k].dtype != DType::kUndefined)
+      outputs[k] = Tensor(plan.output_types[k].dtype, plan.output_types[k].shape);
 
   ArenaBuffer arena = entry.acquire();
   char* base = static_cast<char*>(arena.get());
@@ -186,12 +198,13 @@ std::vector<Tensor> Session::Impl::execute(PlanEntry& entry, const std::vector<T
       case runtime::Slot::Kind::kConstant: return const_cast<void*>(s.constant->raw());
       case runtime::Slot::Kind::kArena: return base + s.offset;
       case runtime::Slot::Kind::kOutput: return outputs[s.index].raw();
-      case runtime::Slot::Kind::kAlias: break;
+      case runtime::Slot::Kind::kAlias: case runtime::Slot::Kind::kDynamic: break;
     }
     return nullptr;
   };
   for (size_t i = 0; i < plan.slots.size(); ++i)
-    views[i] = Tensor::view(plan.slots[i].type.dtype, plan.slots[i].type.shape, memory_of(static_cast<int>(i)));
+    if (plan.slots[i].kind != runtime::Slot::Kind::kDynamic)
+      views[i] = Tensor::view(plan.slots[i].type.dtype, plan.slots[i].type.shape, memory_of(static_cast<int>(i)));
 
   omp_set_num_threads(effective_threads());
   kernels::RunContext ctx;
@@ -199,14 +212,48 @@ std::vector<Tensor> Session::Impl::execute(PlanEntry& entry, const std::vector<T
     ctx.inputs.clear();
     ctx.outputs.clear();
     for (int s : step.inputs) ctx.inputs.push_back(s < 0 ? nullptr : &views[s]);
+    if (step.dynamic) {
+      run_dynamic_step(step, ctx, views);
+      continue;
+    }
     for (int s : step.outputs) ctx.outputs.push_back(s < 0 ? nullptr : &views[s]);
     ctx.scratch = base + step.scratch_offset;
     step.kernel->run(ctx);
   }
-  for (const auto& [k, slot] : plan.final_copies)
+  for (const auto& [k, slot] : plan.final_copies) {
+    if (plan.slots[slot].kind == runtime::Slot::Kind::kDynamic) {
+      // A tensor the run allocated: handed over, or copied when another output has it already.
+      bool shared = std::any_of(outputs.begin(), outputs.end(),
+                                [&](const Tensor& o) { return !o.empty() && o.raw() == views[slot].raw(); });
+      outputs[k] = shared ? views[slot].clone() : views[slot];
+      continue;
+    }
     if (outputs[k].nbytes()) std::memcpy(outputs[k].raw(), views[slot].raw(), outputs[k].nbytes());
+  }
   entry.release(std::move(arena));
   return outputs;
+}
+
+void Session::Impl::run_dynamic_step(const runtime::Step& step, kernels::RunContext& ctx,
+                                     std::vector<Tensor>& views) const {
+  std::shared_ptr<const runtime::DynamicKernels::Prepared> prepared = step.dynamic->get(ctx.inputs);
+  const auto& types = prepared->output_types;
+  ANVIL_CHECK(types.size() >= step.outputs.size() || std::all_of(step.outputs.begin() + types.size(),
+                                                                 step.outputs.end(), [](int s) { return s < 0; }),
+              ErrorKind::kUnsupported, "{}: an output is not produced by Anvil's kernel", step.node->describe());
+  for (size_t o = 0; o < step.outputs.size(); ++o) {
+    int s = step.outputs[o];
+    if (s < 0) {
+      ctx.outputs.push_back(nullptr);
+      continue;
+    }
+    views[s] = Tensor(types[o].dtype, types[o].shape);
+    ctx.outputs.push_back(&views[s]);
+  }
+  std::vector<unsigned char> scratch(prepared->kernel->scratch_bytes() + runtime::kArenaAlignment);
+  ctx.scratch = scratch.data() +
+                (runtime::kArenaAlignment - reinterpret_cast<uintptr_t>(scratch.data()) % runtime::kArenaAlignment);
+  prepared->kernel->run(ctx);
 }
 
 std::vector<Tensor> Session::run(const std::map<std::string, Tensor>& inputs) const {
@@ -217,7 +264,12 @@ std::vector<Tensor> Session::run(const std::map<std::string, Tensor>& inputs) co
 
 PlanStats Session::plan_stats(const std::map<std::string, Tensor>& inputs) const {
   std::shared_ptr<PlanEntry> entry = impl_->plan_for(impl_->order_inputs(inputs));
-  return {entry->plan->arena_bytes, entry->plan->weight_bytes, entry->plan->steps.size()};
+  return {entry->plan->arena_bytes, entry->plan->weight_bytes, entry->plan->steps.size(), entry->plan->dynamic_steps};
+}
+
+size_t Session::cached_plans() const {
+  std::lock_guard<std::mutex> lock(impl_->plans_mutex);
+  return impl_->plans.size();
 }
 
 std::vector<std::string> Session::describe_plan(const std::map<std::string, Tensor>& inputs) const {
@@ -227,7 +279,9 @@ std::vector<std::string> Session::describe_plan(const std::map<std::string, Tens
     std::string out;
     for (int s : step.outputs)
       if (s >= 0) out += shape_str(entry->plan->slots[s].type.shape);
-    lines.push_back(fmt::format("{:<40} {:<24} {}", step.node->describe(), step.kernel->impl_name(), out));
+    std::string impl = step.dynamic ? "dynamic (prepared per run)" : step.kernel->impl_name();
+    if (step.dynamic) out = "?";
+    lines.push_back(fmt::format("{:<40} {:<24} {}", step.node->describe(), impl, out));
   }
   return lines;
 }
