@@ -41,6 +41,22 @@ struct PlanStats {
   size_t dynamic_steps = 0;  // steps prepared at run time (shapes depend on values)
 };
 
+// What one profiled run spent, node by node (Session::run with a profile).
+struct NodeProfile {
+  std::string node;     // "Conv 'conv1'"
+  std::string op;       // "Conv"
+  std::string impl;     // "dnnl:brg:avx512_core", "ref", "dynamic"
+  std::string layout;   // "plain", "aBcd16b (staged)"
+  Shape output_shape;   // of output 0
+  double start_us = 0;  // from the start of the run
+  double duration_us = 0;
+};
+
+struct RunProfile {
+  double total_us = 0;
+  std::vector<NodeProfile> nodes;  // in execution order
+};
+
 class Session {
  public:
   static Session from_file(const std::string& path, const SessionOptions& options = {});
@@ -55,6 +71,8 @@ class Session {
   // Runs the model; `inputs` maps every graph input name to a tensor.
   // Returns the outputs in the order of outputs().
   std::vector<Tensor> run(const std::map<std::string, Tensor>& inputs) const;
+  // The same, recording each step's time into `profile` (when not null).
+  std::vector<Tensor> run(const std::map<std::string, Tensor>& inputs, RunProfile* profile) const;
 
   // Statistics of the plan for the given input shapes (plans if needed).
   PlanStats plan_stats(const std::map<std::string, Tensor>& inputs) const;

@@ -118,6 +118,9 @@ class Kernel {
   virtual bool reads_only_input_types() const { return false; }
   // Name of the implementation, for plan listings ("ref", "dnnl:jit:avx2"...).
   virtual std::string impl_name() const { return "ref"; }
+  // Activation layout the kernel computes in, for plans and profiles: "plain",
+  // or a oneDNN blocked format ("aBcd8b (staged)" when reordered in the kernel).
+  virtual std::string layout_name() const { return "plain"; }
 };
 
 // Copies input `in` to output 0 unless they already share memory.

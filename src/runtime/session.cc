@@ -4,6 +4,7 @@
 #include <pthread.h>
 
 #include <atomic>
+#include <chrono>
 
 #include <cstdlib>
 #include <cstring>
@@ -72,6 +73,31 @@ int default_threads() {
   return n > 0 ? n : 1;
 }
 
+using ProfileClock = std::chrono::steady_clock;
+
+double micros_between(ProfileClock::time_point a, ProfileClock::time_point b) {
+  return std::chrono::duration<double, std::micro>(b - a).count();
+}
+
+// One profile entry for a step that just ran; `views` hold its outputs.
+void record_step(RunProfile& profile, const runtime::Step& step, const std::vector<Tensor>& views,
+                 ProfileClock::time_point run_start, ProfileClock::time_point step_start) {
+  auto end = ProfileClock::now();
+  NodeProfile p;
+  p.node = step.node->describe();
+  p.op = step.node->op_type;
+  p.impl = step.dynamic ? "dynamic" : step.kernel->impl_name();
+  p.layout = step.dynamic ? "plain" : step.kernel->layout_name();
+  for (int s : step.outputs)
+    if (s >= 0) {
+      p.output_shape = views[s].shape();
+      break;
+    }
+  p.start_us = micros_between(run_start, step_start);
+  p.duration_us = micros_between(step_start, end);
+  profile.nodes.push_back(std::move(p));
+}
+
 ValueInfo info_of(const ir::Value* v) { return {v->name, v->dtype, v->has_shape ? v->shape : Shape{}}; }
 
 }  // namespace
@@ -86,7 +112,7 @@ struct Session::Impl {
 
   std::vector<Tensor> order_inputs(const std::map<std::string, Tensor>& given) const;
   std::shared_ptr<PlanEntry> plan_for(const std::vector<Tensor>& inputs) const;
-  std::vector<Tensor> execute(PlanEntry& entry, const std::vector<Tensor>& inputs) const;
+  std::vector<Tensor> execute(PlanEntry& entry, const std::vector<Tensor>& inputs, RunProfile* profile) const;
   void run_dynamic_step(const runtime::Step& step, kernels::RunContext& ctx, std::vector<Tensor>& views) const;
   int effective_threads() const { return g_in_forked_child ? 1 : threads; }
 };
@@ -180,7 +206,8 @@ std::shared_ptr<PlanEntry> Session::Impl::plan_for(const std::vector<Tensor>& or
   return entry;
 }
 
-std::vector<Tensor> Session::Impl::execute(PlanEntry& entry, const std::vector<Tensor>& inputs) const {
+std::vector<Tensor> Session::Impl::execute(PlanEntry& entry, const std::vector<Tensor>& inputs,
+                                           RunProfile* profile) const {
   const runtime::Plan& plan = *entry.plan;
   std::vector<Tensor> outputs(plan.output_types.size());
   for (size_t k = 0; k < outputs.size(); ++k)
@@ -208,19 +235,24 @@ std::vector<Tensor> Session::Impl::execute(PlanEntry& entry, const std::vector<T
 
   omp_set_num_threads(effective_threads());
   kernels::RunContext ctx;
+  const auto run_start = ProfileClock::now();
   for (const runtime::Step& step : plan.steps) {
+    const auto step_start = profile ? ProfileClock::now() : run_start;
     ctx.inputs.clear();
     ctx.outputs.clear();
     for (int s : step.inputs) ctx.inputs.push_back(s < 0 ? nullptr : &views[s]);
     if (step.dynamic) {
       run_dynamic_step(step, ctx, views);
-      continue;
+    } else {
+      for (int s : step.outputs) ctx.outputs.push_back(s < 0 ? nullptr : &views[s]);
+      ctx.scratch = base + step.scratch_offset;
+      step.kernel->run(ctx);
     }
-    for (int s : step.outputs) ctx.outputs.push_back(s < 0 ? nullptr : &views[s]);
-    ctx.scratch = base + step.scratch_offset;
-    step.kernel->run(ctx);
+    if (profile) record_step(*profile, step, views, run_start, step_start);
   }
-  for (const auto& [k, slot] : plan.final_copies) {
+  if (profile) profile->total_us = micros_between(run_start, ProfileClock::now());
+  for (const auto& copy : plan.final_copies) {
+    const int k = copy.first, slot = copy.second;
     if (plan.slots[slot].kind == runtime::Slot::Kind::kDynamic) {
       // A tensor the run allocated: handed over, or copied when another output has it already.
       bool shared = std::any_of(outputs.begin(), outputs.end(),
@@ -256,10 +288,13 @@ void Session::Impl::run_dynamic_step(const runtime::Step& step, kernels::RunCont
   prepared->kernel->run(ctx);
 }
 
-std::vector<Tensor> Session::run(const std::map<std::string, Tensor>& inputs) const {
+std::vector<Tensor> Session::run(const std::map<std::string, Tensor>& inputs) const { return run(inputs, nullptr); }
+
+std::vector<Tensor> Session::run(const std::map<std::string, Tensor>& inputs, RunProfile* profile) const {
   std::vector<Tensor> ordered = impl_->order_inputs(inputs);
   std::shared_ptr<PlanEntry> entry = impl_->plan_for(ordered);
-  return impl_->execute(*entry, ordered);
+  if (profile) *profile = {};
+  return impl_->execute(*entry, ordered, profile);
 }
 
 PlanStats Session::plan_stats(const std::map<std::string, Tensor>& inputs) const {
@@ -280,8 +315,9 @@ std::vector<std::string> Session::describe_plan(const std::map<std::string, Tens
     for (int s : step.outputs)
       if (s >= 0) out += shape_str(entry->plan->slots[s].type.shape);
     std::string impl = step.dynamic ? "dynamic (prepared per run)" : step.kernel->impl_name();
+    std::string layout = step.dynamic ? "plain" : step.kernel->layout_name();
     if (step.dynamic) out = "?";
-    lines.push_back(fmt::format("{:<40} {:<24} {}", step.node->describe(), impl, out));
+    lines.push_back(fmt::format("{:<40} {:<28} {:<18} {}", step.node->describe(), impl, layout, out));
   }
   return lines;
 }

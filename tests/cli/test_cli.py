@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from onnx import TensorProto, numpy_helper
 
-from anvil_testing import (assert_ok, describe, make_add_model, make_relu_model, output_file_name,
+from anvil_testing import (assert_ok, describe, make_add_model, make_conv_relu_model, make_relu_model, output_file_name,
                            read_tensor_pb, write_tensor_pb)
 
 SHAPE = (1, 3, 4, 4)
@@ -244,3 +244,28 @@ def test_conformance_reports_a_wrong_output(anvil, tmp_path):
     result = anvil("conformance", case, timeout=120)
     assert result.returncode > 0, "a failing case must give a non-zero exit" + describe(result)
     assert "test_relu_wrong" in result.stdout + result.stderr, describe(result)
+
+
+def test_bench_profile_and_chrome_trace(anvil, tmp_path):
+    """--profile prints one row per kernel and a summary by op type; --profile-json
+    writes a Chrome trace whose events are those kernels."""
+    model = make_conv_relu_model(tmp_path / "conv_relu.onnx")
+    trace = tmp_path / "trace.json"
+    result = anvil("bench", model, "--threads", "1", "--cycles", "1", "--iters", "2", "--warmup", "0",
+                   "--profile", "--profile-runs", "3", "--profile-json", trace, timeout=120)
+    assert_ok(result)
+    out = result.stdout
+    assert "per-node profile: mean of 3 runs" in out, out
+    # Conv + Relu fuse into one FusedConv at the default level: one row, and the op summary.
+    rows = [line for line in out.splitlines() if line.startswith("anvil.FusedConv 'conv0'")]
+    assert len(rows) == 1, out
+    assert "[1,8,8,8]" in rows[0] and "%" in rows[0], rows[0]
+    assert re.search(r"^FusedConv\s+1\s+[0-9.]+\s+[0-9.]+%$", out, re.MULTILINE), out
+
+    events = json.loads(trace.read_text())["traceEvents"]
+    runs = [e for e in events if e["cat"] == "run"]
+    nodes = [e for e in events if e["cat"] != "run"]
+    assert len(runs) == 3 and len(nodes) == 3, events
+    for e in nodes:
+        assert e["ph"] == "X" and e["dur"] >= 0 and e["name"] == "anvil.FusedConv 'conv0'", e
+        assert e["args"]["output_shape"] == "[1,8,8,8]" and e["args"]["impl"], e

@@ -158,6 +158,18 @@ TEST(Reduce, NormsAndLogSums) {
               {1000 + std::log(2.0f), std::log(2.0f)}, 1e-3f);
 }
 
+// Found by the model-loader fuzzer: log(0) = -inf stored in int8 was an
+// undefined float-to-int cast. Integer results saturate instead.
+TEST(Reduce, IntegerLogSumsOfEmptySetsSaturate) {
+  Tensor empty = make_tensor<int8_t>(DType::kInt8, {0, 2}, {});
+  ir::Attributes axis0 = attrs({{"axes", Ints{0}}, {"keepdims", int64_t{0}}});
+  EXPECT_EQ(values<int8_t>(run_kernel("ReduceLogSumExp", {empty}, axis0)[0]), (std::vector<int8_t>{-128, -128}));
+  EXPECT_EQ(values<int8_t>(run_kernel("ReduceLogSum", {empty}, axis0)[0]), (std::vector<int8_t>{-128, -128}));
+  Tensor big = make_tensor<int8_t>(DType::kInt8, {2}, {100, 100});
+  EXPECT_EQ(values<int8_t>(run_kernel("ReduceSumSquare", {big}, attrs({{"keepdims", int64_t{0}}}))[0]),
+            (std::vector<int8_t>{static_cast<int8_t>(20000 & 0xff)}));  // integer sums wrap, as numpy's do
+}
+
 TEST(Reduce, Errors) {
   EXPECT_EQ(error_of("ReduceMean", {x23()}, attrs({{"axes", Ints{2}}})), ErrorKind::kInvalidArgument);
   EXPECT_EQ(error_of("ReduceMean", {x23()}, attrs({{"axes", Ints{1, -1}}})), ErrorKind::kInvalidModel);

@@ -24,6 +24,9 @@ struct BenchArgs {
   std::vector<std::string> inputs;
   int threads = 0, batch = 1, cycles = 3, iters = 100, warmup = 10, opt_level = 2;
   std::string json;
+  bool profile = false;
+  std::string profile_json;
+  int profile_runs = 20;
 };
 
 struct Stats {
@@ -104,6 +107,17 @@ int bench(const BenchArgs& a) {
   fmt::print("peak RSS {}, planned arena {}, weights {}, {} kernels per run\n", format_bytes(rss),
              format_bytes(plan.arena_bytes), format_bytes(plan.weight_bytes), plan.num_steps);
 
+  if (a.profile || !a.profile_json.empty()) {
+    // Profiled after the timed cycles, so the timings above carry no profiling overhead.
+    std::vector<RunProfile> profiles(static_cast<size_t>(a.profile_runs));
+    for (RunProfile& p : profiles) session.run(inputs, &p);
+    if (a.profile) print_profile(profiles);
+    if (!a.profile_json.empty()) {
+      write_chrome_trace(profiles, a.profile_json);
+      fmt::print("Chrome trace of {} runs written to {}\n", profiles.size(), a.profile_json);
+    }
+  }
+
   if (!a.json.empty()) {
     nlohmann::json j = {{"model", a.model},
                         {"threads", threads},
@@ -137,6 +151,9 @@ Command add_bench(CLI::App& app) {
   app.add_option("-w,--warmup", a->warmup, "untimed runs before the first cycle")->check(CLI::Range(0, 1000000));
   app.add_option("-O,--opt-level", a->opt_level, "graph optimization level 0-2")->check(CLI::Range(0, 2));
   app.add_option("--json", a->json, "write the results as JSON to FILE");
+  app.add_flag("--profile", a->profile, "print the time of every node and of every op type");
+  app.add_option("--profile-json", a->profile_json, "write a Chrome trace (Perfetto) of the profiled runs to FILE");
+  app.add_option("--profile-runs", a->profile_runs, "profiled runs after the timed cycles")->check(CLI::Range(1, 100000));
   return [a] { return bench(*a); };
 }
 

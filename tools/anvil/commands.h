@@ -29,6 +29,9 @@ std::map<std::string, Tensor> read_inputs(const std::vector<std::string>& specs)
 std::map<std::string, Tensor> random_inputs(const Session& session, std::map<std::string, Tensor> given,
                                             uint64_t seed, int batch = 1);
 std::string format_bytes(size_t bytes);
+// profile.cc: per-node and per-op tables, and a Chrome trace file.
+void print_profile(const std::vector<RunProfile>& runs);
+void write_chrome_trace(const std::vector<RunProfile>& runs, const std::string& path);
 size_t peak_rss_bytes();
 
 }  // namespace anvil::cli

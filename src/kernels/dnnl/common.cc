@@ -1,5 +1,7 @@
 #include "kernels/dnnl/common.h"
 
+#include <algorithm>
+
 namespace anvil {
 void apply_max_isa();  // isa.cc
 }
@@ -85,6 +87,24 @@ PackedWeights pack(const dnnl::memory::desc& from, const void* data, const dnnl:
   stream().wait();
   return w;
 }
+
+std::string layout_name(const dnnl::memory::desc& md) {
+  const dnnl_memory_desc_t& d = md.data;
+  if (d.format_kind != dnnl_blocked) return "any";
+  const auto& b = d.format_desc.blocking;
+  std::vector<int> order(static_cast<size_t>(d.ndims));
+  for (int i = 0; i < d.ndims; ++i) order[static_cast<size_t>(i)] = i;
+  std::stable_sort(order.begin(), order.end(), [&](int x, int y) { return b.strides[x] > b.strides[y]; });
+  std::vector<bool> blocked(static_cast<size_t>(d.ndims), false);
+  for (int k = 0; k < b.inner_nblks; ++k) blocked[static_cast<size_t>(b.inner_idxs[k])] = true;
+  std::string name;
+  for (int i : order) name += static_cast<char>((blocked[static_cast<size_t>(i)] ? 'A' : 'a') + i);
+  for (int k = 0; k < b.inner_nblks; ++k)
+    name += std::to_string(b.inner_blks[k]) + static_cast<char>('a' + b.inner_idxs[k]);
+  return name;
+}
+
+std::string Staging::layout() const { return staged_ ? layout_name(inner_) + " (staged)" : "plain"; }
 
 size_t Staging::init(const dnnl::memory::desc& plain, const dnnl::memory::desc& inner, size_t offset) {
   plain_ = plain;

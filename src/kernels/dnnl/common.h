@@ -54,6 +54,8 @@ class Staging {
   // Reserves scratch from `offset` when `inner` differs from `plain`; returns the end offset.
   size_t init(const dnnl::memory::desc& plain, const dnnl::memory::desc& inner, size_t offset);
   bool staged() const { return staged_; }
+  // "plain", or the inner layout followed by " (staged)".
+  std::string layout() const;
   // The primitive's view of a plain input: reordered into scratch when staged.
   dnnl::memory input(const void* data, void* scratch) const;
   // Where the primitive writes an output (scratch when staged).
@@ -69,6 +71,10 @@ class Staging {
   size_t offset_ = 0;
   dnnl::reorder to_inner_, to_plain_;
 };
+
+// oneDNN's generic name of a memory layout: "abcd" (plain NCHW), "aBcd8b"
+// (nChw8c), "acdb" (NHWC).
+std::string layout_name(const dnnl::memory::desc& md);
 
 // Picks the blocked activation layout of this ISA for rank-4/5 float tensors
 // (nChw8c / nChw16c), for primitives that cannot choose one themselves (pooling).

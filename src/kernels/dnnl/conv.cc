@@ -38,6 +38,7 @@ class DnnlConvBase : public Kernel {
  public:
   size_t scratch_bytes() const override { return scratch_; }
   std::string impl_name() const override { return impl_; }
+  std::string layout_name() const override { return src_.layout(); }
 
  protected:
   void check_inputs(const PrepareContext& ctx) {

@@ -80,6 +80,7 @@ class DnnlPool : public Kernel {
 
   size_t scratch_bytes() const override { return scratch_; }
   std::string impl_name() const override { return impl_; }
+  std::string layout_name() const override { return src_.layout(); }
 
  private:
   std::string op_;

@@ -64,15 +64,27 @@ A step(Reduction r, A acc, A v, A shift) {
   return acc;
 }
 
+// A double result stored in T: integer types saturate (and NaN becomes 0)
+// instead of the undefined behaviour of an out-of-range float-to-int cast.
+template <typename T>
+T from_double(double v) {
+  if constexpr (std::is_integral_v<T>) {
+    if (v != v) return T(0);
+    if (v <= static_cast<double>(std::numeric_limits<T>::lowest())) return std::numeric_limits<T>::lowest();
+    if (v >= static_cast<double>(std::numeric_limits<T>::max())) return std::numeric_limits<T>::max();
+  }
+  return static_cast<T>(v);
+}
+
 template <typename T, typename A>
 T finish(Reduction r, A acc, int64_t count, A shift) {
   switch (r) {
     case Reduction::kMean:  // an empty float mean is 0/0 = NaN, as numpy gives
       if constexpr (std::is_floating_point_v<A>) return static_cast<T>(acc / static_cast<A>(count));
       else return static_cast<T>(count ? acc / static_cast<A>(count) : A(0));
-    case Reduction::kL2: return static_cast<T>(std::sqrt(static_cast<double>(acc)));
-    case Reduction::kLogSum: return static_cast<T>(std::log(static_cast<double>(acc)));
-    case Reduction::kLogSumExp: return static_cast<T>(static_cast<double>(shift) + std::log(static_cast<double>(acc)));
+    case Reduction::kL2: return from_double<T>(std::sqrt(static_cast<double>(acc)));
+    case Reduction::kLogSum: return from_double<T>(std::log(static_cast<double>(acc)));
+    case Reduction::kLogSumExp: return from_double<T>(static_cast<double>(shift) + std::log(static_cast<double>(acc)));
     default: return static_cast<T>(acc);
   }
 }
