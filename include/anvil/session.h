@@ -36,7 +36,7 @@ struct ValueInfo {
 
 struct PlanStats {
   size_t arena_bytes = 0;    // planned activation arena of one run
-  size_t weight_bytes = 0;   // constants and prepacked weights
+  size_t weight_bytes = 0;   // constants, and the weights packed for oneDNN (shared by every plan)
   size_t num_steps = 0;      // kernels executed per run
   size_t dynamic_steps = 0;  // steps prepared at run time (shapes depend on values)
 };

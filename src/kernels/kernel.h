@@ -26,6 +26,8 @@
 
 namespace anvil::kernels {
 
+class WeightCache;
+
 // Thrown by PrepareContext::require_constant() when an input's value (a
 // Reshape's shape, a Slice's starts...) is not known at plan time. The planner
 // then prepares the node at run time, when the value is there.
@@ -43,17 +45,21 @@ struct TensorType {
 class PrepareContext {
  public:
   PrepareContext(const ir::Node& node, std::vector<TensorType> types, std::vector<const Tensor*> constants,
-                 int num_threads)
+                 int num_threads, WeightCache* weights = nullptr)
       : node_(node),
         types_(std::move(types)),
         constants_(std::move(constants)),
         num_threads_(num_threads),
+        weights_(weights),
         values_read_(constants_.size(), false) {}
 
   const ir::Node& node() const { return node_; }
   const ir::Attributes& attrs() const { return node_.attrs; }
   int opset() const { return node_.opset; }
   int num_threads() const { return num_threads_; }
+  // The session's packed-weight cache; nullptr when preparing outside a
+  // session (constant folding, tests): then kernels pack privately.
+  WeightCache* weight_cache() const { return weights_; }
   size_t num_inputs() const { return types_.size(); }
   // False for an omitted optional input.
   bool has_input(size_t i) const { return i < types_.size() && types_[i].dtype != DType::kUndefined; }
@@ -80,6 +86,7 @@ class PrepareContext {
   std::vector<TensorType> types_;
   std::vector<const Tensor*> constants_;
   int num_threads_;
+  WeightCache* weights_;
   mutable std::vector<bool> values_read_;
 };
 

@@ -49,7 +49,7 @@ std::shared_ptr<const DynamicKernels::Prepared> DynamicKernels::get(const std::v
   std::vector<kernels::TensorType> in_types;
   for (const Tensor* t : inputs) in_types.push_back(t ? kernels::TensorType{t->dtype(), t->shape()} : kernels::TensorType{});
   std::vector<bool> read;
-  PreparedKernel p = prepare_kernel(node_, in_types, inputs, threads_, /*ref_only=*/false, &read);
+  PreparedKernel p = prepare_kernel(node_, in_types, inputs, threads_, /*ref_only=*/false, &read, weights_);
   auto prepared = std::make_shared<Prepared>();
   prepared->kernel = std::move(p.kernel);
   prepared->output_types = std::move(p.output_types);

@@ -28,8 +28,9 @@ class DynamicKernels {
 
   // `plan_constant[i]` is true when input i is the same tensor in every run
   // (a weight or a folded value): its value never needs comparing.
-  DynamicKernels(const ir::Node& node, std::vector<bool> plan_constant, int num_threads)
-      : node_(node), plan_constant_(std::move(plan_constant)), threads_(num_threads) {}
+  DynamicKernels(const ir::Node& node, std::vector<bool> plan_constant, int num_threads,
+                 kernels::WeightCache* weights)
+      : node_(node), plan_constant_(std::move(plan_constant)), threads_(num_threads), weights_(weights) {}
 
   // The kernel prepared for these inputs (nullptr entries: omitted inputs).
   std::shared_ptr<const Prepared> get(const std::vector<const Tensor*>& inputs);
@@ -51,6 +52,7 @@ class DynamicKernels {
   const ir::Node& node_;
   std::vector<bool> plan_constant_;
   int threads_;
+  kernels::WeightCache* weights_;
   std::mutex mutex_;
   std::list<Entry> entries_;  // most recently used first
 };

@@ -59,8 +59,9 @@ struct Plan {
 // only at run time (a Reshape fed by a graph input, NonZero) becomes a dynamic
 // step, and so does everything that reads its outputs. Throws anvil::Error
 // naming the node that fails.
+// `weights` is the session's packed-weight cache, shared by all its plans.
 std::unique_ptr<Plan> build_plan(const ir::Graph& graph, const std::vector<kernels::TensorType>& input_types,
-                                 int num_threads);
+                                 int num_threads, kernels::WeightCache* weights = nullptr);
 
 // Makes the kernel for `node`, best backend first; a backend that declines or
 // whose prepare() throws kUnsupported gives way to the next.
@@ -73,7 +74,7 @@ struct PreparedKernel {
 // `constants` lacks.
 PreparedKernel prepare_kernel(const ir::Node& node, const std::vector<kernels::TensorType>& types,
                               const std::vector<const Tensor*>& constants, int num_threads, bool ref_only,
-                              std::vector<bool>* values_read = nullptr);
+                              std::vector<bool>* values_read = nullptr, kernels::WeightCache* weights = nullptr);
 
 // Runs a prepared kernel on tensors it allocates (constant folding).
 std::vector<Tensor> evaluate_kernel(const PreparedKernel& prepared, const std::vector<const Tensor*>& inputs);

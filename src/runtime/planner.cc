@@ -14,11 +14,11 @@ using kernels::TensorType;
 
 PreparedKernel prepare_kernel(const ir::Node& node, const std::vector<TensorType>& types,
                               const std::vector<const Tensor*>& constants, int num_threads, bool ref_only,
-                              std::vector<bool>* values_read) {
+                              std::vector<bool>* values_read, kernels::WeightCache* weights) {
   auto entries = kernels::Registry::global().find(node.domain, node.op_type);
   ANVIL_CHECK(!entries.empty(), ErrorKind::kUnsupported, "{}: operator {} is not supported by Anvil", node.describe(),
               node.op_type);
-  kernels::PrepareContext ctx(node, types, constants, num_threads);
+  kernels::PrepareContext ctx(node, types, constants, num_threads, weights);
   std::exception_ptr declined;  // kept whole: a ValueNeeded must reach the planner as one
   for (const kernels::KernelEntry* entry : entries) {
     if (ref_only && entry->backend != kernels::Backend::kRef) continue;
@@ -55,8 +55,9 @@ constexpr int kForever = INT_MAX;
 
 class PlanBuilder {
  public:
-  PlanBuilder(const ir::Graph& graph, const std::vector<TensorType>& inputs, int threads)
-      : graph_(graph), inputs_(inputs), threads_(threads), plan_(std::make_unique<Plan>()) {}
+  PlanBuilder(const ir::Graph& graph, const std::vector<TensorType>& inputs, int threads,
+              kernels::WeightCache* weights)
+      : graph_(graph), inputs_(inputs), threads_(threads), weights_(weights), plan_(std::make_unique<Plan>()) {}
 
   std::unique_ptr<Plan> build() {
     compute_last_uses();
@@ -137,7 +138,7 @@ class PlanBuilder {
     bool fold = all_constant;  // computed once here, with the reference kernels
     PreparedKernel prepared;
     try {
-      prepared = prepare_kernel(node, types, constants, threads_, /*ref_only=*/fold);
+      prepared = prepare_kernel(node, types, constants, threads_, /*ref_only=*/fold, nullptr, weights_);
     } catch (const kernels::ValueNeeded&) {
       add_dynamic_step(node, constants, in_slots, index);  // its shapes depend on run-time values
       return;
@@ -183,7 +184,7 @@ class PlanBuilder {
     step.inputs = in_slots;
     std::vector<bool> plan_constant;
     for (const Tensor* c : constants) plan_constant.push_back(c != nullptr);
-    step.dynamic = std::make_unique<DynamicKernels>(node, std::move(plan_constant), threads_);
+    step.dynamic = std::make_unique<DynamicKernels>(node, std::move(plan_constant), threads_, weights_);
     for (const ir::Value* v : node.outputs) {
       if (!v) {
         step.outputs.push_back(-1);
@@ -326,6 +327,7 @@ class PlanBuilder {
   const ir::Graph& graph_;
   const std::vector<TensorType>& inputs_;
   int threads_;
+  kernels::WeightCache* weights_;
   std::unique_ptr<Plan> plan_;
   std::map<const ir::Value*, int> slot_of_;
   std::map<const ir::Value*, int> last_use_;
@@ -338,8 +340,9 @@ class PlanBuilder {
 
 }  // namespace
 
-std::unique_ptr<Plan> build_plan(const ir::Graph& graph, const std::vector<TensorType>& inputs, int num_threads) {
-  return PlanBuilder(graph, inputs, num_threads).build();
+std::unique_ptr<Plan> build_plan(const ir::Graph& graph, const std::vector<TensorType>& inputs, int num_threads,
+                                 kernels::WeightCache* weights) {
+  return PlanBuilder(graph, inputs, num_threads, weights).build();
 }
 
 }  // namespace anvil::runtime

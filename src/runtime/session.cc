@@ -12,6 +12,7 @@
 
 #include "core/check.h"
 #include "kernels/registry.h"
+#include "kernels/weight_cache.h"
 #include "onnx/importer.h"
 #include "passes/pipeline.h"
 #include "core/lru_cache.h"
@@ -107,6 +108,8 @@ struct Session::Impl {
   SessionOptions options;
   int threads = 1;
   std::vector<ValueInfo> inputs, outputs;
+  // Declared before the plans: their kernels hold packed weights from it.
+  mutable kernels::WeightCache weights;
   mutable std::mutex plans_mutex;
   mutable LruCache<std::shared_ptr<PlanEntry>> plans;
 
@@ -199,7 +202,7 @@ std::shared_ptr<PlanEntry> Session::Impl::plan_for(const std::vector<Tensor>& or
   // that miss together both build; the first to finish is kept.
   omp_set_num_threads(threads);
   auto entry = std::make_shared<PlanEntry>();
-  entry->plan = runtime::build_plan(*graph, types, threads);
+  entry->plan = runtime::build_plan(*graph, types, threads, &weights);
   std::lock_guard<std::mutex> lock(plans_mutex);
   if (auto existing = plans.find(key)) return existing;
   plans.insert(key, entry);
@@ -299,7 +302,8 @@ std::vector<Tensor> Session::run(const std::map<std::string, Tensor>& inputs, Ru
 
 PlanStats Session::plan_stats(const std::map<std::string, Tensor>& inputs) const {
   std::shared_ptr<PlanEntry> entry = impl_->plan_for(impl_->order_inputs(inputs));
-  return {entry->plan->arena_bytes, entry->plan->weight_bytes, entry->plan->steps.size(), entry->plan->dynamic_steps};
+  return {entry->plan->arena_bytes, entry->plan->weight_bytes + impl_->weights.packed_bytes(),
+          entry->plan->steps.size(), entry->plan->dynamic_steps};
 }
 
 size_t Session::cached_plans() const {

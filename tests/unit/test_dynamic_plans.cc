@@ -124,3 +124,31 @@ TEST(DynamicPlans, InvalidCacheSizeIsRejected) {
 
 }  // namespace
 }  // namespace anvil
+
+namespace anvil {
+namespace {
+
+// Plans for new shapes reuse the session's packed weights instead of packing
+// (and holding) another copy each.
+TEST(DynamicPlans, PlansShareThePackedWeights) {
+  auto g = std::make_unique<ir::Graph>();
+  g->opsets[""] = 17;
+  ir::Value* x = g->add_input("x", DType::kFloat32, {-1, 16, 8, 8});
+  Tensor w(DType::kFloat32, {32, 16, 3, 3});
+  for (int64_t i = 0; i < w.numel(); ++i) w.data<float>()[i] = static_cast<float>(i % 7) - 3.f;
+  ir::Node* conv = g->add_node("Conv", {x, g->add_constant("w", w)}, 1);
+  conv->attrs.set("pads", std::vector<int64_t>{1, 1, 1, 1});
+  g->add_output(conv->output(0));
+  Session s = Session::from_graph(std::move(g));
+  size_t first = s.plan_stats({{"x", iota({1, 16, 8, 8})}}).weight_bytes;
+  EXPECT_GE(first, 2 * w.nbytes()) << "the constant and one packed copy";
+  for (int64_t batch = 2; batch <= 4; ++batch) {
+    Tensor in = iota({batch, 16, 8, 8});
+    EXPECT_EQ(s.run({{"x", in}})[0].shape(), (Shape{batch, 32, 8, 8}));
+    EXPECT_EQ(s.plan_stats({{"x", in}}).weight_bytes, first) << "batch " << batch;
+  }
+  EXPECT_EQ(s.cached_plans(), 4u);
+}
+
+}  // namespace
+}  // namespace anvil

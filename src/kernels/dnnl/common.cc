@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "kernels/weight_cache.h"
+
 namespace anvil {
 void apply_max_isa();  // isa.cc
 }
@@ -85,6 +87,19 @@ PackedWeights pack(const dnnl::memory::desc& from, const void* data, const dnnl:
   dnnl::memory src = wrap(from, data);
   dnnl::reorder(src, w.memory).execute(stream(), src, w.memory);
   stream().wait();
+  return w;
+}
+
+PackedWeights pack_shared(const PrepareContext& ctx, const Tensor& source, const dnnl::memory::desc& from,
+                          const dnnl::memory::desc& to) {
+  WeightCache* cache = ctx.weight_cache();
+  if (!cache) return pack(from, source.raw(), to);
+  // Both descriptors are plain structs that oneDNN zero-fills: their bytes are the layout's identity.
+  std::string key(reinterpret_cast<const char*>(&from.data), sizeof(from.data));
+  key.append(reinterpret_cast<const char*>(&to.data), sizeof(to.data));
+  PackedWeights w;
+  w.storage = cache->get(source, key, [&] { return pack(from, source.raw(), to).storage; });
+  w.memory = dnnl::memory(to, engine(), w.storage.raw());
   return w;
 }
 

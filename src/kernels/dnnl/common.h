@@ -44,6 +44,10 @@ struct PackedWeights {
   dnnl::memory memory;
 };
 PackedWeights pack(const dnnl::memory::desc& from, const void* data, const dnnl::memory::desc& to);
+// Packs the constant `source` (laid out as `from`) through the session's weight
+// cache, so every plan of the session shares one packed copy.
+PackedWeights pack_shared(const PrepareContext& ctx, const Tensor& source, const dnnl::memory::desc& from,
+                          const dnnl::memory::desc& to);
 
 // An activation that the primitive wants in another layout than the plain one
 // it has between nodes: staged in the kernel's scratch memory and reordered on

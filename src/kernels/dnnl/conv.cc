@@ -58,7 +58,7 @@ class DnnlConvBase : public Kernel {
   void prepare_weights(const PrepareContext& ctx, const dnnl::primitive_desc_base& pd, const memory::desc& plain) {
     weights_plain_ = plain;
     if (const Tensor* w = ctx.constant(1)) {
-      packed_ = du::pack(plain, w->raw(), pd.weights_desc());
+      packed_ = du::pack_shared(ctx, *w, plain, pd.weights_desc());
       weights_packed_ = true;
     }
     if (ctx.has_input(2)) bias_desc_ = du::plain_desc(ctx.input_shape(2), DType::kFloat32);

@@ -42,7 +42,10 @@ class DnnlMatMulBase : public Kernel {
 
  protected:
   // Builds the primitive; `b_data` is the constant B (already scaled) or nullptr.
-  void build(const PrepareContext& ctx, const Operand& a, const Operand& b, const Operand& c, const void* b_data) {
+  // `b_source` is the constant input itself when b_data is its unscaled bytes:
+  // then the packed B is shared through the session's weight cache.
+  void build(const PrepareContext& ctx, const Operand& a, const Operand& b, const Operand& c, const void* b_data,
+             const Tensor* b_source = nullptr) {
     src_md_ = a.desc();
     weights_md_ = b.desc();
     dst_md_ = c.desc();
@@ -56,7 +59,8 @@ class DnnlMatMulBase : public Kernel {
       scratch_ = scratchpad_md_.get_size();
       impl_ = du::impl_name(pd);
       if (b_data) {
-        packed_ = du::pack(weights_md_, b_data, pd.weights_desc());
+        packed_ = b_source ? du::pack_shared(ctx, *b_source, weights_md_, pd.weights_desc())
+                           : du::pack(weights_md_, b_data, pd.weights_desc());
         packed_b_ = true;
       }
     } catch (const dnnl::error& e) {
@@ -102,7 +106,7 @@ class DnnlMatMul : public DnnlMatMulBase {
     c[rank - 2] = a[rank - 2];
     c[rank - 1] = b[rank - 1];
     const Tensor* bconst = ctx.constant(1);
-    build(ctx, contiguous(a), contiguous(b), contiguous(c), bconst ? bconst->raw() : nullptr);
+    build(ctx, contiguous(a), contiguous(b), contiguous(c), bconst ? bconst->raw() : nullptr, bconst);
     // The output drops the dimensions that 1-D operands gained.
     Shape out = c;
     if (b_vec) out.pop_back();
@@ -138,7 +142,8 @@ class DnnlGemm : public DnnlMatMulBase {
       for (int64_t i = 0; i < scaled_b.numel(); ++i) scaled_b.data<float>()[i] *= alpha;
     }
     prepare_bias(ctx, m, n, beta);
-    build(ctx, oa, ob, contiguous({m, n}), bconst ? (scaled_b.empty() ? bconst->raw() : scaled_b.raw()) : nullptr);
+    build(ctx, oa, ob, contiguous({m, n}), bconst ? (scaled_b.empty() ? bconst->raw() : scaled_b.raw()) : nullptr,
+          scaled_b.empty() ? bconst : nullptr);
     return {{DType::kFloat32, {m, n}}};
   }
 
