@@ -22,6 +22,7 @@ using Clock = std::chrono::steady_clock;
 struct BenchArgs {
   std::string model;
   std::vector<std::string> inputs;
+  std::vector<std::string> shapes;
   int threads = 0, batch = 1, cycles = 3, iters = 100, warmup = 10, opt_level = 2;
   std::string json;
   bool profile = false;
@@ -69,7 +70,7 @@ int bench(const BenchArgs& a) {
   auto t0 = Clock::now();
   Session session = load_session(a.model, opts, a.batch);
   double create_ms = ms_since(t0);
-  std::map<std::string, Tensor> inputs = random_inputs(session, read_inputs(a.inputs), 0, a.batch);
+  std::map<std::string, Tensor> inputs = random_inputs(session, read_inputs(a.inputs), 0, a.batch, a.shapes);
 
   t0 = Clock::now();
   session.run(inputs);
@@ -144,6 +145,7 @@ Command add_bench(CLI::App& app) {
   auto a = std::make_shared<BenchArgs>();
   app.add_option("model", a->model, "ONNX file or zoo:NAME (built in: zoo:resnet18, zoo:mobilenet_v2)")->required();
   app.add_option("-i,--input", a->inputs, "NAME=FILE; missing inputs get seeded random data");
+  app.add_option("--shape", a->shapes, "NAME=1x128: shape of a random input (symbolic dimensions)");
   app.add_option("-t,--threads", a->threads, "threads (0: all cores)")->check(CLI::Range(0, 4096));
   app.add_option("-b,--batch", a->batch, "batch size for zoo models and symbolic batch dimensions")->check(CLI::Range(1, 1 << 20));
   app.add_option("-c,--cycles", a->cycles, "timed cycles")->check(CLI::Range(1, 1000));

@@ -1,5 +1,7 @@
 #include <sys/resource.h>
 
+#include <algorithm>
+#include <filesystem>
 #include <random>
 
 #include <fmt/format.h>
@@ -34,14 +36,53 @@ void fill(Tensor& t, std::mt19937_64& rng, Dist dist) {
 }
 }  // namespace
 
+namespace {
+
+// "1x128" -> {1, 128}; "" -> {} (a scalar).
+Shape parse_shape(const std::string& spec, const std::string& option) {
+  Shape shape;
+  size_t start = 0;
+  while (start < spec.size()) {
+    size_t x = spec.find('x', start);
+    std::string item = spec.substr(start, x == std::string::npos ? std::string::npos : x - start);
+    char* end = nullptr;
+    long long d = std::strtoll(item.c_str(), &end, 10);
+    if (item.empty() || *end != '\0' || d < 0)
+      throw Error(ErrorKind::kInvalidArgument, "--shape '" + option + "': dimensions must be written like 1x128");
+    shape.push_back(d);
+    if (x == std::string::npos) break;
+    start = x + 1;
+  }
+  return shape;
+}
+
+std::map<std::string, Shape> parse_shapes(const Session& session, const std::vector<std::string>& specs) {
+  std::map<std::string, Shape> shapes;
+  for (const std::string& spec : specs) {
+    size_t eq = spec.find('=');
+    if (eq == std::string::npos || eq == 0)
+      throw Error(ErrorKind::kInvalidArgument, "--shape '" + spec + "' must be written NAME=1x128");
+    std::string name = spec.substr(0, eq);
+    bool known = false;
+    for (const ValueInfo& info : session.inputs()) known |= info.name == name;
+    if (!known) throw Error(ErrorKind::kInvalidArgument, "--shape: the model has no input named '" + name + "'");
+    shapes[name] = parse_shape(spec.substr(eq + 1), spec);
+  }
+  return shapes;
+}
+
+}  // namespace
+
 std::map<std::string, Tensor> random_inputs(const Session& session, std::map<std::string, Tensor> given,
-                                            uint64_t seed, int batch) {
+                                            uint64_t seed, int batch, const std::vector<std::string>& shape_specs) {
   std::mt19937_64 rng(seed);
   if (!given.empty()) return given;  // inputs given by hand: a missing one is an error, not random data
+  std::map<std::string, Shape> fixed = parse_shapes(session, shape_specs);
   for (const ValueInfo& info : session.inputs()) {
     Shape shape = info.shape;
     for (size_t d = 0; d < shape.size(); ++d)
       if (shape[d] < 0) shape[d] = d == 0 ? batch : 1;
+    if (auto it = fixed.find(info.name); it != fixed.end()) shape = it->second;
     Tensor t(info.dtype, shape);
     switch (info.dtype) {
       case DType::kFloat32: fill<float>(t, rng, std::uniform_real_distribution<float>(-1.f, 1.f)); break;
@@ -58,6 +99,29 @@ std::map<std::string, Tensor> random_inputs(const Session& session, std::map<std
     given[info.name] = std::move(t);
   }
   return given;
+}
+
+std::map<std::string, Tensor> read_case_inputs(const std::string& dir) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec))
+    throw Error(ErrorKind::kInvalidArgument, "case folder '" + dir + "' does not exist or is not a folder");
+  std::vector<fs::path> files;
+  for (const auto& entry : fs::directory_iterator(dir, ec))
+    if (entry.is_regular_file() && (entry.path().extension() == ".npy" || entry.path().extension() == ".pb") &&
+        entry.path().filename().string().rfind("output_", 0) != 0)
+      files.push_back(entry.path());
+  std::sort(files.begin(), files.end());
+  std::map<std::string, Tensor> inputs;
+  for (const fs::path& f : files) {
+    std::string name = f.stem().string();
+    Tensor t = f.extension() == ".pb" ? read_tensor_pb(f.string(), &name) : read_tensor_npy(f.string());
+    if (name.empty()) name = f.stem().string();
+    if (!inputs.emplace(name, std::move(t)).second)
+      throw Error(ErrorKind::kInvalidArgument, "case folder '" + dir + "' holds input '" + name + "' twice");
+  }
+  if (inputs.empty()) throw Error(ErrorKind::kInvalidArgument, "case folder '" + dir + "' holds no .npy or .pb inputs");
+  return inputs;
 }
 
 std::string format_bytes(size_t bytes) {

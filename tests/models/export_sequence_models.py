@@ -1,0 +1,259 @@
+#!/usr/bin/env python3
+"""Export the sequence models of the model tests (transformers) with dynamic axes.
+
+Each model is written by hand in PyTorch the way its reference implementation
+is (seeded random weights; nothing is downloaded) and exported at opset 17
+with dynamic batch and sequence axes. For each of several input shapes a case
+folder holds the inputs and the reference outputs:
+
+    <cache>/<name>/<name>.onnx
+    <cache>/<name>/case_<k>/<input name>.npy      inputs of case k
+    <cache>/<name>/case_<k>/expected/torch.npy    PyTorch eval-mode output
+    <cache>/<name>/case_<k>/expected/ort.npy      ONNX Runtime output
+    <cache>/<name>/meta.json                      recipe stamp, shapes, timings
+
+The folder is rebuilt when the recipe changes (RECIPE_VERSION); writes are
+atomic and per-model locked, as in export_models.py.
+
+Models:
+  bert  BERT-base encoder (12 layers, hidden 768, 12 heads, FFN 3072, vocab
+        30522): token, position (torch.arange -> Range) and segment
+        embeddings, post-LayerNorm blocks, erf GELU, additive attention mask
+        from an int64 mask input. Inputs input_ids, attention_mask [batch, seq].
+  gpt2  GPT-2-style decoder (4 layers, hidden 256, 4 heads, vocab 1000):
+        pre-LayerNorm blocks, causal mask by Where over a sliced lower-
+        triangular buffer, tanh GELU, tied input/output embeddings. Input
+        input_ids [batch, seq]; output logits [batch, seq, vocab].
+
+Usage: build/venv/bin/python tests/models/export_sequence_models.py [NAME...] [--cache-dir DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import export_models  # noqa: E402  (cache folder, atomic writes, locks)
+
+OPSET = 17
+SEED = 20261203
+RECIPE_VERSION = 1
+
+# (batch, sequence) of each case: three shapes served by one session.
+SHAPES = {
+    "bert": [(1, 7), (2, 16), (1, 64)],
+    "gpt2": [(1, 5), (3, 12), (2, 32)],
+}
+MODEL_NAMES = list(SHAPES)
+
+
+# --------------------------------------------------------------------------
+# Models
+# --------------------------------------------------------------------------
+
+def _bert():
+    import torch
+    import torch.nn as nn
+
+    vocab, hidden, layers, heads, ffn, max_pos = 30522, 768, 12, 12, 3072, 512
+
+    class SelfAttention(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.q, self.k, self.v = nn.Linear(hidden, hidden), nn.Linear(hidden, hidden), nn.Linear(hidden, hidden)
+            self.out = nn.Linear(hidden, hidden)
+            self.head_dim = hidden // heads
+
+        def split(self, x):
+            b, s, _ = x.shape
+            return x.view(b, s, heads, self.head_dim).transpose(1, 2)
+
+        def forward(self, x, mask):
+            q, k, v = self.split(self.q(x)), self.split(self.k(x)), self.split(self.v(x))
+            scores = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(self.head_dim) + mask
+            context = torch.matmul(torch.softmax(scores, dim=-1), v)
+            b, _, s, _ = context.shape
+            return self.out(context.transpose(1, 2).reshape(b, s, hidden))
+
+    class Layer(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.attention = SelfAttention()
+            self.norm1, self.norm2 = nn.LayerNorm(hidden, eps=1e-12), nn.LayerNorm(hidden, eps=1e-12)
+            self.ffn = nn.Sequential(nn.Linear(hidden, ffn), nn.GELU(), nn.Linear(ffn, hidden))
+
+        def forward(self, x, mask):
+            x = self.norm1(x + self.attention(x, mask))
+            return self.norm2(x + self.ffn(x))
+
+    class Bert(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.words = nn.Embedding(vocab, hidden)
+            self.positions = nn.Embedding(max_pos, hidden)
+            self.segments = nn.Embedding(2, hidden)
+            self.norm = nn.LayerNorm(hidden, eps=1e-12)
+            self.layers = nn.ModuleList(Layer() for _ in range(layers))
+
+        def forward(self, input_ids, attention_mask):
+            seq = input_ids.shape[1]
+            positions = torch.arange(seq, dtype=torch.long, device=input_ids.device).unsqueeze(0)
+            x = self.words(input_ids) + self.positions(positions) + self.segments(torch.zeros_like(input_ids))
+            x = self.norm(x)
+            mask = (1.0 - attention_mask[:, None, None, :].to(x.dtype)) * -10000.0
+            for layer in self.layers:
+                x = layer(x, mask)
+            return x
+
+    return Bert()
+
+
+def _gpt2():
+    import torch
+    import torch.nn as nn
+
+    vocab, hidden, layers, heads, max_pos = 1000, 256, 4, 4, 128
+
+    def gelu_tanh(x):
+        return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))
+
+    class Attention(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.qkv = nn.Linear(hidden, 3 * hidden)
+            self.proj = nn.Linear(hidden, hidden)
+            self.register_buffer("causal", torch.tril(torch.ones(max_pos, max_pos, dtype=torch.bool)))
+
+        def forward(self, x):
+            b, s, _ = x.shape
+            q, k, v = self.qkv(x).split(hidden, dim=2)
+            q, k, v = (t.view(b, s, heads, hidden // heads).transpose(1, 2) for t in (q, k, v))
+            scores = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(hidden // heads)
+            scores = torch.where(self.causal[:s, :s], scores, torch.tensor(-1e4, dtype=scores.dtype))
+            context = torch.matmul(torch.softmax(scores, dim=-1), v).transpose(1, 2).reshape(b, s, hidden)
+            return self.proj(context)
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.ln1, self.ln2 = nn.LayerNorm(hidden), nn.LayerNorm(hidden)
+            self.attn = Attention()
+            self.fc, self.out = nn.Linear(hidden, 4 * hidden), nn.Linear(4 * hidden, hidden)
+
+        def forward(self, x):
+            x = x + self.attn(self.ln1(x))
+            return x + self.out(gelu_tanh(self.fc(self.ln2(x))))
+
+    class Gpt2(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.wte, self.wpe = nn.Embedding(vocab, hidden), nn.Embedding(max_pos, hidden)
+            self.blocks = nn.ModuleList(Block() for _ in range(layers))
+            self.ln_f = nn.LayerNorm(hidden)
+            self.head = nn.Linear(hidden, vocab, bias=False)
+            self.head.weight = self.wte.weight  # tied embeddings
+
+        def forward(self, input_ids):
+            positions = torch.arange(input_ids.shape[1], dtype=torch.long).unsqueeze(0)
+            x = self.wte(input_ids) + self.wpe(positions)
+            for block in self.blocks:
+                x = block(x)
+            return self.head(self.ln_f(x))
+
+    return Gpt2()
+
+
+BUILDERS = {"bert": _bert, "gpt2": _gpt2}
+INPUTS = {"bert": ["input_ids", "attention_mask"], "gpt2": ["input_ids"]}
+OUTPUTS = {"bert": ["last_hidden_state"], "gpt2": ["logits"]}
+VOCAB = {"bert": 30522, "gpt2": 1000}
+
+
+def make_inputs(name: str, batch: int, seq: int, rng: np.random.Generator) -> dict:
+    ids = rng.integers(0, VOCAB[name], size=(batch, seq), dtype=np.int64)
+    if name == "gpt2":
+        return {"input_ids": ids}
+    mask = np.ones((batch, seq), dtype=np.int64)
+    if batch > 1:
+        mask[1:, seq // 2:] = 0  # padded sequences: the mask must matter
+    return {"input_ids": ids, "attention_mask": mask}
+
+
+# --------------------------------------------------------------------------
+# Export
+# --------------------------------------------------------------------------
+
+def model_dir(name: str, cache_dir: Path | None) -> Path:
+    return (cache_dir or export_models.default_cache_dir()) / name
+
+
+def recipe(name: str) -> dict:
+    return {"recipe": RECIPE_VERSION, "name": name, "opset": OPSET, "seed": SEED, "shapes": SHAPES[name]}
+
+
+def case_dirs(name: str, cache_dir: Path | None = None) -> list:
+    folder = model_dir(name, cache_dir)
+    return [folder / f"case_{k}" for k in range(len(SHAPES[name]))]
+
+
+def export_model(name: str, cache_dir: Path | None = None, force: bool = False) -> Path:
+    """Exports `name` (if not cached) and returns its .onnx path."""
+    import torch
+
+    folder = model_dir(name, cache_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    onnx_path = folder / f"{name}.onnx"
+    meta_path = folder / "meta.json"
+    with export_models.locked(folder):
+        if not force and meta_path.exists() and json.loads(meta_path.read_text()).get("recipe") == recipe(name):
+            return onnx_path
+        t0 = time.time()
+        torch.manual_seed(SEED)
+        model = BUILDERS[name]().eval()
+        rng = np.random.default_rng(SEED)
+        cases = [make_inputs(name, b, s, rng) for b, s in SHAPES[name]]
+        example = tuple(torch.from_numpy(cases[0][i]) for i in INPUTS[name])
+        dynamic = {n: {0: "batch", 1: "sequence"} for n in INPUTS[name] + OUTPUTS[name]}
+        with export_models.atomic_path(onnx_path) as tmp, warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            torch.onnx.export(model, example, str(tmp), input_names=INPUTS[name], output_names=OUTPUTS[name],
+                              dynamic_axes=dynamic, opset_version=OPSET, do_constant_folding=True)
+        import onnxruntime as ort
+
+        session = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
+        for k, inputs in enumerate(cases):
+            case = folder / f"case_{k}"
+            (case / "expected").mkdir(parents=True, exist_ok=True)
+            for n, array in inputs.items():
+                export_models.save_npy(case / f"{n}.npy", array)
+            with torch.no_grad():
+                expected = model(*(torch.from_numpy(inputs[i]) for i in INPUTS[name])).numpy()
+            export_models.save_npy(case / "expected" / "torch.npy", expected)
+            export_models.save_npy(case / "expected" / "ort.npy", session.run(None, inputs)[0])
+        meta = {"recipe": recipe(name), "export_s": round(time.time() - t0, 1)}
+        with export_models.atomic_path(meta_path) as tmp:
+            tmp.write_text(json.dumps(meta, indent=2))
+    return onnx_path
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("names", nargs="*", default=MODEL_NAMES, choices=MODEL_NAMES)
+    parser.add_argument("--cache-dir", type=Path)
+    parser.add_argument("--force", action="store_true")
+    args = parser.parse_args(argv)
+    for name in args.names:
+        print(export_model(name, args.cache_dir, args.force))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

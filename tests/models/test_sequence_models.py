@@ -1,0 +1,48 @@
+"""Transformers exported by PyTorch with dynamic batch and sequence axes
+(export_sequence_models.py): one Anvil session serves three input shapes, and
+every output matches PyTorch's and ONNX Runtime's:
+
+    max |anvil - reference| <= 1e-4 * max |reference|
+
+The run goes through `anvil run MODEL --case DIR...`, which runs every case on
+one session; the session must end with one cached plan per shape (plans are
+keyed by shapes, never by the token values).
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+import export_sequence_models as seq
+from anvil_testing import assert_ok, output_file_name, read_tensor_pb, relative_diff
+
+RELATIVE_TOLERANCE = 1e-4
+RUN_TIMEOUT_S = 600
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", seq.MODEL_NAMES)
+def test_sequence_model_matches_torch_and_ort_at_three_shapes(name, anvil, tmp_path):
+    model = seq.export_model(name)
+    cases = seq.case_dirs(name)
+    args = ["run", model, "--threads", "2", "-o", tmp_path]
+    for case in cases:
+        args += ["--case", case]
+    result = anvil(*args, timeout=RUN_TIMEOUT_S)
+    assert_ok(result)
+    assert re.search(rf"{len(cases)} cases, {len(cases)} plans cached", result.stdout), result.stdout
+
+    output = seq.OUTPUTS[name][0]
+    for k, case in enumerate(cases):
+        actual = read_tensor_pb(tmp_path / str(k) / output_file_name(output))
+        torch_out = np.load(case / "expected" / "torch.npy")
+        ort_out = np.load(case / "expected" / "ort.npy")
+        assert actual.shape == torch_out.shape, f"case {k}: shape {actual.shape}, expected {torch_out.shape}"
+        assert np.all(np.isfinite(actual)), f"case {k}: NaN or Inf in the output"
+        diffs = {"PyTorch": relative_diff(actual, torch_out), "ONNX Runtime": relative_diff(actual, ort_out)}
+        report = ", ".join(f"vs {ref}: {d:.3g}" for ref, d in diffs.items())
+        assert all(d <= RELATIVE_TOLERANCE for d in diffs.values()), (
+            f"{name} case {k} {actual.shape}: max|diff|/max|ref| {report} (limit {RELATIVE_TOLERANCE:g})")
