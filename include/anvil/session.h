@@ -32,6 +32,7 @@ struct ValueInfo {
   std::string name;
   DType dtype = DType::kUndefined;
   Shape shape;  // -1 for a dimension the model leaves symbolic
+  std::vector<std::string> dim_names;  // per dimension: its symbol ("batch"), or "" when it has none
 };
 
 struct PlanStats {

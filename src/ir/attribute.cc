@@ -47,4 +47,19 @@ const Tensor* Attributes::get_tensor(const std::string& name) const {
   return get_as<Tensor>(values_, name, "a tensor");
 }
 
+Graph* Attributes::get_graph(const std::string& name) const {
+  const GraphPtr* p = get_as<GraphPtr>(values_, name, "a graph");
+  return p ? p->get() : nullptr;
+}
+
+std::vector<Graph*> Attributes::subgraphs() const {
+  std::vector<Graph*> out;
+  for (const auto& [name, v] : values_) {
+    if (const GraphPtr* g = std::get_if<GraphPtr>(&v)) out.push_back(g->get());
+    if (const auto* gs = std::get_if<std::vector<GraphPtr>>(&v))
+      for (const GraphPtr& g : *gs) out.push_back(g.get());
+  }
+  return out;
+}
+
 }  // namespace anvil::ir

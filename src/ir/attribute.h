@@ -2,6 +2,7 @@
 #pragma once
 
 #include <map>
+#include <memory>
 #include <string>
 #include <variant>
 #include <vector>
@@ -10,8 +11,13 @@
 
 namespace anvil::ir {
 
+class Graph;
+using GraphPtr = std::shared_ptr<Graph>;
+
+// Graph attributes (If's branches, Loop's and Scan's bodies) own their subgraph.
 using AttrValue = std::variant<int64_t, float, std::string, std::vector<int64_t>,
-                               std::vector<float>, std::vector<std::string>, Tensor>;
+                               std::vector<float>, std::vector<std::string>, Tensor, GraphPtr,
+                               std::vector<GraphPtr>>;
 
 class Attributes {
  public:
@@ -27,6 +33,10 @@ class Attributes {
   std::vector<int64_t> get_ints(const std::string& name, std::vector<int64_t> fallback = {}) const;
   std::vector<float> get_floats(const std::string& name, std::vector<float> fallback = {}) const;
   const Tensor* get_tensor(const std::string& name) const;
+  // The subgraph attribute `name`, or nullptr.
+  Graph* get_graph(const std::string& name) const;
+  // Every subgraph held by these attributes (GRAPH and GRAPHS kinds).
+  std::vector<Graph*> subgraphs() const;
 
   const std::map<std::string, AttrValue>& all() const { return values_; }
 

@@ -24,9 +24,7 @@ Value* Graph::add_value(const std::string& name) {
 
 Value* Graph::add_input(const std::string& name, DType dtype, Shape shape) {
   Value* v = add_value(name);
-  v->dtype = dtype;
-  v->shape = std::move(shape);
-  v->has_shape = true;
+  v->type = Type::tensor(dtype, shape);
   v->is_graph_input = true;
   inputs_.push_back(v);
   return v;
@@ -34,9 +32,7 @@ Value* Graph::add_input(const std::string& name, DType dtype, Shape shape) {
 
 Value* Graph::add_constant(const std::string& name, Tensor tensor) {
   Value* v = add_value(name.empty() ? unique_name("const") : name);
-  v->dtype = tensor.dtype();
-  v->shape = tensor.shape();
-  v->has_shape = true;
+  v->type = Type::tensor(tensor.dtype(), tensor.shape());
   v->constant = std::move(tensor);
   return v;
 }
@@ -69,6 +65,23 @@ Node* Graph::add_node_with_outputs(const std::string& op_type, std::vector<Value
     if (o) o->producer = n.get();
   nodes_.push_back(std::move(n));
   return nodes_.back().get();
+}
+
+Value* Graph::add_capture(const std::string& name, Value* outer) {
+  ANVIL_INTERNAL_CHECK(owner != nullptr);
+  Node* node = owner;
+  size_t first = node->num_explicit_inputs(), index = node->num_implicit_inputs;
+  for (size_t k = 0; k < node->num_implicit_inputs; ++k)
+    if (node->inputs[first + k] == outer) index = k;
+  if (index == node->num_implicit_inputs) {
+    node->inputs.push_back(outer);
+    ++node->num_implicit_inputs;
+  }
+  Value* inner = add_value(name);
+  inner->type = outer->type;
+  inner->is_capture = true;
+  captures.push_back({inner, index});
+  return inner;
 }
 
 Value* Graph::find_value(const std::string& name) const {
@@ -109,6 +122,7 @@ void Graph::compact() {
                nodes_.end());
   std::set<const Value*> used(inputs_.begin(), inputs_.end());
   used.insert(outputs_.begin(), outputs_.end());
+  for (const Capture& c : captures) used.insert(c.inner);
   for (const auto& n : nodes_) {
     used.insert(n->inputs.begin(), n->inputs.end());
     used.insert(n->outputs.begin(), n->outputs.end());

@@ -20,6 +20,7 @@
 
 #include "anvil/tensor.h"
 #include "ir/attribute.h"
+#include "ir/type.h"
 
 namespace anvil::ir {
 
@@ -27,15 +28,18 @@ struct Node;
 
 struct Value {
   std::string name;
-  DType dtype = DType::kUndefined;
-  Shape shape;             // -1 for unknown dimensions
-  bool has_shape = false;  // false when even the rank is unknown
+  Type type;  // undefined until import or inference sets it
   std::optional<Tensor> constant;
   Node* producer = nullptr;
   bool is_graph_input = false;
   bool is_graph_output = false;
+  // A subgraph's stand-in for a value of an enclosing graph (see Graph::captures).
+  bool is_capture = false;
 
   bool is_constant() const { return constant.has_value(); }
+  DType dtype() const { return type.dtype(); }
+  // Every dimension known: a tensor type the passes may reason about.
+  bool is_static() const { return type.is_static(); }
 };
 
 struct Node {
@@ -43,14 +47,20 @@ struct Node {
   std::string domain;  // "" for the default ONNX domain
   std::string name;
   int opset = 0;  // opset version of the node's domain in the model
-  std::vector<Value*> inputs;   // nullptr marks an omitted optional input
+  // The op's inputs (nullptr marks an omitted optional one), followed by its
+  // implicit inputs: the values of this graph that its subgraphs read. Being
+  // ordinary inputs, they are seen by every pass, dead-code and lifetime analysis.
+  std::vector<Value*> inputs;
   std::vector<Value*> outputs;  // nullptr marks an omitted optional output
   Attributes attrs;
   bool dead = false;
+  size_t num_implicit_inputs = 0;
 
   Value* input(size_t i) const { return i < inputs.size() ? inputs[i] : nullptr; }
   Value* output(size_t i) const { return i < outputs.size() ? outputs[i] : nullptr; }
   size_t num_inputs() const { return inputs.size(); }
+  size_t num_explicit_inputs() const { return inputs.size() - num_implicit_inputs; }
+  bool has_subgraphs() const { return !attrs.subgraphs().empty(); }
   // "Conv 'conv1'" — for error messages.
   std::string describe() const;
 };
@@ -92,6 +102,20 @@ class Graph {
 
   std::map<std::string, int> opsets;  // domain -> version
   std::string name;
+
+  // Subgraphs: the enclosing graph and the node whose attribute holds this one.
+  Graph* parent = nullptr;
+  Node* owner = nullptr;
+  // Outer-scope reads: capture k is the stand-in value (is_capture) that stands
+  // for the owner's implicit input `implicit_index`.
+  struct Capture {
+    Value* inner;
+    size_t implicit_index;
+  };
+  std::vector<Capture> captures;
+  // Adds a capture of `outer` (a value visible in the parent graph) named `name`:
+  // the owner gains `outer` as an implicit input unless it reads it already.
+  Value* add_capture(const std::string& name, Value* outer);
 
  private:
   std::vector<std::unique_ptr<Value>> values_;

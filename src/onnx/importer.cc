@@ -2,6 +2,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include <onnx/onnx_pb.h>
@@ -31,6 +32,7 @@ void check_opsets(const onnx::ModelProto& model, std::map<std::string, int>& ops
                 "the model uses ONNX opset {}; Anvil supports opsets {} to {}", it->second, kMinOpset, kMaxOpset);
 }
 
+// Every node, subgraphs included, must use an imported domain and an op Anvil has.
 void check_ops_supported(const onnx::GraphProto& g, const std::map<std::string, int>& opsets,
                          const OpSupported& supported) {
   for (const auto& n : g.node()) {
@@ -40,95 +42,169 @@ void check_ops_supported(const onnx::GraphProto& g, const std::map<std::string, 
     ANVIL_CHECK(supported(domain, n.op_type()), ErrorKind::kUnsupported,
                 "node {}: operator {} is not supported by Anvil", node_label(n),
                 domain.empty() ? n.op_type() : domain + "." + n.op_type());
+    for (const auto& a : n.attribute()) {
+      if (a.has_g()) check_ops_supported(a.g(), opsets, supported);
+      for (const auto& sub : a.graphs()) check_ops_supported(sub, opsets, supported);
+    }
   }
 }
 
+// ONNX TypeProto -> ir::Type; nullopt for kinds Anvil does not carry (maps, sparse tensors).
+std::optional<ir::Type> type_from_onnx(const onnx::TypeProto& type) {
+  if (type.has_tensor_type()) {
+    const auto& tt = type.tensor_type();
+    const bool is_string = tt.elem_type() == onnx::TensorProto::STRING;
+    DType d = dtype_from_onnx(tt.elem_type());
+    if (d == DType::kUndefined && !is_string) return std::nullopt;
+    if (!tt.has_shape()) return is_string ? ir::Type::string_tensor({}) : ir::Type::tensor(d);
+    ir::SymShape dims;
+    for (const auto& dim : tt.shape().dim())
+      dims.push_back(dim.has_dim_value() ? ir::Dim::known(dim.dim_value())
+                                         : dim.has_dim_param() ? ir::Dim::named(dim.dim_param()) : ir::Dim::unknown());
+    return is_string ? ir::Type::string_tensor(std::move(dims)) : ir::Type::tensor(d, std::move(dims));
+  }
+  if (type.has_sequence_type()) {
+    auto elem = type_from_onnx(type.sequence_type().elem_type());
+    return elem ? std::optional<ir::Type>(ir::Type::sequence(*elem)) : std::nullopt;
+  }
+  if (type.has_optional_type()) {
+    auto elem = type_from_onnx(type.optional_type().elem_type());
+    return elem ? std::optional<ir::Type>(ir::Type::optional(*elem)) : std::nullopt;
+  }
+  return std::nullopt;
+}
+
+// Graph inputs must have a type Anvil carries; value_info and outputs may leave it out.
 void set_type(ir::Value* v, const onnx::TypeProto& type, bool required) {
-  if (!type.has_tensor_type()) {
-    ANVIL_CHECK(!required, ErrorKind::kUnsupported, "value '{}' is not a tensor (sequences, maps and optionals are "
-                "not supported)", v->name);
+  std::optional<ir::Type> t = type_from_onnx(type);
+  if (!t) {
+    ANVIL_CHECK(!required, ErrorKind::kUnsupported,
+                "value '{}' has a type Anvil does not support (maps, sparse tensors or an unknown element type)",
+                v->name);
     return;
   }
-  const auto& tt = type.tensor_type();
-  DType d = dtype_from_onnx(tt.elem_type());
-  ANVIL_CHECK(d != DType::kUndefined || !required, ErrorKind::kUnsupported,
-              "value '{}' has element type {}, which Anvil does not support", v->name, onnx_type_name(tt.elem_type()));
-  v->dtype = d;
-  if (tt.has_shape()) {
-    v->shape.clear();
-    for (const auto& dim : tt.shape().dim()) v->shape.push_back(dim.has_dim_value() ? dim.dim_value() : -1);
-    v->has_shape = true;
-  }
+  v->type = *t;
 }
 
-ir::AttrValue convert_attribute(const onnx::AttributeProto& a, const onnx::NodeProto& n, const std::string& base_dir) {
-  using A = onnx::AttributeProto;
-  switch (a.type()) {
-    case A::INT: return a.i();
-    case A::FLOAT: return a.f();
-    case A::STRING: return a.s();
-    case A::INTS: return std::vector<int64_t>(a.ints().begin(), a.ints().end());
-    case A::FLOATS: return std::vector<float>(a.floats().begin(), a.floats().end());
-    case A::STRINGS: return std::vector<std::string>(a.strings().begin(), a.strings().end());
-    case A::TENSOR: return tensor_from_proto(a.t(), base_dir);
-    default:
-      fail(ErrorKind::kUnsupported, "node {}: attribute '{}' has a kind Anvil does not support (graphs, sparse "
-           "tensors, type protos)", node_label(n), a.name());
-  }
-}
+// Builds one ir::Graph from a GraphProto; subgraphs recurse with the enclosing
+// graph as their scope, and a name a subgraph reads from an enclosing graph
+// becomes a capture (and an implicit input of the node that owns it).
+class GraphImporter {
+ public:
+  GraphImporter(const std::map<std::string, int>& opsets, const std::string& base_dir)
+      : opsets_(opsets), base_dir_(base_dir) {}
 
-std::unique_ptr<ir::Graph> build_graph(const onnx::ModelProto& model, std::map<std::string, int> opsets,
-                                       const std::string& base_dir) {
-  const onnx::GraphProto& g = model.graph();
-  auto graph = std::make_unique<ir::Graph>();
-  graph->name = g.name();
-  graph->opsets = std::move(opsets);
+  void build(const onnx::GraphProto& g, ir::Graph& graph, bool is_main) {
+    graph.name = g.name();
+    graph.opsets = opsets_;
+    for (const auto& init : g.initializer()) {
+      ANVIL_CHECK(!init.name().empty(), ErrorKind::kInvalidModel, "an initializer has no name");
+      ANVIL_CHECK(!graph.find_value(init.name()), ErrorKind::kInvalidModel, "initializer '{}' is defined twice",
+                  init.name());
+      graph.add_constant(init.name(), tensor_from_proto(init, base_dir_));
+    }
+    for (const auto& in : g.input()) {
+      if (graph.find_value(in.name())) continue;  // an input with an initializer is a constant here
+      ANVIL_CHECK(!in.name().empty(), ErrorKind::kInvalidModel, "graph '{}' has an input without a name", g.name());
+      ir::Value* v = graph.add_input(in.name(), DType::kUndefined, {});
+      v->type = {};
+      set_type(v, in.type(), /*required=*/is_main);
+    }
+    for (const auto& n : g.node()) add_node(n, graph);
+    for (const auto& vi : g.value_info())
+      if (ir::Value* v = graph.find_value(vi.name()); v && !v->is_constant()) set_type(v, vi.type(), false);
+    for (const auto& out : g.output()) {
+      ir::Value* v = resolve(out.name(), graph);
+      ANVIL_CHECK(v, ErrorKind::kInvalidModel, "graph output '{}' is not produced by any node", out.name());
+      if (!v->is_constant() && !v->is_graph_input) set_type(v, out.type(), false);
+      graph.add_output(v);
+    }
+    ANVIL_CHECK(!graph.outputs().empty(), ErrorKind::kInvalidModel, "graph '{}' has no outputs", g.name());
+  }
 
-  for (const auto& init : g.initializer()) {
-    ANVIL_CHECK(!init.name().empty(), ErrorKind::kInvalidModel, "an initializer has no name");
-    ANVIL_CHECK(!graph->find_value(init.name()), ErrorKind::kInvalidModel, "initializer '{}' is defined twice",
-                init.name());
-    graph->add_constant(init.name(), tensor_from_proto(init, base_dir));
+ private:
+  // The value `name` as seen from `graph`: its own, or a capture of an enclosing graph's.
+  ir::Value* resolve(const std::string& name, ir::Graph& graph) {
+    if (ir::Value* v = graph.find_value(name)) return v;
+    if (!graph.parent) return nullptr;
+    ir::Value* outer = resolve(name, *graph.parent);
+    return outer ? graph.add_capture(name, outer) : nullptr;
   }
-  for (const auto& in : g.input()) {
-    if (graph->find_value(in.name())) continue;  // an input with an initializer is a constant here
-    ir::Value* v = graph->add_input(in.name(), DType::kUndefined, {});
-    v->has_shape = false;
-    set_type(v, in.type(), /*required=*/true);
-  }
-  for (const auto& n : g.node()) {
+
+  void add_node(const onnx::NodeProto& n, ir::Graph& graph) {
     std::vector<ir::Value*> inputs;
     for (const std::string& name : n.input()) {
-      if (name.empty()) { inputs.push_back(nullptr); continue; }
-      ir::Value* v = graph->find_value(name);
+      if (name.empty()) {
+        inputs.push_back(nullptr);
+        continue;
+      }
+      ir::Value* v = resolve(name, graph);
       ANVIL_CHECK(v, ErrorKind::kInvalidModel, "node {} reads '{}', which no input, initializer or earlier node defines",
                   node_label(n), name);
       inputs.push_back(v);
     }
     std::vector<ir::Value*> outputs;
     for (const std::string& name : n.output()) {
-      if (name.empty()) { outputs.push_back(nullptr); continue; }
-      ANVIL_CHECK(!graph->find_value(name), ErrorKind::kInvalidModel, "node {} writes '{}', which is already defined",
+      if (name.empty()) {
+        outputs.push_back(nullptr);
+        continue;
+      }
+      ANVIL_CHECK(!graph.find_value(name), ErrorKind::kInvalidModel, "node {} writes '{}', which is already defined",
                   node_label(n), name);
-      outputs.push_back(graph->add_value(name));
+      outputs.push_back(graph.add_value(name));
     }
-    ir::Node* node = graph->add_node_with_outputs(n.op_type(), std::move(inputs), std::move(outputs), n.name());
+    ir::Node* node = graph.add_node_with_outputs(n.op_type(), std::move(inputs), std::move(outputs), n.name());
     node->domain = normalize_domain(n.domain());
-    node->opset = graph->opsets.at(node->domain);
+    auto opset = opsets_.find(node->domain);
+    ANVIL_CHECK(opset != opsets_.end(), ErrorKind::kInvalidModel, "node {} uses domain '{}' that the model does not import",
+                node_label(n), node->domain);
+    node->opset = opset->second;
     for (const auto& a : n.attribute()) {
       if (!a.ref_attr_name().empty()) continue;  // only meaningful inside functions
-      node->attrs.set(a.name(), convert_attribute(a, n, base_dir));
+      node->attrs.set(a.name(), convert_attribute(a, n, graph, node));
     }
   }
-  for (const auto& vi : g.value_info())
-    if (ir::Value* v = graph->find_value(vi.name()); v && !v->is_constant()) set_type(v, vi.type(), false);
-  for (const auto& out : g.output()) {
-    ir::Value* v = graph->find_value(out.name());
-    ANVIL_CHECK(v, ErrorKind::kInvalidModel, "graph output '{}' is not produced by any node", out.name());
-    if (!v->is_constant()) set_type(v, out.type(), false);
-    graph->add_output(v);
+
+  ir::GraphPtr subgraph(const onnx::GraphProto& g, ir::Graph& parent, ir::Node* owner) {
+    auto sub = std::make_shared<ir::Graph>();
+    sub->parent = &parent;
+    sub->owner = owner;
+    build(g, *sub, /*is_main=*/false);
+    return sub;
   }
-  ANVIL_CHECK(!graph->outputs().empty(), ErrorKind::kInvalidModel, "the model has no outputs");
+
+  ir::AttrValue convert_attribute(const onnx::AttributeProto& a, const onnx::NodeProto& n, ir::Graph& graph,
+                                  ir::Node* node) {
+    using A = onnx::AttributeProto;
+    switch (a.type()) {
+      case A::INT: return a.i();
+      case A::FLOAT: return a.f();
+      case A::STRING: return a.s();
+      case A::INTS: return std::vector<int64_t>(a.ints().begin(), a.ints().end());
+      case A::FLOATS: return std::vector<float>(a.floats().begin(), a.floats().end());
+      case A::STRINGS: return std::vector<std::string>(a.strings().begin(), a.strings().end());
+      case A::TENSOR: return tensor_from_proto(a.t(), base_dir_);
+      case A::GRAPH: return subgraph(a.g(), graph, node);
+      case A::GRAPHS: {
+        std::vector<ir::GraphPtr> graphs;
+        for (const auto& g : a.graphs()) graphs.push_back(subgraph(g, graph, node));
+        return graphs;
+      }
+      default:
+        fail(ErrorKind::kUnsupported, "node {}: attribute '{}' has a kind Anvil does not support (sparse tensors, "
+             "type protos)", node_label(n), a.name());
+    }
+  }
+
+  const std::map<std::string, int>& opsets_;
+  const std::string& base_dir_;
+};
+
+std::unique_ptr<ir::Graph> build_graph(const onnx::ModelProto& model, std::map<std::string, int> opsets,
+                                       const std::string& base_dir) {
+  auto graph = std::make_unique<ir::Graph>();
+  GraphImporter(opsets, base_dir).build(model.graph(), *graph, /*is_main=*/true);
+  graph->opsets = std::move(opsets);
   return graph;
 }
 

@@ -24,9 +24,7 @@ class FoldConstants : public Pass {
         if (!out) continue;
         // The output value itself becomes the constant, so its name (maybe a graph output) survives.
         out->constant = std::move((*results)[o]);
-        out->dtype = out->constant->dtype();
-        out->shape = out->constant->shape();
-        out->has_shape = true;
+        out->type = ir::Type::tensor(out->constant->dtype(), out->constant->shape());
         out->producer = nullptr;
       }
       n.dead = true;

@@ -18,12 +18,7 @@ bool is_conv(const ir::Node& n) {
   return (n.op_type == "Conv" && n.domain.empty()) || (n.op_type == "FusedConv" && n.domain == "anvil");
 }
 
-bool static_shape(const ir::Value* v) {
-  if (!v || !v->has_shape) return false;
-  for (int64_t d : v->shape)
-    if (d < 0) return false;
-  return true;
-}
+bool static_shape(const ir::Value* v) { return v && v->is_static(); }
 
 float constant_scalar(const ir::Value* v, float fallback, bool* ok) {
   if (!v) return fallback;
@@ -110,8 +105,8 @@ class FuseConvActivation : public Pass {
     if (add.num_inputs() != 2) return false;
     ir::Value* out = conv.output(0);
     ir::Value* other = add.input(0) == out ? add.input(1) : add.input(0);
-    if (other == out || !static_shape(other) || !static_shape(out) || other->shape != out->shape ||
-        other->dtype != DType::kFloat32)
+    if (other == out || !static_shape(other) || !static_shape(out) || other->type != out->type ||
+        other->dtype() != DType::kFloat32)
       return false;
     make_fused(conv);
     conv.inputs[3] = other;

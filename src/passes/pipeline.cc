@@ -1,6 +1,7 @@
 #include "passes/pipeline.h"
 
 #include "core/check.h"
+#include "ir/verify.h"
 
 namespace anvil::passes {
 
@@ -50,6 +51,7 @@ int optimize(ir::Graph& graph, int level, const ConstantEvaluator& evaluator) {
         changed = true;
         graph.compact();
         graph.topological_sort();  // a fused node may now read a value produced later in the old order
+        if (ir::verification_enabled()) ir::verify(graph, ErrorKind::kInternal, "after pass " + pass->name());
       }
     }
   }

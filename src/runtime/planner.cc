@@ -98,7 +98,7 @@ class PlanBuilder {
       if (!v->is_constant()) continue;
       Slot s;
       s.kind = Slot::Kind::kConstant;
-      s.type = {v->dtype, v->constant->shape()};
+      s.type = {v->constant->dtype(), v->constant->shape()};
       s.constant = &*v->constant;
       slot_of_[v.get()] = add_slot(s);
     }

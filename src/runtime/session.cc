@@ -13,6 +13,7 @@
 #include "core/check.h"
 #include "kernels/registry.h"
 #include "kernels/weight_cache.h"
+#include "ir/verify.h"
 #include "onnx/importer.h"
 #include "passes/pipeline.h"
 #include "core/lru_cache.h"
@@ -99,7 +100,11 @@ void record_step(RunProfile& profile, const runtime::Step& step, const std::vect
   profile.nodes.push_back(std::move(p));
 }
 
-ValueInfo info_of(const ir::Value* v) { return {v->name, v->dtype, v->has_shape ? v->shape : Shape{}}; }
+ValueInfo info_of(const ir::Value* v) {
+  ValueInfo info{v->name, v->dtype(), v->type.has_shape() ? v->type.shape_or_minus_one() : Shape{}, {}};
+  for (const ir::Dim& d : v->type.dims()) info.dim_names.push_back(d.symbol);
+  return info;
+}
 
 }  // namespace
 
@@ -139,6 +144,7 @@ Session Session::from_graph(std::unique_ptr<ir::Graph> graph, const SessionOptio
     ANVIL_CHECK(kernels::Registry::global().has_op(n->domain, n->op_type), ErrorKind::kUnsupported,
                 "{}: operator {} is not supported by Anvil", n->describe(), n->op_type);
   watch_for_fork();
+  if (ir::verification_enabled()) ir::verify(*graph, ErrorKind::kInvalidModel, "on the imported graph");
   auto impl = std::make_unique<Impl>();
   ANVIL_CHECK(options.plan_cache_size >= 1, ErrorKind::kInvalidArgument, "plan cache size must be >= 1, got {}",
               options.plan_cache_size);

@@ -5,12 +5,7 @@
 namespace anvil::runtime {
 
 namespace {
-bool known(const ir::Value* v) {
-  if (!v->has_shape || v->dtype == DType::kUndefined) return false;
-  for (int64_t d : v->shape)
-    if (d < 0) return false;
-  return true;
-}
+bool known(const ir::Value* v) { return v->is_static() && v->dtype() != DType::kUndefined; }
 }  // namespace
 
 void propagate_types(ir::Graph& graph) {
@@ -25,7 +20,7 @@ void propagate_types(ir::Graph& graph) {
         continue;
       }
       ready &= known(v);
-      types.push_back({v->dtype, v->shape});
+      types.push_back({v->dtype(), v->type.shape_or_minus_one()});
       constants.push_back(v->is_constant() ? &*v->constant : nullptr);
     }
     if (!ready) continue;
@@ -34,9 +29,7 @@ void propagate_types(ir::Graph& graph) {
       for (size_t o = 0; o < node->outputs.size() && o < p.output_types.size(); ++o) {
         ir::Value* out = node->outputs[o];
         if (!out) continue;
-        out->dtype = p.output_types[o].dtype;
-        out->shape = p.output_types[o].shape;
-        out->has_shape = true;
+        out->type = ir::Type::tensor(p.output_types[o].dtype, p.output_types[o].shape);
       }
     } catch (const Error&) {
       // Shapes that depend on run-time values stay unknown; the planner reports real errors.
