@@ -3,59 +3,22 @@
 #include <omp.h>
 #include <pthread.h>
 
+#include <algorithm>
 #include <atomic>
-#include <chrono>
-
-#include <cstdlib>
-#include <cstring>
-#include <mutex>
 
 #include "core/check.h"
+#include "ir/verify.h"
 #include "kernels/registry.h"
 #include "kernels/weight_cache.h"
-#include "ir/verify.h"
 #include "onnx/importer.h"
 #include "passes/pipeline.h"
-#include "core/lru_cache.h"
 #include "runtime/constant_evaluator.h"
-#include "runtime/memory_plan.h"
-#include "runtime/plan.h"
+#include "runtime/executor.h"
 #include "runtime/type_propagation.h"
 
 namespace anvil {
 
 namespace {
-
-struct ArenaDeleter {
-  void operator()(void* p) const { std::free(p); }
-};
-using ArenaBuffer = std::unique_ptr<void, ArenaDeleter>;
-
-// A plan and the arenas that finished runs hand back for reuse.
-struct PlanEntry {
-  std::unique_ptr<runtime::Plan> plan;
-  std::mutex pool_mutex;
-  std::vector<ArenaBuffer> free_arenas;
-
-  ArenaBuffer acquire() {
-    {
-      std::lock_guard<std::mutex> lock(pool_mutex);
-      if (!free_arenas.empty()) {
-        ArenaBuffer a = std::move(free_arenas.back());
-        free_arenas.pop_back();
-        return a;
-      }
-    }
-    size_t bytes = (std::max<size_t>(plan->arena_bytes, 64) + 63) / 64 * 64;
-    void* p = std::aligned_alloc(64, bytes);
-    ANVIL_CHECK(p, ErrorKind::kOutOfMemory, "cannot allocate the {}-byte activation arena", bytes);
-    return ArenaBuffer(p);
-  }
-  void release(ArenaBuffer a) {
-    std::lock_guard<std::mutex> lock(pool_mutex);
-    free_arenas.push_back(std::move(a));
-  }
-};
 
 // GNU OpenMP cannot start a thread team in a child forked after the parent used
 // one (the child hangs), so a forked child runs sessions on its own thread with
@@ -75,31 +38,6 @@ int default_threads() {
   return n > 0 ? n : 1;
 }
 
-using ProfileClock = std::chrono::steady_clock;
-
-double micros_between(ProfileClock::time_point a, ProfileClock::time_point b) {
-  return std::chrono::duration<double, std::micro>(b - a).count();
-}
-
-// One profile entry for a step that just ran; `views` hold its outputs.
-void record_step(RunProfile& profile, const runtime::Step& step, const std::vector<Tensor>& views,
-                 ProfileClock::time_point run_start, ProfileClock::time_point step_start) {
-  auto end = ProfileClock::now();
-  NodeProfile p;
-  p.node = step.node->describe();
-  p.op = step.node->op_type;
-  p.impl = step.dynamic ? "dynamic" : step.kernel->impl_name();
-  p.layout = step.dynamic ? "plain" : step.kernel->layout_name();
-  for (int s : step.outputs)
-    if (s >= 0) {
-      p.output_shape = views[s].shape();
-      break;
-    }
-  p.start_us = micros_between(run_start, step_start);
-  p.duration_us = micros_between(step_start, end);
-  profile.nodes.push_back(std::move(p));
-}
-
 ValueInfo info_of(const ir::Value* v) {
   ValueInfo info{v->name, v->dtype(), v->type.has_shape() ? v->type.shape_or_minus_one() : Shape{}, {}};
   for (const ir::Dim& d : v->type.dims()) info.dim_names.push_back(d.symbol);
@@ -113,15 +51,14 @@ struct Session::Impl {
   SessionOptions options;
   int threads = 1;
   std::vector<ValueInfo> inputs, outputs;
-  // Declared before the plans: their kernels hold packed weights from it.
-  mutable kernels::WeightCache weights;
-  mutable std::mutex plans_mutex;
-  mutable LruCache<std::shared_ptr<PlanEntry>> plans;
+  // Declared before the executor: its plans' kernels hold packed weights from it.
+  kernels::WeightCache weights;
+  std::unique_ptr<runtime::GraphExecutor> executor;
 
   std::vector<Tensor> order_inputs(const std::map<std::string, Tensor>& given) const;
-  std::shared_ptr<PlanEntry> plan_for(const std::vector<Tensor>& inputs) const;
-  std::vector<Tensor> execute(PlanEntry& entry, const std::vector<Tensor>& inputs, RunProfile* profile) const;
-  void run_dynamic_step(const runtime::Step& step, kernels::RunContext& ctx, std::vector<Tensor>& views) const;
+  std::shared_ptr<runtime::PlanEntry> plan_for(const std::map<std::string, Tensor>& inputs) const {
+    return executor->plan_for(order_inputs(inputs), effective_threads());
+  }
   int effective_threads() const { return g_in_forked_child ? 1 : threads; }
 };
 
@@ -149,7 +86,6 @@ Session Session::from_graph(std::unique_ptr<ir::Graph> graph, const SessionOptio
   ANVIL_CHECK(options.plan_cache_size >= 1, ErrorKind::kInvalidArgument, "plan cache size must be >= 1, got {}",
               options.plan_cache_size);
   impl->options = options;
-  impl->plans.set_capacity(static_cast<size_t>(options.plan_cache_size));
   impl->threads = options.num_threads > 0 ? options.num_threads : default_threads();
   // Names and types as the model declares them, before passes rewrite values.
   for (const ir::Value* v : graph->inputs()) impl->inputs.push_back(info_of(v));
@@ -157,6 +93,8 @@ Session Session::from_graph(std::unique_ptr<ir::Graph> graph, const SessionOptio
   runtime::propagate_types(*graph);
   passes::optimize(*graph, options.optimization_level, runtime::reference_evaluator());
   impl->graph = std::move(graph);
+  impl->executor = std::make_unique<runtime::GraphExecutor>(*impl->graph, &impl->weights,
+                                                            static_cast<size_t>(options.plan_cache_size));
   return Session(std::move(impl));
 }
 
@@ -191,139 +129,26 @@ std::vector<Tensor> Session::Impl::order_inputs(const std::map<std::string, Tens
   return ordered;
 }
 
-std::shared_ptr<PlanEntry> Session::Impl::plan_for(const std::vector<Tensor>& ordered) const {
-  int threads = effective_threads();
-  // Plans depend on input shapes only: values never enter the key.
-  std::string key = std::to_string(threads) + "t;";
-  std::vector<kernels::TensorType> types;
-  for (const Tensor& t : ordered) {
-    key += shape_str(t.shape()) + ";";
-    types.push_back({t.dtype(), t.shape()});
-  }
-  {
-    std::lock_guard<std::mutex> lock(plans_mutex);
-    if (auto entry = plans.find(key)) return entry;
-  }
-  // Built outside the lock: runs of other shapes go on meanwhile. Two runs
-  // that miss together both build; the first to finish is kept.
-  omp_set_num_threads(threads);
-  auto entry = std::make_shared<PlanEntry>();
-  entry->plan = runtime::build_plan(*graph, types, threads, &weights);
-  std::lock_guard<std::mutex> lock(plans_mutex);
-  if (auto existing = plans.find(key)) return existing;
-  plans.insert(key, entry);
-  return entry;
-}
-
-std::vector<Tensor> Session::Impl::execute(PlanEntry& entry, const std::vector<Tensor>& inputs,
-                                           RunProfile* profile) const {
-  const runtime::Plan& plan = *entry.plan;
-  std::vector<Tensor> outputs(plan.output_types.size());
-  for (size_t k = 0; k < outputs.size(); ++k)
-    if (plan.output_types[k].dtype != DType::kUndefined)
-      outputs[k] = Tensor(plan.output_types[k].dtype, plan.output_types[k].shape);
-
-  ArenaBuffer arena = entry.acquire();
-  char* base = static_cast<char*>(arena.get());
-  std::vector<Tensor> views(plan.slots.size());
-  auto memory_of = [&](int slot) -> void* {
-    while (plan.slots[slot].kind == runtime::Slot::Kind::kAlias) slot = plan.slots[slot].index;
-    const runtime::Slot& s = plan.slots[slot];
-    switch (s.kind) {
-      case runtime::Slot::Kind::kInput: return const_cast<void*>(inputs[s.index].raw());
-      case runtime::Slot::Kind::kConstant: return const_cast<void*>(s.constant->raw());
-      case runtime::Slot::Kind::kArena: return base + s.offset;
-      case runtime::Slot::Kind::kOutput: return outputs[s.index].raw();
-      case runtime::Slot::Kind::kAlias: case runtime::Slot::Kind::kDynamic: break;
-    }
-    return nullptr;
-  };
-  for (size_t i = 0; i < plan.slots.size(); ++i)
-    if (plan.slots[i].kind != runtime::Slot::Kind::kDynamic)
-      views[i] = Tensor::view(plan.slots[i].type.dtype, plan.slots[i].type.shape, memory_of(static_cast<int>(i)));
-
-  omp_set_num_threads(effective_threads());
-  kernels::RunContext ctx;
-  const auto run_start = ProfileClock::now();
-  for (const runtime::Step& step : plan.steps) {
-    const auto step_start = profile ? ProfileClock::now() : run_start;
-    ctx.inputs.clear();
-    ctx.outputs.clear();
-    for (int s : step.inputs) ctx.inputs.push_back(s < 0 ? nullptr : &views[s]);
-    if (step.dynamic) {
-      run_dynamic_step(step, ctx, views);
-    } else {
-      for (int s : step.outputs) ctx.outputs.push_back(s < 0 ? nullptr : &views[s]);
-      ctx.scratch = base + step.scratch_offset;
-      step.kernel->run(ctx);
-    }
-    if (profile) record_step(*profile, step, views, run_start, step_start);
-  }
-  if (profile) profile->total_us = micros_between(run_start, ProfileClock::now());
-  for (const auto& copy : plan.final_copies) {
-    const int k = copy.first, slot = copy.second;
-    if (plan.slots[slot].kind == runtime::Slot::Kind::kDynamic) {
-      // A tensor the run allocated: handed over, or copied when another output has it already.
-      bool shared = std::any_of(outputs.begin(), outputs.end(),
-                                [&](const Tensor& o) { return !o.empty() && o.raw() == views[slot].raw(); });
-      outputs[k] = shared ? views[slot].clone() : views[slot];
-      continue;
-    }
-    if (outputs[k].nbytes()) std::memcpy(outputs[k].raw(), views[slot].raw(), outputs[k].nbytes());
-  }
-  entry.release(std::move(arena));
-  return outputs;
-}
-
-void Session::Impl::run_dynamic_step(const runtime::Step& step, kernels::RunContext& ctx,
-                                     std::vector<Tensor>& views) const {
-  std::shared_ptr<const runtime::DynamicKernels::Prepared> prepared = step.dynamic->get(ctx.inputs);
-  const auto& types = prepared->output_types;
-  ANVIL_CHECK(types.size() >= step.outputs.size() || std::all_of(step.outputs.begin() + types.size(),
-                                                                 step.outputs.end(), [](int s) { return s < 0; }),
-              ErrorKind::kUnsupported, "{}: an output is not produced by Anvil's kernel", step.node->describe());
-  for (size_t o = 0; o < step.outputs.size(); ++o) {
-    int s = step.outputs[o];
-    if (s < 0) {
-      ctx.outputs.push_back(nullptr);
-      continue;
-    }
-    views[s] = Tensor(types[o].dtype, types[o].shape);
-    ctx.outputs.push_back(&views[s]);
-  }
-  std::vector<unsigned char> scratch(prepared->kernel->scratch_bytes() + runtime::kArenaAlignment);
-  ctx.scratch = scratch.data() +
-                (runtime::kArenaAlignment - reinterpret_cast<uintptr_t>(scratch.data()) % runtime::kArenaAlignment);
-  prepared->kernel->run(ctx);
-}
-
 std::vector<Tensor> Session::run(const std::map<std::string, Tensor>& inputs) const { return run(inputs, nullptr); }
 
 std::vector<Tensor> Session::run(const std::map<std::string, Tensor>& inputs, RunProfile* profile) const {
-  std::vector<Tensor> ordered = impl_->order_inputs(inputs);
-  std::shared_ptr<PlanEntry> entry = impl_->plan_for(ordered);
-  if (profile) *profile = {};
-  return impl_->execute(*entry, ordered, profile);
+  return impl_->executor->run(impl_->order_inputs(inputs), impl_->effective_threads(), profile);
 }
 
 PlanStats Session::plan_stats(const std::map<std::string, Tensor>& inputs) const {
-  std::shared_ptr<PlanEntry> entry = impl_->plan_for(impl_->order_inputs(inputs));
-  return {entry->plan->arena_bytes, entry->plan->weight_bytes + impl_->weights.packed_bytes(),
-          entry->plan->steps.size(), entry->plan->dynamic_steps};
+  const runtime::Plan& plan = impl_->executor->plan_of(*impl_->plan_for(inputs));
+  return {plan.arena_bytes, plan.weight_bytes + impl_->weights.packed_bytes(), plan.steps.size(), plan.dynamic_steps};
 }
 
-size_t Session::cached_plans() const {
-  std::lock_guard<std::mutex> lock(impl_->plans_mutex);
-  return impl_->plans.size();
-}
+size_t Session::cached_plans() const { return impl_->executor->cached_plans(); }
 
 std::vector<std::string> Session::describe_plan(const std::map<std::string, Tensor>& inputs) const {
-  std::shared_ptr<PlanEntry> entry = impl_->plan_for(impl_->order_inputs(inputs));
+  const runtime::Plan& plan = impl_->executor->plan_of(*impl_->plan_for(inputs));
   std::vector<std::string> lines;
-  for (const runtime::Step& step : entry->plan->steps) {
+  for (const runtime::Step& step : plan.steps) {
     std::string out;
     for (int s : step.outputs)
-      if (s >= 0) out += shape_str(entry->plan->slots[s].type.shape);
+      if (s >= 0) out += shape_str(plan.slots[s].type.shape);
     std::string impl = step.dynamic ? "dynamic (prepared per run)" : step.kernel->impl_name();
     std::string layout = step.dynamic ? "plain" : step.kernel->layout_name();
     if (step.dynamic) out = "?";

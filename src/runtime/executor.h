@@ -1,0 +1,48 @@
+// runtime::GraphExecutor — runs one ir::Graph: plans per set of input shapes
+// (a bounded LRU cache, plans built outside its lock), arenas pooled per plan,
+// dynamic steps prepared at run time. The Session runs its main graph with
+// one; control-flow kernels (If, Loop, Scan) run their bodies with others.
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "anvil/session.h"
+#include "core/lru_cache.h"
+#include "ir/graph.h"
+#include "kernels/weight_cache.h"
+#include "runtime/plan.h"
+
+namespace anvil::runtime {
+
+struct PlanEntry;
+
+class GraphExecutor {
+ public:
+  // `graph` and `weights` must outlive the executor.
+  GraphExecutor(const ir::Graph& graph, kernels::WeightCache* weights, size_t plan_cache_size = 16);
+  ~GraphExecutor();
+
+  // `inputs`: one tensor per graph input, then one per capture (subgraphs),
+  // already checked against the declared types. Records into `profile` when given.
+  std::vector<Tensor> run(const std::vector<Tensor>& inputs, int threads, RunProfile* profile = nullptr) const;
+
+  // The plan for these input shapes (built if needed).
+  std::shared_ptr<PlanEntry> plan_for(const std::vector<Tensor>& inputs, int threads) const;
+  const Plan& plan_of(const PlanEntry& entry) const;
+  size_t cached_plans() const;
+
+ private:
+  std::vector<Tensor> execute(PlanEntry& entry, const std::vector<Tensor>& inputs, int threads,
+                              RunProfile* profile) const;
+  void run_dynamic_step(const Step& step, kernels::RunContext& ctx, std::vector<Tensor>& views) const;
+
+  const ir::Graph& graph_;
+  kernels::WeightCache* weights_;
+  mutable std::mutex plans_mutex_;
+  mutable LruCache<std::shared_ptr<PlanEntry>> plans_;
+};
+
+}  // namespace anvil::runtime
