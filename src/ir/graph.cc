@@ -7,6 +7,12 @@
 
 namespace anvil::ir {
 
+bool is_random_op(const Node& node) {
+  static const std::set<std::string> kRandom = {"RandomNormal", "RandomNormalLike", "RandomUniform",
+                                                "RandomUniformLike", "Bernoulli", "Multinomial"};
+  return node.domain.empty() && kRandom.count(node.op_type);
+}
+
 std::string Node::describe() const {
   std::string s = domain.empty() ? op_type : domain + "." + op_type;
   if (!name.empty()) s += " '" + name + "'";

@@ -65,6 +65,10 @@ struct Node {
   std::string describe() const;
 };
 
+// RandomNormal, RandomUniform(Like), Bernoulli, Multinomial: never folded,
+// whatever their inputs, since each run must draw new values.
+bool is_random_op(const Node& node);
+
 class Graph {
  public:
   Graph() = default;

@@ -120,6 +120,10 @@ class Kernel {
   // When >= 0, output 0 may overwrite that input in place if nothing reads
   // the input afterwards; run() must then work whether or not they share memory.
   virtual int inplace_input() const { return -1; }
+  // True when run() makes the output tensors itself (assigning *ctx.outputs[i]):
+  // control flow, whose output shapes are known only once a body has run.
+  // Such kernels run as dynamic steps, and prepare() returns placeholder types.
+  virtual bool allocates_outputs() const { return false; }
   // True when the outputs depend only on the input types, not their values
   // (Shape): the planner then computes them once, at plan time.
   virtual bool reads_only_input_types() const { return false; }

@@ -35,7 +35,8 @@ class FoldConstants : public Pass {
 
  private:
   static bool foldable(const ir::Node& n) {
-    if (n.outputs.empty()) return false;
+    // Control flow runs bodies; random ops must give new values every run.
+    if (n.outputs.empty() || n.has_subgraphs() || ir::is_random_op(n)) return false;
     for (const ir::Value* v : n.inputs)
       if (v && !v->is_constant()) return false;
     return true;

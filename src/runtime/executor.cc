@@ -183,13 +183,14 @@ void GraphExecutor::run_dynamic_step(const Step& step, kernels::RunContext& ctx,
   ANVIL_CHECK(types.size() >= step.outputs.size() || std::all_of(step.outputs.begin() + types.size(),
                                                                  step.outputs.end(), [](int s) { return s < 0; }),
               ErrorKind::kUnsupported, "{}: an output is not produced by Anvil's kernel", step.node->describe());
+  const bool preallocate = !prepared->kernel->allocates_outputs();
   for (size_t o = 0; o < step.outputs.size(); ++o) {
     int s = step.outputs[o];
     if (s < 0) {
       ctx.outputs.push_back(nullptr);
       continue;
     }
-    views[s] = Tensor(types[o].dtype, types[o].shape);
+    views[s] = preallocate ? Tensor(types[o].dtype, types[o].shape) : Tensor();
     ctx.outputs.push_back(&views[s]);
   }
   std::vector<unsigned char> scratch(prepared->kernel->scratch_bytes() + kArenaAlignment);

@@ -94,6 +94,17 @@ class PlanBuilder {
       s.index = static_cast<int>(i);
       slot_of_[graph_.inputs()[i]] = add_slot(s);
     }
+    // A subgraph's captures follow its inputs in the executor's input list.
+    for (size_t k = 0; k < graph_.captures.size(); ++k) {
+      size_t index = graph_.inputs().size() + k;
+      ANVIL_CHECK(index < inputs_.size(), ErrorKind::kInternal, "no tensor for capture '{}'",
+                  graph_.captures[k].inner->name);
+      Slot s;
+      s.type = inputs_[index];
+      s.kind = Slot::Kind::kInput;
+      s.index = static_cast<int>(index);
+      slot_of_[graph_.captures[k].inner] = add_slot(s);
+    }
     for (const auto& v : graph_.values()) {
       if (!v->is_constant()) continue;
       Slot s;
@@ -131,11 +142,13 @@ class PlanBuilder {
       reads_dynamic |= s.kind == Slot::Kind::kDynamic;
       in_slots.push_back(it->second);
     }
-    if (reads_dynamic) {
+    // Control flow runs its bodies at run time; values from dynamic steps have no plan-time shape.
+    if (reads_dynamic || node.has_subgraphs()) {
       add_dynamic_step(node, constants, in_slots, index);
       return;
     }
-    bool fold = all_constant;  // computed once here, with the reference kernels
+    // Computed once here, with the reference kernels (random ops draw anew every run).
+    bool fold = all_constant && !ir::is_random_op(node);
     PreparedKernel prepared;
     try {
       prepared = prepare_kernel(node, types, constants, threads_, /*ref_only=*/fold, nullptr, weights_);

@@ -23,7 +23,7 @@ void propagate_types(ir::Graph& graph) {
       types.push_back({v->dtype(), v->type.shape_or_minus_one()});
       constants.push_back(v->is_constant() ? &*v->constant : nullptr);
     }
-    if (!ready) continue;
+    if (!ready || node->has_subgraphs()) continue;  // control flow: types known once a body ran
     try {
       PreparedKernel p = prepare_kernel(*node, types, constants, 1, /*ref_only=*/true);
       for (size_t o = 0; o < node->outputs.size() && o < p.output_types.size(); ++o) {

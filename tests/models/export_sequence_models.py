@@ -24,6 +24,11 @@ Models:
         pre-LayerNorm blocks, causal mask by Where over a sliced lower-
         triangular buffer, tanh GELU, tied input/output embeddings. Input
         input_ids [batch, seq]; output logits [batch, seq, vocab].
+  loop  scripted recurrence h = tanh(W h + b) + x repeated `steps` times: a
+        Loop whose trip count is an input and whose body reads x and the
+        weights from the enclosing graph.
+  if    scripted branch on the sign of sum(x): an If whose branches run
+        different Linear layers.
 
 Usage: build/venv/bin/python tests/models/export_sequence_models.py [NAME...] [--cache-dir DIR]
 """
@@ -51,6 +56,9 @@ RECIPE_VERSION = 1
 SHAPES = {
     "bert": [(1, 7), (2, 16), (1, 64)],
     "gpt2": [(1, 5), (3, 12), (2, 32)],
+    # Control flow (scripted): (batch, trip count) and (batch, sign of the input's sum).
+    "loop": [(1, 3), (4, 0), (2, 7)],
+    "if": [(1, 1), (3, -1), (2, 1)],
 }
 MODEL_NAMES = list(SHAPES)
 
@@ -171,13 +179,58 @@ def _gpt2():
     return Gpt2()
 
 
-BUILDERS = {"bert": _bert, "gpt2": _gpt2}
-INPUTS = {"bert": ["input_ids", "attention_mask"], "gpt2": ["input_ids"]}
-OUTPUTS = {"bert": ["last_hidden_state"], "gpt2": ["logits"]}
+def _loop():
+    import torch
+    import torch.nn as nn
+
+    class Recurrence(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(16, 16)
+
+        def forward(self, x, steps):
+            h = x
+            for _ in range(int(steps)):  # data-dependent trip count -> Loop
+                h = torch.tanh(self.lin(h)) + x
+            return h
+
+    return torch.jit.script(Recurrence())
+
+
+def _if():
+    import torch
+    import torch.nn as nn
+
+    class Branch(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = nn.Linear(8, 8), nn.Linear(8, 8)
+
+        def forward(self, x):
+            if bool(x.sum() > 0):  # data-dependent branch -> If
+                y = self.a(x) * 2.0
+            else:
+                y = self.b(x) - 1.0
+            return y
+
+    return torch.jit.script(Branch())
+
+
+BUILDERS = {"bert": _bert, "gpt2": _gpt2, "loop": _loop, "if": _if}
+INPUTS = {"bert": ["input_ids", "attention_mask"], "gpt2": ["input_ids"], "loop": ["x", "steps"], "if": ["x"]}
+OUTPUTS = {"bert": ["last_hidden_state"], "gpt2": ["logits"], "loop": ["y"], "if": ["y"]}
 VOCAB = {"bert": 30522, "gpt2": 1000}
+# Dynamic axes per input and output name.
+AXES = {"bert": {0: "batch", 1: "sequence"}, "gpt2": {0: "batch", 1: "sequence"}, "loop": {0: "batch"},
+        "if": {0: "batch"}}
 
 
 def make_inputs(name: str, batch: int, seq: int, rng: np.random.Generator) -> dict:
+    if name == "loop":
+        return {"x": rng.standard_normal((batch, 16), dtype=np.float32), "steps": np.array(seq, dtype=np.int64)}
+    if name == "if":
+        x = np.abs(rng.standard_normal((batch, 8), dtype=np.float32)) * seq  # seq gives the sign of the sum
+        return {"x": x}
     ids = rng.integers(0, VOCAB[name], size=(batch, seq), dtype=np.int64)
     if name == "gpt2":
         return {"input_ids": ids}
@@ -220,8 +273,8 @@ def export_model(name: str, cache_dir: Path | None = None, force: bool = False) 
         model = BUILDERS[name]().eval()
         rng = np.random.default_rng(SEED)
         cases = [make_inputs(name, b, s, rng) for b, s in SHAPES[name]]
-        example = tuple(torch.from_numpy(cases[0][i]) for i in INPUTS[name])
-        dynamic = {n: {0: "batch", 1: "sequence"} for n in INPUTS[name] + OUTPUTS[name]}
+        example = tuple(torch.from_numpy(np.asarray(cases[0][i])) for i in INPUTS[name])
+        dynamic = {n: AXES[name] for n in INPUTS[name] + OUTPUTS[name] if n != "steps"}
         with export_models.atomic_path(onnx_path) as tmp, warnings.catch_warnings():
             warnings.simplefilter("ignore")
             torch.onnx.export(model, example, str(tmp), input_names=INPUTS[name], output_names=OUTPUTS[name],
@@ -235,7 +288,7 @@ def export_model(name: str, cache_dir: Path | None = None, force: bool = False) 
             for n, array in inputs.items():
                 export_models.save_npy(case / f"{n}.npy", array)
             with torch.no_grad():
-                expected = model(*(torch.from_numpy(inputs[i]) for i in INPUTS[name])).numpy()
+                expected = model(*(torch.from_numpy(np.asarray(inputs[i])) for i in INPUTS[name])).numpy()
             export_models.save_npy(case / "expected" / "torch.npy", expected)
             export_models.save_npy(case / "expected" / "ort.npy", session.run(None, inputs)[0])
         meta = {"recipe": recipe(name), "export_s": round(time.time() - t0, 1)}
