@@ -29,6 +29,10 @@ Models:
         weights from the enclosing graph.
   if    scripted branch on the sign of sum(x): an If whose branches run
         different Linear layers.
+  lstm  speech-style acoustic model: 2-layer LSTM (40 features, hidden 128,
+        time-major [seq, batch, 40]) and a Linear head over 30 symbols.
+  gru   bidirectional GRU (batch-first [batch, seq, 24], hidden 64) and a
+        Linear head: PyTorch's GRU exports with linear_before_reset=1.
 
 Usage: build/venv/bin/python tests/models/export_sequence_models.py [NAME...] [--cache-dir DIR]
 """
@@ -59,6 +63,9 @@ SHAPES = {
     # Control flow (scripted): (batch, trip count) and (batch, sign of the input's sum).
     "loop": [(1, 3), (4, 0), (2, 7)],
     "if": [(1, 1), (3, -1), (2, 1)],
+    # Recurrent: (batch, sequence).
+    "lstm": [(1, 10), (3, 25), (2, 4)],
+    "gru": [(2, 6), (1, 30), (4, 13)],
 }
 MODEL_NAMES = list(SHAPES)
 
@@ -216,18 +223,56 @@ def _if():
     return torch.jit.script(Branch())
 
 
-BUILDERS = {"bert": _bert, "gpt2": _gpt2, "loop": _loop, "if": _if}
-INPUTS = {"bert": ["input_ids", "attention_mask"], "gpt2": ["input_ids"], "loop": ["x", "steps"], "if": ["x"]}
-OUTPUTS = {"bert": ["last_hidden_state"], "gpt2": ["logits"], "loop": ["y"], "if": ["y"]}
+def _lstm():
+    import torch.nn as nn
+
+    class Acoustic(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.rnn = nn.LSTM(40, 128, num_layers=2)
+            self.head = nn.Linear(128, 30)
+
+        def forward(self, features):
+            out, _ = self.rnn(features)
+            return self.head(out)
+
+    return Acoustic()
+
+
+def _gru():
+    import torch.nn as nn
+
+    class Tagger(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.rnn = nn.GRU(24, 64, batch_first=True, bidirectional=True)
+            self.head = nn.Linear(128, 10)
+
+        def forward(self, x):
+            out, _ = self.rnn(x)
+            return self.head(out)
+
+    return Tagger()
+
+
+BUILDERS = {"bert": _bert, "gpt2": _gpt2, "loop": _loop, "if": _if, "lstm": _lstm, "gru": _gru}
+INPUTS = {"bert": ["input_ids", "attention_mask"], "gpt2": ["input_ids"], "loop": ["x", "steps"], "if": ["x"],
+          "lstm": ["features"], "gru": ["x"]}
+OUTPUTS = {"bert": ["last_hidden_state"], "gpt2": ["logits"], "loop": ["y"], "if": ["y"], "lstm": ["scores"],
+           "gru": ["tags"]}
 VOCAB = {"bert": 30522, "gpt2": 1000}
 # Dynamic axes per input and output name.
 AXES = {"bert": {0: "batch", 1: "sequence"}, "gpt2": {0: "batch", 1: "sequence"}, "loop": {0: "batch"},
-        "if": {0: "batch"}}
+        "if": {0: "batch"}, "lstm": {0: "sequence", 1: "batch"}, "gru": {0: "batch", 1: "sequence"}}
 
 
 def make_inputs(name: str, batch: int, seq: int, rng: np.random.Generator) -> dict:
     if name == "loop":
         return {"x": rng.standard_normal((batch, 16), dtype=np.float32), "steps": np.array(seq, dtype=np.int64)}
+    if name == "lstm":
+        return {"features": rng.standard_normal((seq, batch, 40), dtype=np.float32)}
+    if name == "gru":
+        return {"x": rng.standard_normal((batch, seq, 24), dtype=np.float32)}
     if name == "if":
         x = np.abs(rng.standard_normal((batch, 8), dtype=np.float32)) * seq  # seq gives the sign of the sum
         return {"x": x}
