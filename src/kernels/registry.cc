@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <cstring>
 #include <set>
+#include <tuple>
+
+#include "ir/op_versions.h"
 
 namespace anvil::kernels {
 
@@ -20,6 +23,36 @@ std::vector<const KernelEntry*> Registry::find(const std::string& domain, const 
   std::stable_sort(found.begin(), found.end(),
                    [](const KernelEntry* a, const KernelEntry* b) { return a->backend < b->backend; });
   return found;
+}
+
+void Registry::set_versions(const std::string& op_type, int min_version, int max_version) {
+  versions_[op_type] = {min_version, max_version};
+}
+
+std::optional<SupportProblem> Registry::check_support(const std::string& domain, const std::string& op_type,
+                                                      int opset) const {
+  const std::string full = domain.empty() ? op_type : domain + "." + op_type;
+  if (!has_op(domain, op_type))
+    return SupportProblem{ErrorKind::kUnsupported, fmt::format("operator {} is not supported by Anvil", full)};
+  if (!domain.empty()) return std::nullopt;  // Anvil's own ops and custom domains carry no ONNX history
+  const std::vector<int>& history = ir::onnx_op_history(op_type);
+  if (history.empty()) return std::nullopt;
+  const int version = ir::onnx_op_version(op_type, opset);
+  if (version == 0)
+    return SupportProblem{ErrorKind::kInvalidModel, fmt::format("operator {} does not exist in opset {} (it was "
+                                                                "added in opset {})", op_type, opset, history.front())};
+  int lo, hi;
+  if (auto it = versions_.find(op_type); it != versions_.end()) {
+    std::tie(lo, hi) = it->second;
+  } else {
+    lo = ir::onnx_op_version(op_type, 7);
+    if (lo == 0) lo = history.front();
+    hi = ir::onnx_op_version(op_type, 17);
+  }
+  if (version >= lo && version <= hi) return std::nullopt;
+  return SupportProblem{ErrorKind::kUnsupported,
+                        fmt::format("operator {} version {} (opset {}) is not supported by Anvil, which implements "
+                                    "versions {} to {}", op_type, version, opset, lo, hi)};
 }
 
 bool Registry::has_op(const std::string& domain, const std::string& op_type) const {

@@ -7,6 +7,8 @@
 #pragma once
 
 #include <functional>
+#include <map>
+#include <optional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -26,10 +28,22 @@ struct KernelEntry {
   KernelFactory factory;
 };
 
+// Why a node cannot run: kUnsupported (Anvil lacks the op or that version of
+// it) or kInvalidModel (the op does not exist at the model's opset).
+struct SupportProblem {
+  ErrorKind kind;
+  std::string message;
+};
+
 class Registry {
  public:
   static Registry& global();
   void add(KernelEntry entry);
+  // The op versions (ONNX since_versions) the kernels of an ai.onnx op
+  // implement. Without a call: the versions in effect from opset 7 to 17.
+  void set_versions(const std::string& op_type, int min_version, int max_version);
+  // nullopt when some kernel runs (domain, op) at the model's `opset`.
+  std::optional<SupportProblem> check_support(const std::string& domain, const std::string& op_type, int opset) const;
   // Entries for (domain, op) sorted best backend first.
   std::vector<const KernelEntry*> find(const std::string& domain, const std::string& op_type) const;
   bool has_op(const std::string& domain, const std::string& op_type) const;
@@ -37,6 +51,7 @@ class Registry {
 
  private:
   std::vector<KernelEntry> entries_;
+  std::map<std::string, std::pair<int, int>> versions_;  // op -> [min, max] since_version
 };
 
 struct Registrar {
@@ -50,6 +65,15 @@ struct Registrar {
 // Registers a factory for an op of the default ONNX domain.
 #define ANVIL_REGISTER_KERNEL(op, backend, factory) \
   static ::anvil::kernels::Registrar ANVIL_CONCAT(anvil_reg_, __COUNTER__)(op, ::anvil::kernels::Backend::backend, factory)
+
+// Declares the versions of an ai.onnx op its kernels implement (see Registry::set_versions).
+struct VersionRegistrar {
+  VersionRegistrar(const char* op_type, int min_version, int max_version) {
+    Registry::global().set_versions(op_type, min_version, max_version);
+  }
+};
+#define ANVIL_REGISTER_OP_VERSIONS(op, min_version, max_version) \
+  static ::anvil::kernels::VersionRegistrar ANVIL_CONCAT(anvil_ver_, __COUNTER__)(op, min_version, max_version)
 
 // Registers KernelClass, constructed from the node, for an op.
 #define ANVIL_REGISTER_KERNEL_CLASS(op, backend, KernelClass) \

@@ -39,9 +39,8 @@ void check_ops_supported(const onnx::GraphProto& g, const std::map<std::string, 
     std::string domain = normalize_domain(n.domain());
     ANVIL_CHECK(opsets.count(domain), ErrorKind::kInvalidModel, "node {} uses domain '{}' that the model does not import",
                 node_label(n), domain);
-    ANVIL_CHECK(supported(domain, n.op_type()), ErrorKind::kUnsupported,
-                "node {}: operator {} is not supported by Anvil", node_label(n),
-                domain.empty() ? n.op_type() : domain + "." + n.op_type());
+    if (std::optional<OpProblem> problem = supported(domain, n.op_type(), opsets.at(domain)))
+      throw Error(problem->kind, "node " + node_label(n) + ": " + problem->message);
     for (const auto& a : n.attribute()) {
       if (a.has_g()) check_ops_supported(a.g(), opsets, supported);
       for (const auto& sub : a.graphs()) check_ops_supported(sub, opsets, supported);

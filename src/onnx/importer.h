@@ -4,19 +4,28 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
+#include "anvil/error.h"
 #include "ir/graph.h"
 
 namespace anvil::onnx_io {
 
-// Opset range of the default domain Anvil implements.
-constexpr int kMinOpset = 7;
-constexpr int kMaxOpset = 17;
+// Opset range of the default domain Anvil imports; which op versions run is
+// the kernels' business (OpSupported).
+constexpr int kMinOpset = 1;
+constexpr int kMaxOpset = 21;
 
-// Tells whether the engine implements (domain, op_type); checked before the
-// onnx checker so that an unknown op reads as "unsupported", not "invalid".
-using OpSupported = std::function<bool(const std::string& domain, const std::string& op_type)>;
+// Why the engine cannot run an op at an opset (kind: kUnsupported or kInvalidModel).
+struct OpProblem {
+  ErrorKind kind;
+  std::string message;
+};
+// nullopt when the engine implements (domain, op_type) at the model's opset
+// of that domain; checked for every node, subgraphs included, before the graph is built.
+using OpSupported =
+    std::function<std::optional<OpProblem>(const std::string& domain, const std::string& op_type, int opset)>;
 
 // Reads, checks (op coverage, onnx checker, shape inference) and imports a
 // model file. External data files are read from the model's folder. Throws anvil::Error.

@@ -154,6 +154,9 @@ class LoopKernel : public ControlFlowKernel {
   std::unique_ptr<GraphExecutor> executor_;
 };
 
+// 19 and 21 add element types only.
+ANVIL_REGISTER_OP_VERSIONS("If", 1, 21);
+ANVIL_REGISTER_OP_VERSIONS("Loop", 1, 21);
 ANVIL_REGISTER_KERNEL_CLASS("If", kRef, IfKernel);
 ANVIL_REGISTER_KERNEL_CLASS("Loop", kRef, LoopKernel);
 

@@ -68,8 +68,11 @@ Session& Session::operator=(Session&&) noexcept = default;
 Session::~Session() = default;
 
 Session Session::from_file(const std::string& path, const SessionOptions& options) {
-  auto supported = [](const std::string& domain, const std::string& op) {
-    return kernels::Registry::global().has_op(domain, op);
+  auto supported = [](const std::string& domain, const std::string& op,
+                      int opset) -> std::optional<onnx_io::OpProblem> {
+    auto problem = kernels::Registry::global().check_support(domain, op, opset);
+    if (!problem) return std::nullopt;
+    return onnx_io::OpProblem{problem->kind, problem->message};
   };
   return from_graph(onnx_io::import_model_file(path, supported), options);
 }

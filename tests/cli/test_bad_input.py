@@ -24,7 +24,7 @@ import re
 
 import numpy as np
 import pytest
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 
 from anvil_testing import (ERROR_PREFIX, EXIT_INVALID_ARGUMENT, EXIT_INVALID_MODEL,
                            EXIT_UNSUPPORTED, EXIT_USAGE, describe, float_info, make_add_model,
@@ -169,11 +169,43 @@ def test_unsupported_custom_domain_op(anvil, command, cases):
 
 @pytest.mark.parametrize("opset", [99, 3])
 def test_unsupported_opset(anvil, command, cases, opset):
-    """Default-domain opsets outside 7..17: one from the future, one too old."""
+    """Opset 99 is outside 1..21; in opset 3, Relu is Relu-1, older than Anvil's Relu-6."""
     # The file name must not contain the words looked for.
     model = make_relu_model(cases / f"relu_{'future' if opset > 17 else 'ancient'}.onnx", opset=opset)
     check_error(anvil_model(anvil, command, model), EXIT_UNSUPPORTED,
                 r"opset", rf"(?<!\d){opset}(?!\d)", strip=(cases,))
+
+
+def test_unsupported_op_version_names_op_and_version(anvil, command, cases):
+    """Pad-19 (wrap mode) is newer than the Pad versions Anvil implements."""
+    pads = numpy_helper.from_array(np.zeros(8, np.int64), "pads")
+    graph = helper.make_graph([helper.make_node("Pad", ["x", "pads"], ["y"], name="pad0")], "pad",
+                              [float_info("x", SHAPE)], [float_info("y", SHAPE)], [pads])
+    model = save_model(graph, cases / "pad19.onnx", opset=19, check=False)
+    check_error(anvil_model(anvil, command, model), EXIT_UNSUPPORTED, r"Pad", r"version 19", r"pad0",
+                strip=(cases,))
+
+
+def test_op_newer_than_the_models_opset_is_invalid(anvil, command, cases):
+    """LayerNormalization exists from opset 17: in an opset-13 model it is an error in the model."""
+    scale = numpy_helper.from_array(np.ones(4, np.float32), "scale")
+    graph = helper.make_graph([helper.make_node("LayerNormalization", ["x", "scale"], ["y"], name="ln0")], "ln",
+                              [float_info("x", SHAPE)], [float_info("y", SHAPE)], [scale])
+    model = save_model(graph, cases / "ln13.onnx", opset=13, check=False)
+    check_error(anvil_model(anvil, command, model), EXIT_INVALID_MODEL, r"LayerNormalization", r"opset 13",
+                strip=(cases,))
+
+
+def test_opset_21_model_runs(anvil, cases):
+    """Versions after 17 that only add element types run: Reshape-21, Transpose-21."""
+    shape = numpy_helper.from_array(np.array([3, 16], np.int64), "shape")
+    graph = helper.make_graph([helper.make_node("Reshape", ["x", "shape"], ["r"]),
+                               helper.make_node("Transpose", ["r"], ["y"], perm=[1, 0])], "r21",
+                              [float_info("x", SHAPE)], [float_info("y", (16, 3))], [shape])
+    model = save_model(graph, cases / "r21.onnx", opset=21, check=False)
+    result = anvil("run", model, timeout=TIMEOUT_S)
+    assert result.returncode == 0, describe(result)
+    assert "[16,3]" in result.stdout, result.stdout
 
 
 # --------------------------------------------------------------------------

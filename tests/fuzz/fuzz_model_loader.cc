@@ -32,8 +32,11 @@ bool small_enough(const anvil::Shape& shape) {
 }
 
 void load_and_run(const std::string& bytes) {
-  auto supported = [](const std::string& domain, const std::string& op) {
-    return anvil::kernels::Registry::global().has_op(domain, op);
+  auto supported = [](const std::string& domain, const std::string& op,
+                      int opset) -> std::optional<anvil::onnx_io::OpProblem> {
+    auto problem = anvil::kernels::Registry::global().check_support(domain, op, opset);
+    if (!problem) return std::nullopt;
+    return anvil::onnx_io::OpProblem{problem->kind, problem->message};
   };
   anvil::SessionOptions options;
   options.num_threads = 1;

@@ -158,6 +158,7 @@ KernelFactory logic_factory(Logic l) {
   return [l](const ir::Node&) -> std::unique_ptr<Kernel> { return std::make_unique<LogicKernel>(l); };
 }
 
+ANVIL_REGISTER_OP_VERSIONS("Equal", 7, 19);  // 19 adds strings, which Anvil's kernel refuses
 ANVIL_REGISTER_KERNEL("Equal", kRef, factory<CompareKernel>(Compare::kEqual, kAll));
 ANVIL_REGISTER_KERNEL("Less", kRef, factory<CompareKernel>(Compare::kLess, kNumeric | kHalfs));
 ANVIL_REGISTER_KERNEL("Greater", kRef, factory<CompareKernel>(Compare::kGreater, kNumeric | kHalfs));

@@ -213,7 +213,10 @@ class ReduceKernel : public Kernel {
   int64_t count_ = 1;
 };
 
-#define ANVIL_REDUCE(op, r)                                                      \
+// Versions 1 to 20: axes as an input (13 for ReduceSum, 18 for the rest) and
+// 20's bool ReduceMax/Min (refused by dtype) are handled.
+#define ANVIL_REDUCE(op, r)                                                        \
+  ANVIL_REGISTER_OP_VERSIONS(op, 1, 20);                                           \
   ANVIL_REGISTER_KERNEL(op, kRef, [](const ir::Node&) -> std::unique_ptr<Kernel> { \
     return std::make_unique<ReduceKernel>(r);                                      \
   })

@@ -199,9 +199,19 @@ class SplitKernel : public Kernel {
       split = tensor_to_ints(ctx.require_constant(1, "split"));
     }
     if (split.empty()) {
-      ANVIL_PREPARE_CHECK(ctx, dim % static_cast<int64_t>(n) == 0, ErrorKind::kInvalidArgument,
-                          "axis {} of size {} cannot be split into {} equal parts", axis, dim, n);
-      split.assign(n, dim / static_cast<int64_t>(n));
+      // Split-18 (num_outputs) lets the last part be smaller: parts of ceil(dim / n).
+      const int64_t parts = static_cast<int64_t>(n);
+      if (ctx.opset() >= 18) {
+        const int64_t chunk = (dim + parts - 1) / parts;
+        ANVIL_PREPARE_CHECK(ctx, chunk * (parts - 1) <= dim, ErrorKind::kInvalidArgument,
+                            "axis {} of size {} cannot be split into {} parts", axis, dim, n);
+        split.assign(n, chunk);
+        split.back() = dim - chunk * (parts - 1);
+      } else {
+        ANVIL_PREPARE_CHECK(ctx, dim % parts == 0, ErrorKind::kInvalidArgument,
+                            "axis {} of size {} cannot be split into {} equal parts", axis, dim, n);
+        split.assign(n, dim / parts);
+      }
     }
     ANVIL_PREPARE_CHECK(ctx, split.size() == n, ErrorKind::kInvalidModel, "split {} has {} entries for {} outputs",
                         shape_str(split), split.size(), n);
@@ -673,6 +683,11 @@ class CastKernel : public Kernel {
 
 }  // namespace
 
+// Versions after opset 17 that only add element types (float8, int4) Anvil does not have.
+ANVIL_REGISTER_OP_VERSIONS("Transpose", 1, 21);
+ANVIL_REGISTER_OP_VERSIONS("Cast", 6, 21);
+ANVIL_REGISTER_OP_VERSIONS("CastLike", 15, 21);
+ANVIL_REGISTER_OP_VERSIONS("Split", 2, 18);  // 18: num_outputs, a smaller last part
 ANVIL_REGISTER_KERNEL_CLASS("Transpose", kRef, TransposeKernel);
 ANVIL_REGISTER_KERNEL_CLASS("Concat", kRef, ConcatKernel);
 ANVIL_REGISTER_KERNEL_CLASS("Split", kRef, SplitKernel);
