@@ -1,0 +1,161 @@
+// Scan (opset 9 and later): runs its body once per slice of the scan inputs,
+// threading N state values through, and stacks the K per-iteration scan
+// outputs. Axes and directions per scan input and output, as ONNX defines.
+// Like If and Loop, a dynamic step that allocates its outputs.
+#include <cstring>
+
+#include "core/check.h"
+#include "kernels/registry.h"
+#include "runtime/executor.h"
+
+namespace anvil::runtime {
+namespace {
+
+using kernels::PrepareContext;
+using kernels::RunContext;
+using kernels::TensorType;
+
+// Element `t` of `x` along `axis`, as a tensor without that axis.
+Tensor slice_along(const Tensor& x, int64_t axis, int64_t t) {
+  Shape shape = x.shape();
+  const int64_t len = shape[static_cast<size_t>(axis)];
+  shape.erase(shape.begin() + axis);
+  Tensor out(x.dtype(), shape);
+  int64_t outer = 1, inner = 1;
+  for (int64_t d = 0; d < axis; ++d) outer *= x.shape()[static_cast<size_t>(d)];
+  for (size_t d = static_cast<size_t>(axis) + 1; d < x.shape().size(); ++d) inner *= x.shape()[d];
+  const size_t bytes = static_cast<size_t>(inner) * dtype_size(x.dtype());
+  const auto* src = static_cast<const char*>(x.raw());
+  auto* dst = static_cast<char*>(out.raw());
+  for (int64_t o = 0; o < outer; ++o)
+    if (bytes) std::memcpy(dst + o * bytes, src + (o * len + t) * bytes, bytes);
+  return out;
+}
+
+// Writes `part` as element `t` along `axis` of `out`.
+void place_along(Tensor& out, int64_t axis, int64_t t, const Tensor& part) {
+  const int64_t len = out.shape()[static_cast<size_t>(axis)];
+  int64_t outer = 1, inner = 1;
+  for (int64_t d = 0; d < axis; ++d) outer *= out.shape()[static_cast<size_t>(d)];
+  for (size_t d = static_cast<size_t>(axis) + 1; d < out.shape().size(); ++d) inner *= out.shape()[d];
+  const size_t bytes = static_cast<size_t>(inner) * dtype_size(out.dtype());
+  auto* dst = static_cast<char*>(out.raw());
+  const auto* src = static_cast<const char*>(part.raw());
+  for (int64_t o = 0; o < outer; ++o)
+    if (bytes) std::memcpy(dst + (o * len + t) * bytes, src + o * bytes, bytes);
+}
+
+class ScanKernel : public kernels::Kernel {
+ public:
+  explicit ScanKernel(const ir::Node& node) : node_(node) {}
+  bool allocates_outputs() const override { return true; }
+  std::string impl_name() const override { return "control-flow"; }
+
+  std::vector<TensorType> prepare(const PrepareContext& ctx) override {
+    body_ = node_.attrs.get_graph("body");
+    ANVIL_PREPARE_CHECK(ctx, body_ != nullptr, ErrorKind::kInvalidModel, "attribute 'body' (a graph) is required");
+    const int64_t inputs = static_cast<int64_t>(node_.num_explicit_inputs());
+    scan_inputs_ = ctx.attrs().get_int("num_scan_inputs", 0);
+    ANVIL_PREPARE_CHECK(ctx, scan_inputs_ >= 1 && scan_inputs_ <= inputs, ErrorKind::kInvalidModel,
+                        "num_scan_inputs {} must be in [1, {}]", scan_inputs_, inputs);
+    states_ = inputs - scan_inputs_;
+    ANVIL_PREPARE_CHECK(ctx, static_cast<int64_t>(body_->inputs().size()) == inputs, ErrorKind::kInvalidModel,
+                        "the body has {} inputs; it needs {}", body_->inputs().size(), inputs);
+    scan_outputs_ = static_cast<int64_t>(body_->outputs().size()) - states_;
+    ANVIL_PREPARE_CHECK(ctx, scan_outputs_ >= 0 && node_.outputs.size() == body_->outputs().size(),
+                        ErrorKind::kInvalidModel, "the node has {} outputs, the body {}", node_.outputs.size(),
+                        body_->outputs().size());
+    in_axes_ = axes(ctx, "scan_input_axes", scan_inputs_);
+    in_reverse_ = ctx.attrs().get_ints("scan_input_directions", std::vector<int64_t>(scan_inputs_, 0));
+    out_axes_ = axes(ctx, "scan_output_axes", scan_outputs_);
+    out_reverse_ = ctx.attrs().get_ints("scan_output_directions", std::vector<int64_t>(scan_outputs_, 0));
+    ANVIL_PREPARE_CHECK(ctx, static_cast<int64_t>(in_reverse_.size()) == scan_inputs_ &&
+                                 static_cast<int64_t>(out_reverse_.size()) == scan_outputs_,
+                        ErrorKind::kInvalidModel, "scan directions must have one entry per scan input and output");
+    executor_ = std::make_unique<GraphExecutor>(*body_, ctx.weight_cache());
+    threads_ = ctx.num_threads();
+    return std::vector<TensorType>(node_.outputs.size());
+  }
+
+  void run(const RunContext& ctx) const override {
+    // Every scan input has the same length along its axis.
+    int64_t len = -1;
+    for (int64_t i = 0; i < scan_inputs_; ++i) {
+      const Tensor& x = ctx.in(static_cast<size_t>(states_ + i));
+      int64_t axis = in_axes_[static_cast<size_t>(i)];
+      if (axis < 0) axis += x.rank();
+      ANVIL_CHECK(axis >= 0 && axis < x.rank(), ErrorKind::kInvalidArgument, "{}: scan input {} of shape {} has no "
+                  "axis {}", node_.describe(), i, shape_str(x.shape()), in_axes_[static_cast<size_t>(i)]);
+      const int64_t n = x.shape()[static_cast<size_t>(axis)];
+      ANVIL_CHECK(len < 0 || n == len, ErrorKind::kInvalidArgument, "{}: scan inputs have lengths {} and {}",
+                  node_.describe(), len, n);
+      len = n;
+    }
+    std::vector<Tensor> state;
+    for (int64_t s = 0; s < states_; ++s) state.push_back(ctx.in(static_cast<size_t>(s)));
+    std::vector<Tensor> outs(static_cast<size_t>(scan_outputs_));
+    for (int64_t t = 0; t < len; ++t) {
+      std::vector<Tensor> inputs = state;
+      for (int64_t i = 0; i < scan_inputs_; ++i) {
+        const Tensor& x = ctx.in(static_cast<size_t>(states_ + i));
+        int64_t axis = in_axes_[static_cast<size_t>(i)];
+        if (axis < 0) axis += x.rank();
+        inputs.push_back(slice_along(x, axis, in_reverse_[static_cast<size_t>(i)] ? len - 1 - t : t));
+      }
+      for (const ir::Graph::Capture& c : body_->captures)
+        inputs.push_back(ctx.in(node_.num_explicit_inputs() + c.implicit_index));
+      std::vector<Tensor> out = executor_->run(inputs, threads_);
+      for (int64_t s = 0; s < states_; ++s) state[static_cast<size_t>(s)] = std::move(out[static_cast<size_t>(s)]);
+      for (int64_t k = 0; k < scan_outputs_; ++k) store(outs, k, t, len, out[static_cast<size_t>(states_ + k)]);
+    }
+    for (int64_t s = 0; s < states_; ++s)
+      if (ctx.outputs[static_cast<size_t>(s)]) *ctx.outputs[static_cast<size_t>(s)] = state[static_cast<size_t>(s)].clone();
+    for (int64_t k = 0; k < scan_outputs_; ++k) {
+      Tensor& o = outs[static_cast<size_t>(k)];
+      if (o.empty()) o = Tensor(DType::kFloat32, {0});  // no iterations: nothing to stack
+      if (ctx.outputs[static_cast<size_t>(states_ + k)]) *ctx.outputs[static_cast<size_t>(states_ + k)] = o;
+    }
+  }
+
+ private:
+  std::vector<int64_t> axes(const PrepareContext& ctx, const char* name, int64_t count) const {
+    std::vector<int64_t> a = ctx.attrs().get_ints(name, std::vector<int64_t>(static_cast<size_t>(count), 0));
+    ANVIL_PREPARE_CHECK(ctx, static_cast<int64_t>(a.size()) == count, ErrorKind::kInvalidModel,
+                        "{} has {} entries for {} values", name, a.size(), count);
+    return a;
+  }
+
+  // Stores iteration t's element of scan output k, allocating the output on the first iteration.
+  void store(std::vector<Tensor>& outs, int64_t k, int64_t t, int64_t len, const Tensor& part) const {
+    Tensor& o = outs[static_cast<size_t>(k)];
+    int64_t axis = out_axes_[static_cast<size_t>(k)];
+    const int64_t rank = part.rank() + 1;
+    if (axis < 0) axis += rank;
+    ANVIL_CHECK(axis >= 0 && axis < rank, ErrorKind::kInvalidModel, "{}: scan output axis {} is out of range",
+                node_.describe(), out_axes_[static_cast<size_t>(k)]);
+    if (o.empty()) {
+      Shape shape = part.shape();
+      shape.insert(shape.begin() + axis, len);
+      o = Tensor(part.dtype(), shape);
+    }
+    Shape expect = o.shape();
+    expect.erase(expect.begin() + axis);
+    ANVIL_CHECK(part.shape() == expect && part.dtype() == o.dtype(), ErrorKind::kInvalidArgument,
+                "{}: scan output {} changes shape between iterations ({} then {})", node_.describe(), k,
+                shape_str(expect), shape_str(part.shape()));
+    place_along(o, axis, out_reverse_[static_cast<size_t>(k)] ? len - 1 - t : t, part);
+  }
+
+  const ir::Node& node_;
+  const ir::Graph* body_ = nullptr;
+  int64_t states_ = 0, scan_inputs_ = 0, scan_outputs_ = 0;
+  std::vector<int64_t> in_axes_, in_reverse_, out_axes_, out_reverse_;
+  std::unique_ptr<GraphExecutor> executor_;
+  int threads_ = 1;
+};
+
+ANVIL_REGISTER_OP_VERSIONS("Scan", 9, 21);  // Scan-8 (batch axis, sequence_lens) is not implemented
+ANVIL_REGISTER_KERNEL_CLASS("Scan", kRef, ScanKernel);
+
+}  // namespace
+}  // namespace anvil::runtime
