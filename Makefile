@@ -45,7 +45,7 @@ test-asan: setup
 test-tsan: setup
 	cmake -S . -B build-tsan $(SANITIZE_CMAKE) -DANVIL_SANITIZE=thread
 	cmake --build build-tsan -j $(JOBS) --target anvil_unit_tests
-	cd build-tsan && OMP_NUM_THREADS=1 TSAN_OPTIONS=halt_on_error=1 ctest --output-on-failure --no-tests=error -L tsan
+	cd build-tsan && OMP_NUM_THREADS=1 TSAN_OPTIONS="halt_on_error=1 suppressions=$(abspath tests/tsan.supp)" ctest --output-on-failure --no-tests=error -L tsan
 
 # libFuzzer targets (clang, ASan + UBSan) for FUZZ_SECONDS each.
 FUZZ_SECONDS ?= 600

@@ -25,6 +25,65 @@ std::vector<const KernelEntry*> Registry::find(const std::string& domain, const 
   return found;
 }
 
+const char* backend_name(Backend backend) { return backend == Backend::kDnnl ? "dnnl" : "ref"; }
+
+std::string dtype_set_names(unsigned set) {
+  std::string names;
+  for (unsigned d = 1; d <= static_cast<unsigned>(DType::kBool); ++d) {
+    if (!dtype_in(static_cast<DType>(d), set)) continue;
+    if (!names.empty()) names += "|";
+    names += dtype_name(static_cast<DType>(d));
+  }
+  return names;
+}
+
+bool InputTypes::accepts(const std::vector<TensorType>& types) const {
+  if (masks.empty()) return true;
+  for (size_t i = 0; i < types.size(); ++i) {
+    if (types[i].dtype == DType::kUndefined) continue;  // omitted optional input
+    if (!dtype_in(types[i].dtype, masks[std::min(i, masks.size() - 1)])) return false;
+  }
+  return true;
+}
+
+std::string InputTypes::describe() const {
+  std::string s = "(";
+  for (size_t i = 0; i < masks.size(); ++i) s += (i ? ", " : "") + dtype_set_names(masks[i]);
+  return s + (masks.size() ? "...)" : "any)");
+}
+
+namespace {
+
+std::string dtypes_of(const std::vector<TensorType>& types) {
+  std::string s = "(";
+  for (size_t i = 0; i < types.size(); ++i)
+    s += std::string(i ? ", " : "") + (types[i].dtype == DType::kUndefined ? "none" : dtype_name(types[i].dtype));
+  return s + ")";
+}
+
+bool entry_has_version(const KernelEntry& e, const ir::Node& node) {
+  if (e.min_version == 0 && e.max_version == 0) return true;
+  const int version = node.domain.empty() ? ir::onnx_op_version(node.op_type, node.opset) : node.opset;
+  return version >= e.min_version && version <= e.max_version;
+}
+
+}  // namespace
+
+std::vector<const KernelEntry*> Registry::select(const ir::Node& node, const std::vector<TensorType>& types) const {
+  std::vector<const KernelEntry*> all = find(node.domain, node.op_type), chosen;
+  for (const KernelEntry* e : all)
+    if (entry_has_version(*e, node) && e->input_types.accepts(types)) chosen.push_back(e);
+  if (!chosen.empty()) return chosen;
+  ANVIL_CHECK(!all.empty(), ErrorKind::kUnsupported, "{}: operator {} is not supported by Anvil", node.describe(),
+              node.op_type);
+  std::string taken;
+  for (const KernelEntry* e : all)
+    if (entry_has_version(*e, node)) taken += fmt::format("{}{} on {}", taken.empty() ? "" : "; ", e->input_types.describe(),
+                                                          backend_name(e->backend));
+  fail(ErrorKind::kUnsupported, "{}: no kernel takes input dtypes {}; Anvil's kernels take {}", node.describe(),
+       dtypes_of(types), taken.empty() ? "other versions of the op" : taken);
+}
+
 void Registry::set_versions(const std::string& op_type, int min_version, int max_version) {
   versions_[op_type] = {min_version, max_version};
 }

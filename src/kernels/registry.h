@@ -1,9 +1,15 @@
-// Kernel registry: each kernel file registers its factories with one macro.
+// Kernel registry, keyed by (domain, op, op versions, input dtypes, backend).
 //
-// Backends are tried best first (kDnnl before kRef). A factory may return
-// nullptr to decline a node it cannot handle (e.g. a dtype oneDNN lacks), and
-// prepare() may throw Unsupported, in which case the planner falls back to the
-// next backend. Constant folding asks for kRef only.
+// Each kernel file registers its factories with one macro, saying which input
+// dtypes the kernel takes:
+//
+//   ANVIL_REGISTER_KERNEL_TYPED("Conv", kDnnl, make_conv, {kFloat32Only});
+//
+// The planner selects, per node, the entries whose versions and dtypes match
+// the node, best backend first (kDnnl before kRef). A factory may still return
+// nullptr to decline a node for an attribute it cannot handle, and prepare()
+// may throw Unsupported (a shape oneDNN lacks); the planner then falls back
+// to the next entry. Constant folding asks for kRef only.
 #pragma once
 
 #include <functional>
@@ -13,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/dtype_set.h"
 #include "kernels/kernel.h"
 
 namespace anvil::kernels {
@@ -21,11 +28,26 @@ enum class Backend { kDnnl = 0, kRef = 1 };
 
 using KernelFactory = std::function<std::unique_ptr<Kernel>(const ir::Node&)>;
 
+const char* backend_name(Backend backend);
+
+// The input dtypes a kernel takes: masks[i] (a DTypeSet) for input i, the last
+// mask for any further inputs (variadic ops). Empty: the kernel checks dtypes itself.
+struct InputTypes {
+  std::vector<unsigned> masks;
+  bool accepts(const std::vector<TensorType>& types) const;
+  std::string describe() const;  // "(float32, float32, float32...)"
+};
+
 struct KernelEntry {
   std::string op_type;
   std::string domain;
   Backend backend;
   KernelFactory factory;
+  InputTypes input_types;
+  // The op versions (ONNX since_versions) this entry implements; 0 and 0:
+  // every version the op's registration declares (Registry::set_versions).
+  int min_version = 0;
+  int max_version = 0;
 };
 
 // Why a node cannot run: kUnsupported (Anvil lacks the op or that version of
@@ -46,6 +68,10 @@ class Registry {
   std::optional<SupportProblem> check_support(const std::string& domain, const std::string& op_type, int opset) const;
   // Entries for (domain, op) sorted best backend first.
   std::vector<const KernelEntry*> find(const std::string& domain, const std::string& op_type) const;
+  // Entries that run `node` (its op version at node.opset) on inputs of these
+  // types, best backend first. Throws Unsupported, naming the node, the dtypes
+  // it has and those Anvil's kernels take, when none does.
+  std::vector<const KernelEntry*> select(const ir::Node& node, const std::vector<TensorType>& types) const;
   bool has_op(const std::string& domain, const std::string& op_type) const;
   std::vector<std::string> op_types() const;
 
@@ -55,8 +81,9 @@ class Registry {
 };
 
 struct Registrar {
-  Registrar(const char* op_type, Backend backend, KernelFactory factory, const char* domain = "") {
-    Registry::global().add({op_type, domain, backend, std::move(factory)});
+  Registrar(const char* op_type, Backend backend, KernelFactory factory, const char* domain = "",
+            InputTypes input_types = {}) {
+    Registry::global().add({op_type, domain, backend, std::move(factory), std::move(input_types)});
   }
 };
 
@@ -65,6 +92,10 @@ struct Registrar {
 // Registers a factory for an op of the default ONNX domain.
 #define ANVIL_REGISTER_KERNEL(op, backend, factory) \
   static ::anvil::kernels::Registrar ANVIL_CONCAT(anvil_reg_, __COUNTER__)(op, ::anvil::kernels::Backend::backend, factory)
+// Registers a factory whose kernel takes the input dtypes `...` (an InputTypes initializer).
+#define ANVIL_REGISTER_KERNEL_TYPED(op, backend, factory, ...)                                                   \
+  static ::anvil::kernels::Registrar ANVIL_CONCAT(anvil_reg_, __COUNTER__)(op, ::anvil::kernels::Backend::backend, \
+                                                                          factory, "", ::anvil::kernels::InputTypes{__VA_ARGS__})
 
 // Declares the versions of an ai.onnx op its kernels implement (see Registry::set_versions).
 struct VersionRegistrar {
@@ -76,8 +107,13 @@ struct VersionRegistrar {
   static ::anvil::kernels::VersionRegistrar ANVIL_CONCAT(anvil_ver_, __COUNTER__)(op, min_version, max_version)
 
 // Registers KernelClass, constructed from the node, for an op.
+template <typename KernelClass>
+KernelFactory factory_of() {
+  return [](const ir::Node& n) -> std::unique_ptr<Kernel> { return std::make_unique<KernelClass>(n); };
+}
 #define ANVIL_REGISTER_KERNEL_CLASS(op, backend, KernelClass) \
-  ANVIL_REGISTER_KERNEL(op, backend, [](const ::anvil::ir::Node& n) -> std::unique_ptr<::anvil::kernels::Kernel> { \
-    return std::make_unique<KernelClass>(n); })
+  ANVIL_REGISTER_KERNEL(op, backend, ::anvil::kernels::factory_of<KernelClass>())
+#define ANVIL_REGISTER_KERNEL_CLASS_TYPED(op, backend, KernelClass, ...) \
+  ANVIL_REGISTER_KERNEL_TYPED(op, backend, ::anvil::kernels::factory_of<KernelClass>(), __VA_ARGS__)
 
 }  // namespace anvil::kernels

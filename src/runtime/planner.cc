@@ -15,9 +15,7 @@ using kernels::TensorType;
 PreparedKernel prepare_kernel(const ir::Node& node, const std::vector<TensorType>& types,
                               const std::vector<const Tensor*>& constants, int num_threads, bool ref_only,
                               std::vector<bool>* values_read, kernels::WeightCache* weights) {
-  auto entries = kernels::Registry::global().find(node.domain, node.op_type);
-  ANVIL_CHECK(!entries.empty(), ErrorKind::kUnsupported, "{}: operator {} is not supported by Anvil", node.describe(),
-              node.op_type);
+  auto entries = kernels::Registry::global().select(node, types);
   kernels::PrepareContext ctx(node, types, constants, num_threads, weights);
   std::exception_ptr declined;  // kept whole: a ValueNeeded must reach the planner as one
   for (const kernels::KernelEntry* entry : entries) {

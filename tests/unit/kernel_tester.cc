@@ -43,7 +43,8 @@ KernelResult run_kernel_full(const std::string& op, const std::vector<Tensor>& i
     constants.push_back(is_const && !t.empty() ? &t : nullptr);
   }
 
-  auto entries = kernels::Registry::global().find(options.domain, op);
+  // Selected as the planner selects: by op version and input dtypes.
+  auto entries = kernels::Registry::global().select(node, types);
   const kernels::KernelEntry* entry = nullptr;
   for (const auto* e : entries)
     if (e->backend == options.backend) entry = e;

@@ -20,8 +20,6 @@ class DnnlBatchNorm : public du::PrimitiveKernel {
                         "spatial=0");
     const Shape& x = ctx.input_shape(0);
     ANVIL_PREPARE_CHECK(ctx, x.size() >= 2 && x.size() <= 5, ErrorKind::kUnsupported, "rank {}", x.size());
-    for (size_t i = 0; i < 5; ++i)
-      ANVIL_PREPARE_CHECK(ctx, ctx.input_dtype(i) == DType::kFloat32, ErrorKind::kUnsupported, "oneDNN path is float32 only");
     for (size_t i = 1; i < 5; ++i)
       ANVIL_PREPARE_CHECK(ctx, ctx.input_shape(i) == Shape{x[1]}, ErrorKind::kInvalidArgument,
                           "input {} has shape {}, expected [{}]", i, shape_str(ctx.input_shape(i)), x[1]);
@@ -62,6 +60,6 @@ std::unique_ptr<Kernel> make_batchnorm(const ir::Node& node) {
 
 }  // namespace
 
-ANVIL_REGISTER_KERNEL("BatchNormalization", kDnnl, make_batchnorm);
+ANVIL_REGISTER_KERNEL_TYPED("BatchNormalization", kDnnl, make_batchnorm, {kFloat32Only});
 
 }  // namespace anvil::kernels

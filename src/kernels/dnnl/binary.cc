@@ -26,8 +26,6 @@ class DnnlBinary : public du::PrimitiveKernel {
 
   std::vector<TensorType> prepare(const PrepareContext& ctx) override {
     ANVIL_PREPARE_CHECK(ctx, ctx.num_inputs() == 2, ErrorKind::kUnsupported, "oneDNN binary takes two inputs");
-    ANVIL_PREPARE_CHECK(ctx, ctx.input_dtype(0) == DType::kFloat32 && ctx.input_dtype(1) == DType::kFloat32,
-                        ErrorKind::kUnsupported, "oneDNN path is float32 only");
     const Shape &a = ctx.input_shape(0), &b = ctx.input_shape(1);
     Shape out = broadcast_shapes(ctx, a, b);
     size_t rank = std::max<size_t>(out.size(), 1);
@@ -77,11 +75,11 @@ std::unique_ptr<Kernel> make_binary(const ir::Node& node) {
 
 }  // namespace
 
-ANVIL_REGISTER_KERNEL("Add", kDnnl, make_binary);
-ANVIL_REGISTER_KERNEL("Sub", kDnnl, make_binary);
-ANVIL_REGISTER_KERNEL("Mul", kDnnl, make_binary);
-ANVIL_REGISTER_KERNEL("Div", kDnnl, make_binary);
-ANVIL_REGISTER_KERNEL("Max", kDnnl, make_binary);
-ANVIL_REGISTER_KERNEL("Min", kDnnl, make_binary);
+ANVIL_REGISTER_KERNEL_TYPED("Add", kDnnl, make_binary, {kFloat32Only});
+ANVIL_REGISTER_KERNEL_TYPED("Sub", kDnnl, make_binary, {kFloat32Only});
+ANVIL_REGISTER_KERNEL_TYPED("Mul", kDnnl, make_binary, {kFloat32Only});
+ANVIL_REGISTER_KERNEL_TYPED("Div", kDnnl, make_binary, {kFloat32Only});
+ANVIL_REGISTER_KERNEL_TYPED("Max", kDnnl, make_binary, {kFloat32Only});
+ANVIL_REGISTER_KERNEL_TYPED("Min", kDnnl, make_binary, {kFloat32Only});
 
 }  // namespace anvil::kernels

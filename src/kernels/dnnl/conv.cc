@@ -42,8 +42,6 @@ class DnnlConvBase : public Kernel {
 
  protected:
   void check_inputs(const PrepareContext& ctx) {
-    ANVIL_PREPARE_CHECK(ctx, ctx.input_dtype(0) == DType::kFloat32 && ctx.input_dtype(1) == DType::kFloat32,
-                        ErrorKind::kUnsupported, "oneDNN path is float32 only");
     const Shape& x = ctx.input_shape(0);
     const Shape& w = ctx.input_shape(1);
     ANVIL_PREPARE_CHECK(ctx, x.size() >= 3 && x.size() <= 5, ErrorKind::kInvalidArgument,
@@ -232,11 +230,9 @@ class DnnlConvTranspose : public DnnlConvBase {
   void run(const RunContext& ctx) const override { execute(ctx, nullptr); }
 };
 
-ANVIL_REGISTER_KERNEL_CLASS("Conv", kDnnl, DnnlConv);
-ANVIL_REGISTER_KERNEL_CLASS("ConvTranspose", kDnnl, DnnlConvTranspose);
-static Registrar fused_conv_dnnl("FusedConv", Backend::kDnnl,
-                                 [](const ir::Node& n) -> std::unique_ptr<Kernel> { return std::make_unique<DnnlConv>(n); },
-                                 "anvil");
+ANVIL_REGISTER_KERNEL_CLASS_TYPED("Conv", kDnnl, DnnlConv, {kFloat32Only});
+ANVIL_REGISTER_KERNEL_CLASS_TYPED("ConvTranspose", kDnnl, DnnlConvTranspose, {kFloat32Only});
+static Registrar fused_conv_dnnl("FusedConv", Backend::kDnnl, factory_of<DnnlConv>(), "anvil", {{kFloat32Only}});
 
 }  // namespace
 

@@ -24,7 +24,6 @@ class DnnlEltwise : public du::PrimitiveKernel {
   explicit DnnlEltwise(const ir::Node& node) : node_(node) {}
 
   std::vector<TensorType> prepare(const PrepareContext& ctx) override {
-    ANVIL_PREPARE_CHECK(ctx, ctx.input_dtype(0) == DType::kFloat32, ErrorKind::kUnsupported, "oneDNN path is float32 only");
     EltwiseSpec spec = spec_for(ctx);
     md_ = du::plain_desc(ctx.input_shape(0), DType::kFloat32);
     create<dnnl::eltwise_forward, dnnl::eltwise_forward::primitive_desc>(ctx, [&] {
@@ -85,7 +84,7 @@ class DnnlEltwise : public du::PrimitiveKernel {
 
 }  // namespace
 
-#define ANVIL_DNNL_ELTWISE(op) ANVIL_REGISTER_KERNEL_CLASS(op, kDnnl, DnnlEltwise)
+#define ANVIL_DNNL_ELTWISE(op) ANVIL_REGISTER_KERNEL_CLASS_TYPED(op, kDnnl, DnnlEltwise, {kFloat32Only})
 ANVIL_DNNL_ELTWISE("Relu");
 ANVIL_DNNL_ELTWISE("LeakyRelu");
 ANVIL_DNNL_ELTWISE("Elu");

@@ -83,8 +83,6 @@ class DnnlMatMul : public DnnlMatMulBase {
   explicit DnnlMatMul(const ir::Node&) {}
 
   std::vector<TensorType> prepare(const PrepareContext& ctx) override {
-    ANVIL_PREPARE_CHECK(ctx, ctx.input_dtype(0) == DType::kFloat32 && ctx.input_dtype(1) == DType::kFloat32,
-                        ErrorKind::kUnsupported, "oneDNN path is float32 only");
     Shape a = ctx.input_shape(0), b = ctx.input_shape(1);
     ANVIL_PREPARE_CHECK(ctx, !a.empty() && !b.empty(), ErrorKind::kInvalidArgument, "MatMul operands must not be scalars");
     bool a_vec = a.size() == 1, b_vec = b.size() == 1;
@@ -120,8 +118,6 @@ class DnnlGemm : public DnnlMatMulBase {
   explicit DnnlGemm(const ir::Node&) {}
 
   std::vector<TensorType> prepare(const PrepareContext& ctx) override {
-    ANVIL_PREPARE_CHECK(ctx, ctx.input_dtype(0) == DType::kFloat32 && ctx.input_dtype(1) == DType::kFloat32,
-                        ErrorKind::kUnsupported, "oneDNN path is float32 only");
     const Shape& a = ctx.input_shape(0);
     const Shape& b = ctx.input_shape(1);
     ANVIL_PREPARE_CHECK(ctx, a.size() == 2 && b.size() == 2, ErrorKind::kInvalidArgument,
@@ -151,7 +147,6 @@ class DnnlGemm : public DnnlMatMulBase {
   // C, broadcast to [M, N], becomes the matmul bias (scaled by beta when constant).
   void prepare_bias(const PrepareContext& ctx, int64_t m, int64_t n, float beta) {
     if (!ctx.has_input(2) || beta == 0.f) return;
-    ANVIL_PREPARE_CHECK(ctx, ctx.input_dtype(2) == DType::kFloat32, ErrorKind::kUnsupported, "C must be float32");
     Shape c = ctx.input_shape(2);
     ANVIL_PREPARE_CHECK(ctx, c.size() <= 2, ErrorKind::kInvalidArgument, "C {} must have rank <= 2", shape_str(c));
     c.insert(c.begin(), 2 - c.size(), 1);
@@ -168,8 +163,8 @@ class DnnlGemm : public DnnlMatMulBase {
   }
 };
 
-ANVIL_REGISTER_KERNEL_CLASS("MatMul", kDnnl, DnnlMatMul);
-ANVIL_REGISTER_KERNEL_CLASS("Gemm", kDnnl, DnnlGemm);
+ANVIL_REGISTER_KERNEL_CLASS_TYPED("MatMul", kDnnl, DnnlMatMul, {kFloat32Only});
+ANVIL_REGISTER_KERNEL_CLASS_TYPED("Gemm", kDnnl, DnnlGemm, {kFloat32Only});
 
 }  // namespace
 

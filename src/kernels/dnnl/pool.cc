@@ -15,7 +15,6 @@ class DnnlPool : public Kernel {
   DnnlPool(const ir::Node& node) : op_(node.op_type) {}
 
   std::vector<TensorType> prepare(const PrepareContext& ctx) override {
-    ANVIL_PREPARE_CHECK(ctx, ctx.input_dtype(0) == DType::kFloat32, ErrorKind::kUnsupported, "oneDNN path is float32 only");
     const Shape& x = ctx.input_shape(0);
     ANVIL_PREPARE_CHECK(ctx, x.size() >= 3 && x.size() <= 5, ErrorKind::kUnsupported, "oneDNN pools ranks 3 to 5");
     bool global = op_.rfind("Global", 0) == 0;
@@ -97,10 +96,10 @@ std::unique_ptr<Kernel> make_pool(const ir::Node& node) {
   return std::make_unique<DnnlPool>(node);
 }
 
-ANVIL_REGISTER_KERNEL("MaxPool", kDnnl, make_pool);
-ANVIL_REGISTER_KERNEL("AveragePool", kDnnl, make_pool);
-ANVIL_REGISTER_KERNEL("GlobalMaxPool", kDnnl, make_pool);
-ANVIL_REGISTER_KERNEL("GlobalAveragePool", kDnnl, make_pool);
+ANVIL_REGISTER_KERNEL_TYPED("MaxPool", kDnnl, make_pool, {kFloat32Only});
+ANVIL_REGISTER_KERNEL_TYPED("AveragePool", kDnnl, make_pool, {kFloat32Only});
+ANVIL_REGISTER_KERNEL_TYPED("GlobalMaxPool", kDnnl, make_pool, {kFloat32Only});
+ANVIL_REGISTER_KERNEL_TYPED("GlobalAveragePool", kDnnl, make_pool, {kFloat32Only});
 
 }  // namespace
 

@@ -16,7 +16,6 @@ class DnnlSoftmax : public du::PrimitiveKernel {
   explicit DnnlSoftmax(const ir::Node& node) : log_(node.op_type == "LogSoftmax") {}
 
   std::vector<TensorType> prepare(const PrepareContext& ctx) override {
-    ANVIL_PREPARE_CHECK(ctx, ctx.input_dtype(0) == DType::kFloat32, ErrorKind::kUnsupported, "oneDNN path is float32 only");
     const Shape& x = ctx.input_shape(0);
     int64_t rank = static_cast<int64_t>(x.size());
     ANVIL_PREPARE_CHECK(ctx, rank >= 1 && shape_numel(x) > 0, ErrorKind::kUnsupported, "empty or scalar input");
@@ -53,7 +52,7 @@ class DnnlSoftmax : public du::PrimitiveKernel {
 
 }  // namespace
 
-ANVIL_REGISTER_KERNEL_CLASS("Softmax", kDnnl, DnnlSoftmax);
-ANVIL_REGISTER_KERNEL_CLASS("LogSoftmax", kDnnl, DnnlSoftmax);
+ANVIL_REGISTER_KERNEL_CLASS_TYPED("Softmax", kDnnl, DnnlSoftmax, {kFloat32Only});
+ANVIL_REGISTER_KERNEL_CLASS_TYPED("LogSoftmax", kDnnl, DnnlSoftmax, {kFloat32Only});
 
 }  // namespace anvil::kernels

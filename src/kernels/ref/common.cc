@@ -2,18 +2,6 @@
 
 namespace anvil::kernels {
 
-bool dtype_in(DType d, unsigned set) {
-  switch (d) {
-    case DType::kFloat32: case DType::kFloat64: return set & kFloats;
-    case DType::kInt8: case DType::kInt16: case DType::kInt32: case DType::kInt64: return set & kSignedInts;
-    case DType::kUInt8: case DType::kUInt16: case DType::kUInt32: case DType::kUInt64: return set & kUnsignedInts;
-    case DType::kBool: return set & kBoolType;
-    case DType::kFloat16: case DType::kBFloat16: return set & kHalfs;
-    case DType::kUndefined: return false;
-  }
-  return false;
-}
-
 Shape broadcast_shapes(const PrepareContext& ctx, const Shape& a, const Shape& b) {
   size_t rank = std::max(a.size(), b.size());
   Shape out(rank);

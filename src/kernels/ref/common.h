@@ -6,26 +6,14 @@
 #include <vector>
 
 #include "core/half.h"
+#include "kernels/dtype_set.h"
 #include "kernels/kernel.h"
 
 namespace anvil::kernels {
 
 template <typename T> struct TypeTag { using type = T; };
 
-// Calls fn(TypeTag<T>{}) for the C++ type of `dtype`. The Which mask limits the
-// dtypes accepted; others make prepare-time callers throw kUnsupported.
-enum DTypeSet : unsigned {
-  kFloats = 1u,      // float32, float64
-  kSignedInts = 2u,  // int8, int16, int32, int64
-  kUnsignedInts = 4u,
-  kBoolType = 8u,
-  kHalfs = 16u,  // float16, bfloat16 (converted through float)
-  kNumeric = kFloats | kSignedInts | kUnsignedInts,
-  kAll = kNumeric | kBoolType | kHalfs,
-};
-
-bool dtype_in(DType dtype, unsigned set);
-
+// Calls fn(TypeTag<T>{}) for the C++ type of `dtype`.
 template <typename Fn>
 decltype(auto) dispatch_dtype(DType dtype, Fn&& fn) {
   switch (dtype) {

@@ -388,9 +388,6 @@ class UnaryKernel : public Kernel {
   std::vector<TensorType> prepare(const PrepareContext& ctx) override {
     ANVIL_PREPARE_CHECK(ctx, ctx.num_inputs() == 1 && ctx.has_input(0), ErrorKind::kInvalidModel,
                         "expects 1 input, got {}", ctx.num_inputs());
-    DType d = ctx.input_dtype(0);
-    ANVIL_PREPARE_CHECK(ctx, dtype_in(d, def_.dtypes), ErrorKind::kUnsupported, "dtype {} is not supported",
-                        dtype_name(d));
     return {ctx.input_type(0)};
   }
 
@@ -496,9 +493,11 @@ ANVIL_REGISTER_KERNEL_CLASS("Clip", kRef, ClipKernel);
 struct UnaryRegistrar {
   UnaryRegistrar() {
     for (const UnaryDef& def : kUnaryOps)
-      Registry::global().add({def.name, "", Backend::kRef, [&def](const ir::Node& n) -> std::unique_ptr<Kernel> {
+      Registry::global().add({def.name, "", Backend::kRef,
+                              [&def](const ir::Node& n) -> std::unique_ptr<Kernel> {
                                 return std::make_unique<UnaryKernel>(n, def);
-                              }});
+                              },
+                              InputTypes{{def.dtypes}}});
   }
 };
 const UnaryRegistrar unary_registrar;

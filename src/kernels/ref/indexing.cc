@@ -234,7 +234,7 @@ class TriluKernel : public Kernel {
   int inplace_input() const override { return 0; }
   void run(const RunContext& ctx) const override {
     const int64_t rows = shape_[shape_.size() - 2], cols = shape_.back();
-    const int64_t mats = rows * cols ? shape_numel(shape_) / (rows * cols) : 0;
+    const int64_t mats = rows != 0 && cols != 0 ? shape_numel(shape_) / (rows * cols) : 0;
     const auto* src = static_cast<const unsigned char*>(ctx.in(0).raw());
     auto* dst = static_cast<unsigned char*>(ctx.out(0).raw());
 #pragma omp parallel for collapse(2) if (mats * rows * cols > 32768)

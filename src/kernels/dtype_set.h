@@ -1,0 +1,34 @@
+// Sets of dtypes as bit masks: what a kernel accepts for an input.
+//
+//   ANVIL_REGISTER_KERNEL_TYPED("Conv", kDnnl, factory, {kFloat32Only});
+//   if (!dtype_in(ctx.input_dtype(0), kFloats | kHalfs)) ...
+#pragma once
+
+#include <string>
+
+#include "anvil/tensor.h"
+
+namespace anvil::kernels {
+
+constexpr unsigned dtype_bit(DType d) { return 1u << static_cast<unsigned>(d); }
+
+enum DTypeSet : unsigned {
+  kFloat32Only = dtype_bit(DType::kFloat32),
+  kFloats = dtype_bit(DType::kFloat32) | dtype_bit(DType::kFloat64),
+  kSignedInts = dtype_bit(DType::kInt8) | dtype_bit(DType::kInt16) | dtype_bit(DType::kInt32) |
+                dtype_bit(DType::kInt64),
+  kUnsignedInts = dtype_bit(DType::kUInt8) | dtype_bit(DType::kUInt16) | dtype_bit(DType::kUInt32) |
+                  dtype_bit(DType::kUInt64),
+  kBoolType = dtype_bit(DType::kBool),
+  kHalfs = dtype_bit(DType::kFloat16) | dtype_bit(DType::kBFloat16),  // converted through float
+  kInt32And64 = dtype_bit(DType::kInt32) | dtype_bit(DType::kInt64),
+  kNumeric = kFloats | kSignedInts | kUnsignedInts,
+  kAll = kNumeric | kBoolType | kHalfs,
+};
+
+constexpr bool dtype_in(DType d, unsigned set) { return d != DType::kUndefined && (set & dtype_bit(d)) != 0; }
+
+// "float32, float64, int32": the dtypes of a set, for messages.
+std::string dtype_set_names(unsigned set);
+
+}  // namespace anvil::kernels
