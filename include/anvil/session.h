@@ -22,7 +22,9 @@ namespace ir { class Graph; }
 
 struct SessionOptions {
   int num_threads = 0;        // 0: all cores of the machine
-  int optimization_level = 2; // 0: none, 1: basic cleanup, 2: fusions
+  // 0: none, 1: basic cleanup, 2: fusions, 3: fusions and activations kept in
+  // the kernels' blocked layouts between nodes (reordered only where needed).
+  int optimization_level = 3;
   // Plans kept for distinct input shapes (least recently used dropped first).
   // A plan holds its arena pool and per-shape kernels; weights are shared.
   int plan_cache_size = 16;
@@ -40,6 +42,7 @@ struct PlanStats {
   size_t weight_bytes = 0;   // constants, and the weights packed for oneDNN (shared by every plan)
   size_t num_steps = 0;      // kernels executed per run
   size_t dynamic_steps = 0;  // steps prepared at run time (shapes depend on values)
+  size_t reorders = 0;       // layout conversions the planner inserted between nodes (included in num_steps)
 };
 
 // What one profiled run spent, node by node (Session::run with a profile).

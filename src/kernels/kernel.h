@@ -36,11 +36,41 @@ class ValueNeeded : public Error {
   using Error::Error;
 };
 
+class Kernel;
+struct TensorType;
+
+// How a tensor's bytes are arranged. Plain (a null Layout) is ONNX's row-major
+// order; a backend describes its own formats (oneDNN's nChw16c, NHWC...) with
+// a LayoutDesc, opaque to the planner, which only compares layouts, sizes
+// buffers by them and asks them for the kernel that converts between two.
+class LayoutDesc;
+using Layout = std::shared_ptr<const LayoutDesc>;
+
+class LayoutDesc {
+ public:
+  virtual ~LayoutDesc() = default;
+  virtual std::string name() const = 0;       // "aBcd16b"
+  virtual size_t bytes() const = 0;           // padded byte size of the tensor in this layout
+  virtual bool same_as(const LayoutDesc& other) const = 0;
+  // A prepared kernel that converts a tensor of `from` (whose layout is this
+  // one, or plain) into `to` (this one, or plain); input 0 to output 0.
+  virtual std::unique_ptr<Kernel> make_reorder(const TensorType& from, const Layout& to) const = 0;
+};
+
+bool same_layout(const Layout& a, const Layout& b);
+std::string layout_name(const Layout& layout);  // "plain" when null
+
 struct TensorType {
   DType dtype = DType::kUndefined;
   Shape shape;
-  bool operator==(const TensorType& o) const { return dtype == o.dtype && shape == o.shape; }
+  Layout layout;  // null: plain
+  bool operator==(const TensorType& o) const {
+    return dtype == o.dtype && shape == o.shape && same_layout(layout, o.layout);
+  }
 };
+
+// Bytes of a tensor of this type: padded when the layout is blocked.
+size_t type_bytes(const TensorType& type);
 
 class PrepareContext {
  public:
@@ -60,6 +90,21 @@ class PrepareContext {
   // The session's packed-weight cache; nullptr when preparing outside a
   // session (constant folding, tests): then kernels pack privately.
   WeightCache* weight_cache() const { return weights_; }
+  // Whether the kernel may read inputs in a layout of its own (declared by
+  // Kernel::input_layout; the planner inserts the reorders) and write its
+  // outputs in one (returned in their TensorType). False when preparing outside
+  // a plan, at run time, or (outputs) for a graph output: then only plain.
+  // input_type() is always the logical type, whose layout is null.
+  bool blocked_inputs_allowed() const { return blocked_inputs_; }
+  bool blocked_outputs_allowed() const { return blocked_outputs_; }
+  // The layout input i's producer wrote it in: a hint for a kernel that can
+  // read several (a pooling that keeps its input's blocked format). Null: plain.
+  Layout incoming_layout(size_t i) const { return i < incoming_.size() ? incoming_[i] : nullptr; }
+  void allow_blocked_layouts(bool inputs, bool outputs, std::vector<Layout> incoming = {}) {
+    blocked_inputs_ = inputs;
+    blocked_outputs_ = outputs;
+    incoming_ = std::move(incoming);
+  }
   size_t num_inputs() const { return types_.size(); }
   // False for an omitted optional input.
   bool has_input(size_t i) const { return i < types_.size() && types_[i].dtype != DType::kUndefined; }
@@ -87,6 +132,8 @@ class PrepareContext {
   std::vector<const Tensor*> constants_;
   int num_threads_;
   WeightCache* weights_;
+  bool blocked_inputs_ = false, blocked_outputs_ = false;
+  std::vector<Layout> incoming_;
   mutable std::vector<bool> values_read_;
 };
 
@@ -127,10 +174,14 @@ class Kernel {
   // True when the outputs depend only on the input types, not their values
   // (Shape): the planner then computes them once, at plan time.
   virtual bool reads_only_input_types() const { return false; }
+  // The layout run() reads input i in (after prepare()); null: plain. The
+  // planner reorders the producer's output into it when they differ.
+  virtual Layout input_layout(size_t) const { return nullptr; }
   // Name of the implementation, for plan listings ("ref", "dnnl:jit:avx2"...).
   virtual std::string impl_name() const { return "ref"; }
   // Activation layout the kernel computes in, for plans and profiles: "plain",
-  // or a oneDNN blocked format ("aBcd8b (staged)" when reordered in the kernel).
+  // a oneDNN format ("aBcd8b"), "aBcd8b (staged)" when the kernel reorders
+  // plain data itself (outside a plan), "abcd->aBcd8b" for a reorder.
   virtual std::string layout_name() const { return "plain"; }
 };
 

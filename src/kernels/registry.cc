@@ -144,6 +144,17 @@ const Tensor& PrepareContext::require_constant(size_t i, const char* what) const
   return *t;
 }
 
+bool same_layout(const Layout& a, const Layout& b) {
+  if (!a || !b) return !a && !b;
+  return a == b || a->same_as(*b);
+}
+
+std::string layout_name(const Layout& layout) { return layout ? layout->name() : "plain"; }
+
+size_t type_bytes(const TensorType& type) {
+  return type.layout ? type.layout->bytes() : shape_nbytes(type.shape, type.dtype);
+}
+
 void copy_if_distinct(const RunContext& ctx, size_t in) {
   const Tensor& src = ctx.in(in);
   Tensor& dst = ctx.out(0);

@@ -25,7 +25,7 @@ ir::Node* single_consumer(const ir::Graph& graph, const ir::Value* v) {
 }
 
 std::vector<std::unique_ptr<Pass>> passes_for_level(int level, const ConstantEvaluator& evaluator) {
-  ANVIL_CHECK(level >= 0 && level <= 2, ErrorKind::kInvalidArgument, "optimization level must be 0, 1 or 2, got {}",
+  ANVIL_CHECK(level >= 0 && level <= 3, ErrorKind::kInvalidArgument, "optimization level must be 0 to 3, got {}",
               level);
   std::vector<std::unique_ptr<Pass>> passes;
   if (level >= 1) {

@@ -76,8 +76,9 @@ void record_step(RunProfile& profile, const Step& step, const std::vector<Tensor
 
 }  // namespace
 
-GraphExecutor::GraphExecutor(const ir::Graph& graph, kernels::WeightCache* weights, size_t plan_cache_size)
-    : graph_(graph), weights_(weights), plans_(plan_cache_size) {}
+GraphExecutor::GraphExecutor(const ir::Graph& graph, kernels::WeightCache* weights, size_t plan_cache_size,
+                             bool blocked_layouts)
+    : graph_(graph), weights_(weights), blocked_layouts_(blocked_layouts), plans_(plan_cache_size) {}
 
 GraphExecutor::~GraphExecutor() = default;
 
@@ -110,7 +111,7 @@ std::shared_ptr<PlanEntry> GraphExecutor::plan_for(const std::vector<Tensor>& or
   // that miss together both build; the first to finish is kept.
   omp_set_num_threads(threads);
   auto entry = std::make_shared<PlanEntry>();
-  entry->plan = build_plan(graph_, types, threads, weights_);
+  entry->plan = build_plan(graph_, types, {.num_threads = threads, .weights = weights_, .blocked_layouts = blocked_layouts_});
   std::lock_guard<std::mutex> lock(plans_mutex_);
   if (auto existing = plans_.find(key)) return existing;
   plans_.insert(key, entry);

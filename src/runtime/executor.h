@@ -22,7 +22,9 @@ struct PlanEntry;
 class GraphExecutor {
  public:
   // `graph` and `weights` must outlive the executor.
-  GraphExecutor(const ir::Graph& graph, kernels::WeightCache* weights, size_t plan_cache_size = 16);
+  // `blocked_layouts`: see PlanOptions.
+  GraphExecutor(const ir::Graph& graph, kernels::WeightCache* weights, size_t plan_cache_size = 16,
+                bool blocked_layouts = false);
   ~GraphExecutor();
 
   // `inputs`: one tensor per graph input, then one per capture (subgraphs),
@@ -41,6 +43,7 @@ class GraphExecutor {
 
   const ir::Graph& graph_;
   kernels::WeightCache* weights_;
+  bool blocked_layouts_;
   mutable std::mutex plans_mutex_;
   mutable LruCache<std::shared_ptr<PlanEntry>> plans_;
 };

@@ -42,6 +42,7 @@ struct Step {
 
 struct Plan {
   std::vector<Slot> slots;
+  std::deque<ir::Node> reorder_nodes;  // the nodes of the reorder steps the planner inserted
   std::vector<Step> steps;
   std::vector<kernels::TensorType> output_types;  // per graph output
   // Graph outputs no step writes (inputs, constants, repeated outputs): copied after the steps.
@@ -51,6 +52,17 @@ struct Plan {
   size_t weight_bytes = 0;
   size_t folded_nodes = 0;
   size_t dynamic_steps = 0;
+  size_t reorders = 0;
+};
+
+struct PlanOptions {
+  int num_threads = 1;
+  // The session's packed-weight cache, shared by all its plans.
+  kernels::WeightCache* weights = nullptr;
+  // Keep activations in the layouts kernels choose (oneDNN's blocked formats),
+  // reordering only where a producer and a consumer disagree, and to plain at
+  // graph outputs and dynamic steps. Off: every value between nodes is plain.
+  bool blocked_layouts = false;
 };
 
 // A plan is made for the shapes of the graph inputs, never their values:
@@ -59,9 +71,8 @@ struct Plan {
 // only at run time (a Reshape fed by a graph input, NonZero) becomes a dynamic
 // step, and so does everything that reads its outputs. Throws anvil::Error
 // naming the node that fails.
-// `weights` is the session's packed-weight cache, shared by all its plans.
 std::unique_ptr<Plan> build_plan(const ir::Graph& graph, const std::vector<kernels::TensorType>& input_types,
-                                 int num_threads, kernels::WeightCache* weights = nullptr);
+                                 const PlanOptions& options);
 
 // Makes the kernel for `node`, best backend first; a backend that declines or
 // whose prepare() throws kUnsupported gives way to the next.
@@ -69,12 +80,19 @@ struct PreparedKernel {
   std::unique_ptr<kernels::Kernel> kernel;
   std::vector<kernels::TensorType> output_types;
 };
+// What a kernel prepared in a plan may do with layouts (PrepareContext::allow_blocked_layouts).
+struct LayoutFreedom {
+  bool inputs = false;
+  bool outputs = false;
+  std::vector<kernels::Layout> incoming;  // per input: its producer's layout
+};
 // `values_read`, when given, receives which inputs prepare() looked at.
 // Throws kernels::ValueNeeded when every backend needs an input's value that
 // `constants` lacks.
 PreparedKernel prepare_kernel(const ir::Node& node, const std::vector<kernels::TensorType>& types,
                               const std::vector<const Tensor*>& constants, int num_threads, bool ref_only,
-                              std::vector<bool>* values_read = nullptr, kernels::WeightCache* weights = nullptr);
+                              std::vector<bool>* values_read = nullptr, kernels::WeightCache* weights = nullptr,
+                              const LayoutFreedom* layouts = nullptr);
 
 // Runs a prepared kernel on tensors it allocates (constant folding).
 std::vector<Tensor> evaluate_kernel(const PreparedKernel& prepared, const std::vector<const Tensor*>& inputs);

@@ -14,9 +14,11 @@ using kernels::TensorType;
 
 PreparedKernel prepare_kernel(const ir::Node& node, const std::vector<TensorType>& types,
                               const std::vector<const Tensor*>& constants, int num_threads, bool ref_only,
-                              std::vector<bool>* values_read, kernels::WeightCache* weights) {
+                              std::vector<bool>* values_read, kernels::WeightCache* weights,
+                              const LayoutFreedom* layouts) {
   auto entries = kernels::Registry::global().select(node, types);
   kernels::PrepareContext ctx(node, types, constants, num_threads, weights);
+  if (layouts) ctx.allow_blocked_layouts(layouts->inputs, layouts->outputs, layouts->incoming);
   std::exception_ptr declined;  // kept whole: a ValueNeeded must reach the planner as one
   for (const kernels::KernelEntry* entry : entries) {
     if (ref_only && entry->backend != kernels::Backend::kRef) continue;
@@ -24,6 +26,10 @@ PreparedKernel prepare_kernel(const ir::Node& node, const std::vector<TensorType
     if (!kernel) continue;
     try {
       std::vector<TensorType> out = kernel->prepare(ctx);
+      for (const TensorType& t : out)
+        ANVIL_CHECK(!t.layout || ctx.blocked_outputs_allowed(), ErrorKind::kInternal,
+                    "{}: the kernel returned a {} output where only plain is allowed", node.describe(),
+                    t.layout->name());
       if (values_read) *values_read = ctx.values_read();
       return {std::move(kernel), std::move(out)};
     } catch (const Error& e) {
@@ -53,9 +59,13 @@ constexpr int kForever = INT_MAX;
 
 class PlanBuilder {
  public:
-  PlanBuilder(const ir::Graph& graph, const std::vector<TensorType>& inputs, int threads,
-              kernels::WeightCache* weights)
-      : graph_(graph), inputs_(inputs), threads_(threads), weights_(weights), plan_(std::make_unique<Plan>()) {}
+  PlanBuilder(const ir::Graph& graph, const std::vector<TensorType>& inputs, const PlanOptions& options)
+      : graph_(graph),
+        inputs_(inputs),
+        threads_(options.num_threads),
+        weights_(options.weights),
+        blocked_layouts_(options.blocked_layouts),
+        plan_(std::make_unique<Plan>()) {}
 
   std::unique_ptr<Plan> build() {
     compute_last_uses();
@@ -119,22 +129,25 @@ class PlanBuilder {
   }
 
   void add_node(const ir::Node& node, int index) {
-    std::vector<TensorType> types;
+    std::vector<TensorType> types;  // logical: layouts travel in `layouts.incoming`
     std::vector<const Tensor*> constants;
     std::vector<int> in_slots;
+    LayoutFreedom layouts;
     bool all_constant = true, reads_dynamic = false;
     for (const ir::Value* v : node.inputs) {
       if (!v) {
         types.push_back({});
         constants.push_back(nullptr);
         in_slots.push_back(-1);
+        layouts.incoming.push_back(nullptr);
         continue;
       }
       auto it = slot_of_.find(v);
       ANVIL_CHECK(it != slot_of_.end(), ErrorKind::kInvalidModel, "{}: input '{}' is not computed before the node",
                   node.describe(), v->name);
       const Slot& s = plan_->slots[it->second];
-      types.push_back(s.type);
+      types.push_back({s.type.dtype, s.type.shape});
+      layouts.incoming.push_back(s.type.layout);
       constants.push_back(s.kind == Slot::Kind::kConstant ? s.constant : nullptr);
       all_constant &= s.kind == Slot::Kind::kConstant;
       reads_dynamic |= s.kind == Slot::Kind::kDynamic;
@@ -147,9 +160,13 @@ class PlanBuilder {
     }
     // Computed once here, with the reference kernels (random ops draw anew every run).
     bool fold = all_constant && !ir::is_random_op(node);
+    layouts.inputs = blocked_layouts_ && !fold;
+    layouts.outputs = layouts.inputs && std::none_of(node.outputs.begin(), node.outputs.end(), [&](const ir::Value* v) {
+                        return v && output_index_.count(v);
+                      });
     PreparedKernel prepared;
     try {
-      prepared = prepare_kernel(node, types, constants, threads_, /*ref_only=*/fold, nullptr, weights_);
+      prepared = prepare_kernel(node, types, constants, threads_, /*ref_only=*/fold, nullptr, weights_, &layouts);
     } catch (const kernels::ValueNeeded&) {
       add_dynamic_step(node, constants, in_slots, index);  // its shapes depend on run-time values
       return;
@@ -168,6 +185,8 @@ class PlanBuilder {
       fold_node(node, prepared, ptrs);
       return;
     }
+    for (size_t i = 0; i < in_slots.size(); ++i)
+      if (in_slots[i] >= 0) in_slots[i] = in_layout(in_slots[i], node.inputs[i], prepared.kernel->input_layout(i), index);
     Step step;
     step.node = &node;
     step.inputs = in_slots;
@@ -186,10 +205,45 @@ class PlanBuilder {
     plan_->steps.push_back(std::move(step));
   }
 
+  // The slot holding `value` (now in `slot`) in layout `to`: `slot` itself, or
+  // the output of a reorder step, inserted once per value and layout.
+  int in_layout(int slot, const ir::Value* value, const kernels::Layout& to, int index) {
+    const TensorType from = plan_->slots[slot].type;
+    if (kernels::same_layout(from.layout, to)) return slot;
+    const auto key = std::make_pair(slot, kernels::layout_name(to));
+    if (auto it = reorders_.find(key); it != reorders_.end()) return it->second;
+
+    ir::Node& node = plan_->reorder_nodes.emplace_back();
+    node.op_type = "Reorder";
+    node.domain = "anvil";
+    node.name = value->name + "/" + kernels::layout_name(to);
+    Step step;
+    step.node = &node;
+    step.kernel = (from.layout ? from.layout : to)->make_reorder(from, to);
+    step.inputs = {slot};
+    Slot s;
+    s.kind = Slot::Kind::kArena;
+    s.type = {from.dtype, from.shape, to};
+    size_t bytes = kernels::type_bytes(s.type);
+    check_allocation(bytes, fmt::format("{} in layout {}", value->name, kernels::layout_name(to)));
+    s.buffer = new_buffer(bytes, index);
+    int out = add_slot(s);
+    root_last_use_[out] = std::max(index, last_use(value));
+    buffer_last_[s.buffer] = root_last_use_[out];
+    step.outputs = {out};
+    plan_->steps.push_back(std::move(step));
+    ++plan_->reorders;
+    reorders_[key] = out;
+    return out;
+  }
+
   // A step prepared at run time: its outputs live outside the arena, in
   // tensors each run allocates, so the arena plan never depends on them.
+  // It reads plain data only.
   void add_dynamic_step(const ir::Node& node, const std::vector<const Tensor*>& constants,
-                        const std::vector<int>& in_slots, int index) {
+                        std::vector<int> in_slots, int index) {
+    for (size_t i = 0; i < in_slots.size(); ++i)
+      if (in_slots[i] >= 0) in_slots[i] = in_layout(in_slots[i], node.inputs[i], nullptr, index);
     Step step;
     step.node = &node;
     step.inputs = in_slots;
@@ -255,7 +309,7 @@ class PlanBuilder {
       if (inplace >= 0 && inplace < static_cast<int>(in_slots.size()) && in_slots[inplace] >= 0) {
         int root = root_of(in_slots[inplace]);
         const Slot& r = plan_->slots[root];
-        size_t out_bytes = static_cast<size_t>(shape_numel(type.shape)) * dtype_size(type.dtype);
+        size_t out_bytes = kernels::type_bytes(type);
         // The node must not read the buffer through another input while overwriting it.
         bool read_elsewhere = false;
         for (size_t j = 0; j < in_slots.size(); ++j)
@@ -271,7 +325,7 @@ class PlanBuilder {
       }
     }
     s.kind = Slot::Kind::kArena;
-    size_t bytes = shape_nbytes(type.shape, type.dtype);
+    size_t bytes = kernels::type_bytes(type);
     check_allocation(bytes, fmt::format("{}: output {} ({} {})", node.describe(), o, dtype_name(type.dtype),
                                         shape_str(type.shape)));
     s.buffer = new_buffer(bytes, index);
@@ -315,6 +369,7 @@ class PlanBuilder {
       auto it = slot_of_.find(outs[k]);
       ANVIL_CHECK(it != slot_of_.end(), ErrorKind::kInvalidModel, "graph output '{}' is never computed", outs[k]->name);
       const Slot& s = plan_->slots[it->second];
+      ANVIL_INTERNAL_CHECK(!s.type.layout);  // nodes writing graph outputs write them plain
       plan_->output_types[k] = s.type;
       bool written_by_step = s.kind == Slot::Kind::kOutput && s.index == static_cast<int>(k);
       if (!written_by_step) plan_->final_copies.emplace_back(static_cast<int>(k), it->second);
@@ -339,7 +394,9 @@ class PlanBuilder {
   const std::vector<TensorType>& inputs_;
   int threads_;
   kernels::WeightCache* weights_;
+  bool blocked_layouts_;
   std::unique_ptr<Plan> plan_;
+  std::map<std::pair<int, std::string>, int> reorders_;  // (slot, layout name) -> reordered slot
   std::map<const ir::Value*, int> slot_of_;
   std::map<const ir::Value*, int> last_use_;
   std::map<const ir::Value*, int> output_index_;
@@ -351,9 +408,9 @@ class PlanBuilder {
 
 }  // namespace
 
-std::unique_ptr<Plan> build_plan(const ir::Graph& graph, const std::vector<TensorType>& inputs, int num_threads,
-                                 kernels::WeightCache* weights) {
-  return PlanBuilder(graph, inputs, num_threads, weights).build();
+std::unique_ptr<Plan> build_plan(const ir::Graph& graph, const std::vector<TensorType>& inputs,
+                                 const PlanOptions& options) {
+  return PlanBuilder(graph, inputs, options).build();
 }
 
 }  // namespace anvil::runtime

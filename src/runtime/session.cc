@@ -96,8 +96,8 @@ Session Session::from_graph(std::unique_ptr<ir::Graph> graph, const SessionOptio
   runtime::propagate_types(*graph);
   passes::optimize(*graph, options.optimization_level, runtime::reference_evaluator());
   impl->graph = std::move(graph);
-  impl->executor = std::make_unique<runtime::GraphExecutor>(*impl->graph, &impl->weights,
-                                                            static_cast<size_t>(options.plan_cache_size));
+  impl->executor = std::make_unique<runtime::GraphExecutor>(
+      *impl->graph, &impl->weights, static_cast<size_t>(options.plan_cache_size), options.optimization_level >= 3);
   return Session(std::move(impl));
 }
 
@@ -140,7 +140,8 @@ std::vector<Tensor> Session::run(const std::map<std::string, Tensor>& inputs, Ru
 
 PlanStats Session::plan_stats(const std::map<std::string, Tensor>& inputs) const {
   const runtime::Plan& plan = impl_->executor->plan_of(*impl_->plan_for(inputs));
-  return {plan.arena_bytes, plan.weight_bytes + impl_->weights.packed_bytes(), plan.steps.size(), plan.dynamic_steps};
+  return {plan.arena_bytes, plan.weight_bytes + impl_->weights.packed_bytes(), plan.steps.size(), plan.dynamic_steps,
+          plan.reorders};
 }
 
 size_t Session::cached_plans() const { return impl_->executor->cached_plans(); }

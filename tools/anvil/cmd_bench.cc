@@ -23,7 +23,7 @@ struct BenchArgs {
   std::string model;
   std::vector<std::string> inputs;
   std::vector<std::string> shapes;
-  int threads = 0, batch = 1, cycles = 3, iters = 100, warmup = 10, opt_level = 2;
+  int threads = 0, batch = 1, cycles = 3, iters = 100, warmup = 10, opt_level = 3;
   std::string json;
   bool profile = false;
   std::string profile_json;
@@ -151,7 +151,7 @@ Command add_bench(CLI::App& app) {
   app.add_option("-c,--cycles", a->cycles, "timed cycles")->check(CLI::Range(1, 1000));
   app.add_option("-n,--iters", a->iters, "timed runs per cycle")->check(CLI::Range(1, 1000000));
   app.add_option("-w,--warmup", a->warmup, "untimed runs before the first cycle")->check(CLI::Range(0, 1000000));
-  app.add_option("-O,--opt-level", a->opt_level, "graph optimization level 0-2")->check(CLI::Range(0, 2));
+  app.add_option("-O,--opt-level", a->opt_level, "graph optimization level 0-3 (3: blocked layouts between nodes)")->check(CLI::Range(0, 3));
   app.add_option("--json", a->json, "write the results as JSON to FILE");
   app.add_flag("--profile", a->profile, "print the time of every node and of every op type");
   app.add_option("--profile-json", a->profile_json, "write a Chrome trace (Perfetto) of the profiled runs to FILE");

@@ -21,7 +21,7 @@ struct RunArgs {
   std::string out_dir;
   int threads = 0;
   uint64_t seed = 0;
-  int opt_level = 2;
+  int opt_level = 3;
   bool show_plan = false;
 };
 
@@ -100,7 +100,7 @@ Command add_run(CLI::App& app) {
   app.add_option("-o,--output-dir", a->out_dir, "write each output to DIR/<output name>.pb");
   app.add_option("-t,--threads", a->threads, "threads (0: all cores)")->check(CLI::Range(0, 4096));
   app.add_option("--seed", a->seed, "seed of the random inputs");
-  app.add_option("-O,--opt-level", a->opt_level, "graph optimization level 0-2")->check(CLI::Range(0, 2));
+  app.add_option("-O,--opt-level", a->opt_level, "graph optimization level 0-3 (3: blocked layouts between nodes)")->check(CLI::Range(0, 3));
   app.add_flag("--plan", a->show_plan, "print the kernel chosen for each node");
   return [a] { return run(*a); };
 }

@@ -80,6 +80,12 @@ class Staging {
 // (nChw8c), "acdb" (NHWC).
 std::string layout_name(const dnnl::memory::desc& md);
 
+// A oneDNN memory format as a planned layout (kernels/kernel.h): null when
+// `md` is the plain layout of (shape, dtype).
+Layout layout_of(const dnnl::memory::desc& md, const Shape& shape, DType dtype);
+// The oneDNN descriptor of a planned tensor type (plain when it has no layout).
+dnnl::memory::desc desc_of(const TensorType& type);
+
 // Picks the blocked activation layout of this ISA for rank-4/5 float tensors
 // (nChw8c / nChw16c), for primitives that cannot choose one themselves (pooling).
 dnnl::memory::desc blocked_desc(const Shape& shape);

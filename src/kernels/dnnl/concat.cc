@@ -36,10 +36,29 @@ class DnnlConcat : public du::PrimitiveKernel {
       srcs_.push_back(du::plain_desc(s, d));
     }
     dst_ = du::plain_desc(out, d);
-    create<dnnl::concat, dnnl::concat::primitive_desc>(ctx, [&] {
-      return dnnl::concat::primitive_desc(dst_, static_cast<int>(axis), srcs_, du::engine(), du::user_scratchpad_attr());
-    });
-    return {{d, out}};
+    if (keeps_incoming_layout(ctx)) {
+      // Every input arrives in one blocked format: concatenate in it, without reorders.
+      for (size_t i = 0; i < srcs_.size(); ++i) {
+        in_layouts_.push_back(ctx.incoming_layout(i));
+        srcs_[i] = du::desc_of({d, ctx.input_shape(i), in_layouts_[i]});
+      }
+      if (ctx.blocked_outputs_allowed()) dst_ = memory::desc(du::dims(out), du::data_type(d), memory::format_tag::any);
+    }
+    dnnl::concat::primitive_desc pd = [&] {
+      try {
+        return dnnl::concat::primitive_desc(dst_, static_cast<int>(axis), srcs_, du::engine(), du::user_scratchpad_attr());
+      } catch (const dnnl::error& e) {
+        ctx.fail(ErrorKind::kUnsupported, "oneDNN cannot run this case ({})", e.what());
+      }
+    }();
+    create<dnnl::concat, dnnl::concat::primitive_desc>(ctx, [&] { return pd; });
+    dst_ = pd.dst_desc();
+    return {{d, out, du::layout_of(dst_, out, d)}};
+  }
+
+  Layout input_layout(size_t i) const override { return i < in_layouts_.size() ? in_layouts_[i] : nullptr; }
+  std::string layout_name() const override {
+    return in_layouts_.empty() ? "plain" : kernels::layout_name(in_layouts_[0]);
   }
 
   void run(const RunContext& ctx) const override {
@@ -49,8 +68,16 @@ class DnnlConcat : public du::PrimitiveKernel {
   }
 
  private:
+  static bool keeps_incoming_layout(const PrepareContext& ctx) {
+    if (!ctx.blocked_inputs_allowed() || !ctx.incoming_layout(0)) return false;
+    for (size_t i = 1; i < ctx.num_inputs(); ++i)
+      if (!same_layout(ctx.incoming_layout(i), ctx.incoming_layout(0))) return false;
+    return true;
+  }
+
   std::vector<memory::desc> srcs_;
   memory::desc dst_;
+  std::vector<Layout> in_layouts_;  // empty: plain
 };
 
 }  // namespace

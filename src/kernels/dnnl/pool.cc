@@ -1,4 +1,6 @@
 // MaxPool, AveragePool, GlobalAveragePool and GlobalMaxPool on oneDNN (float32).
+#include <optional>
+
 #include "kernels/dnnl/common.h"
 #include "kernels/nn_geometry.h"
 #include "kernels/registry.h"
@@ -50,22 +52,32 @@ class DnnlPool : public Kernel {
                                           du::dims(g.kernel), dil, du::dims(g.pads_begin), du::dims(g.pads_end));
       return dnnl::pooling_v2_forward::primitive_desc(desc, du::user_scratchpad_attr(), du::engine());
     };
+    auto is_jit = [](const dnnl::pooling_v2_forward::primitive_desc& pd) {
+      return std::string(pd.impl_info_str()).find("jit") != std::string::npos;
+    };
     try {
-      // oneDNN has only reference pooling for NCHW: run the JIT kernel on the blocked layout instead.
-      dnnl::pooling_v2_forward::primitive_desc pd = make_pd(src_md_, dst_md_);
-      if (x.size() >= 4 && (std::string(pd.impl_info_str()).find("jit") == std::string::npos)) {
-        dnnl::pooling_v2_forward::primitive_desc blocked = make_pd(du::blocked_desc(x), du::blocked_desc(y));
-        if (std::string(blocked.impl_info_str()).find("jit") != std::string::npos) pd = blocked;
+      std::optional<dnnl::pooling_v2_forward::primitive_desc> pd;
+      // In a plan, pool in the layout the producer wrote (a blocked conv output
+      // stays blocked), the output in the same format.
+      if (Layout in = ctx.incoming_layout(0); in && ctx.blocked_inputs_allowed()) {
+        memory::desc src = du::desc_of({DType::kFloat32, x, in});
+        memory::desc any(du::dims(y), memory::data_type::f32, memory::format_tag::any);
+        if (auto same = make_pd(src, any); is_jit(same)) pd = same;
       }
-      primitive_ = dnnl::pooling_v2_forward(pd);
-      scratchpad_md_ = pd.scratchpad_desc();
-      size_t end = src_.init(src_md_, pd.src_desc(), scratchpad_md_.get_size());
-      scratch_ = dst_.init(dst_md_, pd.dst_desc(), end);
-      impl_ = du::impl_name(pd);
+      if (!pd) pd = make_pd(src_md_, dst_md_);
+      // oneDNN has only reference pooling for NCHW: run the JIT kernel on the blocked layout instead.
+      if (x.size() >= 4 && !is_jit(*pd)) {
+        dnnl::pooling_v2_forward::primitive_desc blocked = make_pd(du::blocked_desc(x), du::blocked_desc(y));
+        if (is_jit(blocked)) pd = blocked;
+      }
+      primitive_ = dnnl::pooling_v2_forward(*pd);
+      scratchpad_md_ = pd->scratchpad_desc();
+      choose_layouts(ctx, *pd, x, y);
+      impl_ = du::impl_name(*pd);
     } catch (const dnnl::error& e) {
       ctx.fail(ErrorKind::kUnsupported, "oneDNN has no pooling for this case ({})", e.what());
     }
-    return {{DType::kFloat32, y}};
+    return {{DType::kFloat32, y, dst_layout_}};
   }
 
   void run(const RunContext& ctx) const override {
@@ -79,13 +91,37 @@ class DnnlPool : public Kernel {
 
   size_t scratch_bytes() const override { return scratch_; }
   std::string impl_name() const override { return impl_; }
-  std::string layout_name() const override { return src_.layout(); }
+  std::string layout_name() const override {
+    return planned_layouts_ ? kernels::layout_name(src_layout_) : src_.layout();
+  }
+  Layout input_layout(size_t i) const override { return i == 0 ? src_layout_ : nullptr; }
 
  private:
+  // Planned layouts in a plan; staged through scratch memory elsewhere.
+  void choose_layouts(const PrepareContext& ctx, const dnnl::pooling_v2_forward::primitive_desc& pd, const Shape& x,
+                      const Shape& y) {
+    size_t end = scratchpad_md_.get_size();
+    planned_layouts_ = ctx.blocked_inputs_allowed();
+    if (planned_layouts_) {
+      src_layout_ = du::layout_of(pd.src_desc(), x, DType::kFloat32);
+      end = src_.init(pd.src_desc(), pd.src_desc(), end);
+    } else {
+      end = src_.init(src_md_, pd.src_desc(), end);
+    }
+    if (ctx.blocked_outputs_allowed()) {
+      dst_layout_ = du::layout_of(pd.dst_desc(), y, DType::kFloat32);
+      scratch_ = dst_.init(pd.dst_desc(), pd.dst_desc(), end);
+    } else {
+      scratch_ = dst_.init(dst_md_, pd.dst_desc(), end);
+    }
+  }
+
   std::string op_;
   dnnl::primitive primitive_;
   memory::desc src_md_, dst_md_, scratchpad_md_;
   du::Staging src_, dst_;
+  Layout src_layout_, dst_layout_;
+  bool planned_layouts_ = false;
   size_t scratch_ = 0;
   std::string impl_;
 };

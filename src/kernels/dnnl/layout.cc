@@ -1,0 +1,74 @@
+// oneDNN memory formats as planned layouts, and the reorder kernel the planner
+// inserts between a producer and a consumer that disagree on a layout.
+#include "kernels/dnnl/common.h"
+
+namespace anvil::kernels::dnnl_util {
+
+namespace {
+
+class DnnlLayout : public LayoutDesc {
+ public:
+  explicit DnnlLayout(const dnnl::memory::desc& md) : md_(md) {}
+  const dnnl::memory::desc& md() const { return md_; }
+  std::string name() const override { return layout_name(md_); }
+  size_t bytes() const override { return md_.get_size(); }
+  bool same_as(const LayoutDesc& other) const override {
+    const auto* o = dynamic_cast<const DnnlLayout*>(&other);
+    return o && o->md_ == md_;
+  }
+  std::unique_ptr<Kernel> make_reorder(const TensorType& from, const Layout& to) const override;
+
+ private:
+  dnnl::memory::desc md_;
+};
+
+class DnnlReorder : public Kernel {
+ public:
+  DnnlReorder(const dnnl::memory::desc& from, const dnnl::memory::desc& to)
+      : from_(from), to_(to), reorder_(dnnl::reorder::primitive_desc(engine(), from, engine(), to)) {}
+
+  std::vector<TensorType> prepare(const PrepareContext&) override {
+    fail(ErrorKind::kInternal, "a reorder is made prepared");
+  }
+  void run(const RunContext& ctx) const override {
+    dnnl::memory src = wrap(from_, ctx.in(0).raw());
+    dnnl::memory dst = wrap(to_, ctx.out(0).raw());
+    reorder_.execute(stream(), src, dst);
+    stream().wait();
+  }
+  std::string impl_name() const override { return "dnnl:reorder"; }
+  std::string layout_name() const override {
+    return dnnl_util::layout_name(from_) + "->" + dnnl_util::layout_name(to_);
+  }
+
+ private:
+  dnnl::memory::desc from_, to_;
+  dnnl::reorder reorder_;
+};
+
+std::unique_ptr<Kernel> DnnlLayout::make_reorder(const TensorType& from, const Layout& to) const {
+  TensorType target = from;
+  target.layout = to;
+  try {
+    return std::make_unique<DnnlReorder>(desc_of(from), desc_of(target));
+  } catch (const dnnl::error& e) {
+    fail(ErrorKind::kInternal, "oneDNN cannot reorder {} to {} ({})", kernels::layout_name(from.layout),
+         kernels::layout_name(to), e.what());
+  }
+}
+
+}  // namespace
+
+Layout layout_of(const dnnl::memory::desc& md, const Shape& shape, DType dtype) {
+  if (md == plain_desc(shape, dtype)) return nullptr;
+  return std::make_shared<DnnlLayout>(md);
+}
+
+dnnl::memory::desc desc_of(const TensorType& type) {
+  if (!type.layout) return plain_desc(type.shape, type.dtype);
+  const auto* d = dynamic_cast<const DnnlLayout*>(type.layout.get());
+  ANVIL_CHECK(d, ErrorKind::kInternal, "layout {} is not a oneDNN format", type.layout->name());
+  return d->md();
+}
+
+}  // namespace anvil::kernels::dnnl_util

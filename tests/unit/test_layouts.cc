@@ -1,0 +1,160 @@
+// Layouts in the planned tensor type: at optimization level 3 a chain of oneDNN
+// convolutions and pooling stays in the layout the convolution chose, the
+// planner reorders only at the chain's edges, and the results match a direct
+// computation by hand.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <string>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "anvil/session.h"
+#include "ir/graph.h"
+
+namespace anvil {
+namespace {
+
+Tensor random_tensor(Shape shape, unsigned seed) {
+  Tensor t(DType::kFloat32, std::move(shape));
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> dist(-1.f, 1.f);
+  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = dist(gen);
+  return t;
+}
+
+// Direct NCHW convolution, stride 1, padding `pad` on every side, no bias.
+Tensor conv_by_hand(const Tensor& x, const Tensor& w, int64_t pad) {
+  const int64_t n = x.shape()[0], c = x.shape()[1], h = x.shape()[2], wd = x.shape()[3];
+  const int64_t m = w.shape()[0], k = w.shape()[2];
+  const int64_t oh = h + 2 * pad - k + 1, ow = wd + 2 * pad - k + 1;
+  Tensor y(DType::kFloat32, {n, m, oh, ow});
+  for (int64_t b = 0; b < n; ++b)
+    for (int64_t o = 0; o < m; ++o)
+      for (int64_t i = 0; i < oh; ++i)
+        for (int64_t j = 0; j < ow; ++j) {
+          double acc = 0;
+          for (int64_t ci = 0; ci < c; ++ci)
+            for (int64_t ki = 0; ki < k; ++ki)
+              for (int64_t kj = 0; kj < k; ++kj) {
+                int64_t yi = i + ki - pad, xj = j + kj - pad;
+                if (yi < 0 || yi >= h || xj < 0 || xj >= wd) continue;
+                acc += double(x.data<float>()[((b * c + ci) * h + yi) * wd + xj]) *
+                       w.data<float>()[((o * c + ci) * k + ki) * k + kj];
+              }
+          y.data<float>()[((b * m + o) * oh + i) * ow + j] = static_cast<float>(acc);
+        }
+  return y;
+}
+
+// 2x2 max pooling, stride 2.
+Tensor maxpool_by_hand(const Tensor& x) {
+  const int64_t n = x.shape()[0], c = x.shape()[1], h = x.shape()[2] / 2, w = x.shape()[3] / 2;
+  Tensor y(DType::kFloat32, {n, c, h, w});
+  for (int64_t p = 0; p < n * c; ++p)
+    for (int64_t i = 0; i < h; ++i)
+      for (int64_t j = 0; j < w; ++j) {
+        const float* src = x.data<float>() + (p * x.shape()[2] + 2 * i) * x.shape()[3] + 2 * j;
+        y.data<float>()[(p * h + i) * w + j] =
+            std::max({src[0], src[1], src[x.shape()[3]], src[x.shape()[3] + 1]});
+      }
+  return y;
+}
+
+struct Chain {
+  Tensor w1 = random_tensor({32, 16, 3, 3}, 1);
+  Tensor w2 = random_tensor({16, 32, 3, 3}, 2);
+  std::unique_ptr<ir::Graph> graph() const {
+    auto g = std::make_unique<ir::Graph>();
+    g->opsets[""] = 17;
+    ir::Value* x = g->add_input("x", DType::kFloat32, {1, 16, 12, 12});
+    ir::Node* c1 = g->add_node("Conv", {x, g->add_constant("w1", w1)}, 1, "conv1");
+    c1->attrs.set("pads", std::vector<int64_t>{1, 1, 1, 1});
+    ir::Node* pool = g->add_node("MaxPool", {c1->output(0)}, 1, "pool");
+    pool->attrs.set("kernel_shape", std::vector<int64_t>{2, 2});
+    pool->attrs.set("strides", std::vector<int64_t>{2, 2});
+    ir::Node* c2 = g->add_node("Conv", {pool->output(0), g->add_constant("w2", w2)}, 1, "conv2");
+    c2->attrs.set("pads", std::vector<int64_t>{1, 1, 1, 1});
+    g->add_output(c2->output(0));
+    return g;
+  }
+};
+
+// The plan line of a node: "  MaxPool 'pool'  dnnl:jit:avx2  aBcd8b  [1,32,6,6]".
+std::string line_of(const std::vector<std::string>& plan, const std::string& name) {
+  for (const std::string& l : plan)
+    if (l.find("'" + name + "'") != std::string::npos) return l;
+  return "";
+}
+
+size_t index_of(const std::vector<std::string>& plan, const std::string& name) {
+  for (size_t i = 0; i < plan.size(); ++i)
+    if (plan[i].find("'" + name + "'") != std::string::npos) return i;
+  return plan.size();
+}
+
+TEST(Layouts, ConvPoolConvChainStaysBlocked) {
+  Chain chain;
+  Session s = Session::from_graph(chain.graph());
+  Tensor x = random_tensor({1, 16, 12, 12}, 3);
+  std::vector<std::string> plan = s.describe_plan({{"x", x}});
+  const size_t conv1 = index_of(plan, "conv1"), pool = index_of(plan, "pool"), conv2 = index_of(plan, "conv2");
+  ASSERT_LT(conv2, plan.size());
+  // No reorder inside the chain; the pool reads the conv's own (non-plain) layout.
+  EXPECT_EQ(pool, conv1 + 1) << fmt::format("{}", fmt::join(plan, "\n"));
+  EXPECT_EQ(conv2, pool + 1) << fmt::format("{}", fmt::join(plan, "\n"));
+  EXPECT_EQ(line_of(plan, "pool").find(" plain "), std::string::npos) << line_of(plan, "pool");
+  EXPECT_LE(s.plan_stats({{"x", x}}).reorders, 1u);  // at most one, at the graph input
+
+  Tensor expected = conv_by_hand(maxpool_by_hand(conv_by_hand(x, chain.w1, 1)), chain.w2, 1);
+  Tensor y = s.run({{"x", x}})[0];
+  ASSERT_EQ(y.shape(), expected.shape());
+  for (int64_t i = 0; i < y.numel(); ++i)
+    ASSERT_NEAR(y.data<float>()[i], expected.data<float>()[i], 1e-3f) << "element " << i;
+}
+
+TEST(Layouts, PlainBetweenNodesAtLevelTwo) {
+  Chain chain;
+  SessionOptions o;
+  o.optimization_level = 2;
+  Session s = Session::from_graph(chain.graph(), o);
+  Tensor x = random_tensor({1, 16, 12, 12}, 3);
+  EXPECT_EQ(s.plan_stats({{"x", x}}).reorders, 0u);
+  Tensor expected = conv_by_hand(maxpool_by_hand(conv_by_hand(x, chain.w1, 1)), chain.w2, 1);
+  Tensor y = s.run({{"x", x}})[0];
+  for (int64_t i = 0; i < y.numel(); ++i)
+    ASSERT_NEAR(y.data<float>()[i], expected.data<float>()[i], 1e-3f) << "element " << i;
+}
+
+// A blocked value read by two plain-only kernels is reordered once, and the
+// graph outputs come back plain and right.
+TEST(Layouts, OneReorderServesEveryPlainConsumer) {
+  Tensor w = random_tensor({16, 16, 3, 3}, 4);
+  auto g = std::make_unique<ir::Graph>();
+  g->opsets[""] = 17;
+  ir::Value* x = g->add_input("x", DType::kFloat32, {1, 16, 8, 8});
+  ir::Node* conv = g->add_node("Conv", {x, g->add_constant("w", w)}, 1, "conv");
+  conv->attrs.set("pads", std::vector<int64_t>{1, 1, 1, 1});
+  ir::Node* neg = g->add_node("Neg", {conv->output(0)}, 1, "neg");
+  ir::Node* abs = g->add_node("Abs", {conv->output(0)}, 1, "abs");
+  g->add_output(neg->output(0));
+  g->add_output(abs->output(0));
+  Session s = Session::from_graph(std::move(g));
+  Tensor in = random_tensor({1, 16, 8, 8}, 5);
+  std::vector<std::string> plan = s.describe_plan({{"x", in}});
+  size_t to_plain = std::count_if(plan.begin(), plan.end(),
+                                  [](const std::string& l) { return l.find("->abcd") != std::string::npos; });
+  EXPECT_LE(to_plain, 1u) << fmt::format("{}", fmt::join(plan, "\n"));
+  Tensor expected = conv_by_hand(in, w, 1);
+  std::vector<Tensor> out = s.run({{"x", in}});
+  for (int64_t i = 0; i < expected.numel(); ++i) {
+    ASSERT_NEAR(out[0].data<float>()[i], -expected.data<float>()[i], 1e-3f) << "element " << i;
+    ASSERT_NEAR(out[1].data<float>()[i], std::fabs(expected.data<float>()[i]), 1e-3f) << "element " << i;
+  }
+}
+
+}  // namespace
+}  // namespace anvil
