@@ -35,6 +35,7 @@ struct ValueInfo {
   DType dtype = DType::kUndefined;
   Shape shape;  // -1 for a dimension the model leaves symbolic
   std::vector<std::string> dim_names;  // per dimension: its symbol ("batch"), or "" when it has none
+  bool rank_known = true;              // false: neither the model nor inference gives a shape
 };
 
 struct PlanStats {

@@ -27,16 +27,6 @@ std::vector<const KernelEntry*> Registry::find(const std::string& domain, const 
 
 const char* backend_name(Backend backend) { return backend == Backend::kDnnl ? "dnnl" : "ref"; }
 
-std::string dtype_set_names(unsigned set) {
-  std::string names;
-  for (unsigned d = 1; d <= static_cast<unsigned>(DType::kBool); ++d) {
-    if (!dtype_in(static_cast<DType>(d), set)) continue;
-    if (!names.empty()) names += "|";
-    names += dtype_name(static_cast<DType>(d));
-  }
-  return names;
-}
-
 bool InputTypes::accepts(const std::vector<TensorType>& types) const {
   if (masks.empty()) return true;
   for (size_t i = 0; i < types.size(); ++i) {

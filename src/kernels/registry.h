@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/dtype_set.h"
+#include "core/dtype_set.h"
 #include "kernels/kernel.h"
 
 namespace anvil::kernels {

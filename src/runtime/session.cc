@@ -7,6 +7,7 @@
 #include <atomic>
 
 #include "core/check.h"
+#include "ir/schema.h"
 #include "ir/verify.h"
 #include "kernels/registry.h"
 #include "kernels/weight_cache.h"
@@ -41,6 +42,7 @@ int default_threads() {
 ValueInfo info_of(const ir::Value* v) {
   ValueInfo info{v->name, v->dtype(), v->type.has_shape() ? v->type.shape_or_minus_one() : Shape{}, {}};
   for (const ir::Dim& d : v->type.dims()) info.dim_names.push_back(d.symbol);
+  info.rank_known = v->type.has_shape();
   return info;
 }
 
@@ -90,10 +92,11 @@ Session Session::from_graph(std::unique_ptr<ir::Graph> graph, const SessionOptio
               options.plan_cache_size);
   impl->options = options;
   impl->threads = options.num_threads > 0 ? options.num_threads : default_threads();
-  // Names and types as the model declares them, before passes rewrite values.
+  ir::infer_types(*graph);  // schemas: symbolic dims and shape values, refining the declared types
+  // Names and types as the model declares (and inference refines) them, before passes rewrite values.
   for (const ir::Value* v : graph->inputs()) impl->inputs.push_back(info_of(v));
   for (const ir::Value* v : graph->outputs()) impl->outputs.push_back(info_of(v));
-  runtime::propagate_types(*graph);
+  runtime::propagate_types(*graph);  // static shapes of ops that have no schema yet, from their kernels
   passes::optimize(*graph, options.optimization_level, runtime::reference_evaluator());
   impl->graph = std::move(graph);
   impl->executor = std::make_unique<runtime::GraphExecutor>(

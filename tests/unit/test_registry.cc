@@ -31,8 +31,8 @@ std::vector<Backend> backends(const std::vector<const kernels::KernelEntry*>& en
 
 TEST(Registry, SelectsByInputDTypesBestBackendFirst) {
   kernels::Registry r;
-  r.add({"Op", "", Backend::kRef, null_factory(), {{kernels::kNumeric}}});
-  r.add({"Op", "", Backend::kDnnl, null_factory(), {{kernels::kFloat32Only}}});
+  r.add({"Op", "", Backend::kRef, null_factory(), {{kNumeric}}});
+  r.add({"Op", "", Backend::kDnnl, null_factory(), {{kFloat32Only}}});
   ir::Graph g;
   ir::Node n = make_node(g, "Op", 17, 2);
   EXPECT_EQ(backends(r.select(n, {{DType::kFloat32, {1}}, {DType::kFloat32, {1}}})),
@@ -45,7 +45,7 @@ TEST(Registry, SelectsByInputDTypesBestBackendFirst) {
 
 TEST(Registry, PerInputMasksAndOmittedInputs) {
   kernels::Registry r;
-  r.add({"Op", "", Backend::kRef, null_factory(), {{kernels::kFloats, kernels::kInt32And64}}});
+  r.add({"Op", "", Backend::kRef, null_factory(), {{kFloats, kInt32And64}}});
   ir::Graph g;
   ir::Node n = make_node(g, "Op", 17, 3);
   EXPECT_EQ(r.select(n, {{DType::kFloat32, {1}}, {}, {DType::kInt64, {1}}}).size(), 1u);
@@ -54,7 +54,7 @@ TEST(Registry, PerInputMasksAndOmittedInputs) {
 
 TEST(Registry, NoMatchingDTypeIsUnsupportedAndSaysWhatIsTaken) {
   kernels::Registry r;
-  r.add({"Op", "", Backend::kDnnl, null_factory(), {{kernels::kFloat32Only}}});
+  r.add({"Op", "", Backend::kDnnl, null_factory(), {{kFloat32Only}}});
   ir::Graph g;
   ir::Node n = make_node(g, "Op", 17, 1);
   try {

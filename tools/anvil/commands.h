@@ -19,6 +19,7 @@ Command add_info(CLI::App& app);
 Command add_run(CLI::App& app);
 Command add_bench(CLI::App& app);
 Command add_conformance(CLI::App& app);
+Command add_inspect(CLI::App& app);
 
 // Shared helpers (common.cc).
 Session load_session(const std::string& model, const SessionOptions& options, int batch = 1);

@@ -18,6 +18,7 @@ int main(int argc, char** argv) {
   add("run", "run a model once and write its outputs", anvil::cli::add_run);
   add("bench", "measure latency, throughput and memory of a model", anvil::cli::add_bench);
   add("conformance", "run ONNX backend test cases", anvil::cli::add_conformance);
+  add("inspect", "a model's inputs and outputs with their inferred (symbolic) types", anvil::cli::add_inspect);
 
   auto known = [&](const std::string& name) {
     for (const auto& c : commands)
@@ -25,7 +26,7 @@ int main(int argc, char** argv) {
     return false;
   };
   if (argc > 1 && argv[1][0] != '-' && !known(argv[1])) {
-    std::fprintf(stderr, "anvil: error: unknown command '%s' (commands: info, run, bench, conformance)\n", argv[1]);
+    std::fprintf(stderr, "anvil: error: unknown command '%s' (commands: info, run, bench, conformance, inspect)\n", argv[1]);
     return 1;
   }
   try {

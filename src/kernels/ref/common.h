@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "core/half.h"
-#include "kernels/dtype_set.h"
+#include "core/dtype_set.h"
 #include "kernels/kernel.h"
 
 namespace anvil::kernels {

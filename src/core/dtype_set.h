@@ -8,7 +8,7 @@
 
 #include "anvil/tensor.h"
 
-namespace anvil::kernels {
+namespace anvil {
 
 constexpr unsigned dtype_bit(DType d) { return 1u << static_cast<unsigned>(d); }
 
@@ -31,4 +31,4 @@ constexpr bool dtype_in(DType d, unsigned set) { return d != DType::kUndefined &
 // "float32, float64, int32": the dtypes of a set, for messages.
 std::string dtype_set_names(unsigned set);
 
-}  // namespace anvil::kernels
+}  // namespace anvil

@@ -1,0 +1,26 @@
+// Arithmetic on symbolic dims, so that products of the batch and sequence
+// sizes survive a Reshape: a symbolic dim is a monomial, a known factor times
+// named symbols, written canonically ("batch*seq", "64*seq").
+//
+//   dim_mul(Dim::named("batch"), Dim::named("seq"))           // batch*seq
+//   dim_div(Dim::named("batch*seq"), Dim::named("seq"))       // batch
+//   dim_div(Dim::named("batch"), Dim::known(2))               // nullopt: not exact
+#pragma once
+
+#include <optional>
+
+#include "ir/type.h"
+
+namespace anvil::ir {
+
+// a * b; unknown when either is unknown.
+Dim dim_mul(const Dim& a, const Dim& b);
+// a / b when the quotient is a monomial (exact); nullopt otherwise.
+std::optional<Dim> dim_div(const Dim& a, const Dim& b);
+// a + b and a - b: known when both are, unknown otherwise.
+Dim dim_add(const Dim& a, const Dim& b);
+Dim dim_sub(const Dim& a, const Dim& b);
+// The product of dims (1 for none).
+Dim dims_product(const SymShape& dims);
+
+}  // namespace anvil::ir

@@ -1,0 +1,186 @@
+// Schemas of the elementwise ops: unary math and activations, broadcasting
+// binary ops (which also compute on small shape values), comparisons and
+// logic, variadic ops, Where, Cast, and the normalizations that keep X's shape.
+#include "ir/schemas/common.h"
+
+namespace anvil::ir::schemas {
+
+namespace {
+
+constexpr unsigned kFloatLike = kFloats | kHalfs;
+
+// Integer arithmetic on shape values (sizes are never negative here).
+std::optional<SymInt> value_op(const std::string& op, const SymInt& a, const SymInt& b) {
+  if (a.is_number() && b.is_number()) {
+    int64_t x = *a.number, y = *b.number;
+    if (op == "Add") return SymInt::of(x + y);
+    if (op == "Sub") return SymInt::of(x - y);
+    if (op == "Mul") return SymInt::of(x * y);
+    if (op == "Div" && y != 0 && x >= 0 && y > 0) return SymInt::of(x / y);
+    return std::nullopt;
+  }
+  if ((a.is_number() && *a.number < 0) || (b.is_number() && *b.number < 0)) return std::nullopt;
+  Dim r;
+  if (op == "Mul") r = dim_mul(a.as_dim(), b.as_dim());
+  else if (op == "Div") r = dim_div(a.as_dim(), b.as_dim()).value_or(Dim::unknown());
+  else if (op == "Add") r = dim_add(a.as_dim(), b.as_dim());
+  else if (op == "Sub") r = dim_sub(a.as_dim(), b.as_dim());
+  if (!r.is_known() && !r.is_symbol()) return std::nullopt;
+  return SymInt::of(r);
+}
+
+void infer_binary(InferContext& ctx, DType out_dtype) {
+  ctx.set_output(0, Type::tensor(out_dtype));
+  SymShape out = broadcast(ctx, ctx.dims(0), ctx.dims(1));
+  ctx.set_output(0, Type::tensor(out_dtype, out));
+  const auto &a = ctx.values(0), &b = ctx.values(1);
+  if (!a || !b || out.size() > 1 || (a->size() != b->size() && a->size() != 1 && b->size() != 1)) return;
+  SymValues r;
+  for (size_t i = 0; i < std::max(a->size(), b->size()); ++i) {
+    auto x = value_op(ctx.node().op_type, (*a)[a->size() == 1 ? 0 : i], (*b)[b->size() == 1 ? 0 : i]);
+    if (!x) return;
+    r.push_back(*x);
+  }
+  ctx.set_output_values(0, std::move(r));
+}
+
+void infer_arith(InferContext& ctx) {
+  ctx.set_output(0, Type::tensor(ctx.dtype(0)));
+  const DType a = ctx.dtype(0), b = ctx.dtype(1);
+  if (a != b && a != DType::kUndefined && b != DType::kUndefined && ctx.node().op_type != "Pow" &&
+      ctx.node().op_type != "PRelu")
+    ctx.fail("inputs have different types ({} and {})", dtype_name(ctx.dtype(0)), dtype_name(ctx.dtype(1)));
+  infer_binary(ctx, ctx.dtype(0));
+}
+
+void infer_compare(InferContext& ctx) {
+  ctx.set_output(0, Type::tensor(DType::kBool));
+  infer_binary(ctx, DType::kBool);
+}
+
+void infer_variadic(InferContext& ctx) {
+  ctx.set_output(0, Type::tensor(ctx.dtype(0)));
+  SymShape out = ctx.dims(0);
+  for (size_t i = 1; i < ctx.num_inputs(); ++i) out = broadcast(ctx, out, ctx.dims(i));
+  ctx.set_output(0, Type::tensor(ctx.dtype(0), out));
+}
+
+void infer_where(InferContext& ctx) {
+  ctx.set_output(0, Type::tensor(ctx.dtype(1)));
+  SymShape out = broadcast(ctx, broadcast(ctx, ctx.dims(0), ctx.dims(1)), ctx.dims(2));
+  ctx.set_output(0, Type::tensor(ctx.dtype(1), out));
+}
+
+DType cast_target(const InferContext& ctx) {
+  // ONNX TensorProto codes of the dtypes Anvil stores.
+  switch (ctx.attr_int("to")) {
+    case 1: return DType::kFloat32;
+    case 2: return DType::kUInt8;
+    case 3: return DType::kInt8;
+    case 4: return DType::kUInt16;
+    case 5: return DType::kInt16;
+    case 6: return DType::kInt32;
+    case 7: return DType::kInt64;
+    case 9: return DType::kBool;
+    case 10: return DType::kFloat16;
+    case 11: return DType::kFloat64;
+    case 12: return DType::kUInt32;
+    case 13: return DType::kUInt64;
+    case 16: return DType::kBFloat16;
+    default: return DType::kUndefined;
+  }
+}
+
+void infer_cast(InferContext& ctx) {
+  const DType to = cast_target(ctx);
+  const Type& x = ctx.input(0);
+  ctx.set_output(0, x.has_shape() ? Type::tensor(to, x.dims()) : Type::tensor(to));
+  if (ctx.values(0) && (to == DType::kInt64 || to == DType::kInt32)) ctx.set_output_values(0, *ctx.values(0));
+}
+
+// LayerNormalization: Y like X; Mean and InvStdDev keep the dims before `axis` and 1 after.
+void infer_layer_norm(InferContext& ctx) {
+  copy_type(ctx, 0);
+  const SymShape& x = ctx.dims(0);
+  int64_t axis = ctx.axis(ctx.attr_int("axis"), static_cast<int64_t>(x.size()));
+  SymShape stats(x.begin(), x.begin() + axis);
+  stats.resize(x.size(), Dim::known(1));
+  DType stash = ctx.attr_int("stash_type") == 1 ? DType::kFloat32 : ctx.dtype(0);
+  ctx.set_output(1, Type::tensor(stash, stats));
+  ctx.set_output(2, Type::tensor(stash, stats));
+}
+
+// BatchNormalization in inference: Y like X (training outputs are per channel).
+void infer_batch_norm(InferContext& ctx) {
+  copy_type(ctx, 0);
+  for (size_t o = 1; o < ctx.num_outputs(); ++o) copy_type(ctx, 1, o);
+}
+
+void infer_dropout(InferContext& ctx) {
+  copy_type(ctx, 0);
+  const Type& x = ctx.input(0);
+  ctx.set_output(1, x.has_shape() ? Type::tensor(DType::kBool, x.dims()) : Type::tensor(DType::kBool));
+}
+
+void infer_bool_like_input(InferContext& ctx) {
+  const Type& x = ctx.input(0);
+  ctx.set_output(0, x.has_shape() ? Type::tensor(DType::kBool, x.dims()) : Type::tensor(DType::kBool));
+}
+
+struct Registrations {
+  Registrations() {
+    auto& r = SchemaRegistry::global();
+    for (const char* op : {"Relu", "Neg", "Abs", "Sign", "Erf"})
+      r.add(OpSchema(op).inputs({kNumeric | kHalfs}).infer(same_as_input(0)));
+    for (const char* op : {"Sqrt", "Exp", "Log", "Reciprocal", "Floor", "Ceil", "Round", "Tanh", "Sigmoid",
+                           "Sin", "Cos", "Tan", "Asin", "Acos", "Atan", "Sinh", "Cosh", "Asinh", "Acosh", "Atanh",
+                           "Softplus", "Softsign", "HardSwish", "Mish", "LpNormalization",
+                           "MeanVarianceNormalization", "InstanceNormalization", "LRN"})
+      r.add(OpSchema(op).inputs({kFloatLike}).infer(same_as_input(0)));
+    r.add(OpSchema("LeakyRelu").inputs({kFloatLike}).attr("alpha", 0.01f).infer(same_as_input(0)));
+    r.add(OpSchema("Elu").inputs({kFloatLike}).attr("alpha", 1.f).infer(same_as_input(0)));
+    r.add(OpSchema("Celu").inputs({kFloatLike}).attr("alpha", 1.f).infer(same_as_input(0)));
+    r.add(OpSchema("Selu").inputs({kFloatLike}).attr("alpha", 1.67326319f).attr("gamma", 1.05070102f).infer(same_as_input(0)));
+    r.add(OpSchema("HardSigmoid").inputs({kFloatLike}).attr("alpha", 0.2f).attr("beta", 0.5f).infer(same_as_input(0)));
+    r.add(OpSchema("ThresholdedRelu").inputs({kFloatLike}).attr("alpha", 1.f).infer(same_as_input(0)));
+    r.add(OpSchema("Gelu").inputs({kFloatLike}).attr("approximate", std::string("none")).infer(same_as_input(0)));
+    r.add(OpSchema("Shrink").attr("bias", 0.f).attr("lambd", 0.5f).infer(same_as_input(0)));
+    r.add(OpSchema("Clip").infer(same_as_input(0)));
+    r.add(OpSchema("Not").inputs({kBoolType}).infer(same_as_input(0)));
+    r.add(OpSchema("IsNaN").inputs({kFloatLike}).infer(infer_bool_like_input));
+    r.add(OpSchema("IsInf").inputs({kFloatLike}).infer(infer_bool_like_input));
+    for (const char* op : {"Softmax", "LogSoftmax", "Hardmax"})
+      r.add(OpSchema(op).inputs({kFloatLike}).attr("axis", int64_t{-1}).infer(same_as_input(0)));
+    r.add(OpSchema("CumSum").attr("exclusive", int64_t{0}).attr("reverse", int64_t{0}).infer(same_as_input(0)));
+    r.add(OpSchema("Trilu").attr("upper", int64_t{1}).infer(same_as_input(0)));
+    r.add(OpSchema("Identity").infer([](InferContext& ctx) {
+      copy_type(ctx, 0);
+      if (ctx.values(0)) ctx.set_output_values(0, *ctx.values(0));
+    }));
+    for (const char* op : {"Add", "Sub", "Mul", "Div", "Pow", "Mod", "PRelu", "BitShift"})
+      r.add(OpSchema(op).infer(infer_arith));
+    for (const char* op : {"Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual"}) r.add(OpSchema(op).infer(infer_compare));
+    for (const char* op : {"And", "Or", "Xor"}) r.add(OpSchema(op).inputs({kBoolType}).infer(infer_compare));
+    for (const char* op : {"Sum", "Mean", "Max", "Min"}) r.add(OpSchema(op).infer(infer_variadic));
+    r.add(OpSchema("Where").inputs({kBoolType, kAll}).infer(infer_where));
+    r.add(OpSchema("Cast").required_attr("to").infer(infer_cast));
+    r.add(OpSchema("CastLike").infer([](InferContext& ctx) {
+      const Type& x = ctx.input(0);
+      DType to = ctx.dtype(1);
+      ctx.set_output(0, x.has_shape() ? Type::tensor(to, x.dims()) : Type::tensor(to));
+    }));
+    r.add(OpSchema("LayerNormalization")
+              .inputs({kFloatLike})
+              .attr("axis", int64_t{-1})
+              .attr("epsilon", 1e-5f)
+              .attr("stash_type", int64_t{1})
+              .infer(infer_layer_norm));
+    r.add(OpSchema("BatchNormalization").attr("epsilon", 1e-5f).attr("momentum", 0.9f).infer(infer_batch_norm));
+    r.add(OpSchema("Dropout").infer(infer_dropout));
+  }
+};
+const Registrations registrations;
+
+}  // namespace
+
+}  // namespace anvil::ir::schemas

@@ -1,0 +1,290 @@
+// Schemas of the neural-network ops: MatMul, Gemm, convolutions, pooling,
+// reductions, TopK/ArgMax, the recurrent ops, and control flow (whose output
+// types come from their bodies).
+#include <algorithm>
+
+#include "ir/schemas/common.h"
+
+namespace anvil::ir::schemas {
+
+namespace {
+
+constexpr unsigned kFloatLike = kFloats | kHalfs;
+
+void infer_matmul(InferContext& ctx) {
+  ctx.set_output(0, Type::tensor(ctx.dtype(0)));
+  SymShape a = ctx.dims(0), b = ctx.dims(1);
+  if (a.empty() || b.empty()) ctx.fail("MatMul inputs must not be scalars");
+  const bool vec_a = a.size() == 1, vec_b = b.size() == 1;
+  if (vec_a) a.insert(a.begin(), Dim::known(1));
+  if (vec_b) b.push_back(Dim::known(1));
+  const Dim &k1 = a.back(), &k2 = b[b.size() - 2];
+  if (k1.is_known() && k2.is_known() && k1 != k2)
+    ctx.fail("inner dimensions differ ({} and {})", k1.value, k2.value);
+  SymShape batch = broadcast(ctx, SymShape(a.begin(), a.end() - 2), SymShape(b.begin(), b.end() - 2));
+  if (!vec_a) batch.push_back(a[a.size() - 2]);
+  if (!vec_b) batch.push_back(b.back());
+  ctx.set_output(0, Type::tensor(ctx.dtype(0), batch));
+}
+
+void infer_gemm(InferContext& ctx) {
+  ctx.set_output(0, Type::tensor(ctx.dtype(0)));
+  const SymShape &a = ctx.dims(0), &b = ctx.dims(1);
+  if (a.size() != 2 || b.size() != 2) ctx.fail("A and B must be matrices");
+  const Dim m = ctx.attr_int("transA") ? a[1] : a[0];
+  const Dim n = ctx.attr_int("transB") ? b[0] : b[1];
+  ctx.set_output(0, Type::tensor(ctx.dtype(0), SymShape{m, n}));
+}
+
+std::vector<int64_t> attr_or(const InferContext& ctx, const char* name, size_t n, int64_t fill) {
+  std::vector<int64_t> v = ctx.attr_ints(name);
+  if (v.empty()) v.assign(n, fill);
+  if (v.size() != n) ctx.fail("{} has {} entries for {} spatial dimensions", name, v.size(), n);
+  return v;
+}
+
+// Output spatial dims of a convolution or pooling window.
+SymShape window_out(const InferContext& ctx, const SymShape& x, const std::vector<int64_t>& kernel, bool ceil_mode) {
+  const size_t n = kernel.size();
+  const auto strides = attr_or(ctx, "strides", n, 1), dilations = attr_or(ctx, "dilations", n, 1);
+  const auto pads = attr_or(ctx, "pads", 2 * n, 0);
+  const std::string auto_pad = ctx.attr_string("auto_pad");
+  SymShape out;
+  for (size_t i = 0; i < n; ++i) {
+    const Dim& in = x[2 + i];
+    const int64_t keff = (kernel[i] - 1) * dilations[i] + 1, s = strides[i];
+    if (!in.is_known()) {
+      bool same = auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER";
+      out.push_back(same && s == 1 ? in : Dim::unknown());
+      continue;
+    }
+    int64_t o;
+    if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") o = (in.value + s - 1) / s;
+    else if (auto_pad == "VALID") o = (in.value - keff + s) / s;
+    else {
+      int64_t span = in.value + pads[i] + pads[i + n] - keff;
+      o = (ceil_mode ? (span + s - 1) / s : span / s) + 1;
+      // ceil_mode never starts a window in the end padding.
+      if (ceil_mode && (o - 1) * s >= in.value + pads[i]) --o;
+    }
+    if (o < 0) ctx.fail("the window is larger than the padded input");
+    out.push_back(Dim::known(o));
+  }
+  return out;
+}
+
+void infer_conv(InferContext& ctx) {
+  ctx.set_output(0, Type::tensor(ctx.dtype(0)));
+  const SymShape &x = ctx.dims(0), &w = ctx.dims(1);
+  if (x.size() < 3 || w.size() != x.size()) ctx.fail("X and W must have the same rank >= 3");
+  std::vector<int64_t> kernel = ctx.attr_ints("kernel_shape");
+  if (kernel.empty())
+    for (size_t i = 2; i < w.size(); ++i) {
+      if (!w[i].is_known()) throw ShapeUnknown{};
+      kernel.push_back(w[i].value);
+    }
+  SymShape out{x[0], w[0]};
+  SymShape spatial = window_out(ctx, x, kernel, false);
+  out.insert(out.end(), spatial.begin(), spatial.end());
+  ctx.set_output(0, Type::tensor(ctx.dtype(0), out));
+}
+
+void infer_conv_transpose(InferContext& ctx) {
+  ctx.set_output(0, Type::tensor(ctx.dtype(0)));
+  const SymShape &x = ctx.dims(0), &w = ctx.dims(1);
+  if (x.size() < 3 || w.size() != x.size()) ctx.fail("X and W must have the same rank >= 3");
+  const size_t n = x.size() - 2;
+  SymShape out{x[0], dim_mul(w[1], Dim::known(ctx.attr_int("group")))};
+  std::vector<int64_t> output_shape = ctx.attr_ints("output_shape");
+  if (!output_shape.empty()) {
+    for (size_t i = output_shape.size() - n; i < output_shape.size(); ++i) out.push_back(Dim::known(output_shape[i]));
+    ctx.set_output(0, Type::tensor(ctx.dtype(0), out));
+    return;
+  }
+  const auto strides = attr_or(ctx, "strides", n, 1), dilations = attr_or(ctx, "dilations", n, 1);
+  const auto pads = attr_or(ctx, "pads", 2 * n, 0), output_padding = attr_or(ctx, "output_padding", n, 0);
+  const std::string auto_pad = ctx.attr_string("auto_pad");
+  for (size_t i = 0; i < n; ++i) {
+    if (!x[2 + i].is_known() || !w[2 + i].is_known()) {
+      out.push_back(Dim::unknown());
+      continue;
+    }
+    int64_t in = x[2 + i].value, keff = (w[2 + i].value - 1) * dilations[i] + 1;
+    if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") out.push_back(Dim::known(in * strides[i]));
+    else out.push_back(Dim::known(strides[i] * (in - 1) + output_padding[i] + keff - pads[i] - pads[i + n]));
+  }
+  ctx.set_output(0, Type::tensor(ctx.dtype(0), out));
+}
+
+void infer_pool(InferContext& ctx) {
+  ctx.set_output(0, Type::tensor(ctx.dtype(0)));
+  const SymShape& x = ctx.dims(0);
+  if (x.size() < 3) ctx.fail("input must have rank >= 3");
+  std::vector<int64_t> kernel = ctx.attr_ints("kernel_shape");
+  if (kernel.size() != x.size() - 2) ctx.fail("kernel_shape has {} entries for rank {}", kernel.size(), x.size());
+  SymShape out{x[0], x[1]};
+  SymShape spatial = window_out(ctx, x, kernel, ctx.attr_int("ceil_mode") != 0);
+  out.insert(out.end(), spatial.begin(), spatial.end());
+  ctx.set_output(0, Type::tensor(ctx.dtype(0), out));
+  ctx.set_output(1, Type::tensor(DType::kInt64, out));  // MaxPool's Indices
+}
+
+void infer_global_pool(InferContext& ctx) {
+  ctx.set_output(0, Type::tensor(ctx.dtype(0)));
+  SymShape out = ctx.dims(0);
+  if (out.size() < 2) ctx.fail("input must have rank >= 2");
+  for (size_t i = 2; i < out.size(); ++i) out[i] = Dim::known(1);
+  ctx.set_output(0, Type::tensor(ctx.dtype(0), out));
+}
+
+// Reduce*: axes from the attribute, or (ReduceSum 13+, the others 18+) the optional input.
+void infer_reduce(InferContext& ctx, int axes_input_from, DType out_dtype) {
+  ctx.set_output(0, Type::tensor(out_dtype));
+  const SymShape& x = ctx.dims(0);
+  auto axes = axes_of(ctx, axes_input_from, 1);
+  if (!axes) return;
+  const bool keep = ctx.attr_int("keepdims") != 0;
+  if (axes->empty() && ctx.attr_int("noop_with_empty_axes") != 0) {
+    ctx.set_output(0, Type::tensor(out_dtype, x));
+    return;
+  }
+  std::vector<bool> reduced(x.size(), axes->empty());
+  for (int64_t a : *axes) reduced[ctx.axis(a, static_cast<int64_t>(x.size()))] = true;
+  SymShape out;
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (!reduced[i]) out.push_back(x[i]);
+    else if (keep) out.push_back(Dim::known(1));
+  }
+  ctx.set_output(0, Type::tensor(out_dtype, out));
+}
+
+void infer_arg_reduce(InferContext& ctx) {
+  ctx.set_output(0, Type::tensor(DType::kInt64));
+  SymShape x = ctx.dims(0);
+  int64_t axis = ctx.axis(ctx.attr_int("axis"), static_cast<int64_t>(x.size()));
+  if (ctx.attr_int("keepdims") != 0) x[axis] = Dim::known(1);
+  else x.erase(x.begin() + axis);
+  ctx.set_output(0, Type::tensor(DType::kInt64, x));
+}
+
+void infer_topk(InferContext& ctx) {
+  ctx.set_output(0, Type::tensor(ctx.dtype(0)));
+  ctx.set_output(1, Type::tensor(DType::kInt64));
+  SymShape x = ctx.dims(0);
+  int64_t axis = ctx.axis(ctx.attr_int("axis"), static_cast<int64_t>(x.size()));
+  auto k = ctx.opset() >= 10 ? ctx.values(1) : std::optional<SymValues>(SymValues{SymInt::of(ctx.attr_int("k"))});
+  x[axis] = k && k->size() == 1 ? (*k)[0].as_dim() : Dim::unknown();
+  ctx.set_output(0, Type::tensor(ctx.dtype(0), x));
+  ctx.set_output(1, Type::tensor(DType::kInt64, x));
+}
+
+// RNN, GRU, LSTM: Y [seq, dirs, batch, hidden] (layout 1: [batch, seq, dirs, hidden]), states [dirs, batch, hidden].
+void infer_recurrent(InferContext& ctx) {
+  for (size_t o = 0; o < ctx.num_outputs(); ++o) ctx.set_output(o, Type::tensor(ctx.dtype(0)));
+  const SymShape& x = ctx.dims(0);
+  if (x.size() != 3) ctx.fail("X must have rank 3");
+  const bool batch_first = ctx.attr_int("layout") != 0;
+  const Dim seq = batch_first ? x[1] : x[0], batch = batch_first ? x[0] : x[1];
+  const Dim dirs = Dim::known(ctx.attr_string("direction") == "bidirectional" ? 2 : 1);
+  const Dim hidden = ctx.has_attr("hidden_size") ? Dim::known(ctx.attr_int("hidden_size")) : Dim::unknown();
+  ctx.set_output(0, Type::tensor(ctx.dtype(0), batch_first ? SymShape{batch, seq, dirs, hidden}
+                                                           : SymShape{seq, dirs, batch, hidden}));
+  const SymShape state = batch_first ? SymShape{batch, dirs, hidden} : SymShape{dirs, batch, hidden};
+  for (size_t o = 1; o < ctx.num_outputs(); ++o) ctx.set_output(o, Type::tensor(ctx.dtype(0), state));
+}
+
+// The common type of two branch outputs: dims that differ become unknown.
+Type join(const Type& a, const Type& b) {
+  if (!a.is_tensor() || !b.is_tensor() || a.dtype() != b.dtype()) return a.is_tensor() ? Type::tensor(a.dtype()) : Type();
+  if (!a.has_shape() || !b.has_shape() || a.rank() != b.rank()) return Type::tensor(a.dtype());
+  SymShape d = a.dims();
+  for (size_t i = 0; i < d.size(); ++i)
+    if (d[i] != b.dims()[i]) d[i] = Dim::unknown();
+  return Type::tensor(a.dtype(), d);
+}
+
+void infer_if(InferContext& ctx) {
+  const Graph* then_g = ctx.node().attrs.get_graph("then_branch");
+  const Graph* else_g = ctx.node().attrs.get_graph("else_branch");
+  if (!then_g || !else_g) ctx.fail("If needs then_branch and else_branch");
+  if (then_g->outputs().size() != else_g->outputs().size() || then_g->outputs().size() < ctx.num_outputs())
+    ctx.fail("branches have {} and {} outputs for {} node outputs", then_g->outputs().size(),
+             else_g->outputs().size(), ctx.num_outputs());
+  for (size_t o = 0; o < ctx.num_outputs(); ++o)
+    ctx.set_output(o, join(then_g->outputs()[o]->type, else_g->outputs()[o]->type));
+}
+
+// Loop: carried values keep the body's types; scan outputs gain a leading iteration dim.
+void infer_loop(InferContext& ctx) {
+  const Graph* body = ctx.node().attrs.get_graph("body");
+  if (!body) ctx.fail("Loop needs a body");
+  const size_t carried = ctx.node().num_explicit_inputs() >= 2 ? ctx.node().num_explicit_inputs() - 2 : 0;
+  for (size_t o = 0; o < ctx.num_outputs() && o + 1 < body->outputs().size(); ++o) {
+    const Type& t = body->outputs()[o + 1]->type;
+    if (o < carried) {
+      // A carried value may change shape between iterations: keep what its start and the body agree on.
+      const Value* initial = ctx.node().input(o + 2);
+      ctx.set_output(o, initial ? join(initial->type, t) : Type::tensor(t.dtype()));
+    } else if (t.is_tensor()) {
+      SymShape d{Dim::unknown()};
+      if (t.has_shape()) d.insert(d.end(), t.dims().begin(), t.dims().end());
+      ctx.set_output(o, t.has_shape() ? Type::tensor(t.dtype(), d) : Type::tensor(t.dtype()));
+    }
+  }
+}
+
+struct Registrations {
+  Registrations() {
+    auto& r = SchemaRegistry::global();
+    r.add(OpSchema("MatMul").inputs({kNumeric | kHalfs}).infer(infer_matmul));
+    r.add(OpSchema("Gemm")
+              .inputs({kNumeric | kHalfs})
+              .attr("alpha", 1.f)
+              .attr("beta", 1.f)
+              .attr("transA", int64_t{0})
+              .attr("transB", int64_t{0})
+              .infer(infer_gemm));
+    for (const char* domain : {"", "anvil"})
+      r.add(OpSchema(domain[0] ? "FusedConv" : "Conv", domain)
+                .inputs({kFloatLike})
+                .attr("auto_pad", std::string("NOTSET"))
+                .attr("group", int64_t{1})
+                .infer(infer_conv));
+    r.add(OpSchema("ConvTranspose")
+              .inputs({kFloatLike})
+              .attr("auto_pad", std::string("NOTSET"))
+              .attr("group", int64_t{1})
+              .infer(infer_conv_transpose));
+    for (const char* op : {"MaxPool", "AveragePool", "LpPool"})
+      r.add(OpSchema(op)
+                .required_attr("kernel_shape")
+                .attr("auto_pad", std::string("NOTSET"))
+                .attr("ceil_mode", int64_t{0})
+                .infer(infer_pool));
+    for (const char* op : {"GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool"}) r.add(OpSchema(op).infer(infer_global_pool));
+    for (const char* op : {"ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
+                           "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare"})
+      r.add(OpSchema(op).attr("keepdims", int64_t{1}).attr("noop_with_empty_axes", int64_t{0}).infer([](InferContext& ctx) {
+        infer_reduce(ctx, 18, ctx.dtype(0));
+      }));
+    r.add(OpSchema("ReduceSum").attr("keepdims", int64_t{1}).attr("noop_with_empty_axes", int64_t{0}).infer([](InferContext& ctx) {
+      infer_reduce(ctx, 13, ctx.dtype(0));
+    }));
+    for (const char* op : {"ArgMax", "ArgMin"})
+      r.add(OpSchema(op).attr("axis", int64_t{0}).attr("keepdims", int64_t{1}).infer(infer_arg_reduce));
+    r.add(OpSchema("TopK").attr("axis", int64_t{-1}).infer(infer_topk));
+    for (const char* op : {"RNN", "GRU", "LSTM"})
+      r.add(OpSchema(op)
+                .inputs({kFloatLike, kFloatLike, kFloatLike, kFloatLike, dtype_bit(DType::kInt32), kFloatLike})
+                .attr("direction", std::string("forward"))
+                .attr("layout", int64_t{0})
+                .infer(infer_recurrent));
+    r.add(OpSchema("If").inputs({kBoolType}).infer(infer_if));
+    r.add(OpSchema("Loop").infer(infer_loop));
+  }
+};
+const Registrations registrations;
+
+}  // namespace
+
+}  // namespace anvil::ir::schemas

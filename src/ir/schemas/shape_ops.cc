@@ -1,0 +1,402 @@
+// Schemas of the shape and indexing ops. These also carry small integer
+// values (a tensor's shape and what is computed from it) so that the
+// Shape -> Gather -> Concat -> Reshape chains exporters emit give symbolic dims.
+#include <algorithm>
+#include <climits>
+
+#include "ir/schemas/common.h"
+
+namespace anvil::ir::schemas {
+
+std::optional<std::vector<int64_t>> axes_of(const InferContext& ctx, int input_from, size_t input_index) {
+  if (ctx.opset() < input_from) return ctx.attr_ints("axes");
+  if (!ctx.has_input(input_index)) return std::vector<int64_t>{};
+  return ctx.known_values(input_index);
+}
+
+namespace {
+
+void infer_shape(InferContext& ctx) {
+  ctx.set_output(0, Type::tensor(DType::kInt64));
+  const SymShape& x = ctx.dims(0);
+  const auto rank = static_cast<int64_t>(x.size());
+  auto clamp = [&](int64_t i) { return std::clamp(i < 0 ? i + rank : i, int64_t{0}, rank); };
+  int64_t start = clamp(ctx.attr_int("start")), end = ctx.has_attr("end") ? clamp(ctx.attr_int("end")) : rank;
+  end = std::max(start, end);
+  ctx.set_output(0, Type::tensor(DType::kInt64, SymShape{Dim::known(end - start)}));
+  SymValues v;
+  for (int64_t i = start; i < end; ++i) v.push_back(SymInt::of(x[i]));
+  ctx.set_output_values(0, std::move(v));
+}
+
+void infer_size(InferContext& ctx) {
+  ctx.set_output(0, Type::tensor(DType::kInt64, SymShape{}));
+  ctx.set_output_values(0, {SymInt::of(dims_product(ctx.dims(0)))});
+}
+
+// Reshape's target: 0 copies the input dim (unless allowzero), one -1 takes the rest.
+void infer_reshape(InferContext& ctx) {
+  ctx.set_output(0, Type::tensor(ctx.dtype(0)));
+  const auto& target = ctx.values(1);
+  if (!target) {
+    const Type& s = ctx.input(1);
+    if (s.has_shape() && s.rank() == 1 && s.dims()[0].is_known())
+      ctx.set_output(0, Type::tensor(ctx.dtype(0), SymShape(s.dims()[0].value, Dim::unknown())));
+    return;
+  }
+  const bool allowzero = ctx.opset() >= 14 && ctx.attr_int("allowzero") != 0;
+  const Type& xt = ctx.input(0);
+  SymShape out;
+  int minus_one = -1;
+  for (size_t i = 0; i < target->size(); ++i) {
+    const SymInt& t = (*target)[i];
+    if (t.is_number() && *t.number == -1) {
+      if (minus_one >= 0) ctx.fail("shape has more than one -1");
+      minus_one = static_cast<int>(i);
+      out.push_back(Dim::unknown());
+    } else if (t.is_number() && *t.number == 0 && !allowzero) {
+      out.push_back(xt.has_shape() && i < xt.dims().size() ? xt.dims()[i] : Dim::unknown());
+    } else if (t.is_number() && *t.number < -1) {
+      ctx.fail("shape has a negative dimension {}", *t.number);
+    } else {
+      out.push_back(t.as_dim());
+    }
+  }
+  if (minus_one >= 0 && xt.has_shape()) {
+    SymShape rest = out;
+    rest.erase(rest.begin() + minus_one);
+    if (auto d = dim_div(dims_product(xt.dims()), dims_product(rest))) out[minus_one] = *d;
+  }
+  ctx.set_output(0, Type::tensor(ctx.dtype(0), out));
+}
+
+void infer_flatten(InferContext& ctx) {
+  ctx.set_output(0, Type::tensor(ctx.dtype(0)));
+  const SymShape& x = ctx.dims(0);
+  const auto rank = static_cast<int64_t>(x.size());
+  int64_t axis = ctx.attr_int("axis");
+  if (axis < -rank || axis > rank) ctx.fail("axis {} is out of range for rank {}", axis, rank);
+  if (axis < 0) axis += rank;
+  ctx.set_output(0, Type::tensor(ctx.dtype(0), SymShape{dims_product(SymShape(x.begin(), x.begin() + axis)),
+                                                         dims_product(SymShape(x.begin() + axis, x.end()))}));
+}
+
+void infer_transpose(InferContext& ctx) {
+  ctx.set_output(0, Type::tensor(ctx.dtype(0)));
+  const SymShape& x = ctx.dims(0);
+  std::vector<int64_t> perm = ctx.attr_ints("perm");
+  if (perm.empty())
+    for (int64_t i = static_cast<int64_t>(x.size()) - 1; i >= 0; --i) perm.push_back(i);
+  if (perm.size() != x.size()) ctx.fail("perm has {} entries for rank {}", perm.size(), x.size());
+  SymShape out;
+  for (int64_t p : perm) out.push_back(x[static_cast<size_t>(ctx.axis(p, static_cast<int64_t>(x.size())))]);
+  ctx.set_output(0, Type::tensor(ctx.dtype(0), out));
+}
+
+void infer_unsqueeze(InferContext& ctx) {
+  ctx.set_output(0, Type::tensor(ctx.dtype(0)));
+  auto axes = axes_of(ctx, 13, 1);
+  if (!axes) return;
+  const SymShape& x = ctx.dims(0);
+  const auto rank = static_cast<int64_t>(x.size() + axes->size());
+  std::vector<bool> inserted(static_cast<size_t>(rank), false);
+  for (int64_t a : *axes) {
+    int64_t n = ctx.axis(a, rank);
+    if (inserted[n]) ctx.fail("axis {} is repeated", a);
+    inserted[n] = true;
+  }
+  SymShape out;
+  size_t k = 0;
+  for (int64_t i = 0; i < rank; ++i) out.push_back(inserted[i] ? Dim::known(1) : x[k++]);
+  ctx.set_output(0, Type::tensor(ctx.dtype(0), out));
+  if (ctx.values(0) && out.size() <= 1) ctx.set_output_values(0, *ctx.values(0));
+}
+
+void infer_squeeze(InferContext& ctx) {
+  ctx.set_output(0, Type::tensor(ctx.dtype(0)));
+  auto axes = axes_of(ctx, 13, 1);
+  if (!axes) return;
+  const SymShape& x = ctx.dims(0);
+  const auto rank = static_cast<int64_t>(x.size());
+  std::vector<bool> drop(x.size(), false);
+  for (int64_t a : *axes) drop[ctx.axis(a, rank)] = true;
+  SymShape out;
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (axes->empty() && x[i].is_known() && x[i].value == 1) continue;
+    if (axes->empty() && !x[i].is_known()) return;  // which dims are 1 is known only at run time
+    if (drop[i] && x[i].is_known() && x[i].value != 1) ctx.fail("cannot squeeze axis {} of size {}", i, x[i].value);
+    if (!drop[i]) out.push_back(x[i]);
+  }
+  ctx.set_output(0, Type::tensor(ctx.dtype(0), out));
+  if (ctx.values(0) && out.size() <= 1) ctx.set_output_values(0, *ctx.values(0));
+}
+
+void infer_concat(InferContext& ctx) {
+  ctx.set_output(0, Type::tensor(ctx.dtype(0)));
+  SymShape out = ctx.dims(0);
+  const auto rank = static_cast<int64_t>(out.size());
+  const int64_t axis = ctx.axis(ctx.attr_int("axis"), rank);
+  for (size_t i = 1; i < ctx.num_inputs(); ++i) {
+    const SymShape& s = ctx.dims(i);
+    if (static_cast<int64_t>(s.size()) != rank) ctx.fail("input {} has rank {}, expected {}", i, s.size(), rank);
+    out[axis] = dim_add(out[axis], s[axis]);
+    for (int64_t k = 0; k < rank; ++k)
+      if (k != axis && !out[k].is_known()) out[k] = s[k].is_known() ? s[k] : out[k];
+  }
+  ctx.set_output(0, Type::tensor(ctx.dtype(0), out));
+  SymValues values;
+  for (size_t i = 0; i < ctx.num_inputs(); ++i) {
+    if (!ctx.values(i)) return;
+    values.insert(values.end(), ctx.values(i)->begin(), ctx.values(i)->end());
+  }
+  if (rank == 1) ctx.set_output_values(0, std::move(values));
+}
+
+void infer_split(InferContext& ctx) {
+  for (size_t o = 0; o < ctx.num_outputs(); ++o) ctx.set_output(o, Type::tensor(ctx.dtype(0)));
+  const SymShape& x = ctx.dims(0);
+  const int64_t axis = ctx.axis(ctx.attr_int("axis"), static_cast<int64_t>(x.size()));
+  std::optional<std::vector<int64_t>> sizes;
+  bool given = false;  // sizes given, though perhaps not known here
+  if (ctx.opset() >= 13 && ctx.has_input(1)) {
+    given = true;
+    sizes = ctx.known_values(1);
+  } else if (ctx.opset() < 13 && ctx.has_attr("split")) {
+    given = true;
+    sizes = ctx.attr_ints("split");
+  }
+  const size_t n = ctx.num_outputs();
+  for (size_t o = 0; o < n; ++o) {
+    SymShape out = x;
+    if (sizes && sizes->size() == n) out[axis] = Dim::known((*sizes)[o]);
+    else if (!given && x[axis].is_known() && x[axis].value % static_cast<int64_t>(n) == 0)
+      out[axis] = Dim::known(x[axis].value / static_cast<int64_t>(n));
+    else
+      out[axis] = Dim::unknown();
+    ctx.set_output(o, Type::tensor(ctx.dtype(0), out));
+  }
+}
+
+// Slice's output extent on one axis, when start/end/step and the dim allow it.
+Dim slice_extent(const Dim& dim, int64_t start, int64_t end, int64_t step) {
+  if (!dim.is_known()) {
+    // x[0:] and x[:INT_MAX] with step 1 keep a symbolic dim whole.
+    if (step == 1 && start == 0 && end >= INT32_MAX) return dim;
+    return Dim::unknown();
+  }
+  const int64_t n = dim.value;
+  auto clamp = [&](int64_t v, int64_t lo, int64_t hi) {
+    if (v < 0) v += n;
+    return std::clamp(v, lo, hi);
+  };
+  int64_t s, e;
+  if (step > 0) {
+    s = clamp(start, 0, n);
+    e = clamp(end, 0, n);
+    return Dim::known(e > s ? (e - s + step - 1) / step : 0);
+  }
+  s = clamp(start, -1, n - 1);
+  e = clamp(end, -1, n - 1);
+  if (end < -n) e = -1;
+  if (start < -n) s = -1;
+  return Dim::known(s > e ? (s - e + (-step) - 1) / (-step) : 0);
+}
+
+void infer_slice(InferContext& ctx) {
+  ctx.set_output(0, Type::tensor(ctx.dtype(0)));
+  const SymShape& x = ctx.dims(0);
+  const auto rank = static_cast<int64_t>(x.size());
+  std::optional<std::vector<int64_t>> starts, ends, axes, steps;
+  if (ctx.opset() < 10) {
+    starts = ctx.attr_ints("starts");
+    ends = ctx.attr_ints("ends");
+    axes = ctx.attr_ints("axes");
+  } else {
+    starts = ctx.known_values(1);
+    ends = ctx.known_values(2);
+    axes = ctx.has_input(3) ? ctx.known_values(3) : std::vector<int64_t>{};
+    steps = ctx.has_input(4) ? ctx.known_values(4) : std::vector<int64_t>{};
+  }
+  SymShape out = x;
+  if (!starts || !ends || !axes || (ctx.opset() >= 10 && !steps)) {
+    if (axes && !axes->empty()) {  // only the sliced axes are unknown
+      for (int64_t a : *axes) out[ctx.axis(a, rank)] = Dim::unknown();
+      ctx.set_output(0, Type::tensor(ctx.dtype(0), out));
+    }
+    return;
+  }
+  if (axes->empty())
+    for (size_t i = 0; i < starts->size(); ++i) axes->push_back(static_cast<int64_t>(i));
+  if (starts->size() != ends->size() || axes->size() != starts->size() || (steps && !steps->empty() && steps->size() != starts->size()))
+    ctx.fail("starts, ends, axes and steps have different lengths");
+  for (size_t i = 0; i < axes->size(); ++i) {
+    int64_t step = steps && !steps->empty() ? (*steps)[i] : 1;
+    if (step == 0) ctx.fail("step is 0");
+    int64_t a = ctx.axis((*axes)[i], rank);
+    out[a] = slice_extent(x[a], (*starts)[i], (*ends)[i], step);
+  }
+  ctx.set_output(0, Type::tensor(ctx.dtype(0), out));
+  // Slicing a shape value.
+  const auto& v = ctx.values(0);
+  if (v && rank == 1 && (!steps || steps->empty() || (*steps)[0] == 1) && out[0].is_known()) {
+    int64_t n = static_cast<int64_t>(v->size()), s = (*starts)[0];
+    if (s < 0) s += n;
+    s = std::clamp<int64_t>(s, 0, n);
+    ctx.set_output_values(0, SymValues(v->begin() + s, v->begin() + s + out[0].value));
+  }
+}
+
+void infer_gather(InferContext& ctx) {
+  ctx.set_output(0, Type::tensor(ctx.dtype(0)));
+  const SymShape& data = ctx.dims(0);
+  const SymShape& indices = ctx.dims(1);
+  const auto rank = static_cast<int64_t>(data.size());
+  if (rank == 0) ctx.fail("data must have rank >= 1");
+  const int64_t axis = ctx.axis(ctx.attr_int("axis"), rank);
+  SymShape out(data.begin(), data.begin() + axis);
+  out.insert(out.end(), indices.begin(), indices.end());
+  out.insert(out.end(), data.begin() + axis + 1, data.end());
+  ctx.set_output(0, Type::tensor(ctx.dtype(0), out));
+  const auto& v = ctx.values(0);
+  auto idx = ctx.known_values(1);
+  if (v && idx && rank == 1) {
+    SymValues picked;
+    for (int64_t i : *idx) {
+      int64_t n = static_cast<int64_t>(v->size());
+      if (i < -n || i >= n) ctx.fail("index {} is out of range for {} elements", i, n);
+      picked.push_back((*v)[static_cast<size_t>(i < 0 ? i + n : i)]);
+    }
+    ctx.set_output_values(0, std::move(picked));
+  }
+}
+
+void infer_expand(InferContext& ctx) {
+  ctx.set_output(0, Type::tensor(ctx.dtype(0)));
+  auto shape = values_as_dims(ctx, 1);
+  if (!shape) return;
+  ctx.set_output(0, Type::tensor(ctx.dtype(0), broadcast(ctx, ctx.dims(0), *shape)));
+}
+
+void infer_tile(InferContext& ctx) {
+  ctx.set_output(0, Type::tensor(ctx.dtype(0)));
+  const SymShape& x = ctx.dims(0);
+  auto repeats = ctx.known_values(1);
+  if (!repeats) return;
+  if (repeats->size() != x.size()) ctx.fail("repeats has {} entries for rank {}", repeats->size(), x.size());
+  SymShape out;
+  for (size_t i = 0; i < x.size(); ++i) out.push_back(dim_mul(x[i], Dim::known((*repeats)[i])));
+  ctx.set_output(0, Type::tensor(ctx.dtype(0), out));
+}
+
+void infer_constant_of_shape(InferContext& ctx) {
+  const Tensor* value = ctx.node().attrs.get_tensor("value");
+  const DType dtype = value ? value->dtype() : DType::kFloat32;
+  ctx.set_output(0, Type::tensor(dtype));
+  if (auto shape = values_as_dims(ctx, 0)) ctx.set_output(0, Type::tensor(dtype, *shape));
+}
+
+// Range(start, limit, delta): its length when known; `limit` itself for the common 0..n step 1.
+void infer_range(InferContext& ctx) {
+  ctx.set_output(0, Type::tensor(ctx.dtype(0), SymShape{Dim::unknown()}));
+  const auto &start = ctx.values(0), &limit = ctx.values(1), &delta = ctx.values(2);
+  if (!start || !limit || !delta || start->size() != 1 || limit->size() != 1 || delta->size() != 1) return;
+  const SymInt &s = (*start)[0], &l = (*limit)[0], &d = (*delta)[0];
+  Dim n = Dim::unknown();
+  if (s.is_number() && l.is_number() && d.is_number() && *d.number != 0) {
+    int64_t len = (*l.number - *s.number + *d.number + (*d.number > 0 ? -1 : 1)) / *d.number;
+    n = Dim::known(std::max<int64_t>(len, 0));
+  } else if (s.is_number() && *s.number == 0 && d.is_number() && *d.number == 1) {
+    n = l.as_dim();
+  }
+  ctx.set_output(0, Type::tensor(ctx.dtype(0), SymShape{n}));
+}
+
+void infer_constant(InferContext& ctx) {
+  if (const Tensor* t = ctx.node().attrs.get_tensor("value")) {
+    ctx.set_output(0, Type::tensor(t->dtype(), t->shape()));
+    if (auto v = values_of(*t)) ctx.set_output_values(0, std::move(*v));
+    return;
+  }
+  if (ctx.has_attr("value_int")) ctx.set_output(0, Type::tensor(DType::kInt64, SymShape{}));
+  else if (ctx.has_attr("value_ints")) ctx.set_output(0, Type::tensor(DType::kInt64, known_dims({static_cast<int64_t>(ctx.attr_ints("value_ints").size())})));
+  else if (ctx.has_attr("value_float")) ctx.set_output(0, Type::tensor(DType::kFloat32, SymShape{}));
+}
+
+void infer_pad(InferContext& ctx) {
+  ctx.set_output(0, Type::tensor(ctx.dtype(0)));
+  const SymShape& x = ctx.dims(0);
+  auto pads = ctx.opset() < 11 ? std::optional<std::vector<int64_t>>(ctx.attr_ints("pads")) : ctx.known_values(1);
+  if (!pads) return;
+  std::vector<int64_t> axes;
+  if (ctx.opset() >= 18 && ctx.has_input(3)) {
+    auto a = ctx.known_values(3);
+    if (!a) return;
+    axes = *a;
+  } else {
+    for (size_t i = 0; i < x.size(); ++i) axes.push_back(static_cast<int64_t>(i));
+  }
+  if (pads->size() != 2 * axes.size()) ctx.fail("pads has {} entries for {} axes", pads->size(), axes.size());
+  SymShape out = x;
+  for (size_t k = 0; k < axes.size(); ++k) {
+    int64_t a = ctx.axis(axes[k], static_cast<int64_t>(x.size()));
+    int64_t total = (*pads)[k] + (*pads)[k + axes.size()];
+    out[a] = total >= 0 ? dim_add(out[a], Dim::known(total)) : dim_sub(out[a], Dim::known(-total));
+  }
+  ctx.set_output(0, Type::tensor(ctx.dtype(0), out));
+}
+
+void infer_depth_space(InferContext& ctx) {
+  ctx.set_output(0, Type::tensor(ctx.dtype(0)));
+  const SymShape& x = ctx.dims(0);
+  if (x.size() != 4) ctx.fail("input must have rank 4");
+  const Dim b = Dim::known(ctx.attr_int("blocksize"));
+  const Dim b2 = dim_mul(b, b);
+  SymShape out = x;
+  if (ctx.node().op_type == "DepthToSpace") {
+    out[1] = dim_div(x[1], b2).value_or(Dim::unknown());
+    out[2] = dim_mul(x[2], b);
+    out[3] = dim_mul(x[3], b);
+  } else {
+    out[1] = dim_mul(x[1], b2);
+    out[2] = dim_div(x[2], b).value_or(Dim::unknown());
+    out[3] = dim_div(x[3], b).value_or(Dim::unknown());
+  }
+  ctx.set_output(0, Type::tensor(ctx.dtype(0), out));
+}
+
+struct Registrations {
+  Registrations() {
+    auto& r = SchemaRegistry::global();
+    r.add(OpSchema("Shape").attr("start", int64_t{0}).infer(infer_shape));
+    r.add(OpSchema("Size").infer(infer_size));
+    r.add(OpSchema("Reshape").inputs({kAll, dtype_bit(DType::kInt64)}).attr("allowzero", int64_t{0}).infer(infer_reshape));
+    r.add(OpSchema("Flatten").attr("axis", int64_t{1}).infer(infer_flatten));
+    r.add(OpSchema("Transpose").infer(infer_transpose));
+    r.add(OpSchema("Unsqueeze").infer(infer_unsqueeze));
+    r.add(OpSchema("Squeeze").infer(infer_squeeze));
+    r.add(OpSchema("Concat").required_attr("axis").infer(infer_concat));
+    r.add(OpSchema("Split").attr("axis", int64_t{0}).infer(infer_split));
+    r.add(OpSchema("Slice").infer(infer_slice));
+    r.add(OpSchema("Gather").inputs({kAll, kInt32And64}).attr("axis", int64_t{0}).infer(infer_gather));
+    r.add(OpSchema("GatherElements").inputs({kAll, kInt32And64}).attr("axis", int64_t{0}).infer([](InferContext& ctx) {
+      const Type& idx = ctx.input(1);
+      ctx.set_output(0, idx.has_shape() ? Type::tensor(ctx.dtype(0), idx.dims()) : Type::tensor(ctx.dtype(0)));
+    }));
+    r.add(OpSchema("Expand").infer(infer_expand));
+    r.add(OpSchema("Tile").infer(infer_tile));
+    r.add(OpSchema("ConstantOfShape").infer(infer_constant_of_shape));
+    r.add(OpSchema("Range").infer(infer_range));
+    r.add(OpSchema("Constant").infer(infer_constant));
+    r.add(OpSchema("Pad").attr("mode", std::string("constant")).infer(infer_pad));
+    r.add(OpSchema("DepthToSpace").required_attr("blocksize").infer(infer_depth_space));
+    r.add(OpSchema("SpaceToDepth").required_attr("blocksize").infer(infer_depth_space));
+    r.add(OpSchema("NonZero").infer([](InferContext& ctx) {
+      ctx.set_output(0, Type::tensor(DType::kInt64, SymShape{Dim::known(ctx.rank(0)), Dim::unknown()}));
+    }));
+  }
+};
+const Registrations registrations;
+
+}  // namespace
+
+}  // namespace anvil::ir::schemas

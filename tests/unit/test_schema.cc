@@ -1,0 +1,205 @@
+// Op schemas and symbolic shape inference (src/ir/schema.cc, src/ir/schemas/):
+// symbolic dims reach the outputs, shape chains become symbolic values,
+// contradictions with the declared types are invalid models. Expected types
+// are written by hand.
+#include <gtest/gtest.h>
+
+#include "anvil/error.h"
+#include "ir/dim_math.h"
+#include "ir/graph.h"
+#include "ir/schema.h"
+
+namespace anvil {
+namespace {
+
+using ir::Dim;
+
+Tensor ints(std::vector<int64_t> v) {
+  Tensor t(DType::kInt64, {static_cast<int64_t>(v.size())});
+  std::copy(v.begin(), v.end(), t.data<int64_t>());
+  return t;
+}
+
+std::unique_ptr<ir::Graph> graph17() {
+  auto g = std::make_unique<ir::Graph>();
+  g->opsets[""] = 17;
+  return g;
+}
+
+ir::Value* sym_input(ir::Graph& g, const std::string& name, ir::SymShape dims, DType dtype = DType::kFloat32) {
+  ir::Value* v = g.add_input(name, dtype, {});
+  v->type = ir::Type::tensor(dtype, std::move(dims));
+  return v;
+}
+
+ir::Node* add(ir::Graph& g, const std::string& op, std::vector<ir::Value*> in, int outputs = 1) {
+  ir::Node* n = g.add_node(op, std::move(in), outputs);
+  n->opset = 17;
+  return n;
+}
+
+TEST(DimMath, MonomialsMultiplyAndDivideExactly) {
+  Dim bs = ir::dim_mul(Dim::named("batch"), Dim::named("seq"));
+  EXPECT_EQ(bs.str(), "batch*seq");
+  EXPECT_EQ(ir::dim_mul(Dim::named("seq"), Dim::named("batch")).str(), "batch*seq");  // canonical order
+  EXPECT_EQ(ir::dim_mul(Dim::known(64), Dim::named("seq")).str(), "64*seq");
+  EXPECT_EQ(ir::dim_div(bs, Dim::named("seq"))->str(), "batch");
+  EXPECT_EQ(ir::dim_div(ir::dim_mul(Dim::known(768), bs), Dim::known(12))->str(), "64*batch*seq");
+  EXPECT_FALSE(ir::dim_div(Dim::named("batch"), Dim::known(2)).has_value());
+  EXPECT_FALSE(ir::dim_div(Dim::named("batch"), Dim::named("seq")).has_value());
+  EXPECT_EQ(ir::dim_mul(Dim::named("batch"), Dim::unknown()).str(), "?");
+  EXPECT_EQ(ir::dim_add(Dim::known(3), Dim::known(4)).value, 7);
+  EXPECT_EQ(ir::dim_add(Dim::named("a"), Dim::named("b")).str(), "?");
+}
+
+// x: [batch, seq, 768] -> Reshape(x, Concat(Shape(x)[0], Shape(x)[1], 12, 64)) -> Transpose(0,2,1,3)
+TEST(Schema, ShapeGatherConcatReshapeChainGivesSymbolicDims) {
+  auto g = graph17();
+  ir::Value* x = sym_input(*g, "x", {Dim::named("batch"), Dim::named("seq"), Dim::known(768)});
+  ir::Value* shape = add(*g, "Shape", {x})->output(0);
+  std::vector<ir::Value*> parts;
+  for (int64_t i : {0, 1}) {
+    ir::Node* gather = add(*g, "Gather", {shape, g->add_constant("i" + std::to_string(i), ints({i}))});
+    parts.push_back(gather->output(0));
+  }
+  parts.push_back(g->add_constant("heads", ints({12})));
+  parts.push_back(g->add_constant("head_size", ints({64})));
+  ir::Node* concat = add(*g, "Concat", parts);
+  concat->attrs.set("axis", int64_t{0});
+  ir::Node* reshape = add(*g, "Reshape", {x, concat->output(0)});
+  ir::Node* transpose = add(*g, "Transpose", {reshape->output(0)});
+  transpose->attrs.set("perm", std::vector<int64_t>{0, 2, 1, 3});
+  g->add_output(transpose->output(0));
+  ir::infer_types(*g);
+  EXPECT_EQ(reshape->output(0)->type.str(), "float32[batch,seq,12,64]");
+  EXPECT_EQ(transpose->output(0)->type.str(), "float32[batch,12,seq,64]");
+}
+
+TEST(Schema, ReshapeMinusOneBecomesAProductOfSymbols) {
+  auto g = graph17();
+  ir::Value* x = sym_input(*g, "x", {Dim::named("batch"), Dim::named("seq"), Dim::known(768)});
+  ir::Node* flat = add(*g, "Reshape", {x, g->add_constant("s", ints({-1, 768}))});
+  ir::Node* back = add(*g, "Reshape", {flat->output(0), g->add_constant("t", ints({0, 12, 64}))});
+  g->add_output(back->output(0));
+  ir::infer_types(*g);
+  EXPECT_EQ(flat->output(0)->type.str(), "float32[batch*seq,768]");
+  EXPECT_EQ(back->output(0)->type.str(), "float32[batch*seq,12,64]");
+}
+
+TEST(Schema, MatMulBroadcastAndSoftmaxKeepSymbols) {
+  auto g = graph17();
+  ir::Value* q = sym_input(*g, "q", {Dim::named("b"), Dim::known(12), Dim::named("s"), Dim::known(64)});
+  ir::Value* k = sym_input(*g, "k", {Dim::named("b"), Dim::known(12), Dim::known(64), Dim::named("s")});
+  ir::Value* mask = sym_input(*g, "mask", {Dim::named("b"), Dim::known(1), Dim::known(1), Dim::named("s")});
+  ir::Node* mm = add(*g, "MatMul", {q, k});
+  ir::Node* masked = add(*g, "Add", {mm->output(0), mask});
+  ir::Node* sm = add(*g, "Softmax", {masked->output(0)});
+  g->add_output(sm->output(0));
+  ir::infer_types(*g);
+  EXPECT_EQ(sm->output(0)->type.str(), "float32[b,12,s,s]");
+}
+
+TEST(Schema, RangeOfASymbolicLengthAndCausalWhere) {
+  auto g = graph17();
+  ir::Value* ids = sym_input(*g, "ids", {Dim::named("batch"), Dim::named("seq")}, DType::kInt64);
+  ir::Value* shape = add(*g, "Shape", {ids})->output(0);
+  ir::Node* seq = add(*g, "Gather", {shape, g->add_constant("one", Tensor(DType::kInt64, Shape{}))});
+  seq->inputs[1]->constant->data<int64_t>()[0] = 1;
+  Tensor zero(DType::kInt64, Shape{}), step(DType::kInt64, Shape{});
+  zero.data<int64_t>()[0] = 0;
+  step.data<int64_t>()[0] = 1;
+  ir::Node* range = add(*g, "Range", {g->add_constant("zero", zero), seq->output(0), g->add_constant("step", step)});
+  ir::Node* less = add(*g, "Less", {range->output(0), g->add_constant("limit", ints({3}))});
+  g->add_output(range->output(0));
+  g->add_output(less->output(0));
+  ir::infer_types(*g);
+  EXPECT_EQ(range->output(0)->type.str(), "int64[seq]");
+  EXPECT_EQ(less->output(0)->type.str(), "bool[seq]");
+}
+
+TEST(Schema, ConvAndPoolComputeKnownSpatialDims) {
+  auto g = graph17();
+  ir::Value* x = sym_input(*g, "x", {Dim::named("n"), Dim::known(3), Dim::known(224), Dim::known(224)});
+  Tensor w(DType::kFloat32, {64, 3, 7, 7});
+  ir::Node* conv = add(*g, "Conv", {x, g->add_constant("w", w)});
+  conv->attrs.set("strides", std::vector<int64_t>{2, 2});
+  conv->attrs.set("pads", std::vector<int64_t>{3, 3, 3, 3});
+  ir::Node* pool = add(*g, "MaxPool", {conv->output(0)});
+  pool->attrs.set("kernel_shape", std::vector<int64_t>{3, 3});
+  pool->attrs.set("strides", std::vector<int64_t>{2, 2});
+  pool->attrs.set("pads", std::vector<int64_t>{1, 1, 1, 1});
+  ir::Node* gap = add(*g, "GlobalAveragePool", {pool->output(0)});
+  ir::Node* flat = add(*g, "Flatten", {gap->output(0)});
+  g->add_output(flat->output(0));
+  ir::infer_types(*g);
+  EXPECT_EQ(conv->output(0)->type.str(), "float32[n,64,112,112]");
+  EXPECT_EQ(pool->output(0)->type.str(), "float32[n,64,56,56]");
+  EXPECT_EQ(flat->output(0)->type.str(), "float32[n,64]");
+}
+
+TEST(Schema, DataDependentShapesStayUnknown) {
+  auto g = graph17();
+  ir::Value* x = sym_input(*g, "x", {Dim::known(2), Dim::known(6)});
+  ir::Value* s = sym_input(*g, "s", {Dim::known(2)}, DType::kInt64);
+  ir::Node* reshape = add(*g, "Reshape", {x, s});
+  ir::Node* nz = add(*g, "NonZero", {x});
+  g->add_output(reshape->output(0));
+  g->add_output(nz->output(0));
+  ir::infer_types(*g);
+  EXPECT_EQ(reshape->output(0)->type.str(), "float32[?,?]");  // rank from the shape's length
+  EXPECT_EQ(nz->output(0)->type.str(), "int64[2,?]");
+}
+
+TEST(Schema, ContradictingTheDeclaredTypeIsAnInvalidModel) {
+  auto g = graph17();
+  ir::Value* a = sym_input(*g, "a", {Dim::known(2), Dim::known(3)});
+  ir::Node* relu = add(*g, "Relu", {a});
+  relu->output(0)->type = ir::Type::tensor(DType::kFloat32, ir::SymShape{Dim::known(3), Dim::known(2)});
+  g->add_output(relu->output(0));
+  try {
+    ir::infer_types(*g);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kInvalidModel);
+    EXPECT_NE(std::string(e.what()).find("declared float32[3,2] but the op computes float32[2,3]"), std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(Schema, DeclaredSymbolsAreRefinedByKnownDims) {
+  auto g = graph17();
+  ir::Value* a = sym_input(*g, "a", {Dim::known(2), Dim::known(3)});
+  ir::Node* relu = add(*g, "Relu", {a});
+  relu->output(0)->type = ir::Type::tensor(DType::kFloat32, ir::SymShape{Dim::named("n"), Dim::unknown()});
+  g->add_output(relu->output(0));
+  ir::infer_types(*g);
+  EXPECT_EQ(relu->output(0)->type.str(), "float32[2,3]");
+}
+
+TEST(Schema, WrongInputDTypeAndMissingAttributeAreInvalidModels) {
+  auto g = graph17();
+  ir::Value* i = sym_input(*g, "i", {Dim::known(2)}, DType::kInt32);
+  add(*g, "Sqrt", {i});
+  EXPECT_THROW(ir::infer_types(*g), Error);
+  auto h = graph17();
+  ir::Value* x = sym_input(*h, "x", {Dim::known(2)});
+  add(*h, "Concat", {x, x});  // no axis
+  try {
+    ir::infer_types(*h);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kInvalidModel);
+    EXPECT_NE(std::string(e.what()).find("required attribute 'axis'"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Schema, BroadcastingKnownDimsThatDisagreeIsInvalid) {
+  auto g = graph17();
+  ir::Value* a = sym_input(*g, "a", {Dim::known(2), Dim::known(3)});
+  ir::Value* b = sym_input(*g, "b", {Dim::known(4)});
+  add(*g, "Add", {a, b});
+  EXPECT_THROW(ir::infer_types(*g), Error);
+}
+
+}  // namespace
+}  // namespace anvil
