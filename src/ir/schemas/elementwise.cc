@@ -12,11 +12,11 @@ constexpr unsigned kFloatLike = kFloats | kHalfs;
 // Integer arithmetic on shape values (sizes are never negative here).
 std::optional<SymInt> value_op(const std::string& op, const SymInt& a, const SymInt& b) {
   if (a.is_number() && b.is_number()) {
-    int64_t x = *a.number, y = *b.number;
-    if (op == "Add") return SymInt::of(x + y);
-    if (op == "Sub") return SymInt::of(x - y);
-    if (op == "Mul") return SymInt::of(x * y);
-    if (op == "Div" && y != 0 && x >= 0 && y > 0) return SymInt::of(x / y);
+    int64_t x = *a.number, y = *b.number, r;
+    if (op == "Add" && !__builtin_add_overflow(x, y, &r)) return SymInt::of(r);
+    if (op == "Sub" && !__builtin_sub_overflow(x, y, &r)) return SymInt::of(r);
+    if (op == "Mul" && !__builtin_mul_overflow(x, y, &r)) return SymInt::of(r);
+    if (op == "Div" && x >= 0 && y > 0) return SymInt::of(x / y);
     return std::nullopt;
   }
   if ((a.is_number() && *a.number < 0) || (b.is_number() && *b.number < 0)) return std::nullopt;

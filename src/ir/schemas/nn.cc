@@ -2,6 +2,7 @@
 // reductions, TopK/ArgMax, the recurrent ops, and control flow (whose output
 // types come from their bodies).
 #include <algorithm>
+#include <climits>
 
 #include "ir/schemas/common.h"
 
@@ -52,23 +53,29 @@ SymShape window_out(const InferContext& ctx, const SymShape& x, const std::vecto
   SymShape out;
   for (size_t i = 0; i < n; ++i) {
     const Dim& in = x[2 + i];
-    const int64_t keff = (kernel[i] - 1) * dilations[i] + 1, s = strides[i];
+    if (kernel[i] < 1 || strides[i] < 1 || dilations[i] < 1 || pads[i] < 0 || pads[i + n] < 0)
+      ctx.fail("kernel, strides and dilations must be >= 1 and pads >= 0");
+    __int128 keff128 = static_cast<__int128>(kernel[i] - 1) * dilations[i] + 1;
+    if (keff128 > INT32_MAX || pads[i] > INT32_MAX || pads[i + n] > INT32_MAX)
+      ctx.fail("window or padding of {} elements is out of range", static_cast<int64_t>(keff128 > INT64_MAX ? -1 : keff128));
+    const int64_t keff = static_cast<int64_t>(keff128), s = strides[i];
     if (!in.is_known()) {
       bool same = auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER";
       out.push_back(same && s == 1 ? in : Dim::unknown());
       continue;
     }
-    int64_t o;
-    if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") o = (in.value + s - 1) / s;
-    else if (auto_pad == "VALID") o = (in.value - keff + s) / s;
-    else {
-      int64_t span = in.value + pads[i] + pads[i + n] - keff;
+    __int128 o;  // the operands come from the file
+    if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
+      o = (static_cast<__int128>(in.value) + s - 1) / s;
+    } else {
+      __int128 span = static_cast<__int128>(in.value) - keff;
+      if (auto_pad != "VALID") span += pads[i] + pads[i + n];
+      if (span < 0) ctx.fail("the window is larger than the padded input");
       o = (ceil_mode ? (span + s - 1) / s : span / s) + 1;
       // ceil_mode never starts a window in the end padding.
-      if (ceil_mode && (o - 1) * s >= in.value + pads[i]) --o;
+      if (ceil_mode && (o - 1) * s >= static_cast<__int128>(in.value) + pads[i]) --o;
     }
-    if (o < 0) ctx.fail("the window is larger than the padded input");
-    out.push_back(Dim::known(o));
+    out.push_back(Dim::known(static_cast<int64_t>(o)));
   }
   return out;
 }
@@ -109,9 +116,13 @@ void infer_conv_transpose(InferContext& ctx) {
       out.push_back(Dim::unknown());
       continue;
     }
-    int64_t in = x[2 + i].value, keff = (w[2 + i].value - 1) * dilations[i] + 1;
-    if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") out.push_back(Dim::known(in * strides[i]));
-    else out.push_back(Dim::known(strides[i] * (in - 1) + output_padding[i] + keff - pads[i] - pads[i + n]));
+    // In 128 bits: every operand comes from the file.
+    __int128 in = x[2 + i].value, keff = static_cast<__int128>(w[2 + i].value - 1) * dilations[i] + 1;
+    __int128 o = auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER"
+                     ? in * strides[i]
+                     : static_cast<__int128>(strides[i]) * (in - 1) + output_padding[i] + keff - pads[i] - pads[i + n];
+    if (o < 0 || o > INT64_MAX) ctx.fail("output size is out of range");
+    out.push_back(Dim::known(static_cast<int64_t>(o)));
   }
   ctx.set_output(0, Type::tensor(ctx.dtype(0), out));
 }

@@ -186,20 +186,21 @@ Dim slice_extent(const Dim& dim, int64_t start, int64_t end, int64_t step) {
   }
   const int64_t n = dim.value;
   auto clamp = [&](int64_t v, int64_t lo, int64_t hi) {
-    if (v < 0) v += n;
+    if (v < 0) v = v < -n ? -n - 1 : v + n;
     return std::clamp(v, lo, hi);
   };
   int64_t s, e;
   if (step > 0) {
     s = clamp(start, 0, n);
     e = clamp(end, 0, n);
-    return Dim::known(e > s ? (e - s + step - 1) / step : 0);
+    return Dim::known(e > s ? (e - s - 1) / step + 1 : 0);
   }
+  if (step == INT64_MIN) return Dim::unknown();
   s = clamp(start, -1, n - 1);
   e = clamp(end, -1, n - 1);
   if (end < -n) e = -1;
   if (start < -n) s = -1;
-  return Dim::known(s > e ? (s - e + (-step) - 1) / (-step) : 0);
+  return Dim::known(s > e ? (s - e - 1) / (-step) + 1 : 0);
 }
 
 void infer_slice(InferContext& ctx) {
@@ -303,8 +304,11 @@ void infer_range(InferContext& ctx) {
   const SymInt &s = (*start)[0], &l = (*limit)[0], &d = (*delta)[0];
   Dim n = Dim::unknown();
   if (s.is_number() && l.is_number() && d.is_number() && *d.number != 0) {
-    int64_t len = (*l.number - *s.number + *d.number + (*d.number > 0 ? -1 : 1)) / *d.number;
-    n = Dim::known(std::max<int64_t>(len, 0));
+    // ceil((limit - start) / delta), in 128 bits: the operands come from the file.
+    __int128 span = static_cast<__int128>(*l.number) - *s.number, step = *d.number;
+    __int128 len = span / step + (span % step != 0 && ((span > 0) == (step > 0)) ? 1 : 0);
+    if (len > INT64_MAX) ctx.fail("Range has more than 2^63 elements");
+    n = Dim::known(len > 0 ? static_cast<int64_t>(len) : 0);
   } else if (s.is_number() && *s.number == 0 && d.is_number() && *d.number == 1) {
     n = l.as_dim();
   }
@@ -339,7 +343,8 @@ void infer_pad(InferContext& ctx) {
   SymShape out = x;
   for (size_t k = 0; k < axes.size(); ++k) {
     int64_t a = ctx.axis(axes[k], static_cast<int64_t>(x.size()));
-    int64_t total = (*pads)[k] + (*pads)[k + axes.size()];
+    int64_t total;
+    if (__builtin_add_overflow((*pads)[k], (*pads)[k + axes.size()], &total)) ctx.fail("pads overflow int64");
     out[a] = total >= 0 ? dim_add(out[a], Dim::known(total)) : dim_sub(out[a], Dim::known(-total));
   }
   ctx.set_output(0, Type::tensor(ctx.dtype(0), out));
