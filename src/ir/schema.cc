@@ -202,6 +202,14 @@ void check_required_attrs(const Node& node, const OpSchema& schema) {
       fail(ErrorKind::kInvalidModel, "{}: required attribute '{}' is missing", node.describe(), a.name);
 }
 
+void run_inference(const OpSchema& schema, InferContext& ctx) {
+  try {
+    schema.infer_fn()(ctx);
+  } catch (const ShapeUnknown&) {
+    // Keep what inference set before it met the unknown shape (often the dtype).
+  }
+}
+
 class Inferencer {
  public:
   size_t run(Graph& graph) {
@@ -237,11 +245,7 @@ class Inferencer {
     check_input_dtypes(node, *schema, inputs);
     check_required_attrs(node, *schema);
     InferContext ctx(node, *schema, std::move(inputs), std::move(values));
-    try {
-      schema->infer_fn()(ctx);
-    } catch (const ShapeUnknown&) {
-      // Keep what inference set before it met the unknown shape (often the dtype).
-    }
+    run_inference(*schema, ctx);
     for (size_t o = 0; o < node.outputs.size(); ++o) {
       Value* out = node.outputs[o];
       if (!out) continue;
@@ -257,5 +261,21 @@ class Inferencer {
 }  // namespace
 
 size_t infer_types(Graph& graph) { return Inferencer().run(graph); }
+
+std::optional<std::vector<std::optional<Type>>> infer_node_outputs(const Node& node, const std::vector<Type>& inputs,
+                                                                   const std::vector<const Tensor*>& constants) {
+  const OpSchema* schema = SchemaRegistry::global().find(node);
+  if (!schema || !schema->infer_fn() || node.has_subgraphs()) return std::nullopt;
+  std::vector<const Type*> types;
+  std::vector<std::optional<SymValues>> values;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    types.push_back(inputs[i].defined() ? &inputs[i] : nullptr);
+    const Tensor* c = i < constants.size() ? constants[i] : nullptr;
+    values.push_back(c ? values_of(*c) : std::nullopt);
+  }
+  InferContext ctx(node, *schema, std::move(types), std::move(values));
+  run_inference(*schema, ctx);
+  return ctx.outputs();
+}
 
 }  // namespace anvil::ir

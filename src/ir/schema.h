@@ -170,4 +170,10 @@ SymShape broadcast(const InferContext& ctx, const SymShape& a, const SymShape& b
 // outputs as declared. Returns the number of nodes inferred.
 size_t infer_types(Graph& graph);
 
+// The output types the node's schema computes for these inputs (an undefined
+// Type for an omitted one) and the inputs' values where known: the planner's
+// cross-check of its kernels in test builds. nullopt: the op has no schema.
+std::optional<std::vector<std::optional<Type>>> infer_node_outputs(const Node& node, const std::vector<Type>& inputs,
+                                                                   const std::vector<const Tensor*>& constants);
+
 }  // namespace anvil::ir
