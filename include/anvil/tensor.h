@@ -43,6 +43,11 @@ int64_t shape_numel(const Shape& shape);
 size_t shape_nbytes(const Shape& shape, DType dtype);
 std::string shape_str(const Shape& shape);
 
+// A dense tensor, or (like ONNX Runtime's OrtValue) one of the other values
+// an ONNX graph passes between nodes:
+//  - a sequence of tensors (ONNX seq(tensor)): is_sequence(); dtype() is the
+//    element type, items() the tensors, and it holds no bytes of its own;
+//  - an optional without a value: a default-constructed, empty() Tensor.
 class Tensor {
  public:
   Tensor() = default;
@@ -50,6 +55,12 @@ class Tensor {
   Tensor(DType dtype, Shape shape);
   // A tensor that borrows `data`; the caller keeps it alive.
   static Tensor view(DType dtype, Shape shape, void* data);
+  // A sequence of `items`, each of dtype `elem`.
+  static Tensor sequence(DType elem, std::vector<Tensor> items);
+
+  bool is_sequence() const { return items_ != nullptr; }
+  // The tensors of a sequence (empty for a tensor).
+  const std::vector<Tensor>& items() const;
 
   DType dtype() const { return dtype_; }
   const Shape& shape() const { return shape_; }
@@ -64,6 +75,7 @@ class Tensor {
   template <typename T> T* data() { return static_cast<T*>(data_); }
   template <typename T> const T* data() const { return static_cast<const T*>(data_); }
 
+  // A deep copy of a tensor; a sequence shares its (immutable) items.
   Tensor clone() const;
   // Same buffer, new shape with the same element count.
   Tensor reshaped(Shape shape) const;
@@ -73,6 +85,7 @@ class Tensor {
   Shape shape_;
   std::shared_ptr<void> owner_;
   void* data_ = nullptr;
+  std::shared_ptr<const std::vector<Tensor>> items_;  // set for a sequence
 };
 
 }  // namespace anvil

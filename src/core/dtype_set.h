@@ -28,7 +28,10 @@ enum DTypeSet : unsigned {
 
 constexpr bool dtype_in(DType d, unsigned set) { return d != DType::kUndefined && (set & dtype_bit(d)) != 0; }
 
-// "float32, float64, int32": the dtypes of a set, for messages.
+// ONNX TensorProto.DataType code -> DType; kUndefined for codes Anvil lacks.
+DType dtype_from_onnx_code(int64_t code);
+
+// "float32|float64|int32": the dtypes of a set, for messages.
 std::string dtype_set_names(unsigned set);
 
 }  // namespace anvil

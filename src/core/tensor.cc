@@ -137,7 +137,21 @@ Tensor Tensor::view(DType dtype, Shape shape, void* data) {
   return t;
 }
 
+Tensor Tensor::sequence(DType elem, std::vector<Tensor> items) {
+  Tensor t;
+  t.dtype_ = elem;
+  t.shape_ = {0};
+  t.items_ = std::make_shared<const std::vector<Tensor>>(std::move(items));
+  return t;
+}
+
+const std::vector<Tensor>& Tensor::items() const {
+  static const std::vector<Tensor> none;
+  return items_ ? *items_ : none;
+}
+
 Tensor Tensor::clone() const {
+  if (is_sequence()) return *this;
   Tensor t(dtype_, shape_);
   if (nbytes()) std::memcpy(t.data_, data_, nbytes());
   return t;

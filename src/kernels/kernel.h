@@ -63,9 +63,10 @@ std::string layout_name(const Layout& layout);  // "plain" when null
 struct TensorType {
   DType dtype = DType::kUndefined;
   Shape shape;
-  Layout layout;  // null: plain
+  Layout layout;          // null: plain
+  bool sequence = false;  // a sequence of tensors of `dtype` (shape unused); see Tensor::sequence
   bool operator==(const TensorType& o) const {
-    return dtype == o.dtype && shape == o.shape && same_layout(layout, o.layout);
+    return dtype == o.dtype && shape == o.shape && same_layout(layout, o.layout) && sequence == o.sequence;
   }
 };
 
@@ -168,7 +169,8 @@ class Kernel {
   // the input afterwards; run() must then work whether or not they share memory.
   virtual int inplace_input() const { return -1; }
   // True when run() makes the output tensors itself (assigning *ctx.outputs[i]):
-  // control flow, whose output shapes are known only once a body has run.
+  // control flow, whose output shapes are known only once a body has run, and
+  // the sequence and optional ops.
   // Such kernels run as dynamic steps, and prepare() returns placeholder types.
   virtual bool allocates_outputs() const { return false; }
   // True when the outputs depend only on the input types, not their values

@@ -142,7 +142,17 @@ Tensor read_tensor_file(const std::string& path) {
   return read_tensor_pb(path);
 }
 
+namespace {
+void check_writable(const Tensor& tensor, const std::string& path) {
+  ANVIL_CHECK(!tensor.is_sequence(), ErrorKind::kUnsupported,
+              "'{}': the value is a sequence of {} tensors; Anvil writes tensors only (SequenceProto files are not "
+              "supported yet)", path, tensor.items().size());
+  ANVIL_CHECK(!tensor.empty(), ErrorKind::kUnsupported, "'{}': the value is an optional without a value", path);
+}
+}  // namespace
+
 void write_tensor_pb(const std::string& path, const Tensor& tensor, const std::string& name) {
+  check_writable(tensor, path);
   onnx::TensorProto proto;
   onnx_io::tensor_to_proto(tensor, name, &proto);
   std::ofstream out(path, std::ios::binary);
@@ -151,6 +161,7 @@ void write_tensor_pb(const std::string& path, const Tensor& tensor, const std::s
 }
 
 void write_tensor_npy(const std::string& path, const Tensor& tensor) {
+  check_writable(tensor, path);
   std::string shape;
   for (int64_t d : tensor.shape()) shape += std::to_string(d) + ",";
   if (tensor.rank() > 1) shape.pop_back();

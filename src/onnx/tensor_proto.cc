@@ -13,6 +13,7 @@
 
 #include "core/check.h"
 #include "core/checked.h"
+#include "core/dtype_set.h"
 #include "core/half.h"
 #include "onnx/validate.h"
 
@@ -21,24 +22,7 @@ namespace anvil::onnx_io {
 namespace fs = std::filesystem;
 using onnx::TensorProto;
 
-DType dtype_from_onnx(int t) {
-  switch (t) {
-    case TensorProto::FLOAT: return DType::kFloat32;
-    case TensorProto::UINT8: return DType::kUInt8;
-    case TensorProto::INT8: return DType::kInt8;
-    case TensorProto::UINT16: return DType::kUInt16;
-    case TensorProto::INT16: return DType::kInt16;
-    case TensorProto::INT32: return DType::kInt32;
-    case TensorProto::INT64: return DType::kInt64;
-    case TensorProto::BOOL: return DType::kBool;
-    case TensorProto::FLOAT16: return DType::kFloat16;
-    case TensorProto::DOUBLE: return DType::kFloat64;
-    case TensorProto::UINT32: return DType::kUInt32;
-    case TensorProto::UINT64: return DType::kUInt64;
-    case TensorProto::BFLOAT16: return DType::kBFloat16;
-    default: return DType::kUndefined;
-  }
-}
+DType dtype_from_onnx(int t) { return dtype_from_onnx_code(t); }
 
 int dtype_to_onnx(DType d) {
   switch (d) {

@@ -15,6 +15,7 @@ passes::ConstantEvaluator reference_evaluator() {
     for (const Tensor* t : inputs) types.push_back(t ? kernels::TensorType{t->dtype(), t->shape()} : kernels::TensorType{});
     try {
       PreparedKernel prepared = prepare_kernel(node, types, inputs, 1, /*ref_only=*/true);
+      if (prepared.kernel->allocates_outputs()) return std::nullopt;  // sequences and optionals stay nodes
       size_t bytes = 0;
       for (const auto& t : prepared.output_types) bytes += static_cast<size_t>(shape_numel(t.shape)) * dtype_size(t.dtype);
       if (bytes > kMaxFoldedBytes || prepared.output_types.size() < node.outputs.size()) return std::nullopt;

@@ -15,7 +15,8 @@ std::string types_key(const std::vector<const Tensor*>& inputs) {
       key += "-;";
       continue;
     }
-    key += dtype_name(t->dtype());
+    if (t->is_sequence()) key += "seq:";
+    key += t->empty() ? "none" : dtype_name(t->dtype());
     key += shape_str(t->shape());
     key += ';';
   }
@@ -47,7 +48,8 @@ std::shared_ptr<const DynamicKernels::Prepared> DynamicKernels::get(const std::v
   }
   // Prepared outside the lock: other runs keep using the entries they found.
   std::vector<kernels::TensorType> in_types;
-  for (const Tensor* t : inputs) in_types.push_back(t ? kernels::TensorType{t->dtype(), t->shape()} : kernels::TensorType{});
+  for (const Tensor* t : inputs)
+    in_types.push_back(t ? kernels::TensorType{t->dtype(), t->shape(), nullptr, t->is_sequence()} : kernels::TensorType{});
   std::vector<bool> read;
   PreparedKernel p = prepare_kernel(node_, in_types, inputs, threads_, /*ref_only=*/false, &read, weights_);
   auto prepared = std::make_shared<Prepared>();

@@ -100,8 +100,9 @@ std::shared_ptr<PlanEntry> GraphExecutor::plan_for(const std::vector<Tensor>& or
   std::string key = std::to_string(threads) + "t;";
   std::vector<kernels::TensorType> types;
   for (const Tensor& t : ordered) {
-    key += shape_str(t.shape()) + ";";
-    types.push_back({t.dtype(), t.shape()});
+    if (t.is_sequence()) key += "seq:";
+    key += std::string(t.empty() ? "none" : dtype_name(t.dtype())) + shape_str(t.shape()) + ";";
+    types.push_back({t.dtype(), t.shape(), nullptr, t.is_sequence()});
   }
   {
     std::lock_guard<std::mutex> lock(plans_mutex_);
@@ -141,9 +142,13 @@ std::vector<Tensor> GraphExecutor::execute(PlanEntry& entry, const std::vector<T
     }
     return nullptr;
   };
-  for (size_t i = 0; i < plan.slots.size(); ++i)
-    if (plan.slots[i].kind != Slot::Kind::kDynamic)
-      views[i] = Tensor::view(plan.slots[i].type.dtype, plan.slots[i].type.shape, memory_of(static_cast<int>(i)));
+  for (size_t i = 0; i < plan.slots.size(); ++i) {
+    const Slot& s = plan.slots[i];
+    if (s.kind == Slot::Kind::kInput && (inputs[s.index].is_sequence() || inputs[s.index].empty()))
+      views[i] = inputs[s.index];  // sequences and empty optionals pass as they are
+    else if (s.kind != Slot::Kind::kDynamic)
+      views[i] = Tensor::view(s.type.dtype, s.type.shape, memory_of(static_cast<int>(i)));
+  }
 
   omp_set_num_threads(threads);
   kernels::RunContext ctx;
@@ -165,7 +170,7 @@ std::vector<Tensor> GraphExecutor::execute(PlanEntry& entry, const std::vector<T
   if (profile) profile->total_us = micros_between(run_start, ProfileClock::now());
   for (const auto& copy : plan.final_copies) {
     const int k = copy.first, slot = copy.second;
-    if (plan.slots[slot].kind == Slot::Kind::kDynamic) {
+    if (plan.slots[slot].kind == Slot::Kind::kDynamic || views[slot].is_sequence() || views[slot].empty()) {
       // A tensor the run allocated: handed over, or copied when another output has it already.
       bool shared = std::any_of(outputs.begin(), outputs.end(),
                                 [&](const Tensor& o) { return !o.empty() && o.raw() == views[slot].raw(); });

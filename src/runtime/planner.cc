@@ -22,7 +22,9 @@ void check_against_schema(const ir::Node& node, const std::vector<TensorType>& t
                           const std::vector<const Tensor*>& constants, const std::vector<TensorType>& outputs) {
   std::vector<ir::Type> inputs;
   for (const TensorType& t : types)
-    inputs.push_back(t.dtype == DType::kUndefined ? ir::Type() : ir::Type::tensor(t.dtype, t.shape));
+    inputs.push_back(t.dtype == DType::kUndefined ? ir::Type()
+                     : t.sequence                 ? ir::Type::sequence(ir::Type::tensor(t.dtype))
+                                                  : ir::Type::tensor(t.dtype, t.shape));
   std::optional<std::vector<std::optional<ir::Type>>> inferred;
   try {
     inferred = ir::infer_node_outputs(node, inputs, constants);
@@ -32,7 +34,10 @@ void check_against_schema(const ir::Node& node, const std::vector<TensorType>& t
   if (!inferred) return;
   for (size_t o = 0; o < outputs.size() && o < inferred->size(); ++o) {
     const auto& t = (*inferred)[o];
-    if (!t || !t->is_static() || t->dtype() == DType::kUndefined || !node.output(o)) continue;
+    // Kernels that make their outputs at run time (sequences, optionals) return placeholders.
+    if (!t || !t->is_static() || t->dtype() == DType::kUndefined || !node.output(o) ||
+        outputs[o].dtype == DType::kUndefined)
+      continue;
     ir::Type kernel_type = ir::Type::tensor(outputs[o].dtype, outputs[o].shape);
     ANVIL_CHECK(kernel_type == *t, ErrorKind::kInternal, "{}: output {} is {} by its kernel but {} by its schema",
                 node.describe(), o, kernel_type.str(), t->str());
@@ -180,7 +185,7 @@ class PlanBuilder {
       layouts.incoming.push_back(s.type.layout);
       constants.push_back(s.kind == Slot::Kind::kConstant ? s.constant : nullptr);
       all_constant &= s.kind == Slot::Kind::kConstant;
-      reads_dynamic |= s.kind == Slot::Kind::kDynamic;
+      reads_dynamic |= s.kind == Slot::Kind::kDynamic || s.type.sequence;
       in_slots.push_back(it->second);
     }
     // Control flow runs its bodies at run time; values from dynamic steps have no plan-time shape.
@@ -199,6 +204,10 @@ class PlanBuilder {
       prepared = prepare_kernel(node, types, constants, threads_, /*ref_only=*/fold, nullptr, weights_, &layouts);
     } catch (const kernels::ValueNeeded&) {
       add_dynamic_step(node, constants, in_slots, index);  // its shapes depend on run-time values
+      return;
+    }
+    if (prepared.kernel->allocates_outputs()) {
+      add_dynamic_step(node, constants, in_slots, index);  // sequences and optionals: made per run
       return;
     }
     check_output_count(node, prepared);

@@ -85,6 +85,10 @@ Session Session::from_graph(std::unique_ptr<ir::Graph> graph, const SessionOptio
   for (const auto& n : graph->nodes())
     ANVIL_CHECK(kernels::Registry::global().has_op(n->domain, n->op_type), ErrorKind::kUnsupported,
                 "{}: operator {} is not supported by Anvil", n->describe(), n->op_type);
+  for (const ir::Value* v : graph->inputs())
+    ANVIL_CHECK(v->type.is_tensor() || !v->type.defined(), ErrorKind::kUnsupported,
+                "graph input '{}' has type {}; Anvil takes tensor inputs only (sequences and optionals may flow inside "
+                "the graph)", v->name, v->type.str());
   watch_for_fork();
   if (ir::verification_enabled()) ir::verify(*graph, ErrorKind::kInvalidModel, "on the imported graph");
   auto impl = std::make_unique<Impl>();

@@ -71,25 +71,7 @@ void infer_where(InferContext& ctx) {
   ctx.set_output(0, Type::tensor(ctx.dtype(1), out));
 }
 
-DType cast_target(const InferContext& ctx) {
-  // ONNX TensorProto codes of the dtypes Anvil stores.
-  switch (ctx.attr_int("to")) {
-    case 1: return DType::kFloat32;
-    case 2: return DType::kUInt8;
-    case 3: return DType::kInt8;
-    case 4: return DType::kUInt16;
-    case 5: return DType::kInt16;
-    case 6: return DType::kInt32;
-    case 7: return DType::kInt64;
-    case 9: return DType::kBool;
-    case 10: return DType::kFloat16;
-    case 11: return DType::kFloat64;
-    case 12: return DType::kUInt32;
-    case 13: return DType::kUInt64;
-    case 16: return DType::kBFloat16;
-    default: return DType::kUndefined;
-  }
-}
+DType cast_target(const InferContext& ctx) { return dtype_from_onnx_code(ctx.attr_int("to")); }
 
 void infer_cast(InferContext& ctx) {
   const DType to = cast_target(ctx);

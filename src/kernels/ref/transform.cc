@@ -574,25 +574,6 @@ class GatherKernel : public Kernel {
 
 // ---- Cast ----
 
-// ONNX TensorProto.DataType code -> DType; kUndefined for codes Anvil lacks.
-DType dtype_from_onnx(int64_t code) {
-  switch (code) {
-    case 1: return DType::kFloat32;
-    case 2: return DType::kUInt8;
-    case 3: return DType::kInt8;
-    case 4: return DType::kUInt16;
-    case 5: return DType::kInt16;
-    case 6: return DType::kInt32;
-    case 7: return DType::kInt64;
-    case 9: return DType::kBool;
-    case 10: return DType::kFloat16;
-    case 11: return DType::kFloat64;
-    case 12: return DType::kUInt32;
-    case 13: return DType::kUInt64;
-    case 16: return DType::kBFloat16;
-    default: return DType::kUndefined;
-  }
-}
 
 template <typename T>
 constexpr bool kIsHalf = std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>;
@@ -649,7 +630,7 @@ class CastKernel : public Kernel {
       ANVIL_PREPARE_CHECK(ctx, ctx.attrs().has("to"), ErrorKind::kInvalidModel, "attribute 'to' is required");
       const int64_t code = ctx.attrs().get_int("to", 0);
       ANVIL_PREPARE_CHECK(ctx, code != 8, ErrorKind::kUnsupported, "casting to string is not supported");
-      to_ = dtype_from_onnx(code);
+      to_ = dtype_from_onnx_code(code);
       ANVIL_PREPARE_CHECK(ctx, to_ != DType::kUndefined, ErrorKind::kUnsupported,
                           "casting to ONNX data type {} is not supported", code);
     }
