@@ -61,6 +61,10 @@ bool same_layout(const Layout& a, const Layout& b);
 std::string layout_name(const Layout& layout);  // "plain" when null
 
 struct TensorType {
+  TensorType() = default;
+  TensorType(DType d, Shape s, Layout l = nullptr, bool seq = false)
+      : dtype(d), shape(std::move(s)), layout(std::move(l)), sequence(seq) {}
+
   DType dtype = DType::kUndefined;
   Shape shape;
   Layout layout;          // null: plain

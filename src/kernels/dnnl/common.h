@@ -76,6 +76,23 @@ class Staging {
   dnnl::reorder to_inner_, to_plain_;
 };
 
+// The activations of a primitive with one source and one destination: in a
+// plan they stay in the primitive's own layouts (the planner reorders between
+// neighbours that disagree); elsewhere they are staged from and to plain in
+// the kernel's scratch memory.
+struct ActivationLayouts {
+  Staging src, dst;
+  Layout src_layout, dst_layout;  // planned layouts (null: plain)
+  bool planned = false;
+
+  // `plain_*`: the plain descriptors, `src`/`dst`: the primitive's. Reserves
+  // staging scratch from `offset`; returns its end.
+  size_t init(const PrepareContext& ctx, const dnnl::memory::desc& plain_src, const dnnl::memory::desc& src,
+              const dnnl::memory::desc& plain_dst, const dnnl::memory::desc& dst, size_t offset);
+  // For plans and profiles: the layout the source is read in.
+  std::string name() const { return planned ? kernels::layout_name(src_layout) : src.layout(); }
+};
+
 // oneDNN's generic name of a memory layout: "abcd" (plain NCHW), "aBcd8b"
 // (nChw8c), "acdb" (NHWC).
 std::string layout_name(const dnnl::memory::desc& md);
@@ -83,6 +100,8 @@ std::string layout_name(const dnnl::memory::desc& md);
 // A oneDNN memory format as a planned layout (kernels/kernel.h): null when
 // `md` is the plain layout of (shape, dtype).
 Layout layout_of(const dnnl::memory::desc& md, const Shape& shape, DType dtype);
+// Null when `md` equals `plain`.
+Layout layout_of(const dnnl::memory::desc& md, const dnnl::memory::desc& plain);
 // The oneDNN descriptor of a planned tensor type (plain when it has no layout).
 dnnl::memory::desc desc_of(const TensorType& type);
 

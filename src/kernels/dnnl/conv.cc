@@ -38,12 +38,10 @@ class DnnlConvBase : public Kernel {
  public:
   size_t scratch_bytes() const override { return scratch_; }
   std::string impl_name() const override { return impl_; }
-  std::string layout_name() const override {
-    return planned_layouts_ ? kernels::layout_name(src_layout_) : src_.layout();
-  }
+  std::string layout_name() const override { return io_.name(); }
   Layout input_layout(size_t i) const override {
-    if (i == 0) return src_layout_;
-    if (i == 3) return dst_layout_;  // the residual of a sum post-op arrives in the output's layout
+    if (i == 0) return io_.src_layout;
+    if (i == 3) return io_.dst_layout;  // the residual of a sum post-op arrives in the output's layout
     return nullptr;
   }
 
@@ -59,9 +57,8 @@ class DnnlConvBase : public Kernel {
     ANVIL_PREPARE_CHECK(ctx, group_ >= 1, ErrorKind::kInvalidModel, "group must be >= 1, got {}", group_);
   }
 
-  // Weights: prepacked into oneDNN's preferred layout when constant.
-  void prepare_weights(const PrepareContext& ctx, const dnnl::primitive_desc_base& pd, const memory::desc& plain,
-                       const Shape& x, const Shape& y) {
+  // Weights packed (when constant), bias, and the activations' layouts.
+  void finish_prepare(const PrepareContext& ctx, const dnnl::primitive_desc_base& pd, const memory::desc& plain) {
     weights_plain_ = plain;
     if (const Tensor* w = ctx.constant(1)) {
       packed_ = du::pack_shared(ctx, *w, plain, pd.weights_desc());
@@ -69,7 +66,8 @@ class DnnlConvBase : public Kernel {
     }
     if (ctx.has_input(2)) bias_desc_ = du::plain_desc(ctx.input_shape(2), DType::kFloat32);
     impl_ = du::impl_name(pd);
-    choose_layouts(ctx, pd, x, y);
+    scratch_ = io_.init(ctx, src_md_, pd.src_desc(), dst_md_, pd.dst_desc(), pd.scratchpad_desc().get_size());
+    dst_bytes_ = pd.dst_desc().get_size();
   }
 
   memory::desc bias_md(const PrepareContext& ctx, int64_t channels) const {
@@ -80,51 +78,27 @@ class DnnlConvBase : public Kernel {
     return du::plain_desc({channels}, DType::kFloat32);
   }
 
-  // In a plan the activations stay in the primitive's layouts (the planner
-  // reorders where neighbours disagree); elsewhere they are staged from and to
-  // plain in scratch memory.
-  void choose_layouts(const PrepareContext& ctx, const dnnl::primitive_desc_base& pd, const Shape& x, const Shape& y) {
-    size_t end = pd.scratchpad_desc().get_size();
-    planned_layouts_ = ctx.blocked_inputs_allowed();
-    if (ctx.blocked_inputs_allowed()) {
-      src_layout_ = du::layout_of(pd.src_desc(), x, DType::kFloat32);
-      end = src_.init(pd.src_desc(), pd.src_desc(), end);
-    } else {
-      end = src_.init(src_md_, pd.src_desc(), end);
-    }
-    if (ctx.blocked_outputs_allowed()) {
-      dst_layout_ = du::layout_of(pd.dst_desc(), y, DType::kFloat32);
-      scratch_ = dst_.init(pd.dst_desc(), pd.dst_desc(), end);
-    } else {
-      scratch_ = dst_.init(dst_md_, pd.dst_desc(), end);
-    }
-    dst_bytes_ = pd.dst_desc().get_size();
-  }
-
   void execute(const RunContext& ctx, const Tensor* sum) const {
-    memory dst = dst_.output(ctx.out(0).raw(), ctx.scratch);
+    memory dst = io_.dst.output(ctx.out(0).raw(), ctx.scratch);
     if (sum) {
-      if (dst_.staged()) dst_.load(sum->raw(), dst);
+      if (io_.dst.staged()) io_.dst.load(sum->raw(), dst);
       else if (sum->raw() != ctx.out(0).raw()) std::memcpy(ctx.out(0).raw(), sum->raw(), dst_bytes_);
     }
     std::unordered_map<int, memory> args;
-    args[DNNL_ARG_SRC] = src_.input(ctx.in(0).raw(), ctx.scratch);
+    args[DNNL_ARG_SRC] = io_.src.input(ctx.in(0).raw(), ctx.scratch);
     args[DNNL_ARG_WEIGHTS] = weights_packed_ ? packed_.memory : du::wrap(weights_plain_, ctx.in(1).raw());
     if (ctx.inputs.size() > 2 && ctx.inputs[2]) args[DNNL_ARG_BIAS] = du::wrap(bias_desc_, ctx.in(2).raw());
     args[DNNL_ARG_DST] = dst;
     if (scratchpad_md_.get_size()) args[DNNL_ARG_SCRATCHPAD] = du::wrap(scratchpad_md_, ctx.scratch);
     primitive_.execute(du::stream(), args);
-    dst_.finish(dst, ctx.out(0).raw());
+    io_.dst.finish(dst, ctx.out(0).raw());
     du::stream().wait();
   }
 
   int64_t group_ = 1;
   dnnl::primitive primitive_;
   memory::desc src_md_, dst_md_, weights_plain_, bias_desc_, scratchpad_md_;
-  // Activations are plain between nodes; oneDNN may run on a blocked layout (nChw8c).
-  du::Staging src_, dst_;
-  Layout src_layout_, dst_layout_;  // planned layouts (null: plain)
-  bool planned_layouts_ = false;
+  du::ActivationLayouts io_;
   size_t dst_bytes_ = 0;
   du::PackedWeights packed_;
   bool weights_packed_ = false;
@@ -182,11 +156,11 @@ class DnnlConv : public DnnlConvBase {
       dnnl::convolution_forward::primitive_desc pd(desc, attr, du::engine());
       primitive_ = dnnl::convolution_forward(pd);
       scratchpad_md_ = pd.scratchpad_desc();
-      prepare_weights(ctx, pd, w_plain, x, y);
+      finish_prepare(ctx, pd, w_plain);
     } catch (const dnnl::error& e) {
       ctx.fail(ErrorKind::kUnsupported, "oneDNN has no convolution for this case ({})", e.what());
     }
-    return {{DType::kFloat32, y, dst_layout_}};
+    return {{DType::kFloat32, y, io_.dst_layout}};
   }
 
   int inplace_input() const override { return fused_ ? 3 : -1; }
@@ -247,7 +221,7 @@ class DnnlConvTranspose : public DnnlConvBase {
       dnnl::deconvolution_forward::primitive_desc pd(desc, du::user_scratchpad_attr(), du::engine());
       primitive_ = dnnl::deconvolution_forward(pd);
       scratchpad_md_ = pd.scratchpad_desc();
-      prepare_weights(ctx, pd, w_plain, x, y);
+      finish_prepare(ctx, pd, w_plain);
     } catch (const dnnl::error& e) {
       ctx.fail(ErrorKind::kUnsupported, "oneDNN has no deconvolution for this case ({})", e.what());
     }

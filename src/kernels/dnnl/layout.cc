@@ -59,9 +59,30 @@ std::unique_ptr<Kernel> DnnlLayout::make_reorder(const TensorType& from, const L
 
 }  // namespace
 
-Layout layout_of(const dnnl::memory::desc& md, const Shape& shape, DType dtype) {
-  if (md == plain_desc(shape, dtype)) return nullptr;
+Layout layout_of(const dnnl::memory::desc& md, const dnnl::memory::desc& plain) {
+  if (md == plain) return nullptr;
   return std::make_shared<DnnlLayout>(md);
+}
+
+Layout layout_of(const dnnl::memory::desc& md, const Shape& shape, DType dtype) {
+  return layout_of(md, plain_desc(shape, dtype));
+}
+
+size_t ActivationLayouts::init(const PrepareContext& ctx, const dnnl::memory::desc& plain_src,
+                               const dnnl::memory::desc& src_md, const dnnl::memory::desc& plain_dst,
+                               const dnnl::memory::desc& dst_md, size_t offset) {
+  planned = ctx.blocked_inputs_allowed();
+  if (planned) {
+    src_layout = layout_of(src_md, plain_src);
+    offset = src.init(src_md, src_md, offset);
+  } else {
+    offset = src.init(plain_src, src_md, offset);
+  }
+  if (ctx.blocked_outputs_allowed()) {
+    dst_layout = layout_of(dst_md, plain_dst);
+    return dst.init(dst_md, dst_md, offset);
+  }
+  return dst.init(plain_dst, dst_md, offset);
 }
 
 dnnl::memory::desc desc_of(const TensorType& type) {

@@ -72,56 +72,33 @@ class DnnlPool : public Kernel {
       }
       primitive_ = dnnl::pooling_v2_forward(*pd);
       scratchpad_md_ = pd->scratchpad_desc();
-      choose_layouts(ctx, *pd, x, y);
+      scratch_ = io_.init(ctx, src_md_, pd->src_desc(), dst_md_, pd->dst_desc(), scratchpad_md_.get_size());
       impl_ = du::impl_name(*pd);
     } catch (const dnnl::error& e) {
       ctx.fail(ErrorKind::kUnsupported, "oneDNN has no pooling for this case ({})", e.what());
     }
-    return {{DType::kFloat32, y, dst_layout_}};
+    return {{DType::kFloat32, y, io_.dst_layout}};
   }
 
   void run(const RunContext& ctx) const override {
-    memory dst = dst_.output(ctx.out(0).raw(), ctx.scratch);
-    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, src_.input(ctx.in(0).raw(), ctx.scratch)}, {DNNL_ARG_DST, dst}};
+    memory dst = io_.dst.output(ctx.out(0).raw(), ctx.scratch);
+    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, io_.src.input(ctx.in(0).raw(), ctx.scratch)}, {DNNL_ARG_DST, dst}};
     if (scratchpad_md_.get_size()) args[DNNL_ARG_SCRATCHPAD] = du::wrap(scratchpad_md_, ctx.scratch);
     primitive_.execute(du::stream(), args);
-    dst_.finish(dst, ctx.out(0).raw());
+    io_.dst.finish(dst, ctx.out(0).raw());
     du::stream().wait();
   }
 
   size_t scratch_bytes() const override { return scratch_; }
   std::string impl_name() const override { return impl_; }
-  std::string layout_name() const override {
-    return planned_layouts_ ? kernels::layout_name(src_layout_) : src_.layout();
-  }
-  Layout input_layout(size_t i) const override { return i == 0 ? src_layout_ : nullptr; }
+  std::string layout_name() const override { return io_.name(); }
+  Layout input_layout(size_t i) const override { return i == 0 ? io_.src_layout : nullptr; }
 
  private:
-  // Planned layouts in a plan; staged through scratch memory elsewhere.
-  void choose_layouts(const PrepareContext& ctx, const dnnl::pooling_v2_forward::primitive_desc& pd, const Shape& x,
-                      const Shape& y) {
-    size_t end = scratchpad_md_.get_size();
-    planned_layouts_ = ctx.blocked_inputs_allowed();
-    if (planned_layouts_) {
-      src_layout_ = du::layout_of(pd.src_desc(), x, DType::kFloat32);
-      end = src_.init(pd.src_desc(), pd.src_desc(), end);
-    } else {
-      end = src_.init(src_md_, pd.src_desc(), end);
-    }
-    if (ctx.blocked_outputs_allowed()) {
-      dst_layout_ = du::layout_of(pd.dst_desc(), y, DType::kFloat32);
-      scratch_ = dst_.init(pd.dst_desc(), pd.dst_desc(), end);
-    } else {
-      scratch_ = dst_.init(dst_md_, pd.dst_desc(), end);
-    }
-  }
-
   std::string op_;
   dnnl::primitive primitive_;
   memory::desc src_md_, dst_md_, scratchpad_md_;
-  du::Staging src_, dst_;
-  Layout src_layout_, dst_layout_;
-  bool planned_layouts_ = false;
+  du::ActivationLayouts io_;
   size_t scratch_ = 0;
   std::string impl_;
 };

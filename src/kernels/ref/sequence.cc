@@ -141,22 +141,35 @@ class SequenceLengthKernel : public SequenceKernel {
   }
 };
 
-// Copies the [outer, extent, inner] block of `from` starting at `offset` along the axis.
+// Tensors seen as [outer, axis, inner]: copies `extent` indices of the axis,
+// from `src_offset` in a source whose axis has `src_axis` indices to
+// `dst_offset` in a destination whose axis has `dst_axis`.
+struct AxisBlock {
+  int64_t outer, inner;
+  size_t elem;
+  void copy(const Tensor& src, int64_t src_axis, int64_t src_offset, Tensor& dst, int64_t dst_axis,
+            int64_t dst_offset, int64_t extent) const {
+    const size_t row = static_cast<size_t>(extent * inner) * elem;
+    if (!row) return;
+    for (int64_t o = 0; o < outer; ++o)
+      std::memcpy(static_cast<char*>(dst.raw()) + static_cast<size_t>((o * dst_axis + dst_offset) * inner) * elem,
+                  static_cast<const char*>(src.raw()) + static_cast<size_t>((o * src_axis + src_offset) * inner) * elem,
+                  row);
+  }
+};
+
+AxisBlock axis_block(const Shape& shape, int64_t axis, DType dtype) {
+  return {shape_numel(Shape(shape.begin(), shape.begin() + axis)),
+          shape_numel(Shape(shape.begin() + axis + 1, shape.end())), dtype_size(dtype)};
+}
+
+// `extent` indices of `from` along `axis` from `offset`; the axis dropped when !keep_axis.
 Tensor slice_axis(const Tensor& from, int64_t axis, int64_t offset, int64_t extent, bool keep_axis) {
   Shape shape = from.shape();
-  const int64_t outer = shape_numel(Shape(shape.begin(), shape.begin() + axis));
-  const int64_t inner = shape_numel(Shape(shape.begin() + axis + 1, shape.end()));
-  const size_t elem = dtype_size(from.dtype());
   shape[static_cast<size_t>(axis)] = extent;
   if (!keep_axis) shape.erase(shape.begin() + axis);
   Tensor out(from.dtype(), shape);
-  const size_t row = static_cast<size_t>(extent * inner) * elem;
-  for (int64_t o = 0; o < outer; ++o)
-    if (row)
-      std::memcpy(static_cast<char*>(out.raw()) + static_cast<size_t>(o) * row,
-                  static_cast<const char*>(from.raw()) +
-                      (static_cast<size_t>(o * from.shape()[axis] + offset) * inner) * elem,
-                  row);
+  axis_block(from.shape(), axis, from.dtype()).copy(from, from.shape()[axis], offset, out, extent, 0, extent);
   return out;
 }
 
@@ -243,17 +256,11 @@ class ConcatFromSequenceKernel : public SequenceKernel {
       out[static_cast<size_t>(axis)] = checked_add(out[static_cast<size_t>(axis)], s[axis], "concatenated size");
     }
     Tensor result(items[0].dtype(), out);
-    const int64_t outer = shape_numel(Shape(out.begin(), out.begin() + axis));
-    const int64_t inner = shape_numel(Shape(out.begin() + axis + 1, out.end()));
-    const size_t elem = dtype_size(result.dtype());
+    const AxisBlock block = axis_block(out, axis, result.dtype());
     int64_t offset = 0;
     for (const Tensor& t : items) {
       const int64_t extent = new_axis_ ? 1 : t.shape()[static_cast<size_t>(axis)];
-      const size_t row = static_cast<size_t>(extent * inner) * elem;
-      for (int64_t o = 0; o < outer; ++o)
-        if (row)
-          std::memcpy(static_cast<char*>(result.raw()) + (static_cast<size_t>(o * out[axis] + offset) * inner) * elem,
-                      static_cast<const char*>(t.raw()) + static_cast<size_t>(o) * row, row);
+      block.copy(t, extent, 0, result, out[axis], offset, extent);
       offset += extent;
     }
     *ctx.outputs[0] = std::move(result);
