@@ -121,7 +121,7 @@ void InferContext::set_output_values(size_t o, SymValues values) {
 }
 
 int64_t InferContext::axis(int64_t axis, int64_t rank) const {
-  if (axis < -rank || axis >= std::max<int64_t>(rank, 1)) fail("axis {} is out of range for rank {}", axis, rank);
+  if (axis < -rank || axis >= rank) fail("axis {} is out of range for rank {}", axis, rank);
   return axis < 0 ? axis + rank : axis;
 }
 

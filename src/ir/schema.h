@@ -138,7 +138,7 @@ class InferContext {
   const std::vector<std::optional<Type>>& outputs() const { return outputs_; }
   const std::vector<std::optional<SymValues>>& output_values() const { return output_values_; }
 
-  // A normalized axis in [0, rank); throws kInvalidModel naming the node.
+  // A normalized axis in [0, rank); throws kInvalidModel naming the node (always for rank 0).
   int64_t axis(int64_t axis, int64_t rank) const;
 
   template <typename... Args>

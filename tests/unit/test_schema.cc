@@ -193,6 +193,24 @@ TEST(Schema, WrongInputDTypeAndMissingAttributeAreInvalidModels) {
   }
 }
 
+// Fuzzer finding: a Concat (or ArgMax, TopK, Split) of scalars indexed an empty shape.
+TEST(Schema, AxesOfScalarsAreInvalidModels) {
+  for (const char* op : {"Concat", "ArgMax", "TopK", "Split", "Softmax"}) {
+    auto g = graph17();
+    ir::Value* x = sym_input(*g, "x", {});
+    ir::Node* n = add(*g, op, {x, x});
+    n->attrs.set("axis", int64_t{0});
+    if (std::string(op) == "Softmax") n->inputs.pop_back();
+    try {
+      ir::infer_types(*g);
+      if (std::string(op) != "Softmax") ADD_FAILURE() << op << " of a scalar inferred";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kInvalidModel) << op;
+      EXPECT_NE(std::string(e.what()).find("out of range for rank 0"), std::string::npos) << e.what();
+    }
+  }
+}
+
 TEST(Schema, BroadcastingKnownDimsThatDisagreeIsInvalid) {
   auto g = graph17();
   ir::Value* a = sym_input(*g, "a", {Dim::known(2), Dim::known(3)});
