@@ -153,6 +153,28 @@ TEST(Sequences, LoopAppendsToACarriedSequence) {
   }
 }
 
+// Fuzzer finding: concatenating a sequence whose tensors differ in rank indexed past a shape.
+TEST(Sequences, ConcatOfTensorsOfDifferentRanksIsAnInvalidArgument) {
+  for (int64_t new_axis : {0, 1}) {
+    auto g = graph17();
+    ir::Value* x = g->add_input("x", DType::kFloat32, {2, 2});
+    ir::Value* y = g->add_input("y", DType::kFloat32, {});
+    ir::Node* seq = add(*g, "SequenceConstruct", {x, y});
+    ir::Node* concat = add(*g, "ConcatFromSequence", {seq->output(0)});
+    concat->attrs.set("axis", int64_t{1});
+    concat->attrs.set("new_axis", new_axis);
+    g->add_output(concat->output(0));
+    Session s = Session::from_graph(std::move(g));
+    try {
+      s.run({{"x", iota({2, 2})}, {"y", iota({})}});
+      FAIL() << "ran";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kInvalidArgument);
+      EXPECT_NE(std::string(e.what()).find("differ in rank"), std::string::npos) << e.what();
+    }
+  }
+}
+
 TEST(Sequences, OptionalsWithAndWithoutAValue) {
   auto g = graph17();
   ir::Value* x = g->add_input("x", DType::kFloat32, {2});

@@ -245,14 +245,16 @@ class ConcatFromSequenceKernel : public SequenceKernel {
     if (new_axis_) out.insert(out.begin() + axis, 0);
     out[static_cast<size_t>(axis)] = 0;
     for (const Tensor& t : items) {
+      // A sequence may hold tensors of any shapes: check the rank before indexing by the axis.
+      ANVIL_CHECK(t.shape().size() == first.size() && t.dtype() == items[0].dtype(), ErrorKind::kInvalidArgument,
+                  "{}: sequence tensors differ in rank or type ({} {} and {} {})", node_.describe(),
+                  dtype_name(items[0].dtype()), shape_str(first), dtype_name(t.dtype()), shape_str(t.shape()));
       Shape s = t.shape();
       if (new_axis_) s.insert(s.begin() + axis, 1);
-      ANVIL_CHECK(static_cast<int64_t>(s.size()) == rank && t.dtype() == items[0].dtype(), ErrorKind::kInvalidArgument,
-                  "{}: sequence tensors differ in rank or type", node_.describe());
       for (int64_t k = 0; k < rank; ++k)
-        ANVIL_CHECK(k == axis || s[k] == out[k],
-                    ErrorKind::kInvalidArgument, "{}: tensor of shape {} does not fit {} off axis {}",
-                    node_.describe(), shape_str(t.shape()), shape_str(first), axis);
+        ANVIL_CHECK(k == axis || s[k] == out[k], ErrorKind::kInvalidArgument,
+                    "{}: tensor of shape {} does not fit {} off axis {}", node_.describe(), shape_str(t.shape()),
+                    shape_str(first), axis);
       out[static_cast<size_t>(axis)] = checked_add(out[static_cast<size_t>(axis)], s[axis], "concatenated size");
     }
     Tensor result(items[0].dtype(), out);
