@@ -211,6 +211,32 @@ TEST(Schema, AxesOfScalarsAreInvalidModels) {
   }
 }
 
+// Scan over xs [seq, 2] with a running sum: the state keeps [2], the scan output gains the iteration axis.
+TEST(Schema, ScanStatesAndScanOutputs) {
+  auto g = graph17();
+  ir::Value* init = sym_input(*g, "init", {Dim::known(2)});
+  ir::Value* xs = sym_input(*g, "xs", {Dim::named("seq"), Dim::known(2)});
+  ir::Node* scan = g->add_node("Scan", {init, xs}, 2, "scan");
+  scan->opset = 17;
+  scan->attrs.set("num_scan_inputs", int64_t{1});
+  auto body = std::make_shared<ir::Graph>();
+  body->parent = g.get();
+  body->owner = scan;
+  body->opsets[""] = 17;
+  ir::Value* state = sym_input(*body, "state", {Dim::known(2)});
+  ir::Value* x = sym_input(*body, "x", {Dim::known(2)});
+  ir::Node* sum = add(*body, "Add", {state, x});
+  ir::Node* twice = add(*body, "Add", {x, x});
+  body->add_output(sum->output(0));
+  body->add_output(twice->output(0));
+  scan->attrs.set("body", body);
+  g->add_output(scan->output(0));
+  g->add_output(scan->output(1));
+  ir::infer_types(*g);
+  EXPECT_EQ(scan->output(0)->type.str(), "float32[2]");
+  EXPECT_EQ(scan->output(1)->type.str(), "float32[?,2]");
+}
+
 TEST(Schema, BroadcastingKnownDimsThatDisagreeIsInvalid) {
   auto g = graph17();
   ir::Value* a = sym_input(*g, "a", {Dim::known(2), Dim::known(3)});

@@ -244,6 +244,41 @@ void infer_loop(InferContext& ctx) {
   }
 }
 
+// Scan (9+): state outputs keep what their start and the body agree on; scan
+// outputs gain the iteration axis (at scan_output_axes, default 0), of a size
+// known only at run time.
+void infer_scan(InferContext& ctx) {
+  const Graph* body = ctx.node().attrs.get_graph("body");
+  if (!body) ctx.fail("Scan needs a body");
+  const int64_t scans = ctx.attr_int("num_scan_inputs");
+  const auto explicit_inputs = static_cast<int64_t>(ctx.node().num_explicit_inputs());
+  if (scans < 1 || scans > explicit_inputs) ctx.fail("num_scan_inputs {} is out of range", scans);
+  const auto states = static_cast<size_t>(explicit_inputs - scans);
+  if (body->outputs().size() < states || ctx.num_outputs() > body->outputs().size())
+    ctx.fail("the body has {} outputs for {} states and {} node outputs", body->outputs().size(), states,
+             ctx.num_outputs());
+  const std::vector<int64_t> axes = ctx.attr_ints("scan_output_axes");
+  for (size_t o = 0; o < ctx.num_outputs(); ++o) {
+    const Type& t = body->outputs()[o]->type;
+    if (o < states) {
+      const Value* initial = ctx.node().input(o);
+      ctx.set_output(o, initial ? join(initial->type, t) : Type());
+      continue;
+    }
+    if (!t.is_tensor()) continue;
+    if (!t.has_shape()) {
+      ctx.set_output(o, Type::tensor(t.dtype()));
+      continue;
+    }
+    SymShape d = t.dims();
+    const auto rank = static_cast<int64_t>(d.size()) + 1;
+    const size_t k = o - states;
+    const int64_t axis = ctx.axis(k < axes.size() ? axes[k] : 0, rank);
+    d.insert(d.begin() + axis, Dim::unknown());
+    ctx.set_output(o, Type::tensor(t.dtype(), d));
+  }
+}
+
 struct Registrations {
   Registrations() {
     auto& r = SchemaRegistry::global();
@@ -292,6 +327,7 @@ struct Registrations {
                 .infer(infer_recurrent));
     r.add(OpSchema("If").inputs({kBoolType}).infer(infer_if));
     r.add(OpSchema("Loop").infer(infer_loop));
+    r.add(OpSchema("Scan").versions(9, 1 << 30).required_attr("num_scan_inputs").infer(infer_scan));
   }
 };
 const Registrations registrations;
