@@ -154,6 +154,9 @@ struct RunContext {
   void* scratch = nullptr;            // scratch_bytes() bytes, 64-byte aligned
 
   const Tensor& in(size_t i) const { return *inputs[i]; }
+  // Input i as a value to pass on (control flow): an empty Tensor for an
+  // omitted input or an optional without a value.
+  Tensor value(size_t i) const { return i < inputs.size() && inputs[i] ? *inputs[i] : Tensor(); }
   Tensor& out(size_t i) const { return *outputs[i]; }
 };
 

@@ -20,7 +20,7 @@ using kernels::TensorType;
 
 // Appends the tensors a body's captures stand for.
 void append_captures(const ir::Graph& body, const RunContext& ctx, size_t first_implicit, std::vector<Tensor>& in) {
-  for (const ir::Graph::Capture& c : body.captures) in.push_back(ctx.in(first_implicit + c.implicit_index));
+  for (const ir::Graph::Capture& c : body.captures) in.push_back(ctx.value(first_implicit + c.implicit_index));
 }
 
 bool scalar_bool(const Tensor& t, const char* what, const ir::Node& node) {
@@ -113,7 +113,7 @@ class LoopKernel : public ControlFlowKernel {
     int64_t trips = ctx.inputs[0] ? ctx.in(0).data<int64_t>()[0] : INT64_MAX;
     bool cond = ctx.inputs.size() > 1 && ctx.inputs[1] ? scalar_bool(ctx.in(1), "cond", node_) : true;
     std::vector<Tensor> carried;
-    for (size_t i = 0; i < carried_; ++i) carried.push_back(ctx.in(2 + i));
+    for (size_t i = 0; i < carried_; ++i) carried.push_back(ctx.value(2 + i));
     std::vector<std::vector<Tensor>> scans(scans_);
     Tensor iteration(DType::kInt64, {}), cond_in(DType::kBool, {});
     for (int64_t i = 0; i < trips && cond; ++i) {

@@ -157,7 +157,8 @@ std::vector<Tensor> GraphExecutor::execute(PlanEntry& entry, const std::vector<T
     const auto step_start = profile ? ProfileClock::now() : run_start;
     ctx.inputs.clear();
     ctx.outputs.clear();
-    for (int s : step.inputs) ctx.inputs.push_back(s < 0 ? nullptr : &views[s]);
+    // An optional without a value reaches kernels as an omitted input.
+    for (int s : step.inputs) ctx.inputs.push_back(s < 0 || views[s].empty() ? nullptr : &views[s]);
     if (step.dynamic) {
       run_dynamic_step(step, ctx, views);
     } else {
@@ -189,6 +190,13 @@ void GraphExecutor::run_dynamic_step(const Step& step, kernels::RunContext& ctx,
   ANVIL_CHECK(types.size() >= step.outputs.size() || std::all_of(step.outputs.begin() + types.size(),
                                                                  step.outputs.end(), [](int s) { return s < 0; }),
               ErrorKind::kUnsupported, "{}: an output is not produced by Anvil's kernel", step.node->describe());
+  // Identity and other alias kernels pass a sequence or an optional through as it is.
+  const int alias = prepared->kernel->output_aliases_input();
+  if (alias >= 0 && !step.outputs.empty() && step.outputs[0] >= 0 && alias < static_cast<int>(ctx.inputs.size()) &&
+      ctx.inputs[alias] && ctx.inputs[alias]->is_sequence()) {
+    views[step.outputs[0]] = *ctx.inputs[alias];
+    return;
+  }
   const bool preallocate = !prepared->kernel->allocates_outputs();
   for (size_t o = 0; o < step.outputs.size(); ++o) {
     int s = step.outputs[o];

@@ -249,8 +249,8 @@ class PlanBuilder {
   int in_layout(int slot, const ir::Value* value, const kernels::Layout& to, int index) {
     const TensorType from = plan_->slots[slot].type;
     if (kernels::same_layout(from.layout, to)) return slot;
-    const auto key = std::make_pair(slot, kernels::layout_name(to));
-    if (auto it = reorders_.find(key); it != reorders_.end()) return it->second;
+    for (const auto& [layout, reordered] : reorders_[slot])
+      if (kernels::same_layout(layout, to)) return reordered;
 
     ir::Node& node = plan_->reorder_nodes.emplace_back();
     node.op_type = "Reorder";
@@ -272,7 +272,7 @@ class PlanBuilder {
     step.outputs = {out};
     plan_->steps.push_back(std::move(step));
     ++plan_->reorders;
-    reorders_[key] = out;
+    reorders_[slot].emplace_back(to, out);
     return out;
   }
 
@@ -435,7 +435,7 @@ class PlanBuilder {
   kernels::WeightCache* weights_;
   bool blocked_layouts_;
   std::unique_ptr<Plan> plan_;
-  std::map<std::pair<int, std::string>, int> reorders_;  // (slot, layout name) -> reordered slot
+  std::map<int, std::vector<std::pair<kernels::Layout, int>>> reorders_;  // slot -> (layout, reordered slot)
   std::map<const ir::Value*, int> slot_of_;
   std::map<const ir::Value*, int> last_use_;
   std::map<const ir::Value*, int> output_index_;

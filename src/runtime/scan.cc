@@ -81,6 +81,8 @@ class ScanKernel : public kernels::Kernel {
     // Every scan input has the same length along its axis.
     int64_t len = -1;
     for (int64_t i = 0; i < scan_inputs_; ++i) {
+      ANVIL_CHECK(ctx.inputs[static_cast<size_t>(states_ + i)] != nullptr, ErrorKind::kInvalidArgument,
+                  "{}: scan input {} has no value", node_.describe(), i);
       const Tensor& x = ctx.in(static_cast<size_t>(states_ + i));
       int64_t axis = in_axes_[static_cast<size_t>(i)];
       if (axis < 0) axis += x.rank();
@@ -92,7 +94,7 @@ class ScanKernel : public kernels::Kernel {
       len = n;
     }
     std::vector<Tensor> state;
-    for (int64_t s = 0; s < states_; ++s) state.push_back(ctx.in(static_cast<size_t>(s)));
+    for (int64_t s = 0; s < states_; ++s) state.push_back(ctx.value(static_cast<size_t>(s)));
     std::vector<Tensor> outs(static_cast<size_t>(scan_outputs_));
     for (int64_t t = 0; t < len; ++t) {
       std::vector<Tensor> inputs = state;
@@ -103,7 +105,7 @@ class ScanKernel : public kernels::Kernel {
         inputs.push_back(slice_along(x, axis, in_reverse_[static_cast<size_t>(i)] ? len - 1 - t : t));
       }
       for (const ir::Graph::Capture& c : body_->captures)
-        inputs.push_back(ctx.in(node_.num_explicit_inputs() + c.implicit_index));
+        inputs.push_back(ctx.value(node_.num_explicit_inputs() + c.implicit_index));
       std::vector<Tensor> out = executor_->run(inputs, threads_);
       for (int64_t s = 0; s < states_; ++s) state[static_cast<size_t>(s)] = std::move(out[static_cast<size_t>(s)]);
       for (int64_t k = 0; k < scan_outputs_; ++k) store(outs, k, t, len, out[static_cast<size_t>(states_ + k)]);

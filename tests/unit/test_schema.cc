@@ -237,6 +237,17 @@ TEST(Schema, ScanStatesAndScanOutputs) {
   EXPECT_EQ(scan->output(1)->type.str(), "float32[?,2]");
 }
 
+// Review finding: Shape of a scalar tracks no values; arithmetic with a one-element constant read past them.
+TEST(Schema, ArithmeticOnTheEmptyShapeOfAScalar) {
+  auto g = graph17();
+  ir::Value* x = sym_input(*g, "x", {});
+  ir::Node* shape = add(*g, "Shape", {x});
+  ir::Node* mul = add(*g, "Mul", {shape->output(0), g->add_constant("two", ints({2}))});
+  g->add_output(mul->output(0));
+  ir::infer_types(*g);
+  EXPECT_EQ(mul->output(0)->type.str(), "int64[0]");  // [0] broadcast with [1]
+}
+
 TEST(Schema, BroadcastingKnownDimsThatDisagreeIsInvalid) {
   auto g = graph17();
   ir::Value* a = sym_input(*g, "a", {Dim::known(2), Dim::known(3)});

@@ -175,6 +175,62 @@ TEST(Sequences, ConcatOfTensorsOfDifferentRanksIsAnInvalidArgument) {
   }
 }
 
+// Review findings: SequenceAt needs its position; Identity passes a sequence through (kept at level 0).
+TEST(Sequences, SequenceAtWithoutAPositionIsAnInvalidModel) {
+  auto g = graph17();
+  ir::Value* x = g->add_input("x", DType::kFloat32, {2});
+  ir::Node* seq = add(*g, "SequenceConstruct", {x});
+  ir::Node* at = add(*g, "SequenceAt", {seq->output(0)});
+  g->add_output(at->output(0));
+  Session s = Session::from_graph(std::move(g));
+  try {
+    s.run({{"x", iota({2})}});
+    FAIL() << "ran";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kInvalidModel) << e.what();
+  }
+}
+
+TEST(Sequences, IdentityPassesASequenceThrough) {
+  auto g = graph17();
+  ir::Value* x = g->add_input("x", DType::kFloat32, {2});
+  ir::Node* seq = add(*g, "SequenceConstruct", {x, x, x});
+  ir::Node* same = add(*g, "Identity", {seq->output(0)});
+  ir::Node* len = add(*g, "SequenceLength", {same->output(0)});
+  g->add_output(len->output(0));
+  SessionOptions o;
+  o.optimization_level = 0;
+  Session s = Session::from_graph(std::move(g), o);
+  EXPECT_EQ(s.run({{"x", iota({2})}})[0].data<int64_t>()[0], 3);
+}
+
+// An optional without a value carried through a Loop stays without a value.
+TEST(Sequences, EmptyOptionalThroughALoop) {
+  auto g = graph17();
+  ir::Value* n = g->add_input("n", DType::kInt64, {});
+  ir::Node* none = add(*g, "Optional", {});
+  none->attrs.set("type", int64_t{1});
+  ir::Node* loop = g->add_node("Loop", {n, nullptr, none->output(0)}, 1, "loop");
+  loop->opset = 17;
+  auto body = std::make_shared<ir::Graph>();
+  body->parent = g.get();
+  body->owner = loop;
+  body->opsets[""] = 17;
+  body->add_input("i", DType::kInt64, {});
+  ir::Value* cond = body->add_input("cond", DType::kBool, {});
+  ir::Value* opt = body->add_input("opt", DType::kUndefined, {});
+  opt->type = ir::Type::optional(ir::Type::tensor(DType::kFloat32));
+  ir::Node* keep = body->add_node("Identity", {cond}, 1);
+  keep->opset = 17;
+  body->add_output(keep->output(0));
+  body->add_output(opt);
+  loop->attrs.set("body", body);
+  ir::Node* has = add(*g, "OptionalHasElement", {loop->output(0)});
+  g->add_output(has->output(0));
+  Session s = Session::from_graph(std::move(g));
+  EXPECT_FALSE(s.run({{"n", int64_scalar(2)}})[0].data<bool>()[0]);
+}
+
 TEST(Sequences, OptionalsWithAndWithoutAValue) {
   auto g = graph17();
   ir::Value* x = g->add_input("x", DType::kFloat32, {2});

@@ -34,7 +34,9 @@ void infer_binary(InferContext& ctx, DType out_dtype) {
   SymShape out = broadcast(ctx, ctx.dims(0), ctx.dims(1));
   ctx.set_output(0, Type::tensor(out_dtype, out));
   const auto &a = ctx.values(0), &b = ctx.values(1);
-  if (!a || !b || out.size() > 1 || (a->size() != b->size() && a->size() != 1 && b->size() != 1)) return;
+  if (!a || !b || a->empty() || b->empty() || out.size() > 1 ||
+      (a->size() != b->size() && a->size() != 1 && b->size() != 1))
+    return;
   SymValues r;
   for (size_t i = 0; i < std::max(a->size(), b->size()); ++i) {
     auto x = value_op(ctx.node().op_type, (*a)[a->size() == 1 ? 0 : i], (*b)[b->size() == 1 ? 0 : i]);

@@ -16,6 +16,9 @@ std::optional<std::vector<int64_t>> axes_of(const InferContext& ctx, int input_f
 
 namespace {
 
+// Longer shape tensors than this are not turned into ranks (their values are run-time data anyway).
+constexpr int64_t kMaxInferredRank = 64;
+
 void infer_shape(InferContext& ctx) {
   ctx.set_output(0, Type::tensor(DType::kInt64));
   const SymShape& x = ctx.dims(0);
@@ -40,7 +43,8 @@ void infer_reshape(InferContext& ctx) {
   const auto& target = ctx.values(1);
   if (!target) {
     const Type& s = ctx.input(1);
-    if (s.has_shape() && s.rank() == 1 && s.dims()[0].is_known())
+    // The rank is the shape's length (a declared dim from the file: bounded before it sizes anything).
+    if (s.has_shape() && s.rank() == 1 && s.dims()[0].is_known() && s.dims()[0].value <= kMaxInferredRank)
       ctx.set_output(0, Type::tensor(ctx.dtype(0), SymShape(s.dims()[0].value, Dim::unknown())));
     return;
   }
@@ -243,7 +247,8 @@ void infer_slice(InferContext& ctx) {
     int64_t n = static_cast<int64_t>(v->size()), s = (*starts)[0];
     if (s < 0) s += n;
     s = std::clamp<int64_t>(s, 0, n);
-    ctx.set_output_values(0, SymValues(v->begin() + s, v->begin() + s + out[0].value));
+    // The tracked values and the inferred extent agree unless the model lies about a type: check anyway.
+    if (out[0].value <= n - s) ctx.set_output_values(0, SymValues(v->begin() + s, v->begin() + s + out[0].value));
   }
 }
 

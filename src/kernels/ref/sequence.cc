@@ -118,10 +118,13 @@ class SequenceAtKernel : public SequenceKernel {
   using SequenceKernel::SequenceKernel;
   std::vector<TensorType> prepare(const PrepareContext& ctx) override {
     require_sequence(ctx, 0);
+    ANVIL_PREPARE_CHECK(ctx, ctx.has_input(1), ErrorKind::kInvalidModel, "input 'position' is required");
     return placeholders();
   }
   void run(const RunContext& ctx) const override {
     const auto& items = ctx.in(0).items();
+    ANVIL_CHECK(ctx.inputs.size() > 1 && ctx.inputs[1], ErrorKind::kInvalidArgument, "{}: the position has no value",
+                node_.describe());
     int64_t at = position(ctx.inputs[1], static_cast<int64_t>(items.size()), true, 0);
     *ctx.outputs[0] = items[static_cast<size_t>(at)].clone();
   }
