@@ -1,5 +1,7 @@
 #include "runtime/type_propagation.h"
 
+#include <algorithm>
+
 #include "runtime/plan.h"
 
 namespace anvil::runtime {
@@ -10,6 +12,9 @@ bool known(const ir::Value* v) { return v->is_static() && v->dtype() != DType::k
 
 void propagate_types(ir::Graph& graph) {
   for (const auto& node : graph.nodes()) {
+    // Schema inference typed most nodes already: prepare only the rest.
+    if (std::all_of(node->outputs.begin(), node->outputs.end(), [](const ir::Value* v) { return !v || known(v); }))
+      continue;
     std::vector<kernels::TensorType> types;
     std::vector<const Tensor*> constants;
     bool ready = true;
