@@ -316,3 +316,29 @@ def test_bench_zero_count(anvil, relu_model, flag):
 def test_conformance_missing_folder(anvil, cases):
     result = anvil("conformance", cases / "no_such_case", timeout=TIMEOUT_S)
     check_error(result, EXIT_INVALID_ARGUMENT, r"no_such_case")
+
+
+# --------------------------------------------------------------------------
+# anvil inspect
+# --------------------------------------------------------------------------
+
+def test_inspect_missing_and_truncated_models(anvil, cases):
+    check_error(anvil("inspect", cases / "absent_model.onnx", timeout=TIMEOUT_S), EXIT_INVALID_ARGUMENT,
+                r"absent_model", strip=())
+    whole = make_conv_relu_model(cases / "whole_inspect.onnx").read_bytes()
+    cut = cases / "cut_inspect.onnx"
+    cut.write_bytes(whole[: len(whole) // 2])
+    check_error(anvil("inspect", cut, timeout=TIMEOUT_S), EXIT_INVALID_MODEL, NOT_PARSEABLE, strip=(cases,))
+
+
+def test_inspect_declared_type_contradicting_the_op(anvil, cases):
+    """Relu of a [2,3] input declared [3,2]: schema inference refuses it, naming node and value."""
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"], name="relu0")], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 2])])
+    path = cases / "contradiction.onnx"
+    path.write_bytes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString())
+    for command in ("inspect", "run"):
+        check_error(anvil(command, path, timeout=TIMEOUT_S), EXIT_INVALID_MODEL,
+                    r"relu0.*declared float32\[3,2\] but the op computes float32\[2,3\]")
