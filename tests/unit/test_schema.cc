@@ -137,6 +137,23 @@ TEST(Schema, ConvAndPoolComputeKnownSpatialDims) {
   EXPECT_EQ(flat->output(0)->type.str(), "float32[n,64]");
 }
 
+// Fuzzer finding: a Conv whose kernel_shape attribute is longer than the input's spatial dims.
+TEST(Schema, KernelShapeOfTheWrongRankIsAnInvalidModel) {
+  auto g = graph17();
+  ir::Value* x = sym_input(*g, "x", {Dim::known(1), Dim::known(3), Dim::known(8)});
+  Tensor w(DType::kFloat32, {4, 3, 3});
+  ir::Node* conv = add(*g, "Conv", {x, g->add_constant("w", w)});
+  conv->attrs.set("kernel_shape", std::vector<int64_t>{3, 3, 3});
+  try {
+    ir::infer_types(*g);
+    FAIL() << "inferred";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kInvalidModel);
+    EXPECT_NE(std::string(e.what()).find("kernel_shape has 3 entries for an input of rank 3"), std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(Schema, DataDependentShapesStayUnknown) {
   auto g = graph17();
   ir::Value* x = sym_input(*g, "x", {Dim::known(2), Dim::known(6)});

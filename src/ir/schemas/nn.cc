@@ -47,6 +47,8 @@ std::vector<int64_t> attr_or(const InferContext& ctx, const char* name, size_t n
 // Output spatial dims of a convolution or pooling window.
 SymShape window_out(const InferContext& ctx, const SymShape& x, const std::vector<int64_t>& kernel, bool ceil_mode) {
   const size_t n = kernel.size();
+  if (x.size() < 2 || n != x.size() - 2)
+    ctx.fail("kernel_shape has {} entries for an input of rank {}", n, x.size());
   const auto strides = attr_or(ctx, "strides", n, 1), dilations = attr_or(ctx, "dilations", n, 1);
   const auto pads = attr_or(ctx, "pads", 2 * n, 0);
   const std::string auto_pad = ctx.attr_string("auto_pad");
