@@ -95,4 +95,23 @@ Dim dims_product(const SymShape& dims) {
   return p;
 }
 
+SliceRange slice_range(int64_t dim, int64_t start, int64_t end, int64_t step) {
+  SliceRange r;
+  if (dim == 0) return r;
+  if (start < 0) start += dim;
+  if (end < 0) end += dim;
+  if (step > 0) {
+    start = std::clamp<int64_t>(start, 0, dim);
+    end = std::clamp<int64_t>(end, 0, dim);
+    if (end > start) r.length = (end - start - 1) / step + 1;
+  } else {
+    start = std::clamp<int64_t>(start, 0, dim - 1);
+    end = std::clamp<int64_t>(end, -1, dim - 1);
+    const int64_t back = step == INT64_MIN ? INT64_MAX : -step;
+    if (start > end) r.length = (start - end - 1) / back + 1;
+  }
+  if (r.length > 0) r.first = start;
+  return r;
+}
+
 }  // namespace anvil::ir

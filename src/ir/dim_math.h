@@ -23,4 +23,12 @@ Dim dim_sub(const Dim& a, const Dim& b);
 // The product of dims (1 for none).
 Dim dims_product(const SymShape& dims);
 
+// ONNX Slice on one axis of size `dim`: the first index taken and how many,
+// after ONNX's clamping (starts to [0, dim] or [0, dim-1] by the step's sign);
+// safe for INT64_MIN/INT64_MAX starts, ends and steps. step != 0.
+struct SliceRange {
+  int64_t first = 0, length = 0;
+};
+SliceRange slice_range(int64_t dim, int64_t start, int64_t end, int64_t step);
+
 }  // namespace anvil::ir

@@ -65,13 +65,20 @@ const SymShape& InferContext::dims(size_t i) const {
   return t.dims();
 }
 
-const std::optional<SymValues>& InferContext::values(size_t i) const {
+const std::optional<SymValues>& InferContext::forwarded_values(size_t i) const {
   static const std::optional<SymValues> none;
   return i < values_.size() ? values_[i] : none;
 }
 
-std::optional<std::vector<int64_t>> InferContext::known_values(size_t i) const {
-  const auto& v = values(i);
+const std::optional<SymValues>& InferContext::values(size_t i) const {
+  const auto& v = forwarded_values(i);
+  if (v) values_read_[i] = true;
+  return v;
+}
+
+std::optional<std::vector<int64_t>> InferContext::known_values(size_t i) const { return numbers_of(values(i)); }
+
+std::optional<std::vector<int64_t>> numbers_of(const std::optional<SymValues>& v) {
   if (!v) return std::nullopt;
   std::vector<int64_t> out;
   for (const SymInt& x : *v) {
@@ -79,11 +86,6 @@ std::optional<std::vector<int64_t>> InferContext::known_values(size_t i) const {
     out.push_back(*x.number);
   }
   return out;
-}
-
-const Tensor* InferContext::constant(size_t i) const {
-  const Value* v = node_.input(i);
-  return v && v->is_constant() ? &*v->constant : nullptr;
 }
 
 const AttrValue* InferContext::default_of(const std::string& name) const {
@@ -121,7 +123,7 @@ void InferContext::set_output_values(size_t o, SymValues values) {
 }
 
 int64_t InferContext::axis(int64_t axis, int64_t rank) const {
-  if (axis < -rank || axis >= rank) fail("axis {} is out of range for rank {}", axis, rank);
+  if (axis < -rank || axis >= rank) fail_input("axis {} is out of range for rank {}", axis, rank);
   return axis < 0 ? axis + rank : axis;
 }
 
@@ -136,8 +138,7 @@ SymShape broadcast(const InferContext& ctx, const SymShape& a, const SymShape& b
     else if (x.is_known() && x.value == 1) out[i] = y;
     else if (y.is_known() && y.value == 1) out[i] = x;
     else if (x.is_known() && y.is_known())
-      ctx.fail("shapes [{}] and [{}] do not broadcast", Type::tensor(DType::kFloat32, a).str(),
-               Type::tensor(DType::kFloat32, b).str());
+      ctx.fail_input("shapes {} and {} cannot be broadcast", dims_str(a), dims_str(b));
     else if (x.is_known()) out[i] = x;  // the symbol must be x (or 1)
     else if (y.is_known()) out[i] = y;
     else out[i] = Dim::unknown();  // two symbols: either may be 1
@@ -262,8 +263,8 @@ class Inferencer {
 
 size_t infer_types(Graph& graph) { return Inferencer().run(graph); }
 
-std::optional<std::vector<std::optional<Type>>> infer_node_outputs(const Node& node, const std::vector<Type>& inputs,
-                                                                   const std::vector<const Tensor*>& constants) {
+std::optional<NodeInference> infer_node_outputs(const Node& node, const std::vector<Type>& inputs,
+                                                const std::vector<const Tensor*>& constants) {
   const OpSchema* schema = SchemaRegistry::global().find(node);
   if (!schema || !schema->infer_fn() || node.has_subgraphs()) return std::nullopt;
   std::vector<const Type*> types;
@@ -274,8 +275,9 @@ std::optional<std::vector<std::optional<Type>>> infer_node_outputs(const Node& n
     values.push_back(c ? values_of(*c) : std::nullopt);
   }
   InferContext ctx(node, *schema, std::move(types), std::move(values));
+  ctx.set_input_error_kind(ErrorKind::kInvalidArgument);
   run_inference(*schema, ctx);
-  return ctx.outputs();
+  return NodeInference{ctx.outputs(), ctx.values_read()};
 }
 
 }  // namespace anvil::ir

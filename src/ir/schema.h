@@ -41,6 +41,9 @@ struct SymInt {
 };
 using SymValues = std::vector<SymInt>;
 
+// The values when every one is a known number.
+std::optional<std::vector<int64_t>> numbers_of(const std::optional<SymValues>& values);
+
 class InferContext;
 using InferFn = std::function<void(InferContext&)>;
 
@@ -106,7 +109,7 @@ class InferContext {
   InferContext(const Node& node, const OpSchema& schema, std::vector<const Type*> inputs,
                std::vector<std::optional<SymValues>> values)
       : node_(node), schema_(schema), inputs_(std::move(inputs)), values_(std::move(values)),
-        outputs_(node.outputs.size()), output_values_(node.outputs.size()) {}
+        outputs_(node.outputs.size()), output_values_(node.outputs.size()), values_read_(inputs_.size(), false) {}
 
   const Node& node() const { return node_; }
   int opset() const { return node_.opset; }
@@ -120,10 +123,15 @@ class InferContext {
   int rank(size_t i) const { return static_cast<int>(dims(i).size()); }
   // The input's value as dims, when it is a constant integer tensor of rank
   // <= 1 or computed from shapes (Shape, Gather, Concat...); nullopt otherwise.
+  // For decisions about the output types: the read is recorded (values_read()),
+  // so that a kernel prepared at run time is reused only for the same values.
   const std::optional<SymValues>& values(size_t i) const;
   // Like values(), but only when every element is a known number.
   std::optional<std::vector<int64_t>> known_values(size_t i) const;
-  const Tensor* constant(size_t i) const;
+  // The input's value only to compute output values from (a Concat of shape
+  // values): not recorded, as the output types do not depend on it.
+  const std::optional<SymValues>& forwarded_values(size_t i) const;
+  const std::vector<bool>& values_read() const { return values_read_; }
 
   // Attributes, with the schema's default when the node lacks one.
   int64_t attr_int(const std::string& name) const;
@@ -141,10 +149,19 @@ class InferContext {
   // A normalized axis in [0, rank); throws kInvalidModel naming the node (always for rank 0).
   int64_t axis(int64_t axis, int64_t rank) const;
 
+  // A node the op cannot have (attributes, ranks the op never takes): kInvalidModel.
   template <typename... Args>
   [[noreturn]] void fail(fmt::format_string<Args...> f, Args&&... args) const {
     throw Error(ErrorKind::kInvalidModel, node_.describe() + ": " + fmt::format(f, std::forward<Args>(args)...));
   }
+  // Inputs whose shapes or values do not fit each other or the attributes:
+  // the model's fault while typing the graph from its declared types, the
+  // caller's (kInvalidArgument) when planning for the inputs given.
+  template <typename... Args>
+  [[noreturn]] void fail_input(fmt::format_string<Args...> f, Args&&... args) const {
+    throw Error(input_error_kind_, node_.describe() + ": " + fmt::format(f, std::forward<Args>(args)...));
+  }
+  void set_input_error_kind(ErrorKind kind) { input_error_kind_ = kind; }
 
  private:
   const AttrValue* default_of(const std::string& name) const;
@@ -155,6 +172,8 @@ class InferContext {
   std::vector<std::optional<SymValues>> values_;
   std::vector<std::optional<Type>> outputs_;
   std::vector<std::optional<SymValues>> output_values_;
+  mutable std::vector<bool> values_read_;
+  ErrorKind input_error_kind_ = ErrorKind::kInvalidModel;
 };
 
 // A constant integer tensor of rank <= 1 (at most 64 elements) as values.
@@ -170,10 +189,16 @@ SymShape broadcast(const InferContext& ctx, const SymShape& a, const SymShape& b
 // outputs as declared. Returns the number of nodes inferred.
 size_t infer_types(Graph& graph);
 
+// What the node's schema computes for concrete inputs when a plan is built.
+struct NodeInference {
+  std::vector<std::optional<Type>> outputs;  // nullopt or not static: the kernel sizes it (NonZero)
+  std::vector<bool> values_read;             // inputs whose values the output types depend on
+};
+
 // The output types the node's schema computes for these inputs (an undefined
-// Type for an omitted one) and the inputs' values where known: the planner's
-// cross-check of its kernels in test builds. nullopt: the op has no schema.
-std::optional<std::vector<std::optional<Type>>> infer_node_outputs(const Node& node, const std::vector<Type>& inputs,
-                                                                   const std::vector<const Tensor*>& constants);
+// Type for an omitted one) and the values of `constants` (nullptr: not known).
+// Inputs that do not fit fail with kInvalidArgument. nullopt: no schema.
+std::optional<NodeInference> infer_node_outputs(const Node& node, const std::vector<Type>& inputs,
+                                                const std::vector<const Tensor*>& constants);
 
 }  // namespace anvil::ir

@@ -75,9 +75,12 @@ std::string Type::str() const {
     case TypeKind::kTensor: break;
   }
   std::string s = string_ ? "string" : dtype_name(dtype_);
-  if (!has_shape_) return s + "[...]";
-  s += "[";
-  for (size_t i = 0; i < dims_.size(); ++i) s += (i ? "," : "") + dims_[i].str();
+  return s + (has_shape_ ? dims_str(dims_) : "[...]");
+}
+
+std::string dims_str(const SymShape& dims) {
+  std::string s = "[";
+  for (size_t i = 0; i < dims.size(); ++i) s += (i ? "," : "") + dims[i].str();
   return s + "]";
 }
 

@@ -35,6 +35,9 @@ struct Dim {
 
 using SymShape = std::vector<Dim>;
 
+// "[batch,128,768]", as shape_str() writes concrete shapes.
+std::string dims_str(const SymShape& dims);
+
 enum class TypeKind { kUndefined, kTensor, kSequence, kOptional };
 
 class Type {

@@ -2,14 +2,16 @@
 //
 // A kernel is made for one node by its registered factory. prepare() sees the
 // concrete input dtypes/shapes and the inputs that are constant at plan time;
-// it validates them (throwing anvil::Error that names the node), returns the
-// output types, and builds whatever run() needs (prepacked weights, oneDNN
+// The op's schema has already checked that the inputs fit and computed the
+// output types (PrepareContext::output_type()); prepare() checks what its
+// implementation needs (throwing anvil::Error that names the node), returns the
+// output types with the layouts it writes, and builds whatever run() needs (prepacked weights, oneDNN
 // primitives). run() only computes: it neither allocates nor validates, and it
 // is const so one prepared kernel serves concurrent runs.
 //
 //   class ReluKernel : public Kernel {
 //     std::vector<TensorType> prepare(const PrepareContext& ctx) override {
-//       return {ctx.input_type(0)};
+//       return ctx.output_types();
 //     }
 //     void run(const RunContext& ctx) const override { ... }
 //   };
@@ -79,14 +81,10 @@ size_t type_bytes(const TensorType& type);
 
 class PrepareContext {
  public:
+  // Runs the op's schema on the inputs (ir/schema.h): inputs that do not fit
+  // it fail here, with kInvalidArgument, before any kernel sees them.
   PrepareContext(const ir::Node& node, std::vector<TensorType> types, std::vector<const Tensor*> constants,
-                 int num_threads, WeightCache* weights = nullptr)
-      : node_(node),
-        types_(std::move(types)),
-        constants_(std::move(constants)),
-        num_threads_(num_threads),
-        weights_(weights),
-        values_read_(constants_.size(), false) {}
+                 int num_threads, WeightCache* weights = nullptr);
 
   const ir::Node& node() const { return node_; }
   const ir::Attributes& attrs() const { return node_.attrs; }
@@ -121,9 +119,21 @@ class PrepareContext {
   const Tensor* constant(size_t i) const;
   // Like constant(), but throws ValueNeeded naming `what` when the input is not constant.
   const Tensor& require_constant(size_t i, const char* what) const;
-  // Inputs whose values prepare() looked at: a kernel prepared at run time is
-  // reused only for the same values of these inputs.
+  // Inputs whose values prepare() or the schema looked at: a kernel prepared at
+  // run time is reused only for the same values of these inputs.
   const std::vector<bool>& values_read() const { return values_read_; }
+
+  // Output o's type (plain) as the op's schema infers it for these inputs:
+  // kernels take their output shapes from here rather than computing them.
+  // Throws ValueNeeded when the shape depends on an input value not known at
+  // plan time; kInternal when the schema cannot give it (outputs sized by the
+  // data, such as NonZero's, are the kernel's to size: see output_known()).
+  const TensorType& output_type(size_t o) const;
+  const Shape& output_shape(size_t o) const { return output_type(o).shape; }
+  DType output_dtype(size_t o) const { return output_type(o).dtype; }
+  bool output_known(size_t o) const { return o < outputs_.size() && outputs_[o].dtype != DType::kUndefined; }
+  // output_type() of every output the node has.
+  std::vector<TensorType> output_types() const;
 
   // Throws Error(kind) with the node's description in front of the message.
   template <typename... Args>
@@ -140,6 +150,8 @@ class PrepareContext {
   bool blocked_inputs_ = false, blocked_outputs_ = false;
   std::vector<Layout> incoming_;
   mutable std::vector<bool> values_read_;
+  std::vector<TensorType> outputs_;  // from the schema; undefined where it cannot tell
+  bool has_schema_ = false;
 };
 
 // Checks a condition in prepare(); the message gets the node in front.

@@ -1,7 +1,9 @@
 // Spatial geometry of Conv, ConvTranspose and the pooling ops (see nn_geometry.h).
 //
 // Everything a kernel needs about windows is settled here once, so the
-// reference and oneDNN kernels see the same numbers:
+// reference and oneDNN kernels see the same numbers. The output sizes are the
+// op schema's (src/ir/schemas/nn.cc, PrepareContext::output_shape()); the pads
+// are derived from them where auto_pad or ceil_mode leave them implicit:
 //   effective kernel  e = (k - 1) * d + 1
 //   Conv / pooling    out = floor((in + pb + pe - e) / s) + 1   (ceil for ceil_mode)
 //   ConvTranspose     out = s * (in - 1) + output_padding + e - pb - pe
@@ -59,9 +61,7 @@ size_t spatial_rank(const PrepareContext& ctx, const Shape& x) {
 
 int64_t effective(const SpatialGeometry& g, size_t i) { return (g.kernel[i] - 1) * g.dilations[i] + 1; }
 
-int64_t ceil_div(int64_t a, int64_t b) { return a >= 0 ? (a + b - 1) / b : -((-a) / b); }
-
-// Strides, dilations and (for NOTSET) pads: the part all three ops share.
+// Strides, dilations, (for NOTSET) pads and the output sizes: the part all three ops share.
 SpatialGeometry common_geometry(const PrepareContext& ctx, size_t k, const std::vector<int64_t>& kernel) {
   SpatialGeometry g;
   g.kernel = kernel;
@@ -76,26 +76,19 @@ SpatialGeometry common_geometry(const PrepareContext& ctx, size_t k, const std::
   g.pads_end.assign(pads.begin() + static_cast<std::ptrdiff_t>(k), pads.end());
   g.ceil_extra.assign(k, 0);
   g.output_padding.assign(k, 0);
-  g.out.assign(k, 0);
+  const Shape& y = ctx.output_shape(0);
+  ANVIL_CHECK(y.size() == k + 2, ErrorKind::kInternal, "{}: the output has rank {} for {} spatial dimensions",
+              ctx.node().describe(), y.size(), k);
+  g.out.assign(y.begin() + 2, y.end());
   return g;
 }
 
-// SAME_* padding of a windowed op (Conv, pooling): out = ceil(in / s).
+// SAME_* padding of a windowed op (Conv, pooling), for out = ceil(in / s).
 void same_pads(SpatialGeometry& g, size_t i, int64_t in, AutoPad mode) {
-  g.out[i] = ceil_div(in, g.strides[i]);
   int64_t total = std::max<int64_t>(0, (g.out[i] - 1) * g.strides[i] + effective(g, i) - in);
   int64_t small = total / 2, large = total - small;
   g.pads_begin[i] = mode == AutoPad::kSameUpper ? small : large;
   g.pads_end[i] = mode == AutoPad::kSameUpper ? large : small;
-}
-
-void check_outputs(const PrepareContext& ctx, const Shape& x, const SpatialGeometry& g) {
-  for (size_t i = 0; i < g.out.size(); ++i)
-    ANVIL_PREPARE_CHECK(ctx, g.out[i] > 0, ErrorKind::kInvalidArgument,
-                        "input {} is too small for kernel_shape {}, dilations {}, strides {} and pads {}+{}: "
-                        "spatial output dimension {} would be {}",
-                        shape_str(x), shape_str(g.kernel), shape_str(g.dilations), shape_str(g.strides),
-                        shape_str(g.pads_begin), shape_str(g.pads_end), i, g.out[i]);
 }
 
 }  // namespace
@@ -119,10 +112,7 @@ SpatialGeometry conv_geometry(const PrepareContext& ctx, const Shape& x, const s
       continue;
     }
     if (mode == AutoPad::kValid) g.pads_begin[i] = g.pads_end[i] = 0;
-    int64_t span = in + g.pads_begin[i] + g.pads_end[i] - effective(g, i);
-    g.out[i] = span < 0 ? 0 : span / g.strides[i] + 1;
   }
-  check_outputs(ctx, x, g);
   return g;
 }
 
@@ -169,13 +159,10 @@ SpatialGeometry conv_transpose_geometry(const PrepareContext& ctx, const Shape& 
       int64_t small = total / 2, large = total - small;
       g.pads_begin[i] = mode == AutoPad::kSameUpper ? small : large;
       g.pads_end[i] = mode == AutoPad::kSameUpper ? large : small;
-      g.out[i] = target[i];
       continue;
     }
     if (mode == AutoPad::kValid) g.pads_begin[i] = g.pads_end[i] = 0;
-    g.out[i] = natural - g.pads_begin[i] - g.pads_end[i];
   }
-  check_outputs(ctx, x, g);
   return g;
 }
 
@@ -204,20 +191,12 @@ SpatialGeometry pool_geometry(const PrepareContext& ctx, const Shape& x) {
       continue;
     }
     if (mode == AutoPad::kValid) g.pads_begin[i] = g.pads_end[i] = 0;
-    const int64_t s = g.strides[i], padded = in + g.pads_begin[i] + g.pads_end[i];
-    const int64_t span = padded - effective(g, i);
-    // In ceil mode a window may run past the end as long as it starts inside
-    // the input, so a slightly negative span still gives one output.
-    if (!ceil_mode && span < 0) continue;  // out stays 0: reported below
-    int64_t out = (ceil_mode ? ceil_div(span, s) : span / s) + 1;
-    if (out <= 0) continue;
-    // The last window must start inside the input or the left padding.
-    if (ceil_mode && (out - 1) * s >= in + g.pads_begin[i]) --out;
-    g.out[i] = out;
-    g.ceil_extra[i] = std::max<int64_t>(0, (out - 1) * s + effective(g, i) - padded);
+    // In ceil mode the last window may run past the end padding: that extra
+    // is padding the window never counts.
+    const int64_t padded = in + g.pads_begin[i] + g.pads_end[i];
+    if (ceil_mode) g.ceil_extra[i] = std::max<int64_t>(0, (g.out[i] - 1) * g.strides[i] + effective(g, i) - padded);
     g.pads_end[i] += g.ceil_extra[i];
   }
-  check_outputs(ctx, x, g);
   return g;
 }
 

@@ -1,7 +1,8 @@
 // Spatial geometry of Conv, ConvTranspose and pooling nodes: kernel, strides,
 // dilations, begin/end pads and output sizes, from the ONNX attributes
 // (kernel_shape, strides, dilations, pads, auto_pad, ceil_mode, output_padding,
-// output_shape). Shared by the reference and the oneDNN kernels so both agree.
+// output_shape) and the output sizes the op schema computed. Shared by the
+// reference and the oneDNN kernels so both agree.
 #pragma once
 
 #include <vector>

@@ -6,6 +6,7 @@
 #include <tuple>
 
 #include "ir/op_versions.h"
+#include "ir/schema.h"
 
 namespace anvil::kernels {
 
@@ -112,6 +113,56 @@ std::vector<std::string> Registry::op_types() const {
   std::set<std::string> s;
   for (const auto& e : entries_) s.insert(e.domain.empty() ? e.op_type : e.domain + "." + e.op_type);
   return {s.begin(), s.end()};
+}
+
+namespace {
+
+ir::Type ir_type_of(const TensorType& t) {
+  if (t.dtype == DType::kUndefined) return ir::Type();
+  return t.sequence ? ir::Type::sequence(ir::Type::tensor(t.dtype)) : ir::Type::tensor(t.dtype, t.shape);
+}
+
+}  // namespace
+
+PrepareContext::PrepareContext(const ir::Node& node, std::vector<TensorType> types,
+                               std::vector<const Tensor*> constants, int num_threads, WeightCache* weights)
+    : node_(node),
+      types_(std::move(types)),
+      constants_(std::move(constants)),
+      num_threads_(num_threads),
+      weights_(weights),
+      values_read_(constants_.size(), false),
+      outputs_(node.outputs.size()) {
+  std::vector<ir::Type> inputs;
+  for (const TensorType& t : types_) inputs.push_back(ir_type_of(t));
+  auto inferred = ir::infer_node_outputs(node, inputs, constants_);
+  if (!inferred) return;
+  has_schema_ = true;
+  for (size_t o = 0; o < outputs_.size() && o < inferred->outputs.size(); ++o) {
+    const auto& t = inferred->outputs[o];
+    if (t && t->is_tensor() && t->is_static() && t->dtype() != DType::kUndefined)
+      outputs_[o] = TensorType(t->dtype(), t->shape_or_minus_one());
+    else if (t && t->kind() == ir::TypeKind::kSequence && t->element().dtype() != DType::kUndefined)
+      outputs_[o] = TensorType(t->element().dtype(), {}, nullptr, /*seq=*/true);
+  }
+  for (size_t i = 0; i < values_read_.size() && i < inferred->values_read.size(); ++i)
+    if (inferred->values_read[i]) values_read_[i] = true;
+}
+
+const TensorType& PrepareContext::output_type(size_t o) const {
+  if (output_known(o)) return outputs_[o];
+  for (size_t i = 0; i < types_.size(); ++i)
+    if (has_input(i) && !constants_[i] && (types_[i].dtype == DType::kInt64 || types_[i].dtype == DType::kInt32))
+      throw ValueNeeded(ErrorKind::kUnsupported,
+                        node_.describe() + ": the output shape depends on input values not known at plan time");
+  fail(ErrorKind::kInternal, "the {} of output {} is not given by the op's schema",
+       has_schema_ ? "shape" : "type (no schema)", o);
+}
+
+std::vector<TensorType> PrepareContext::output_types() const {
+  std::vector<TensorType> out;
+  for (size_t o = 0; o < outputs_.size(); ++o) out.push_back(node_.outputs[o] ? output_type(o) : outputs_[o]);
+  return out;
 }
 
 const TensorType& PrepareContext::input_type(size_t i) const {

@@ -4,8 +4,6 @@
 
 #include "core/check.h"
 #include "core/checked.h"
-#include "ir/schema.h"
-#include "ir/verify.h"
 #include "kernels/registry.h"
 #include "runtime/memory_plan.h"
 #include "runtime/plan.h"
@@ -16,31 +14,15 @@ using kernels::TensorType;
 
 namespace {
 
-// Test builds (ANVIL_VERIFY=1): the kernel's output types must be what the op's
-// schema infers for the same inputs, so the two never drift apart.
-void check_against_schema(const ir::Node& node, const std::vector<TensorType>& types,
-                          const std::vector<const Tensor*>& constants, const std::vector<TensorType>& outputs) {
-  std::vector<ir::Type> inputs;
-  for (const TensorType& t : types)
-    inputs.push_back(t.dtype == DType::kUndefined ? ir::Type()
-                     : t.sequence                 ? ir::Type::sequence(ir::Type::tensor(t.dtype))
-                                                  : ir::Type::tensor(t.dtype, t.shape));
-  std::optional<std::vector<std::optional<ir::Type>>> inferred;
-  try {
-    inferred = ir::infer_node_outputs(node, inputs, constants);
-  } catch (const Error& e) {
-    fail(ErrorKind::kInternal, "the schema rejects what the kernel accepts: {}", e.what());
-  }
-  if (!inferred) return;
-  for (size_t o = 0; o < outputs.size() && o < inferred->size(); ++o) {
-    const auto& t = (*inferred)[o];
+// A kernel's outputs are the types its op's schema gives, in the layouts it chose.
+void check_against_schema(const kernels::PrepareContext& ctx, const std::vector<TensorType>& outputs) {
+  for (size_t o = 0; o < outputs.size(); ++o) {
     // Kernels that make their outputs at run time (sequences, optionals) return placeholders.
-    if (!t || !t->is_static() || t->dtype() == DType::kUndefined || !node.output(o) ||
-        outputs[o].dtype == DType::kUndefined)
-      continue;
-    ir::Type kernel_type = ir::Type::tensor(outputs[o].dtype, outputs[o].shape);
-    ANVIL_CHECK(kernel_type == *t, ErrorKind::kInternal, "{}: output {} is {} by its kernel but {} by its schema",
-                node.describe(), o, kernel_type.str(), t->str());
+    if (!ctx.output_known(o) || outputs[o].dtype == DType::kUndefined || outputs[o].sequence) continue;
+    const TensorType& t = ctx.output_type(o);
+    ANVIL_CHECK(outputs[o].dtype == t.dtype && outputs[o].shape == t.shape, ErrorKind::kInternal,
+                "{}: output {} is {}{} by its kernel but {}{} by its schema", ctx.node().describe(), o,
+                dtype_name(outputs[o].dtype), shape_str(outputs[o].shape), dtype_name(t.dtype), shape_str(t.shape));
   }
 }
 
@@ -65,7 +47,7 @@ PreparedKernel prepare_kernel(const ir::Node& node, const std::vector<TensorType
                     "{}: the kernel returned a {} output where only plain is allowed", node.describe(),
                     t.layout->name());
       if (values_read) *values_read = ctx.values_read();
-      if (ir::verification_enabled()) check_against_schema(node, types, constants, out);
+      check_against_schema(ctx, out);
       return {std::move(kernel), std::move(out)};
     } catch (const Error& e) {
       if (e.kind() != ErrorKind::kUnsupported) throw;

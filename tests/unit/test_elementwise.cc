@@ -169,6 +169,8 @@ TEST(Elementwise, InPlaceOverTheNonBroadcastOperand) {
   node.op_type = "Sub";
   node.name = "sub";
   node.opset = 17;
+  ir::Value out;
+  node.outputs = {&out};
   std::unique_ptr<kernels::Kernel> kernel;
   for (const auto* e : kernels::Registry::global().find("", "Sub"))
     if (e->backend == kernels::Backend::kRef) kernel = e->factory(node);

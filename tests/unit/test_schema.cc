@@ -8,6 +8,7 @@
 #include "ir/dim_math.h"
 #include "ir/graph.h"
 #include "ir/schema.h"
+#include "kernels/kernel.h"
 
 namespace anvil {
 namespace {
@@ -270,7 +271,67 @@ TEST(Schema, BroadcastingKnownDimsThatDisagreeIsInvalid) {
   ir::Value* a = sym_input(*g, "a", {Dim::known(2), Dim::known(3)});
   ir::Value* b = sym_input(*g, "b", {Dim::known(4)});
   add(*g, "Add", {a, b});
-  EXPECT_THROW(ir::infer_types(*g), Error);
+  try {
+    ir::infer_types(*g);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kInvalidModel);  // the declared types are the model's
+    EXPECT_NE(std::string(e.what()).find("[2,3] and [4] cannot be broadcast"), std::string::npos) << e.what();
+  }
+}
+
+// --- the schema as the source of the kernels' output types (kernels::PrepareContext) -----------------------------
+
+TEST(SchemaPrepare, KernelsReadTheOutputTypeTheSchemaComputes) {
+  auto g = graph17();
+  ir::Value* x = sym_input(*g, "x", {Dim::named("n"), Dim::known(3), Dim::known(4)});
+  ir::Value* target = g->add_input("target", DType::kInt64, {2});
+  ir::Node* reshape = add(*g, "Reshape", {x, target});
+  Tensor spec = ints({4, -1});
+  kernels::PrepareContext ctx(*reshape, {{DType::kFloat32, {2, 3, 4}}, {DType::kInt64, {2}}}, {nullptr, &spec}, 1);
+  EXPECT_EQ(ctx.output_type(0), (kernels::TensorType{DType::kFloat32, {4, 6}}));
+  EXPECT_TRUE(ctx.values_read()[1]);   // a kernel prepared at run time is keyed by the target's value
+  EXPECT_FALSE(ctx.values_read()[0]);
+  // The target not known when planning: the node waits for run time.
+  kernels::PrepareContext later(*reshape, {{DType::kFloat32, {2, 3, 4}}, {DType::kInt64, {2}}}, {nullptr, nullptr}, 1);
+  EXPECT_THROW(later.output_type(0), kernels::ValueNeeded);
+}
+
+TEST(SchemaPrepare, InputsThatDoNotFitAreTheCallersError) {
+  auto g = graph17();
+  ir::Value* a = sym_input(*g, "a", {Dim::named("n"), Dim::known(3)});
+  ir::Value* b = sym_input(*g, "b", {Dim::named("m")});
+  ir::Node* node = add(*g, "Add", {a, b});
+  EXPECT_NO_THROW(ir::infer_types(*g));  // n x 3 and m may broadcast
+  try {
+    kernels::PrepareContext ctx(*node, {{DType::kFloat32, {2, 3}}, {DType::kFloat32, {4}}}, {nullptr, nullptr}, 1);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("Add"), std::string::npos) << e.what();
+  }
+}
+
+TEST(SchemaPrepare, DataDependentOutputsAreLeftToTheKernel) {
+  auto g = graph17();
+  ir::Node* node = add(*g, "NonZero", {sym_input(*g, "x", {Dim::known(5)})});
+  kernels::PrepareContext ctx(*node, {{DType::kFloat32, {5}}}, {nullptr}, 1);
+  EXPECT_FALSE(ctx.output_known(0));
+  EXPECT_THROW(ctx.output_type(0), Error);
+}
+
+TEST(SchemaPrepare, ConvTransposeOutputShapeOfTheWrongLengthIsAnInvalidModel) {
+  auto g = graph17();
+  ir::Value* x = sym_input(*g, "x", {Dim::known(1), Dim::known(1), Dim::known(3), Dim::known(3)});
+  ir::Value* w = sym_input(*g, "w", {Dim::known(1), Dim::known(1), Dim::known(3), Dim::known(3)});
+  ir::Node* node = add(*g, "ConvTranspose", {x, w});
+  node->attrs.set("output_shape", std::vector<int64_t>{5});  // one entry for two spatial dims
+  try {
+    ir::infer_types(*g);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kInvalidModel);
+  }
 }
 
 }  // namespace

@@ -107,6 +107,26 @@ TEST(Split, EqualInputAndAttribute) {
             ErrorKind::kInvalidArgument);
 }
 
+// Split-18 with num_outputs: parts of ceil(6 / 4) = 2, the last one smaller (ONNX's split_uneven case).
+TEST(Split, Opset18NumOutputsLeavesASmallerLastPart) {
+  Tensor x = f32({7}, iota_f(7));
+  std::vector<Tensor> out = run_kernel("Split", {x}, attrs({{"num_outputs", int64_t{4}}}), opset(18, 4));
+  EXPECT_EQ(out[0].shape(), (Shape{2}));
+  EXPECT_EQ(out[3].shape(), (Shape{1}));
+  EXPECT_EQ(values<float>(out[3]), (std::vector<float>{6}));
+  // 2 elements cannot make 4 parts of ceil(2 / 4) = 1.
+  EXPECT_EQ(error_kind_of([&] { run_kernel("Split", {f32({2}, {0, 1})}, {}, opset(18, 4)); }),
+            ErrorKind::kInvalidArgument);
+}
+
+// With a negative step, ONNX clamps start to [0, dim - 1] after adding dim: a start far below -dim
+// is 0, so x[0] is taken (ONNX Runtime agrees).
+TEST(Slice, NegativeStepWithAStartBelowMinusDim) {
+  Tensor x = f32({5}, iota_f(5));
+  std::vector<Tensor> out = run_kernel("Slice", {x, i64({1}, {-100}), i64({1}, {-200}), i64({1}, {0}), i64({1}, {-1})});
+  EXPECT_EQ(values<float>(out[0]), (std::vector<float>{0}));
+}
+
 TEST(Slice, NegativeStepsAndHugeBounds) {
   Tensor x = f32({3, 4}, iota_f(12));
   // Reverse the columns: start -1, end INT64_MIN, step -1.

@@ -9,7 +9,8 @@ namespace anvil::ir::schemas {
 // Output `o` is input `i`'s type (its dtype alone when the rank is unknown).
 inline void copy_type(InferContext& ctx, size_t i, size_t o = 0) {
   const Type& t = ctx.input(i);
-  ctx.set_output(o, t.has_shape() ? Type::tensor(t.dtype(), t.dims()) : Type::tensor(t.dtype()));
+  if (!t.is_tensor()) ctx.set_output(o, t);  // a sequence or optional passed on (Identity)
+  else ctx.set_output(o, t.has_shape() ? Type::tensor(t.dtype(), t.dims()) : Type::tensor(t.dtype()));
 }
 
 inline InferFn same_as_input(size_t i) {

@@ -33,7 +33,7 @@ void infer_binary(InferContext& ctx, DType out_dtype) {
   ctx.set_output(0, Type::tensor(out_dtype));
   SymShape out = broadcast(ctx, ctx.dims(0), ctx.dims(1));
   ctx.set_output(0, Type::tensor(out_dtype, out));
-  const auto &a = ctx.values(0), &b = ctx.values(1);
+  const auto &a = ctx.forwarded_values(0), &b = ctx.forwarded_values(1);
   if (!a || !b || a->empty() || b->empty() || out.size() > 1 ||
       (a->size() != b->size() && a->size() != 1 && b->size() != 1))
     return;
@@ -53,6 +53,9 @@ void infer_arith(InferContext& ctx) {
       ctx.node().op_type != "PRelu")
     ctx.fail("inputs have different types ({} and {})", dtype_name(ctx.dtype(0)), dtype_name(ctx.dtype(1)));
   infer_binary(ctx, ctx.dtype(0));
+  // PRelu broadcasts the slope to X only (unidirectional).
+  if (ctx.node().op_type == "PRelu" && ctx.outputs()[0]->dims() != ctx.dims(0))
+    ctx.fail_input("slope of shape {} does not broadcast to X of shape {}", dims_str(ctx.dims(1)), dims_str(ctx.dims(0)));
 }
 
 void infer_compare(InferContext& ctx) {
@@ -79,7 +82,7 @@ void infer_cast(InferContext& ctx) {
   const DType to = cast_target(ctx);
   const Type& x = ctx.input(0);
   ctx.set_output(0, x.has_shape() ? Type::tensor(to, x.dims()) : Type::tensor(to));
-  if (ctx.values(0) && (to == DType::kInt64 || to == DType::kInt32)) ctx.set_output_values(0, *ctx.values(0));
+  if (ctx.forwarded_values(0) && (to == DType::kInt64 || to == DType::kInt32)) ctx.set_output_values(0, *ctx.forwarded_values(0));
 }
 
 // LayerNormalization: Y like X; Mean and InvStdDev keep the dims before `axis` and 1 after.
@@ -103,7 +106,9 @@ void infer_batch_norm(InferContext& ctx) {
 void infer_dropout(InferContext& ctx) {
   copy_type(ctx, 0);
   const Type& x = ctx.input(0);
-  ctx.set_output(1, x.has_shape() ? Type::tensor(DType::kBool, x.dims()) : Type::tensor(DType::kBool));
+  // Opsets 7-9 typed the mask like the data; from opset 10 it is bool.
+  const DType mask = ctx.opset() >= 10 ? DType::kBool : x.dtype();
+  ctx.set_output(1, x.has_shape() ? Type::tensor(mask, x.dims()) : Type::tensor(mask));
 }
 
 void infer_bool_like_input(InferContext& ctx) {
@@ -136,10 +141,13 @@ struct Registrations {
     for (const char* op : {"Softmax", "LogSoftmax", "Hardmax"})
       r.add(OpSchema(op).inputs({kFloatLike}).attr("axis", int64_t{-1}).infer(same_as_input(0)));
     r.add(OpSchema("CumSum").attr("exclusive", int64_t{0}).attr("reverse", int64_t{0}).infer(same_as_input(0)));
-    r.add(OpSchema("Trilu").attr("upper", int64_t{1}).infer(same_as_input(0)));
+    r.add(OpSchema("Trilu").attr("upper", int64_t{1}).infer([](InferContext& ctx) {
+      if (ctx.rank(0) < 2) ctx.fail_input("input must have rank >= 2, got {}", dims_str(ctx.dims(0)));
+      copy_type(ctx, 0);
+    }));
     r.add(OpSchema("Identity").infer([](InferContext& ctx) {
       copy_type(ctx, 0);
-      if (ctx.values(0)) ctx.set_output_values(0, *ctx.values(0));
+      if (ctx.forwarded_values(0)) ctx.set_output_values(0, *ctx.forwarded_values(0));
     }));
     for (const char* op : {"Add", "Sub", "Mul", "Div", "Pow", "Mod", "PRelu", "BitShift"})
       r.add(OpSchema(op).infer(infer_arith));

@@ -15,13 +15,15 @@ constexpr unsigned kFloatLike = kFloats | kHalfs;
 void infer_matmul(InferContext& ctx) {
   ctx.set_output(0, Type::tensor(ctx.dtype(0)));
   SymShape a = ctx.dims(0), b = ctx.dims(1);
-  if (a.empty() || b.empty()) ctx.fail("MatMul inputs must not be scalars");
+  if (a.empty() || b.empty())
+    ctx.fail_input("MatMul operands {} and {} must have rank >= 1", dims_str(a), dims_str(b));
   const bool vec_a = a.size() == 1, vec_b = b.size() == 1;
   if (vec_a) a.insert(a.begin(), Dim::known(1));
   if (vec_b) b.push_back(Dim::known(1));
   const Dim &k1 = a.back(), &k2 = b[b.size() - 2];
   if (k1.is_known() && k2.is_known() && k1 != k2)
-    ctx.fail("inner dimensions differ ({} and {})", k1.value, k2.value);
+    ctx.fail_input("MatMul operands {} and {} have inner dimensions {} and {}", dims_str(ctx.dims(0)),
+                   dims_str(ctx.dims(1)), k1.value, k2.value);
   SymShape batch = broadcast(ctx, SymShape(a.begin(), a.end() - 2), SymShape(b.begin(), b.end() - 2));
   if (!vec_a) batch.push_back(a[a.size() - 2]);
   if (!vec_b) batch.push_back(b.back());
@@ -31,9 +33,24 @@ void infer_matmul(InferContext& ctx) {
 void infer_gemm(InferContext& ctx) {
   ctx.set_output(0, Type::tensor(ctx.dtype(0)));
   const SymShape &a = ctx.dims(0), &b = ctx.dims(1);
-  if (a.size() != 2 || b.size() != 2) ctx.fail("A and B must be matrices");
-  const Dim m = ctx.attr_int("transA") ? a[1] : a[0];
-  const Dim n = ctx.attr_int("transB") ? b[0] : b[1];
+  if (a.size() != 2 || b.size() != 2) ctx.fail_input("A and B must be matrices");
+  const bool ta = ctx.attr_int("transA") != 0, tb = ctx.attr_int("transB") != 0;
+  const Dim m = ta ? a[1] : a[0], n = tb ? b[0] : b[1];
+  const Dim &k1 = ta ? a[0] : a[1], &k2 = tb ? b[1] : b[0];
+  if (k1.is_known() && k2.is_known() && k1 != k2)
+    ctx.fail_input("A {} (transA={}) and B {} (transB={}) have inner dimensions {} and {}", dims_str(a), int(ta),
+                   dims_str(b), int(tb), k1.value, k2.value);
+  if (!ctx.has_input(2) && ctx.opset() < 11) ctx.fail("input C is required before opset 11");
+  if (ctx.has_input(2)) {  // C broadcasts to [M, N] (unidirectional)
+    const SymShape& c = ctx.dims(2);
+    const SymShape y{m, n};
+    bool ok = c.size() <= 2;
+    for (size_t i = 0; ok && i < c.size(); ++i) {
+      const Dim& target = y[2 - c.size() + i];
+      ok = !c[i].is_known() || c[i].value == 1 || !target.is_known() || c[i] == target;
+    }
+    if (!ok) ctx.fail_input("C {} cannot be broadcast to the output {}", dims_str(c), dims_str(y));
+  }
   ctx.set_output(0, Type::tensor(ctx.dtype(0), SymShape{m, n}));
 }
 
@@ -72,20 +89,50 @@ SymShape window_out(const InferContext& ctx, const SymShape& x, const std::vecto
     } else {
       __int128 span = static_cast<__int128>(in.value) - keff;
       if (auto_pad != "VALID") span += pads[i] + pads[i + n];
-      if (span < 0) ctx.fail("the window is larger than the padded input");
+      // ceil_mode lets the one window run past the end (span > -s).
+      if (span < 0 && !(ceil_mode && span > -s))
+        ctx.fail_input("input {} is too small for the window: spatial dimension {} is {} with padding, the window spans {}",
+                       dims_str(x), i, static_cast<int64_t>(span + keff), keff);
       o = (ceil_mode ? (span + s - 1) / s : span / s) + 1;
       // ceil_mode never starts a window in the end padding.
-      if (ceil_mode && (o - 1) * s >= static_cast<__int128>(in.value) + pads[i]) --o;
+      if (ceil_mode && (o - 1) * s >= static_cast<__int128>(in.value) + (auto_pad == "VALID" ? 0 : pads[i])) --o;
+      if (o < 1) ctx.fail_input("input {} is too small for the window", dims_str(x));
     }
     out.push_back(Dim::known(static_cast<int64_t>(o)));
   }
   return out;
 }
 
+// X's channels against W's and the group; a bias B holds one value per output channel.
+// Conv's W is [M, C / group, k...], ConvTranspose's [C, M / group, k...].
+void check_channels(const InferContext& ctx, const SymShape& x, const SymShape& w, bool transposed) {
+  const int64_t group = ctx.attr_int("group");
+  if (group < 1) ctx.fail("group {} must be positive", group);
+  auto known = [](const Dim& d) { return d.is_known(); };
+  if (transposed) {
+    if (known(x[1]) && known(w[0]) && x[1] != w[0])
+      ctx.fail_input("X has {} channels but weights W {} expect {} (W is [C, M/group, k...])", x[1].value, dims_str(w),
+                     w[0].value);
+  } else if (known(x[1]) && known(w[1]) && x[1].value != w[1].value * group) {
+    ctx.fail_input("X has {} channels but weights W {} with group {} expect {}", x[1].value, dims_str(w), group,
+                   w[1].value * group);
+  }
+  if (known(w[0]) && w[0].value % group != 0)
+    ctx.fail_input("W {} has {} {} channels, which is not a multiple of group {}", dims_str(w), w[0].value,
+                   transposed ? "input" : "output", group);
+  if (!ctx.has_input(2)) return;
+  const SymShape& b = ctx.dims(2);
+  const Dim m = transposed ? dim_mul(w[1], Dim::known(group)) : w[0];
+  if (b.size() != 1 || (known(b[0]) && known(m) && b[0] != m))
+    ctx.fail_input("bias B has shape {}; expected [{}]", dims_str(b), m.str());
+}
+
 void infer_conv(InferContext& ctx) {
   ctx.set_output(0, Type::tensor(ctx.dtype(0)));
   const SymShape &x = ctx.dims(0), &w = ctx.dims(1);
-  if (x.size() < 3 || w.size() != x.size()) ctx.fail("X and W must have the same rank >= 3");
+  if (x.size() < 3 || w.size() != x.size())
+    ctx.fail_input("X {} and W {} must have the same rank >= 3", dims_str(x), dims_str(w));
+  check_channels(ctx, x, w, false);
   std::vector<int64_t> kernel = ctx.attr_ints("kernel_shape");
   if (kernel.empty())
     for (size_t i = 2; i < w.size(); ++i) {
@@ -101,18 +148,27 @@ void infer_conv(InferContext& ctx) {
 void infer_conv_transpose(InferContext& ctx) {
   ctx.set_output(0, Type::tensor(ctx.dtype(0)));
   const SymShape &x = ctx.dims(0), &w = ctx.dims(1);
-  if (x.size() < 3 || w.size() != x.size()) ctx.fail("X and W must have the same rank >= 3");
+  if (x.size() < 3 || w.size() != x.size())
+    ctx.fail_input("X {} and W {} must have the same rank >= 3", dims_str(x), dims_str(w));
+  check_channels(ctx, x, w, true);
   const size_t n = x.size() - 2;
   SymShape out{x[0], dim_mul(w[1], Dim::known(ctx.attr_int("group")))};
   std::vector<int64_t> output_shape = ctx.attr_ints("output_shape");
   if (!output_shape.empty()) {
-    for (size_t i = output_shape.size() - n; i < output_shape.size(); ++i) out.push_back(Dim::known(output_shape[i]));
+    // The spatial sizes alone or the full [N, C, D1, ...].
+    if (output_shape.size() != n && output_shape.size() != n + 2)
+      ctx.fail("output_shape has {} entries for {} spatial dimensions", output_shape.size(), n);
+    for (size_t i = output_shape.size() - n; i < output_shape.size(); ++i) {
+      if (output_shape[i] < 1) ctx.fail("output_shape {} must be positive", dims_str(known_dims(output_shape)));
+      out.push_back(Dim::known(output_shape[i]));
+    }
     ctx.set_output(0, Type::tensor(ctx.dtype(0), out));
     return;
   }
   const auto strides = attr_or(ctx, "strides", n, 1), dilations = attr_or(ctx, "dilations", n, 1);
-  const auto pads = attr_or(ctx, "pads", 2 * n, 0), output_padding = attr_or(ctx, "output_padding", n, 0);
   const std::string auto_pad = ctx.attr_string("auto_pad");
+  const auto pads = auto_pad == "VALID" ? std::vector<int64_t>(2 * n, 0) : attr_or(ctx, "pads", 2 * n, 0);
+  const auto output_padding = attr_or(ctx, "output_padding", n, 0);
   for (size_t i = 0; i < n; ++i) {
     if (!x[2 + i].is_known() || !w[2 + i].is_known()) {
       out.push_back(Dim::unknown());
@@ -123,7 +179,9 @@ void infer_conv_transpose(InferContext& ctx) {
     __int128 o = auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER"
                      ? in * strides[i]
                      : static_cast<__int128>(strides[i]) * (in - 1) + output_padding[i] + keff - pads[i] - pads[i + n];
-    if (o < 0 || o > INT64_MAX) ctx.fail("output size is out of range");
+    if (o < 1 || o > INT64_MAX)
+      ctx.fail_input("input {} is too small or large for the window and pads: spatial output dimension {} would be {}",
+                     dims_str(x), i, static_cast<int64_t>(o < INT64_MIN ? INT64_MIN : o > INT64_MAX ? INT64_MAX : o));
     out.push_back(Dim::known(static_cast<int64_t>(o)));
   }
   ctx.set_output(0, Type::tensor(ctx.dtype(0), out));
@@ -132,7 +190,7 @@ void infer_conv_transpose(InferContext& ctx) {
 void infer_pool(InferContext& ctx) {
   ctx.set_output(0, Type::tensor(ctx.dtype(0)));
   const SymShape& x = ctx.dims(0);
-  if (x.size() < 3) ctx.fail("input must have rank >= 3");
+  if (x.size() < 3) ctx.fail_input("input must have rank >= 3");
   std::vector<int64_t> kernel = ctx.attr_ints("kernel_shape");
   if (kernel.size() != x.size() - 2) ctx.fail("kernel_shape has {} entries for rank {}", kernel.size(), x.size());
   SymShape out{x[0], x[1]};
@@ -145,8 +203,13 @@ void infer_pool(InferContext& ctx) {
 void infer_global_pool(InferContext& ctx) {
   ctx.set_output(0, Type::tensor(ctx.dtype(0)));
   SymShape out = ctx.dims(0);
-  if (out.size() < 2) ctx.fail("input must have rank >= 2");
-  for (size_t i = 2; i < out.size(); ++i) out[i] = Dim::known(1);
+  if (out.size() < 2) ctx.fail_input("input {} must have rank >= 2 ([N, C, D1, ...])", dims_str(out));
+  const bool planes = !(out[0].is_known() && out[0].value == 0) && !(out[1].is_known() && out[1].value == 0);
+  for (size_t i = 2; i < out.size(); ++i) {
+    if (planes && out[i].is_known() && out[i].value == 0)
+      ctx.fail_input("input {} has an empty spatial extent", dims_str(ctx.dims(0)));
+    out[i] = Dim::known(1);
+  }
   ctx.set_output(0, Type::tensor(ctx.dtype(0), out));
 }
 
@@ -195,7 +258,7 @@ void infer_topk(InferContext& ctx) {
 void infer_recurrent(InferContext& ctx) {
   for (size_t o = 0; o < ctx.num_outputs(); ++o) ctx.set_output(o, Type::tensor(ctx.dtype(0)));
   const SymShape& x = ctx.dims(0);
-  if (x.size() != 3) ctx.fail("X must have rank 3");
+  if (x.size() != 3) ctx.fail_input("X must have rank 3");
   const bool batch_first = ctx.attr_int("layout") != 0;
   const Dim seq = batch_first ? x[1] : x[0], batch = batch_first ? x[0] : x[1];
   const Dim dirs = Dim::known(ctx.attr_string("direction") == "bidirectional" ? 2 : 1);

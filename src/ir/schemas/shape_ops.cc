@@ -24,7 +24,12 @@ void infer_shape(InferContext& ctx) {
   const SymShape& x = ctx.dims(0);
   const auto rank = static_cast<int64_t>(x.size());
   auto clamp = [&](int64_t i) { return std::clamp(i < 0 ? i + rank : i, int64_t{0}, rank); };
-  int64_t start = clamp(ctx.attr_int("start")), end = ctx.has_attr("end") ? clamp(ctx.attr_int("end")) : rank;
+  // start and end exist from opset 15.
+  int64_t start = 0, end = rank;
+  if (ctx.opset() >= 15) {
+    start = clamp(ctx.attr_int("start"));
+    end = ctx.has_attr("end") ? clamp(ctx.attr_int("end")) : rank;
+  }
   end = std::max(start, end);
   ctx.set_output(0, Type::tensor(DType::kInt64, SymShape{Dim::known(end - start)}));
   SymValues v;
@@ -35,6 +40,19 @@ void infer_shape(InferContext& ctx) {
 void infer_size(InferContext& ctx) {
   ctx.set_output(0, Type::tensor(DType::kInt64, SymShape{}));
   ctx.set_output_values(0, {SymInt::of(dims_product(ctx.dims(0)))});
+}
+
+// With every dim known: the element counts must agree (and the -1 must divide evenly).
+void check_reshape_count(const InferContext& ctx, const SymShape& in, const SymShape& out, int minus_one) {
+  const Dim numel = dims_product(in);
+  if (!numel.is_known()) return;
+  int64_t known = 1;
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (static_cast<int>(i) == minus_one) continue;
+    if (!out[i].is_known() || __builtin_mul_overflow(known, out[i].value, &known)) return;
+  }
+  const bool fits = minus_one >= 0 ? known != 0 && numel.value % known == 0 : known == numel.value;
+  if (!fits) ctx.fail_input("cannot reshape {} ({} elements) to {}", dims_str(in), numel.value, dims_str(out));
 }
 
 // Reshape's target: 0 copies the input dim (unless allowzero), one -1 takes the rest.
@@ -59,18 +77,24 @@ void infer_reshape(InferContext& ctx) {
       minus_one = static_cast<int>(i);
       out.push_back(Dim::unknown());
     } else if (t.is_number() && *t.number == 0 && !allowzero) {
-      out.push_back(xt.has_shape() && i < xt.dims().size() ? xt.dims()[i] : Dim::unknown());
+      if (xt.has_shape() && i >= xt.dims().size())
+        ctx.fail("shape copies dimension {} (0) but the input {} has rank {}", i, dims_str(xt.dims()), xt.rank());
+      out.push_back(xt.has_shape() ? xt.dims()[i] : Dim::unknown());
     } else if (t.is_number() && *t.number < -1) {
       ctx.fail("shape has a negative dimension {}", *t.number);
     } else {
       out.push_back(t.as_dim());
     }
   }
+  if (minus_one >= 0 && allowzero)
+    for (const SymInt& t : *target)
+      if (t.is_number() && *t.number == 0) ctx.fail("shape has both 0 and -1 with allowzero=1");
   if (minus_one >= 0 && xt.has_shape()) {
     SymShape rest = out;
     rest.erase(rest.begin() + minus_one);
     if (auto d = dim_div(dims_product(xt.dims()), dims_product(rest))) out[minus_one] = *d;
   }
+  if (xt.has_shape()) check_reshape_count(ctx, xt.dims(), out, minus_one);
   ctx.set_output(0, Type::tensor(ctx.dtype(0), out));
 }
 
@@ -92,13 +116,20 @@ void infer_transpose(InferContext& ctx) {
   if (perm.empty())
     for (int64_t i = static_cast<int64_t>(x.size()) - 1; i >= 0; --i) perm.push_back(i);
   if (perm.size() != x.size()) ctx.fail("perm has {} entries for rank {}", perm.size(), x.size());
+  std::vector<bool> seen(x.size(), false);
   SymShape out;
-  for (int64_t p : perm) out.push_back(x[static_cast<size_t>(ctx.axis(p, static_cast<int64_t>(x.size())))]);
+  for (int64_t p : perm) {
+    if (p < 0 || p >= static_cast<int64_t>(x.size()) || seen[static_cast<size_t>(p)])
+      ctx.fail("perm {} is not a permutation of 0..{}", dims_str(known_dims(perm)), static_cast<int64_t>(x.size()) - 1);
+    seen[static_cast<size_t>(p)] = true;
+    out.push_back(x[static_cast<size_t>(p)]);
+  }
   ctx.set_output(0, Type::tensor(ctx.dtype(0), out));
 }
 
 void infer_unsqueeze(InferContext& ctx) {
   ctx.set_output(0, Type::tensor(ctx.dtype(0)));
+  if (ctx.opset() < 13 ? !ctx.has_attr("axes") : !ctx.has_input(1)) ctx.fail("axes are required");
   auto axes = axes_of(ctx, 13, 1);
   if (!axes) return;
   const SymShape& x = ctx.dims(0);
@@ -113,7 +144,7 @@ void infer_unsqueeze(InferContext& ctx) {
   size_t k = 0;
   for (int64_t i = 0; i < rank; ++i) out.push_back(inserted[i] ? Dim::known(1) : x[k++]);
   ctx.set_output(0, Type::tensor(ctx.dtype(0), out));
-  if (ctx.values(0) && out.size() <= 1) ctx.set_output_values(0, *ctx.values(0));
+  if (ctx.forwarded_values(0) && out.size() <= 1) ctx.set_output_values(0, *ctx.forwarded_values(0));
 }
 
 void infer_squeeze(InferContext& ctx) {
@@ -123,16 +154,20 @@ void infer_squeeze(InferContext& ctx) {
   const SymShape& x = ctx.dims(0);
   const auto rank = static_cast<int64_t>(x.size());
   std::vector<bool> drop(x.size(), false);
-  for (int64_t a : *axes) drop[ctx.axis(a, rank)] = true;
+  for (int64_t a : *axes) {
+    const int64_t n = ctx.axis(a, rank);
+    if (drop[n]) ctx.fail("axis {} is repeated", a);
+    drop[n] = true;
+  }
   SymShape out;
   for (size_t i = 0; i < x.size(); ++i) {
     if (axes->empty() && x[i].is_known() && x[i].value == 1) continue;
     if (axes->empty() && !x[i].is_known()) return;  // which dims are 1 is known only at run time
-    if (drop[i] && x[i].is_known() && x[i].value != 1) ctx.fail("cannot squeeze axis {} of size {}", i, x[i].value);
+    if (drop[i] && x[i].is_known() && x[i].value != 1) ctx.fail_input("cannot squeeze axis {} of size {}", i, x[i].value);
     if (!drop[i]) out.push_back(x[i]);
   }
   ctx.set_output(0, Type::tensor(ctx.dtype(0), out));
-  if (ctx.values(0) && out.size() <= 1) ctx.set_output_values(0, *ctx.values(0));
+  if (ctx.forwarded_values(0) && out.size() <= 1) ctx.set_output_values(0, *ctx.forwarded_values(0));
 }
 
 void infer_concat(InferContext& ctx) {
@@ -141,17 +176,24 @@ void infer_concat(InferContext& ctx) {
   const auto rank = static_cast<int64_t>(out.size());
   const int64_t axis = ctx.axis(ctx.attr_int("axis"), rank);
   for (size_t i = 1; i < ctx.num_inputs(); ++i) {
+    if (ctx.dtype(i) != ctx.dtype(0))
+      ctx.fail("input {} is {} but input 0 is {}", i, dtype_name(ctx.dtype(i)), dtype_name(ctx.dtype(0)));
     const SymShape& s = ctx.dims(i);
-    if (static_cast<int64_t>(s.size()) != rank) ctx.fail("input {} has rank {}, expected {}", i, s.size(), rank);
+    if (static_cast<int64_t>(s.size()) != rank) ctx.fail_input("input {} has rank {}, expected {}", i, s.size(), rank);
     out[axis] = dim_add(out[axis], s[axis]);
-    for (int64_t k = 0; k < rank; ++k)
-      if (k != axis && !out[k].is_known()) out[k] = s[k].is_known() ? s[k] : out[k];
+    for (int64_t k = 0; k < rank; ++k) {
+      if (k == axis) continue;
+      if (out[k].is_known() && s[k].is_known() && out[k] != s[k])
+        ctx.fail_input("input {} has shape {}, which differs from {} off axis {}", i, dims_str(s), dims_str(ctx.dims(0)),
+                       axis);
+      if (!out[k].is_known()) out[k] = s[k].is_known() ? s[k] : out[k];
+    }
   }
   ctx.set_output(0, Type::tensor(ctx.dtype(0), out));
   SymValues values;
   for (size_t i = 0; i < ctx.num_inputs(); ++i) {
-    if (!ctx.values(i)) return;
-    values.insert(values.end(), ctx.values(i)->begin(), ctx.values(i)->end());
+    if (!ctx.forwarded_values(i)) return;
+    values.insert(values.end(), ctx.forwarded_values(i)->begin(), ctx.forwarded_values(i)->end());
   }
   if (rank == 1) ctx.set_output_values(0, std::move(values));
 }
@@ -160,6 +202,8 @@ void infer_split(InferContext& ctx) {
   for (size_t o = 0; o < ctx.num_outputs(); ++o) ctx.set_output(o, Type::tensor(ctx.dtype(0)));
   const SymShape& x = ctx.dims(0);
   const int64_t axis = ctx.axis(ctx.attr_int("axis"), static_cast<int64_t>(x.size()));
+  const size_t n = ctx.num_outputs();
+  if (n == 0) ctx.fail("needs at least one output");
   std::optional<std::vector<int64_t>> sizes;
   bool given = false;  // sizes given, though perhaps not known here
   if (ctx.opset() >= 13 && ctx.has_input(1)) {
@@ -169,14 +213,31 @@ void infer_split(InferContext& ctx) {
     given = true;
     sizes = ctx.attr_ints("split");
   }
-  const size_t n = ctx.num_outputs();
+  const Dim& dim = x[axis];
+  if (sizes) {
+    if (sizes->size() != n) ctx.fail("split has {} entries for {} outputs", sizes->size(), n);
+    int64_t total = 0;
+    for (int64_t s : *sizes) {
+      if (s < 0 || __builtin_add_overflow(total, s, &total)) ctx.fail("split {} has a negative size", dims_str(known_dims(*sizes)));
+    }
+    if (dim.is_known() && total != dim.value)
+      ctx.fail_input("split sums to {} but axis {} of {} has size {}", total, axis, dims_str(x), dim.value);
+  } else if (!given && dim.is_known()) {
+    // Equal parts; from opset 18 (num_outputs) the last may be smaller: parts of ceil(dim / n).
+    const auto parts = static_cast<int64_t>(n);
+    const int64_t chunk = ctx.opset() >= 18 ? dim.value / parts + (dim.value % parts != 0) : dim.value / parts;
+    if (ctx.opset() < 18 && dim.value % parts != 0)
+      ctx.fail_input("axis {} of size {} cannot be split into {} equal parts", axis, dim.value, n);
+    if (chunk * (parts - 1) > dim.value)
+      ctx.fail_input("axis {} of size {} cannot be split into {} parts", axis, dim.value, n);
+    sizes = std::vector<int64_t>(n, chunk);
+    sizes->back() = dim.value - chunk * (parts - 1);
+  }
   for (size_t o = 0; o < n; ++o) {
     SymShape out = x;
-    if (sizes && sizes->size() == n) out[axis] = Dim::known((*sizes)[o]);
-    else if (!given && x[axis].is_known() && x[axis].value % static_cast<int64_t>(n) == 0)
-      out[axis] = Dim::known(x[axis].value / static_cast<int64_t>(n));
-    else
-      out[axis] = Dim::unknown();
+    if (sizes) out[axis] = Dim::known((*sizes)[o]);
+    else if (!given && ctx.opset() < 18) out[axis] = dim_div(dim, Dim::known(static_cast<int64_t>(n))).value_or(Dim::unknown());
+    else out[axis] = Dim::unknown();
     ctx.set_output(o, Type::tensor(ctx.dtype(0), out));
   }
 }
@@ -188,23 +249,7 @@ Dim slice_extent(const Dim& dim, int64_t start, int64_t end, int64_t step) {
     if (step == 1 && start == 0 && end >= INT32_MAX) return dim;
     return Dim::unknown();
   }
-  const int64_t n = dim.value;
-  auto clamp = [&](int64_t v, int64_t lo, int64_t hi) {
-    if (v < 0) v = v < -n ? -n - 1 : v + n;
-    return std::clamp(v, lo, hi);
-  };
-  int64_t s, e;
-  if (step > 0) {
-    s = clamp(start, 0, n);
-    e = clamp(end, 0, n);
-    return Dim::known(e > s ? (e - s - 1) / step + 1 : 0);
-  }
-  if (step == INT64_MIN) return Dim::unknown();
-  s = clamp(start, -1, n - 1);
-  e = clamp(end, -1, n - 1);
-  if (end < -n) e = -1;
-  if (start < -n) s = -1;
-  return Dim::known(s > e ? (s - e - 1) / (-step) + 1 : 0);
+  return Dim::known(slice_range(dim.value, start, end, step).length);
 }
 
 void infer_slice(InferContext& ctx) {
@@ -233,16 +278,20 @@ void infer_slice(InferContext& ctx) {
   if (axes->empty())
     for (size_t i = 0; i < starts->size(); ++i) axes->push_back(static_cast<int64_t>(i));
   if (starts->size() != ends->size() || axes->size() != starts->size() || (steps && !steps->empty() && steps->size() != starts->size()))
-    ctx.fail("starts, ends, axes and steps have different lengths");
+    ctx.fail("starts, ends, axes and steps have {}, {}, {} and {} entries", starts->size(), ends->size(), axes->size(),
+             steps && !steps->empty() ? steps->size() : starts->size());
+  std::vector<bool> seen(x.size(), false);
   for (size_t i = 0; i < axes->size(); ++i) {
     int64_t step = steps && !steps->empty() ? (*steps)[i] : 1;
-    if (step == 0) ctx.fail("step is 0");
+    if (step == 0) ctx.fail("step {} is 0", i);
     int64_t a = ctx.axis((*axes)[i], rank);
+    if (seen[a]) ctx.fail("axis {} is repeated", (*axes)[i]);
+    seen[a] = true;
     out[a] = slice_extent(x[a], (*starts)[i], (*ends)[i], step);
   }
   ctx.set_output(0, Type::tensor(ctx.dtype(0), out));
   // Slicing a shape value.
-  const auto& v = ctx.values(0);
+  const auto& v = ctx.forwarded_values(0);
   if (v && rank == 1 && (!steps || steps->empty() || (*steps)[0] == 1) && out[0].is_known()) {
     int64_t n = static_cast<int64_t>(v->size()), s = (*starts)[0];
     if (s < 0) s += n;
@@ -257,29 +306,46 @@ void infer_gather(InferContext& ctx) {
   const SymShape& data = ctx.dims(0);
   const SymShape& indices = ctx.dims(1);
   const auto rank = static_cast<int64_t>(data.size());
-  if (rank == 0) ctx.fail("data must have rank >= 1");
+  if (rank == 0) ctx.fail_input("data must have rank >= 1");
   const int64_t axis = ctx.axis(ctx.attr_int("axis"), rank);
   SymShape out(data.begin(), data.begin() + axis);
   out.insert(out.end(), indices.begin(), indices.end());
   out.insert(out.end(), data.begin() + axis + 1, data.end());
   ctx.set_output(0, Type::tensor(ctx.dtype(0), out));
-  const auto& v = ctx.values(0);
-  auto idx = ctx.known_values(1);
+  const auto& v = ctx.forwarded_values(0);
+  auto idx = numbers_of(ctx.forwarded_values(1));
   if (v && idx && rank == 1) {
     SymValues picked;
     for (int64_t i : *idx) {
       int64_t n = static_cast<int64_t>(v->size());
-      if (i < -n || i >= n) ctx.fail("index {} is out of range for {} elements", i, n);
+      if (i < -n || i >= n) ctx.fail_input("index {} is out of range for {} elements", i, n);
       picked.push_back((*v)[static_cast<size_t>(i < 0 ? i + n : i)]);
     }
     ctx.set_output_values(0, std::move(picked));
   }
 }
 
+// GatherElements: the output has the indices' shape, which fits in the data's off the axis.
+void infer_gather_elements(InferContext& ctx) {
+  ctx.set_output(0, Type::tensor(ctx.dtype(0)));
+  const SymShape &data = ctx.dims(0), &idx = ctx.dims(1);
+  if (data.empty() || idx.size() != data.size())
+    ctx.fail_input("indices {} must have the rank of data {}", dims_str(idx), dims_str(data));
+  const int64_t axis = ctx.axis(ctx.attr_int("axis"), static_cast<int64_t>(data.size()));
+  for (size_t d = 0; d < data.size(); ++d)
+    if (static_cast<int64_t>(d) != axis && idx[d].is_known() && data[d].is_known() && idx[d].value > data[d].value)
+      ctx.fail_input("indices {} exceed data {} on axis {}", dims_str(idx), dims_str(data), d);
+  ctx.set_output(0, Type::tensor(ctx.dtype(0), idx));
+}
+
 void infer_expand(InferContext& ctx) {
   ctx.set_output(0, Type::tensor(ctx.dtype(0)));
+  if (auto v = ctx.values(1))
+    for (const SymInt& d : *v)
+      if (d.is_number() && *d.number < 0) ctx.fail_input("shape has a negative dimension {}", *d.number);
   auto shape = values_as_dims(ctx, 1);
   if (!shape) return;
+  // Bidirectional: a 1 in `shape` keeps the input's size.
   ctx.set_output(0, Type::tensor(ctx.dtype(0), broadcast(ctx, ctx.dims(0), *shape)));
 }
 
@@ -288,9 +354,17 @@ void infer_tile(InferContext& ctx) {
   const SymShape& x = ctx.dims(0);
   auto repeats = ctx.known_values(1);
   if (!repeats) return;
-  if (repeats->size() != x.size()) ctx.fail("repeats has {} entries for rank {}", repeats->size(), x.size());
+  if (repeats->size() != x.size())
+    ctx.fail_input("repeats has {} values for an input of rank {}", repeats->size(), x.size());
   SymShape out;
-  for (size_t i = 0; i < x.size(); ++i) out.push_back(dim_mul(x[i], Dim::known((*repeats)[i])));
+  for (size_t i = 0; i < x.size(); ++i) {
+    const int64_t r = (*repeats)[i];
+    if (r < 0) ctx.fail_input("repeats {} has a negative value", dims_str(known_dims(*repeats)));
+    int64_t size;
+    if (x[i].is_known() && __builtin_mul_overflow(x[i].value, r, &size))
+      ctx.fail_input("tiling axis {} of {} by {} overflows int64", i, dims_str(x), r);
+    out.push_back(dim_mul(x[i], Dim::known(r)));
+  }
   ctx.set_output(0, Type::tensor(ctx.dtype(0), out));
 }
 
@@ -298,6 +372,9 @@ void infer_constant_of_shape(InferContext& ctx) {
   const Tensor* value = ctx.node().attrs.get_tensor("value");
   const DType dtype = value ? value->dtype() : DType::kFloat32;
   ctx.set_output(0, Type::tensor(dtype));
+  if (auto v = ctx.values(0))
+    for (const SymInt& d : *v)
+      if (d.is_number() && *d.number < 0) ctx.fail_input("shape {} has a negative dimension", *d.number);
   if (auto shape = values_as_dims(ctx, 0)) ctx.set_output(0, Type::tensor(dtype, *shape));
 }
 
@@ -312,7 +389,7 @@ void infer_range(InferContext& ctx) {
     // ceil((limit - start) / delta), in 128 bits: the operands come from the file.
     __int128 span = static_cast<__int128>(*l.number) - *s.number, step = *d.number;
     __int128 len = span / step + (span % step != 0 && ((span > 0) == (step > 0)) ? 1 : 0);
-    if (len > INT64_MAX) ctx.fail("Range has more than 2^63 elements");
+    if (len > INT64_MAX) ctx.fail_input("Range has more than 2^63 elements");
     n = Dim::known(len > 0 ? static_cast<int64_t>(len) : 0);
   } else if (s.is_number() && *s.number == 0 && d.is_number() && *d.number == 1) {
     n = l.as_dim();
@@ -329,10 +406,12 @@ void infer_constant(InferContext& ctx) {
   if (ctx.has_attr("value_int")) ctx.set_output(0, Type::tensor(DType::kInt64, SymShape{}));
   else if (ctx.has_attr("value_ints")) ctx.set_output(0, Type::tensor(DType::kInt64, known_dims({static_cast<int64_t>(ctx.attr_ints("value_ints").size())})));
   else if (ctx.has_attr("value_float")) ctx.set_output(0, Type::tensor(DType::kFloat32, SymShape{}));
+  else if (ctx.has_attr("value_floats")) ctx.set_output(0, Type::tensor(DType::kFloat32, known_dims({static_cast<int64_t>(ctx.node().attrs.get_floats("value_floats").size())})));
 }
 
 void infer_pad(InferContext& ctx) {
   ctx.set_output(0, Type::tensor(ctx.dtype(0)));
+  const std::string mode = ctx.attr_string("mode");
   const SymShape& x = ctx.dims(0);
   auto pads = ctx.opset() < 11 ? std::optional<std::vector<int64_t>>(ctx.attr_ints("pads")) : ctx.known_values(1);
   if (!pads) return;
@@ -350,7 +429,16 @@ void infer_pad(InferContext& ctx) {
     int64_t a = ctx.axis(axes[k], static_cast<int64_t>(x.size()));
     int64_t total;
     if (__builtin_add_overflow((*pads)[k], (*pads)[k + axes.size()], &total)) ctx.fail("pads overflow int64");
-    out[a] = total >= 0 ? dim_add(out[a], Dim::known(total)) : dim_sub(out[a], Dim::known(-total));
+    if (!x[a].is_known()) {
+      out[a] = total >= 0 ? dim_add(out[a], Dim::known(total)) : dim_sub(out[a], Dim::known(-total));
+      continue;
+    }
+    const __int128 size = static_cast<__int128>(x[a].value) + total;
+    if (size < 0) ctx.fail_input("pads make axis {} of {} negative", a, dims_str(x));
+    if (size > INT64_MAX) ctx.fail_input("pads make axis {} of {} larger than int64", a, dims_str(x));
+    if (mode != "constant" && x[a].value == 0 && size != 0)
+      ctx.fail_input("{} padding of an empty axis {} of {}", mode, a, dims_str(x));
+    out[a] = Dim::known(static_cast<int64_t>(size));
   }
   ctx.set_output(0, Type::tensor(ctx.dtype(0), out));
 }
@@ -358,11 +446,17 @@ void infer_pad(InferContext& ctx) {
 void infer_depth_space(InferContext& ctx) {
   ctx.set_output(0, Type::tensor(ctx.dtype(0)));
   const SymShape& x = ctx.dims(0);
-  if (x.size() != 4) ctx.fail("input must have rank 4");
-  const Dim b = Dim::known(ctx.attr_int("blocksize"));
-  const Dim b2 = dim_mul(b, b);
+  if (x.size() != 4) ctx.fail_input("input must be 4-D, got {}", dims_str(x));
+  const int64_t block = ctx.attr_int("blocksize");
+  if (block < 1 || block > INT32_MAX) ctx.fail("blocksize {} is out of range", block);
+  const Dim b = Dim::known(block), b2 = Dim::known(block * block);
+  const bool to_space = ctx.node().op_type == "DepthToSpace";
+  if (to_space && x[1].is_known() && x[1].value % (block * block) != 0)
+    ctx.fail_input("channels {} are not a multiple of blocksize^2 = {}", x[1].value, block * block);
+  if (!to_space && ((x[2].is_known() && x[2].value % block != 0) || (x[3].is_known() && x[3].value % block != 0)))
+    ctx.fail_input("spatial size {}x{} is not a multiple of blocksize {}", x[2].str(), x[3].str(), block);
   SymShape out = x;
-  if (ctx.node().op_type == "DepthToSpace") {
+  if (to_space) {
     out[1] = dim_div(x[1], b2).value_or(Dim::unknown());
     out[2] = dim_mul(x[2], b);
     out[3] = dim_mul(x[3], b);
@@ -388,10 +482,7 @@ struct Registrations {
     r.add(OpSchema("Split").attr("axis", int64_t{0}).infer(infer_split));
     r.add(OpSchema("Slice").infer(infer_slice));
     r.add(OpSchema("Gather").inputs({kAll, kInt32And64}).attr("axis", int64_t{0}).infer(infer_gather));
-    r.add(OpSchema("GatherElements").inputs({kAll, kInt32And64}).attr("axis", int64_t{0}).infer([](InferContext& ctx) {
-      const Type& idx = ctx.input(1);
-      ctx.set_output(0, idx.has_shape() ? Type::tensor(ctx.dtype(0), idx.dims()) : Type::tensor(ctx.dtype(0)));
-    }));
+    r.add(OpSchema("GatherElements").inputs({kAll, kInt32And64}).attr("axis", int64_t{0}).infer(infer_gather_elements));
     r.add(OpSchema("Expand").infer(infer_expand));
     r.add(OpSchema("Tile").infer(infer_tile));
     r.add(OpSchema("ConstantOfShape").infer(infer_constant_of_shape));

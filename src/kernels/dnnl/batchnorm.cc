@@ -32,7 +32,7 @@ class DnnlBatchNorm : public du::PrimitiveKernel {
       dnnl::batch_normalization_forward::desc d(dnnl::prop_kind::forward_inference, md_, eps, flags);
       return dnnl::batch_normalization_forward::primitive_desc(d, du::user_scratchpad_attr(), du::engine());
     });
-    return {ctx.input_type(0)};
+    return {ctx.output_type(0)};
   }
 
   int inplace_input() const override { return 0; }

@@ -3,7 +3,6 @@
 // (to the reference kernel) when the first input is the broadcast one and the
 // op does not commute.
 #include "kernels/dnnl/common.h"
-#include "kernels/ref/common.h"
 #include "kernels/registry.h"
 
 namespace anvil::kernels {
@@ -27,7 +26,7 @@ class DnnlBinary : public du::PrimitiveKernel {
   std::vector<TensorType> prepare(const PrepareContext& ctx) override {
     ANVIL_PREPARE_CHECK(ctx, ctx.num_inputs() == 2, ErrorKind::kUnsupported, "oneDNN binary takes two inputs");
     const Shape &a = ctx.input_shape(0), &b = ctx.input_shape(1);
-    Shape out = broadcast_shapes(ctx, a, b);
+    const Shape& out = ctx.output_shape(0);
     size_t rank = std::max<size_t>(out.size(), 1);
     Shape out_r = left_pad(out, rank);
     swapped_ = left_pad(a, rank) != out_r;
@@ -46,7 +45,7 @@ class DnnlBinary : public du::PrimitiveKernel {
       dnnl::binary::desc d(alg, src0_, src1_, src0_);
       return dnnl::binary::primitive_desc(d, du::user_scratchpad_attr(), du::engine());
     });
-    return {{DType::kFloat32, out}};
+    return ctx.output_types();
   }
 
   int inplace_input() const override { return swapped_ ? 1 : 0; }

@@ -16,23 +16,13 @@ class DnnlConcat : public du::PrimitiveKernel {
 
   std::vector<TensorType> prepare(const PrepareContext& ctx) override {
     DType d = ctx.input_dtype(0);
-    Shape out = ctx.input_shape(0);
-    int64_t rank = static_cast<int64_t>(out.size());
-    ANVIL_PREPARE_CHECK(ctx, rank >= 1, ErrorKind::kInvalidArgument, "inputs must not be scalars");
-    int64_t axis = normalize_axis(ctx, ctx.attrs().get_int("axis", 0), rank);
+    // The schema checked ranks, dtypes and the dims off the axis.
+    const Shape& out = ctx.output_shape(0);
+    const int64_t axis = normalize_axis(ctx, ctx.attrs().get_int("axis", 0), static_cast<int64_t>(out.size()));
     srcs_.clear();
-    out[axis] = 0;
     for (size_t i = 0; i < ctx.num_inputs(); ++i) {
       const Shape& s = ctx.input_shape(i);
-      ANVIL_PREPARE_CHECK(ctx, ctx.input_dtype(i) == d, ErrorKind::kInvalidModel, "inputs have different types");
-      ANVIL_PREPARE_CHECK(ctx, static_cast<int64_t>(s.size()) == rank, ErrorKind::kInvalidArgument,
-                          "input {} has rank {}, expected {}", i, s.size(), rank);
-      for (int64_t k = 0; k < rank; ++k)
-        ANVIL_PREPARE_CHECK(ctx, k == axis || s[k] == ctx.input_shape(0)[k], ErrorKind::kInvalidArgument,
-                            "input {} has shape {}, which differs from {} off axis {}", i, shape_str(s),
-                            shape_str(ctx.input_shape(0)), axis);
       ANVIL_PREPARE_CHECK(ctx, shape_numel(s) > 0, ErrorKind::kUnsupported, "empty input");
-      out[axis] += s[axis];
       srcs_.push_back(du::plain_desc(s, d));
     }
     dst_ = du::plain_desc(out, d);
@@ -53,7 +43,9 @@ class DnnlConcat : public du::PrimitiveKernel {
     }();
     create<dnnl::concat, dnnl::concat::primitive_desc>(ctx, [&] { return pd; });
     dst_ = pd.dst_desc();
-    return {{d, out, du::layout_of(dst_, out, d)}};
+    std::vector<TensorType> types = ctx.output_types();
+    types[0].layout = du::layout_of(dst_, out, d);
+    return types;
   }
 
   Layout input_layout(size_t i) const override { return i < in_layouts_.size() ? in_layouts_[i] : nullptr; }

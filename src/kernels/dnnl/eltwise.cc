@@ -30,7 +30,7 @@ class DnnlEltwise : public du::PrimitiveKernel {
       dnnl::eltwise_forward::desc d(dnnl::prop_kind::forward_inference, spec.alg, md_, spec.alpha, spec.beta);
       return dnnl::eltwise_forward::primitive_desc(d, du::user_scratchpad_attr(), du::engine());
     });
-    return {ctx.input_type(0)};
+    return ctx.output_types();
   }
 
   int inplace_input() const override { return 0; }

@@ -83,33 +83,21 @@ class DnnlMatMul : public DnnlMatMulBase {
   explicit DnnlMatMul(const ir::Node&) {}
 
   std::vector<TensorType> prepare(const PrepareContext& ctx) override {
+    // The schema has checked the operands; 1-D ones gain a dimension here, as in numpy.
     Shape a = ctx.input_shape(0), b = ctx.input_shape(1);
-    ANVIL_PREPARE_CHECK(ctx, !a.empty() && !b.empty(), ErrorKind::kInvalidArgument, "MatMul operands must not be scalars");
-    bool a_vec = a.size() == 1, b_vec = b.size() == 1;
-    if (a_vec) a.insert(a.begin(), 1);
-    if (b_vec) b.push_back(1);
-    ANVIL_PREPARE_CHECK(ctx, a.back() == b[b.size() - 2], ErrorKind::kInvalidArgument,
-                        "inner dimensions differ: {} x {}", shape_str(ctx.input_shape(0)), shape_str(ctx.input_shape(1)));
+    if (a.size() == 1) a.insert(a.begin(), 1);
+    if (b.size() == 1) b.push_back(1);
     size_t rank = std::max(a.size(), b.size());
     ANVIL_PREPARE_CHECK(ctx, rank <= 12, ErrorKind::kUnsupported, "rank {} matmul", rank);
     a.insert(a.begin(), rank - a.size(), 1);
     b.insert(b.begin(), rank - b.size(), 1);
     Shape c(rank);
-    for (size_t i = 0; i + 2 < rank; ++i) {
-      ANVIL_PREPARE_CHECK(ctx, a[i] == b[i] || a[i] == 1 || b[i] == 1, ErrorKind::kInvalidArgument,
-                          "batch dimensions of {} and {} cannot be broadcast", shape_str(ctx.input_shape(0)),
-                          shape_str(ctx.input_shape(1)));
-      c[i] = a[i] == 1 ? b[i] : a[i];
-    }
+    for (size_t i = 0; i + 2 < rank; ++i) c[i] = a[i] == 1 ? b[i] : a[i];
     c[rank - 2] = a[rank - 2];
     c[rank - 1] = b[rank - 1];
     const Tensor* bconst = ctx.constant(1);
     build(ctx, contiguous(a), contiguous(b), contiguous(c), bconst ? bconst->raw() : nullptr, bconst);
-    // The output drops the dimensions that 1-D operands gained.
-    Shape out = c;
-    if (b_vec) out.pop_back();
-    if (a_vec) out.erase(out.end() - (b_vec ? 1 : 2));
-    return {{DType::kFloat32, out}};
+    return ctx.output_types();  // without the dimensions 1-D operands gained
   }
 };
 
@@ -119,15 +107,9 @@ class DnnlGemm : public DnnlMatMulBase {
 
   std::vector<TensorType> prepare(const PrepareContext& ctx) override {
     const Shape& a = ctx.input_shape(0);
-    const Shape& b = ctx.input_shape(1);
-    ANVIL_PREPARE_CHECK(ctx, a.size() == 2 && b.size() == 2, ErrorKind::kInvalidArgument,
-                        "A and B must be matrices, got {} and {}", shape_str(a), shape_str(b));
     bool ta = ctx.attrs().get_int("transA", 0) != 0, tb = ctx.attrs().get_int("transB", 0) != 0;
     float alpha = ctx.attrs().get_float("alpha", 1.f), beta = ctx.attrs().get_float("beta", 1.f);
-    int64_t m = ta ? a[1] : a[0], k = ta ? a[0] : a[1];
-    int64_t kb = tb ? b[1] : b[0], n = tb ? b[0] : b[1];
-    ANVIL_PREPARE_CHECK(ctx, k == kb, ErrorKind::kInvalidArgument, "inner dimensions differ: A {} B {} (transA {}, transB {})",
-                        shape_str(a), shape_str(b), ta, tb);
+    const int64_t m = ctx.output_shape(0)[0], n = ctx.output_shape(0)[1], k = ta ? a[0] : a[1];
     Operand oa{{m, k}, ta ? memory::dims{1, m} : memory::dims{k, 1}};
     Operand ob{{k, n}, tb ? memory::dims{1, k} : memory::dims{n, 1}};
     const Tensor* bconst = ctx.constant(1);
@@ -137,21 +119,18 @@ class DnnlGemm : public DnnlMatMulBase {
       scaled_b = bconst->clone();
       for (int64_t i = 0; i < scaled_b.numel(); ++i) scaled_b.data<float>()[i] *= alpha;
     }
-    prepare_bias(ctx, m, n, beta);
+    prepare_bias(ctx, beta);
     build(ctx, oa, ob, contiguous({m, n}), bconst ? (scaled_b.empty() ? bconst->raw() : scaled_b.raw()) : nullptr,
           scaled_b.empty() ? bconst : nullptr);
-    return {{DType::kFloat32, {m, n}}};
+    return ctx.output_types();
   }
 
  private:
   // C, broadcast to [M, N], becomes the matmul bias (scaled by beta when constant).
-  void prepare_bias(const PrepareContext& ctx, int64_t m, int64_t n, float beta) {
+  void prepare_bias(const PrepareContext& ctx, float beta) {
     if (!ctx.has_input(2) || beta == 0.f) return;
-    Shape c = ctx.input_shape(2);
-    ANVIL_PREPARE_CHECK(ctx, c.size() <= 2, ErrorKind::kInvalidArgument, "C {} must have rank <= 2", shape_str(c));
+    Shape c = ctx.input_shape(2);  // broadcasts to [m, n]: the schema checked it
     c.insert(c.begin(), 2 - c.size(), 1);
-    ANVIL_PREPARE_CHECK(ctx, (c[0] == m || c[0] == 1) && (c[1] == n || c[1] == 1), ErrorKind::kInvalidArgument,
-                        "C {} does not broadcast to [{},{}]", shape_str(ctx.input_shape(2)), m, n);
     const Tensor* cconst = ctx.constant(2);
     ANVIL_PREPARE_CHECK(ctx, beta == 1.f || cconst, ErrorKind::kUnsupported, "beta != 1 with a non-constant C");
     if (cconst && beta != 1.f) {

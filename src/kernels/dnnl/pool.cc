@@ -27,7 +27,6 @@ class DnnlPool : public Kernel {
       g.dilations.assign(g.kernel.size(), 1);
       g.pads_begin.assign(g.kernel.size(), 0);
       g.pads_end.assign(g.kernel.size(), 0);
-      g.out.assign(g.kernel.size(), 1);
     } else {
       g = pool_geometry(ctx, x);
     }
@@ -41,8 +40,7 @@ class DnnlPool : public Kernel {
                           "count_include_pad with ceil_mode padding");
       alg = include_pad ? dnnl::algorithm::pooling_avg_include_padding : dnnl::algorithm::pooling_avg_exclude_padding;
     }
-    Shape y = {x[0], x[1]};
-    y.insert(y.end(), g.out.begin(), g.out.end());
+    const Shape& y = ctx.output_shape(0);
     src_md_ = du::plain_desc(x, DType::kFloat32);
     dst_md_ = du::plain_desc(y, DType::kFloat32);
     memory::dims dil;
@@ -77,7 +75,9 @@ class DnnlPool : public Kernel {
     } catch (const dnnl::error& e) {
       ctx.fail(ErrorKind::kUnsupported, "oneDNN has no pooling for this case ({})", e.what());
     }
-    return {{DType::kFloat32, y, io_.dst_layout}};
+    std::vector<TensorType> out = ctx.output_types();
+    out[0].layout = io_.dst_layout;
+    return out;
   }
 
   void run(const RunContext& ctx) const override {

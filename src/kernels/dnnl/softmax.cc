@@ -34,7 +34,7 @@ class DnnlSoftmax : public du::PrimitiveKernel {
       dnnl::softmax_v2_forward::desc d(dnnl::prop_kind::forward_inference, alg, md_, md_, static_cast<int>(axis));
       return dnnl::softmax_v2_forward::primitive_desc(d, du::user_scratchpad_attr(), du::engine());
     });
-    return {ctx.input_type(0)};
+    return ctx.output_types();
   }
 
   int inplace_input() const override { return 0; }

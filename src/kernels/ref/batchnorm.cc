@@ -52,7 +52,7 @@ class BatchNormKernel : public Kernel {
     channels_ = shape_numel(param);
     inner_ = x[0] * channels_ == 0 ? 0 : shape_numel(x) / (x[0] * channels_);
     epsilon_ = ctx.attrs().get_float("epsilon", 1e-5f);
-    return {{ctx.input_dtype(0), x}};
+    return {ctx.output_type(0)};
   }
 
   void run(const RunContext& ctx) const override {

@@ -2,19 +2,6 @@
 
 namespace anvil::kernels {
 
-Shape broadcast_shapes(const PrepareContext& ctx, const Shape& a, const Shape& b) {
-  size_t rank = std::max(a.size(), b.size());
-  Shape out(rank);
-  for (size_t i = 0; i < rank; ++i) {
-    int64_t da = i < rank - a.size() ? 1 : a[i - (rank - a.size())];
-    int64_t db = i < rank - b.size() ? 1 : b[i - (rank - b.size())];
-    if (da != db && da != 1 && db != 1)
-      ctx.fail(ErrorKind::kInvalidArgument, "shapes {} and {} cannot be broadcast", shape_str(a), shape_str(b));
-    out[i] = da == 1 ? db : da;
-  }
-  return out;
-}
-
 std::vector<int64_t> contiguous_strides(const Shape& shape) {
   std::vector<int64_t> s(shape.size());
   int64_t acc = 1;

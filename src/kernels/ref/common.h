@@ -35,8 +35,6 @@ decltype(auto) dispatch_dtype(DType dtype, Fn&& fn) {
   fail(ErrorKind::kInternal, "dispatch on undefined dtype");
 }
 
-// Numpy-style broadcast of two shapes; throws kInvalidArgument naming the node.
-Shape broadcast_shapes(const PrepareContext& ctx, const Shape& a, const Shape& b);
 // Strides (in elements) of `shape` viewed as `out_shape` under broadcasting:
 // 0 on broadcast dimensions, right-aligned.
 std::vector<int64_t> broadcast_strides(const Shape& shape, const Shape& out_shape);

@@ -51,25 +51,11 @@ std::vector<int64_t> check_conv_inputs(const PrepareContext& ctx, int64_t* group
   check_float_inputs(ctx, 3);
   const Shape& x = ctx.input_shape(0);
   const Shape& w = ctx.input_shape(1);
-  ANVIL_PREPARE_CHECK(ctx, x.size() >= 3, ErrorKind::kInvalidArgument,
-                      "input X has shape {}; expected [N, C, D1, ...] with at least one spatial dimension",
-                      shape_str(x));
+  // The schema checked ranks, channels, group and bias.
   ANVIL_PREPARE_CHECK(ctx, x.size() <= 5, ErrorKind::kUnsupported,
                       "input X has {} spatial dimensions; at most 3 are supported", x.size() - 2);
-  ANVIL_PREPARE_CHECK(ctx, w.size() == x.size(), ErrorKind::kInvalidArgument,
-                      "weights W have shape {} but X has shape {}; the ranks must match", shape_str(w), shape_str(x));
   *group = ctx.attrs().get_int("group", 1);
-  ANVIL_PREPARE_CHECK(ctx, *group > 0, ErrorKind::kInvalidModel, "group {} must be positive", *group);
-  ANVIL_PREPARE_CHECK(ctx, x[1] % *group == 0, ErrorKind::kInvalidArgument,
-                      "X has {} channels, which is not a multiple of group {}", x[1], *group);
   return std::vector<int64_t>(w.begin() + 2, w.end());
-}
-
-void check_bias(const PrepareContext& ctx, int64_t m) {
-  if (!ctx.has_input(2)) return;
-  const Shape& b = ctx.input_shape(2);
-  ANVIL_PREPARE_CHECK(ctx, b == Shape{m}, ErrorKind::kInvalidArgument, "bias B has shape {}; expected [{}]",
-                      shape_str(b), m);
 }
 
 template <typename T>
@@ -89,17 +75,8 @@ class ConvKernel : public Kernel {
     dims_.n = x[0];
     dims_.c = x[1];
     dims_.m = w[0];
-    ANVIL_PREPARE_CHECK(ctx, w[1] * dims_.group == dims_.c, ErrorKind::kInvalidArgument,
-                        "X has {} channels but weights W {} with group {} expect {}", dims_.c, shape_str(w),
-                        dims_.group, w[1] * dims_.group);
-    ANVIL_PREPARE_CHECK(ctx, dims_.m % dims_.group == 0, ErrorKind::kInvalidArgument,
-                        "W has {} output channels, which is not a multiple of group {}", dims_.m, dims_.group);
-    check_bias(ctx, dims_.m);
-    SpatialGeometry g = conv_geometry(ctx, x, kernel);
-    geo_ = Geometry3(x, g);
-    Shape out = {dims_.n, dims_.m};
-    out.insert(out.end(), g.out.begin(), g.out.end());
-    return {{ctx.input_dtype(0), out}};
+    geo_ = Geometry3(x, conv_geometry(ctx, x, kernel));
+    return ctx.output_types();
   }
 
   void run(const RunContext& ctx) const override {
@@ -181,17 +158,9 @@ class ConvTransposeKernel : public Kernel {
     const Shape& w = ctx.input_shape(1);
     dims_.n = x[0];
     dims_.c = x[1];
-    // W is [C, M / group, k...].
-    ANVIL_PREPARE_CHECK(ctx, w[0] == dims_.c, ErrorKind::kInvalidArgument,
-                        "X has {} channels but weights W {} expect {} (W is [C, M/group, k...])", dims_.c, shape_str(w),
-                        w[0]);
-    dims_.m = w[1] * dims_.group;
-    check_bias(ctx, dims_.m);
-    SpatialGeometry g = conv_transpose_geometry(ctx, x, kernel);
-    geo_ = Geometry3(x, g);
-    Shape out = {dims_.n, dims_.m};
-    out.insert(out.end(), g.out.begin(), g.out.end());
-    return {{ctx.input_dtype(0), out}};
+    dims_.m = w[1] * dims_.group;  // W is [C, M / group, k...]
+    geo_ = Geometry3(x, conv_transpose_geometry(ctx, x, kernel));
+    return ctx.output_types();
   }
 
   void run(const RunContext& ctx) const override {

@@ -159,13 +159,10 @@ class BinaryKernel : public Kernel {
                         dtype_name(d));
     const Shape& sa = ctx.input_shape(0);
     const Shape& sb = ctx.input_shape(1);
-    Shape out = broadcast_shapes(ctx, sa, sb);
-    // PRelu broadcasts the slope to X only (unidirectional).
-    ANVIL_PREPARE_CHECK(ctx, op_ != BinOp::kPRelu || out == sa, ErrorKind::kInvalidArgument,
-                        "slope of shape {} does not broadcast to X of shape {}", shape_str(sb), shape_str(sa));
+    const Shape& out = ctx.output_shape(0);
     plan_ = BroadcastPlan(out, sa, sb);
     inplace_ = out == sa ? 0 : out == sb ? 1 : -1;
-    return {{d, out}};
+    return ctx.output_types();
   }
 
   void run(const RunContext& ctx) const override {
@@ -193,10 +190,10 @@ class PowKernel : public Kernel {
     DType a = ctx.input_dtype(0), b = ctx.input_dtype(1);
     ANVIL_PREPARE_CHECK(ctx, dtype_in(a, kNumeric) && dtype_in(b, kNumeric), ErrorKind::kUnsupported,
                         "Pow of {} by {} is not supported", dtype_name(a), dtype_name(b));
-    Shape out = broadcast_shapes(ctx, ctx.input_shape(0), ctx.input_shape(1));
+    const Shape& out = ctx.output_shape(0);
     plan_ = BroadcastPlan(out, ctx.input_shape(0), ctx.input_shape(1));
     inplace_ = out == ctx.input_shape(0) ? 0 : -1;
-    return {{a, out}};
+    return ctx.output_types();
   }
 
   void run(const RunContext& ctx) const override {
@@ -230,18 +227,16 @@ class VariadicKernel : public Kernel {
     ANVIL_PREPARE_CHECK(ctx, n >= 1, ErrorKind::kInvalidModel, "needs at least one input");
     DType d = ctx.input_dtype(0);
     ANVIL_PREPARE_CHECK(ctx, dtype_in(d, dtypes_), ErrorKind::kUnsupported, "dtype {} is not supported", dtype_name(d));
-    Shape out = ctx.input_shape(0);
-    for (size_t i = 1; i < n; ++i) {
+    for (size_t i = 1; i < n; ++i)
       ANVIL_PREPARE_CHECK(ctx, ctx.has_input(i) && ctx.input_dtype(i) == d, ErrorKind::kInvalidModel,
                           "input {} is missing or has another type than input 0", i);
-      out = broadcast_shapes(ctx, out, ctx.input_shape(i));
-    }
+    const Shape& out = ctx.output_shape(0);
     // Plan 0 copies input 0 (broadcast) into the output; plan i folds input i into it.
     plans_.clear();
     plans_.emplace_back(out, ctx.input_shape(0), ctx.input_shape(0));
     for (size_t i = 1; i < n; ++i) plans_.emplace_back(out, out, ctx.input_shape(i));
     inplace_ = ctx.input_shape(0) == out ? 0 : -1;
-    return {{d, out}};
+    return ctx.output_types();
   }
 
   void run(const RunContext& ctx) const override {
@@ -388,7 +383,7 @@ class UnaryKernel : public Kernel {
   std::vector<TensorType> prepare(const PrepareContext& ctx) override {
     ANVIL_PREPARE_CHECK(ctx, ctx.num_inputs() == 1 && ctx.has_input(0), ErrorKind::kInvalidModel,
                         "expects 1 input, got {}", ctx.num_inputs());
-    return {ctx.input_type(0)};
+    return ctx.output_types();
   }
 
   void run(const RunContext& ctx) const override {
@@ -437,7 +432,7 @@ class ClipKernel : public Kernel {
       ANVIL_PREPARE_CHECK(ctx, shape_numel(ctx.input_shape(i)) == 1, ErrorKind::kInvalidArgument,
                           "{} must be a scalar, got shape {}", i == 1 ? "min" : "max", shape_str(ctx.input_shape(i)));
     }
-    return {ctx.input_type(0)};
+    return ctx.output_types();
   }
 
   void run(const RunContext& ctx) const override {

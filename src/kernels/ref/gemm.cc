@@ -91,36 +91,17 @@ class GemmKernel : public Kernel {
   std::vector<TensorType> prepare(const PrepareContext& ctx) override {
     check_dtypes(ctx, {1, 2});
     const Shape& a = ctx.input_shape(0);
-    const Shape& b = ctx.input_shape(1);
-    ANVIL_PREPARE_CHECK(ctx, a.size() == 2 && b.size() == 2, ErrorKind::kInvalidArgument,
-                        "A {} and B {} must both be matrices", shape_str(a), shape_str(b));
     trans_a_ = ctx.attrs().get_int("transA", 0) != 0;
     trans_b_ = ctx.attrs().get_int("transB", 0) != 0;
     alpha_ = ctx.attrs().get_float("alpha", 1.f);
     beta_ = ctx.attrs().get_float("beta", 1.f);
-    m_ = trans_a_ ? a[1] : a[0];
+    const Shape& y = ctx.output_shape(0);
+    m_ = y[0];
+    n_ = y[1];
     k_ = trans_a_ ? a[0] : a[1];
-    const int64_t kb = trans_b_ ? b[1] : b[0];
-    n_ = trans_b_ ? b[0] : b[1];
-    ANVIL_PREPARE_CHECK(ctx, k_ == kb, ErrorKind::kInvalidArgument,
-                        "A {} (transA={}) and B {} (transB={}) have inner dimensions {} and {}", shape_str(a),
-                        int(trans_a_), shape_str(b), int(trans_b_), k_, kb);
     has_c_ = ctx.has_input(2);
-    ANVIL_PREPARE_CHECK(ctx, has_c_ || ctx.opset() >= 11, ErrorKind::kInvalidModel,
-                        "input C is required before opset 11");
-    if (has_c_) {
-      const Shape& c = ctx.input_shape(2);
-      const Shape y = {m_, n_};
-      bool ok = c.size() <= 2;
-      for (size_t i = 0; ok && i < c.size(); ++i) {
-        int64_t target = y[2 - c.size() + i];
-        ok = c[i] == 1 || c[i] == target;
-      }
-      ANVIL_PREPARE_CHECK(ctx, ok, ErrorKind::kInvalidArgument, "C {} cannot be broadcast to the output [{}, {}]",
-                          shape_str(c), m_, n_);
-      c_strides_ = broadcast_strides(c, y);
-    }
-    return {{ctx.input_dtype(0), {m_, n_}}};
+    if (has_c_) c_strides_ = broadcast_strides(ctx.input_shape(2), y);
+    return ctx.output_types();
   }
 
   void run(const RunContext& ctx) const override {
@@ -176,25 +157,17 @@ class MatMulKernel : public Kernel {
   std::vector<TensorType> prepare(const PrepareContext& ctx) override {
     check_dtypes(ctx, {1});
     Shape a = ctx.input_shape(0), b = ctx.input_shape(1);
-    ANVIL_PREPARE_CHECK(ctx, !a.empty() && !b.empty(), ErrorKind::kInvalidArgument,
-                        "MatMul operands {} and {} must have rank >= 1", shape_str(a), shape_str(b));
     // numpy: a 1-D A is a row vector, a 1-D B a column vector; the added dimension is dropped afterwards.
-    const bool a_vec = a.size() == 1, b_vec = b.size() == 1;
-    if (a_vec) a.insert(a.begin(), 1);
-    if (b_vec) b.push_back(1);
+    if (a.size() == 1) a.insert(a.begin(), 1);
+    if (b.size() == 1) b.push_back(1);
     m_ = a[a.size() - 2];
     k_ = a.back();
     n_ = b.back();
-    ANVIL_PREPARE_CHECK(ctx, b[b.size() - 2] == k_, ErrorKind::kInvalidArgument,
-                        "MatMul operands {} and {} have inner dimensions {} and {}", shape_str(ctx.input_shape(0)),
-                        shape_str(ctx.input_shape(1)), k_, b[b.size() - 2]);
-    Shape a_batch(a.begin(), a.end() - 2), b_batch(b.begin(), b.end() - 2);
-    Shape batch = broadcast_shapes(ctx, a_batch, b_batch);
-    plan_batches(a_batch, b_batch, batch);
-    Shape out = batch;
-    if (!a_vec) out.push_back(m_);
-    if (!b_vec) out.push_back(n_);
-    return {{ctx.input_dtype(0), out}};
+    const Shape a_batch(a.begin(), a.end() - 2), b_batch(b.begin(), b.end() - 2);
+    const Shape& out = ctx.output_shape(0);
+    const size_t batch_rank = std::max(a_batch.size(), b_batch.size());
+    plan_batches(a_batch, b_batch, Shape(out.begin(), out.begin() + static_cast<std::ptrdiff_t>(batch_rank)));
+    return ctx.output_types();
   }
 
   void run(const RunContext& ctx) const override {

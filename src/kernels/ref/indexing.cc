@@ -44,15 +44,11 @@ class ExpandKernel : public Kernel {
   explicit ExpandKernel(const ir::Node&) {}
   std::vector<TensorType> prepare(const PrepareContext& ctx) override {
     const TensorType& x = ctx.input_type(0);
-    Shape target = tensor_to_ints(ctx.require_constant(1, "shape"));
-    for (int64_t d : target)
-      ANVIL_PREPARE_CHECK(ctx, d >= 0, ErrorKind::kInvalidArgument, "shape {} has a negative dimension",
-                          shape_str(target));
-    out_ = broadcast_shapes(ctx, x.shape, target);  // bidirectional: a 1 in `shape` keeps the input's size
+    out_ = ctx.output_shape(0);
     check_allocation(shape_nbytes(out_, x.dtype), ctx.node().describe() + ": the expanded output " + shape_str(out_));
     strides_ = broadcast_strides(x.shape, out_);
     elem_ = dtype_size(x.dtype);
-    return {{x.dtype, out_}};
+    return ctx.output_types();
   }
   void run(const RunContext& ctx) const override {
     copy_broadcast(static_cast<const unsigned char*>(ctx.in(0).raw()), static_cast<unsigned char*>(ctx.out(0).raw()),
@@ -71,17 +67,12 @@ class TileKernel : public Kernel {
   explicit TileKernel(const ir::Node&) {}
   std::vector<TensorType> prepare(const PrepareContext& ctx) override {
     const TensorType& x = ctx.input_type(0);
+    const Shape& out = ctx.output_shape(0);  // the schema checked the repeats
     std::vector<int64_t> repeats = tensor_to_ints(ctx.require_constant(1, "repeats"));
-    ANVIL_PREPARE_CHECK(ctx, repeats.size() == x.shape.size(), ErrorKind::kInvalidArgument,
-                        "repeats has {} values for an input of rank {}", repeats.size(), x.shape.size());
-    Shape out;
     std::vector<int64_t> in_strides = contiguous_strides(x.shape);
     view_.clear();
     strides_.clear();
     for (size_t d = 0; d < repeats.size(); ++d) {
-      ANVIL_PREPARE_CHECK(ctx, repeats[d] >= 0, ErrorKind::kInvalidArgument, "repeats {} has a negative value",
-                          shape_str(repeats));
-      out.push_back(checked_mul(x.shape[d], repeats[d], "tiled size"));
       view_.push_back(repeats[d]);
       strides_.push_back(0);
       view_.push_back(x.shape[d]);
@@ -89,7 +80,7 @@ class TileKernel : public Kernel {
     }
     check_allocation(shape_nbytes(out, x.dtype), ctx.node().describe() + ": the tiled output " + shape_str(out));
     elem_ = dtype_size(x.dtype);
-    return {{x.dtype, out}};
+    return ctx.output_types();
   }
   void run(const RunContext& ctx) const override {
     copy_broadcast(static_cast<const unsigned char*>(ctx.in(0).raw()), static_cast<unsigned char*>(ctx.out(0).raw()),
@@ -120,10 +111,14 @@ class RangeKernel : public Kernel {
     double limit = scalar(ctx.require_constant(1, "limit"));
     delta_ = scalar(ctx.require_constant(2, "delta"));
     ANVIL_PREPARE_CHECK(ctx, delta_ != 0, ErrorKind::kInvalidArgument, "delta must not be 0");
-    double count = std::ceil((limit - start_) / delta_);
-    ANVIL_PREPARE_CHECK(ctx, std::isfinite(count) && count < 9.0e18, ErrorKind::kInvalidArgument,
-                        "range({}, {}, {}) has no finite length", start_, limit, delta_);
-    count_ = count > 0 ? static_cast<int64_t>(count) : 0;
+    if (ctx.output_known(0)) {
+      count_ = ctx.output_shape(0)[0];  // integer ranges: the schema's exact length
+    } else {  // floating-point ranges are sized here, from the values
+      double count = std::ceil((limit - start_) / delta_);
+      ANVIL_PREPARE_CHECK(ctx, std::isfinite(count) && count < 9.0e18, ErrorKind::kInvalidArgument,
+                          "range({}, {}, {}) has no finite length", start_, limit, delta_);
+      count_ = count > 0 ? static_cast<int64_t>(count) : 0;
+    }
     check_allocation(shape_nbytes({count_}, dtype_), ctx.node().describe() + ": the range output");
     return {{dtype_, {count_}}};
   }
@@ -160,18 +155,14 @@ class GatherElementsKernel : public Kernel {
     const TensorType& idx = ctx.input_type(1);
     ANVIL_PREPARE_CHECK(ctx, idx.dtype == DType::kInt64 || idx.dtype == DType::kInt32, ErrorKind::kInvalidModel,
                         "indices must be int32 or int64, got {}", dtype_name(idx.dtype));
+    // The schema checked the indices' shape against the data's.
     const int64_t rank = static_cast<int64_t>(data.shape.size());
-    ANVIL_PREPARE_CHECK(ctx, rank >= 1 && idx.shape.size() == data.shape.size(), ErrorKind::kInvalidArgument,
-                        "indices {} must have the rank of data {}", shape_str(idx.shape), shape_str(data.shape));
     axis_ = static_cast<size_t>(normalize_axis(ctx, ctx.attrs().get_int("axis", 0), rank));
-    for (size_t d = 0; d < data.shape.size(); ++d)
-      ANVIL_PREPARE_CHECK(ctx, d == axis_ || idx.shape[d] <= data.shape[d], ErrorKind::kInvalidArgument,
-                          "indices {} exceed data {} on axis {}", shape_str(idx.shape), shape_str(data.shape), d);
     data_shape_ = data.shape;
-    out_ = idx.shape;
+    out_ = ctx.output_shape(0);
     elem_ = dtype_size(data.dtype);
     idx64_ = idx.dtype == DType::kInt64;
-    return {{data.dtype, out_}};
+    return ctx.output_types();
   }
   void run(const RunContext& ctx) const override {
     const int64_t n = shape_numel(out_);
@@ -217,9 +208,7 @@ class TriluKernel : public Kernel {
  public:
   explicit TriluKernel(const ir::Node&) {}
   std::vector<TensorType> prepare(const PrepareContext& ctx) override {
-    const TensorType& x = ctx.input_type(0);
-    ANVIL_PREPARE_CHECK(ctx, x.shape.size() >= 2, ErrorKind::kInvalidArgument, "input must have rank >= 2, got {}",
-                        shape_str(x.shape));
+    const TensorType& x = ctx.input_type(0);  // rank >= 2: checked by the schema
     upper_ = ctx.attrs().get_int("upper", 1) != 0;
     k_ = 0;
     if (ctx.has_input(1)) {
@@ -229,7 +218,7 @@ class TriluKernel : public Kernel {
     }
     shape_ = x.shape;
     elem_ = dtype_size(x.dtype);
-    return {x};
+    return ctx.output_types();
   }
   int inplace_input() const override { return 0; }
   void run(const RunContext& ctx) const override {
@@ -276,7 +265,7 @@ class CumSumKernel : public Kernel {
     for (size_t d = 0; d < a; ++d) outer_ *= x.shape[d];
     for (size_t d = a + 1; d < x.shape.size(); ++d) inner_ *= x.shape[d];
     dtype_ = x.dtype;
-    return {x};
+    return ctx.output_types();
   }
   void run(const RunContext& ctx) const override {
     dispatch_dtype(dtype_, [&](auto tag) {

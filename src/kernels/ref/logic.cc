@@ -25,17 +25,15 @@ bool compare(Compare c, T a, T b) {
   return false;
 }
 
-// Both operands of one dtype, broadcast together; returns the output shape.
-Shape prepare_pair(const PrepareContext& ctx, unsigned dtypes, BroadcastPlan& plan) {
+// Both operands of one dtype, broadcast together (to the output's shape).
+void prepare_pair(const PrepareContext& ctx, unsigned dtypes, BroadcastPlan& plan) {
   const TensorType& a = ctx.input_type(0);
   const TensorType& b = ctx.input_type(1);
   ANVIL_PREPARE_CHECK(ctx, a.dtype == b.dtype, ErrorKind::kInvalidModel, "operands are {} and {}; they must match",
                       dtype_name(a.dtype), dtype_name(b.dtype));
   ANVIL_PREPARE_CHECK(ctx, dtype_in(a.dtype, dtypes), ErrorKind::kUnsupported, "dtype {} is not supported",
                       dtype_name(a.dtype));
-  Shape out = broadcast_shapes(ctx, a.shape, b.shape);
-  plan = BroadcastPlan(out, a.shape, b.shape);
-  return out;
+  plan = BroadcastPlan(ctx.output_shape(0), a.shape, b.shape);
 }
 
 class CompareKernel : public Kernel {
@@ -43,7 +41,8 @@ class CompareKernel : public Kernel {
   CompareKernel(Compare c, unsigned dtypes) : c_(c), dtypes_(dtypes) {}
   std::vector<TensorType> prepare(const PrepareContext& ctx) override {
     dtype_ = ctx.input_dtype(0);
-    return {{DType::kBool, prepare_pair(ctx, dtypes_, plan_)}};
+    prepare_pair(ctx, dtypes_, plan_);
+    return ctx.output_types();
   }
   void run(const RunContext& ctx) const override {
     dispatch_dtype(dtype_, [&](auto tag) {
@@ -67,7 +66,8 @@ class LogicKernel : public Kernel {
  public:
   explicit LogicKernel(Logic l) : l_(l) {}
   std::vector<TensorType> prepare(const PrepareContext& ctx) override {
-    return {{DType::kBool, prepare_pair(ctx, kBoolType, plan_)}};
+    prepare_pair(ctx, kBoolType, plan_);
+    return ctx.output_types();
   }
   void run(const RunContext& ctx) const override {
     const Logic l = l_;
@@ -87,7 +87,7 @@ class NotKernel : public Kernel {
   std::vector<TensorType> prepare(const PrepareContext& ctx) override {
     ANVIL_PREPARE_CHECK(ctx, ctx.input_dtype(0) == DType::kBool, ErrorKind::kInvalidModel, "input must be bool, got {}",
                         dtype_name(ctx.input_dtype(0)));
-    return {ctx.input_type(0)};
+    return ctx.output_types();
   }
   int inplace_input() const override { return 0; }
   void run(const RunContext& ctx) const override {
@@ -111,10 +111,10 @@ class WhereKernel : public Kernel {
                         dtype_name(c.dtype));
     ANVIL_PREPARE_CHECK(ctx, x.dtype == y.dtype, ErrorKind::kInvalidModel, "X is {} but Y is {}", dtype_name(x.dtype),
                         dtype_name(y.dtype));
-    out_ = broadcast_shapes(ctx, broadcast_shapes(ctx, c.shape, x.shape), y.shape);
+    out_ = ctx.output_shape(0);
     strides_ = {broadcast_strides(c.shape, out_), broadcast_strides(x.shape, out_), broadcast_strides(y.shape, out_)};
     elem_ = dtype_size(x.dtype);
-    return {{x.dtype, out_}};
+    return ctx.output_types();
   }
 
   void run(const RunContext& ctx) const override {

@@ -38,9 +38,11 @@ class LayerNormKernel : public Kernel {
                           shape_str(ctx.input_shape(i)), shape_str(norm));
       broadcast_[i] = shape_numel(ctx.input_shape(i)) == 1 && cols_ != 1;
     }
-    Shape stat(x.shape.begin(), x.shape.begin() + static_cast<std::ptrdiff_t>(axis));
-    stat.resize(x.shape.size(), 1);
-    return {x, {dtype_, stat}, {dtype_, stat}};
+    std::vector<TensorType> out = ctx.output_types();  // Y, then Mean and InvStdDev if asked for
+    for (size_t o = 1; o < out.size(); ++o)
+      ANVIL_PREPARE_CHECK(ctx, !ctx.node().output(o) || out[o].dtype == dtype_, ErrorKind::kUnsupported,
+                          "statistics in {} (stash_type) for a {} input", dtype_name(out[o].dtype), dtype_name(dtype_));
+    return out;
   }
 
   void run(const RunContext& ctx) const override {

@@ -33,12 +33,6 @@ Taps taps_inside(int64_t start, int64_t k, int64_t d, int64_t limit) {
   return {lo, std::max(lo, hi)};
 }
 
-Shape pooled_shape(const Shape& x, const SpatialGeometry& g) {
-  Shape out = {x[0], x[1]};
-  out.insert(out.end(), g.out.begin(), g.out.end());
-  return out;
-}
-
 // Rejects dtypes other than `allowed`, whose names are listed in `names`.
 void check_dtype(const PrepareContext& ctx, std::initializer_list<DType> allowed, const char* names) {
   DType dt = ctx.input_dtype(0);
@@ -46,11 +40,9 @@ void check_dtype(const PrepareContext& ctx, std::initializer_list<DType> allowed
                       "input X has dtype {}; the reference kernel supports {}", dtype_name(dt), names);
 }
 
+// The schema checked rank >= 3.
 void check_rank(const PrepareContext& ctx) {
   const Shape& x = ctx.input_shape(0);
-  ANVIL_PREPARE_CHECK(ctx, x.size() >= 3, ErrorKind::kInvalidArgument,
-                      "input X has shape {}; expected [N, C, D1, ...] with at least one spatial dimension",
-                      shape_str(x));
   ANVIL_PREPARE_CHECK(ctx, x.size() <= 5, ErrorKind::kUnsupported,
                       "input X has {} spatial dimensions; at most 3 are supported", x.size() - 2);
 }
@@ -70,10 +62,7 @@ class MaxPoolKernel : public Kernel {
     storage_order_ = ctx.attrs().get_int("storage_order", 0);
     ANVIL_PREPARE_CHECK(ctx, storage_order_ == 0 || storage_order_ == 1, ErrorKind::kInvalidModel,
                         "storage_order {} must be 0 (row major) or 1 (column major)", storage_order_);
-    std::vector<TensorType> out = {{ctx.input_dtype(0), pooled_shape(x, g)}};
-    const auto& outputs = ctx.node().outputs;
-    if (outputs.size() > 1 && outputs[1] != nullptr) out.push_back({DType::kInt64, out[0].shape});
-    return out;
+    return ctx.output_types();
   }
 
   void run(const RunContext& ctx) const override {
@@ -161,7 +150,7 @@ class AveragePoolKernel : public Kernel {
     geo_ = Geometry3(x, g);
     planes_ = x[0] * x[1];
     count_include_pad_ = ctx.attrs().get_int("count_include_pad", 0) != 0;
-    return {{ctx.input_dtype(0), pooled_shape(x, g)}};
+    return ctx.output_types();
   }
 
   void run(const RunContext& ctx) const override {
@@ -231,19 +220,10 @@ class GlobalPoolKernel : public Kernel {
 
   std::vector<TensorType> prepare(const PrepareContext& ctx) override {
     check_dtype(ctx, {DType::kFloat32, DType::kFloat64}, "float32 and float64");
-    const Shape& x = ctx.input_shape(0);
-    ANVIL_PREPARE_CHECK(ctx, x.size() >= 2, ErrorKind::kInvalidArgument,
-                        "input X has shape {}; expected [N, C, D1, ...]", shape_str(x));
+    const Shape& x = ctx.input_shape(0);  // the schema checked [N, C, D1, ...] with D > 0
     planes_ = x[0] * x[1];
-    plane_ = 1;
-    Shape out = {x[0], x[1]};
-    for (size_t i = 2; i < x.size(); ++i) {
-      plane_ *= x[i];
-      out.push_back(1);
-    }
-    ANVIL_PREPARE_CHECK(ctx, plane_ > 0 || planes_ == 0, ErrorKind::kInvalidArgument,
-                        "input X {} has an empty spatial extent", shape_str(x));
-    return {{ctx.input_dtype(0), out}};
+    plane_ = shape_numel(Shape(x.begin() + 2, x.end()));
+    return ctx.output_types();
   }
 
   void run(const RunContext& ctx) const override {

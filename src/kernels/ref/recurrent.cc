@@ -140,10 +140,7 @@ class RecurrentKernel : public Kernel {
     if (cell_ == Cell::kGru) linear_before_reset_ = ctx.attrs().get_int("linear_before_reset", 0) != 0;
     clip_ = ctx.attrs().has("clip") ? ctx.attrs().get_float("clip", 0) : -1;
     prepare_activations(ctx);
-    Shape y = layout_ ? Shape{batch_, seq_, dirs_, hidden_} : Shape{seq_, dirs_, batch_, hidden_};
-    std::vector<TensorType> out = {{DType::kFloat32, y}, {DType::kFloat32, state}};
-    if (cell_ == Cell::kLstm) out.push_back({DType::kFloat32, state});
-    return out;
+    return ctx.output_types();  // Y, Y_h (and Y_c)
   }
 
   void run(const RunContext& ctx) const override {

@@ -101,11 +101,7 @@ class ReduceKernel : public Kernel {
     const Shape& x = ctx.input_shape(0);
     const int64_t rank = static_cast<int64_t>(x.size());
 
-    std::vector<bool> reduced = reduced_axes(ctx, rank);
-    const bool keep = ctx.attrs().get_int("keepdims", 1) != 0;
-    Shape out;
-    for (int64_t i = 0; i < rank; ++i)
-      if (!reduced[i] || keep) out.push_back(reduced[i] ? 1 : x[i]);
+    std::vector<bool> reduced = reduced_axes(ctx, rank);  // the output's shape is the schema's
 
     // Collapse runs of adjacent kept / reduced axes (size-1 axes are dropped),
     // so the common cases become one kept and one reduced dimension.
@@ -127,7 +123,7 @@ class ReduceKernel : public Kernel {
     }
     count_ = 1;
     for (const Dim& dim : red_) count_ *= dim.size;
-    return {{d, out}};
+    return ctx.output_types();
   }
 
   void run(const RunContext& ctx) const override {

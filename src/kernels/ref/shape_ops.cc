@@ -4,11 +4,10 @@
 //
 // The reshape-like ops never move data themselves: output 0 aliases input 0
 // (output_aliases_input() == 0) and run() copies only when the planner could
-// not give both one buffer.
+// not give both one buffer. Their output shapes, like every kernel's, come
+// from the op schemas (src/ir/schemas/shape_ops.cc).
 #include <algorithm>
 #include <cstring>
-#include <optional>
-#include <set>
 
 #include "kernels/ref/common.h"
 #include "kernels/registry.h"
@@ -16,141 +15,14 @@
 namespace anvil::kernels {
 namespace {
 
-// Base for kernels whose output 0 is input 0's bytes under another shape.
-class AliasKernel : public Kernel {
+// Flatten, Reshape, Squeeze, Unsqueeze and Identity: output 0 is input 0's
+// bytes under the shape the op's schema computes.
+class ReshapeLikeKernel : public Kernel {
  public:
+  explicit ReshapeLikeKernel(const ir::Node&) {}
+  std::vector<TensorType> prepare(const PrepareContext& ctx) override { return ctx.output_types(); }
   int output_aliases_input() const override { return 0; }
   void run(const RunContext& ctx) const override { copy_if_distinct(ctx, 0); }
-};
-
-// Axes given as an attribute before `input_since` and as input `index` from then on.
-std::optional<std::vector<int64_t>> axes_operand(const PrepareContext& ctx, size_t index, int input_since) {
-  if (ctx.opset() < input_since) {
-    if (!ctx.attrs().has("axes")) return std::nullopt;
-    return ctx.attrs().get_ints("axes");
-  }
-  if (!ctx.has_input(index)) return std::nullopt;
-  return tensor_to_ints(ctx.require_constant(index, "axes"));
-}
-
-// Normalizes axes against `rank` and rejects duplicates.
-std::vector<int64_t> normalize_axes(const PrepareContext& ctx, const std::vector<int64_t>& axes, int64_t rank) {
-  std::vector<int64_t> out;
-  std::set<int64_t> seen;
-  for (int64_t a : axes) {
-    int64_t n = normalize_axis(ctx, a, rank);
-    ANVIL_PREPARE_CHECK(ctx, seen.insert(n).second, ErrorKind::kInvalidModel, "axis {} is repeated", a);
-    out.push_back(n);
-  }
-  return out;
-}
-
-class FlattenKernel : public AliasKernel {
- public:
-  explicit FlattenKernel(const ir::Node&) {}
-  std::vector<TensorType> prepare(const PrepareContext& ctx) override {
-    const Shape& in = ctx.input_shape(0);
-    int64_t rank = static_cast<int64_t>(in.size());
-    int64_t axis = ctx.attrs().get_int("axis", 1);
-    // Flatten's axis ranges over [-r, r]: r itself means "everything in the first dimension".
-    ANVIL_PREPARE_CHECK(ctx, axis >= -rank && axis <= rank, ErrorKind::kInvalidModel,
-                        "axis {} is out of range for rank {}", axis, rank);
-    if (axis < 0) axis += rank;
-    int64_t outer = 1, inner = 1;
-    for (int64_t i = 0; i < rank; ++i) (i < axis ? outer : inner) *= in[static_cast<size_t>(i)];
-    return {{ctx.input_dtype(0), {outer, inner}}};
-  }
-};
-
-class ReshapeKernel : public AliasKernel {
- public:
-  explicit ReshapeKernel(const ir::Node&) {}
-  std::vector<TensorType> prepare(const PrepareContext& ctx) override {
-    const Shape& in = ctx.input_shape(0);
-    std::vector<int64_t> spec = tensor_to_ints(ctx.require_constant(1, "shape"));
-    bool allowzero = ctx.opset() >= 14 && ctx.attrs().get_int("allowzero", 0) != 0;
-    Shape out(spec.size());
-    int infer = -1;
-    int64_t known = 1;
-    for (size_t i = 0; i < spec.size(); ++i) {
-      int64_t d = spec[i];
-      if (d == -1) {
-        ANVIL_PREPARE_CHECK(ctx, infer < 0, ErrorKind::kInvalidModel, "shape {} has more than one -1",
-                            shape_str(spec));
-        infer = static_cast<int>(i);
-        continue;
-      }
-      if (d == 0 && !allowzero) {
-        ANVIL_PREPARE_CHECK(ctx, i < in.size(), ErrorKind::kInvalidModel,
-                            "shape {} copies dimension {} (0) but the input {} has rank {}", shape_str(spec), i,
-                            shape_str(in), in.size());
-        d = in[i];
-      }
-      ANVIL_PREPARE_CHECK(ctx, d >= 0, ErrorKind::kInvalidModel, "shape {} has a negative dimension {}",
-                          shape_str(spec), d);
-      out[i] = d;
-      known *= d;
-    }
-    int64_t numel = shape_numel(in);
-    if (infer >= 0) {
-      ANVIL_PREPARE_CHECK(ctx, !(allowzero && std::count(spec.begin(), spec.end(), 0) > 0),
-                          ErrorKind::kInvalidModel, "shape {} has both 0 and -1 with allowzero=1", shape_str(spec));
-      ANVIL_PREPARE_CHECK(ctx, known != 0 && numel % known == 0, ErrorKind::kInvalidArgument,
-                          "cannot reshape {} ({} elements) to {}", shape_str(in), numel, shape_str(spec));
-      out[static_cast<size_t>(infer)] = numel / known;
-    }
-    ANVIL_PREPARE_CHECK(ctx, shape_numel(out) == numel, ErrorKind::kInvalidArgument,
-                        "cannot reshape {} ({} elements) to {} ({} elements)", shape_str(in), numel, shape_str(out),
-                        shape_numel(out));
-    return {{ctx.input_dtype(0), out}};
-  }
-};
-
-class SqueezeKernel : public AliasKernel {
- public:
-  explicit SqueezeKernel(const ir::Node&) {}
-  std::vector<TensorType> prepare(const PrepareContext& ctx) override {
-    const Shape& in = ctx.input_shape(0);
-    int64_t rank = static_cast<int64_t>(in.size());
-    std::vector<bool> drop(in.size(), false);
-    // Like ONNX Runtime, an empty axes list squeezes every unit dimension too.
-    if (auto axes = axes_operand(ctx, 1, 13); axes && !axes->empty()) {
-      for (int64_t a : normalize_axes(ctx, *axes, rank)) {
-        ANVIL_PREPARE_CHECK(ctx, in[static_cast<size_t>(a)] == 1, ErrorKind::kInvalidArgument,
-                            "cannot squeeze axis {} of shape {}: its size is not 1", a, shape_str(in));
-        drop[static_cast<size_t>(a)] = true;
-      }
-    } else {
-      for (size_t i = 0; i < in.size(); ++i) drop[i] = in[i] == 1;
-    }
-    Shape out;
-    for (size_t i = 0; i < in.size(); ++i)
-      if (!drop[i]) out.push_back(in[i]);
-    return {{ctx.input_dtype(0), out}};
-  }
-};
-
-class UnsqueezeKernel : public AliasKernel {
- public:
-  explicit UnsqueezeKernel(const ir::Node&) {}
-  std::vector<TensorType> prepare(const PrepareContext& ctx) override {
-    const Shape& in = ctx.input_shape(0);
-    auto axes = axes_operand(ctx, 1, 13);
-    ANVIL_PREPARE_CHECK(ctx, axes.has_value(), ErrorKind::kInvalidModel, "axes are required");
-    int64_t out_rank = static_cast<int64_t>(in.size() + axes->size());
-    std::vector<bool> inserted(static_cast<size_t>(out_rank), false);
-    for (int64_t a : normalize_axes(ctx, *axes, out_rank)) inserted[static_cast<size_t>(a)] = true;
-    Shape out;
-    size_t next = 0;
-    for (int64_t i = 0; i < out_rank; ++i) out.push_back(inserted[static_cast<size_t>(i)] ? 1 : in[next++]);
-    return {{ctx.input_dtype(0), out}};
-  }
-};
-
-class IdentityKernel : public AliasKernel {
- public:
-  explicit IdentityKernel(const ir::Node&) {}
-  std::vector<TensorType> prepare(const PrepareContext& ctx) override { return {ctx.input_type(0)}; }
 };
 
 // Fills `n` elements of `elem` bytes each with the bytes of `value`.
@@ -181,11 +53,7 @@ class DropoutKernel : public Kernel {
       ANVIL_PREPARE_CHECK(ctx, !*mode->data<bool>(), ErrorKind::kUnsupported,
                           "training-mode Dropout is not supported (inference only)");
     }
-    TensorType x = ctx.input_type(0);
-    std::vector<TensorType> out = {x};
-    size_t num_outputs = ctx.node().outputs.size();
-    // Opsets 7-9 typed the mask like the data; from opset 10 it is bool.
-    if (num_outputs > 1) out.push_back({ctx.opset() >= 10 ? DType::kBool : x.dtype, x.shape});
+    std::vector<TensorType> out = ctx.output_types();  // the mask is bool, or like the data before opset 10
     mask_one_ = one_bytes(out.size() > 1 ? out[1].dtype : DType::kBool);
     return out;
   }
@@ -231,7 +99,7 @@ class ShapeKernel : public Kernel {
       end = clamp(ctx.attrs().get_int("end", rank));
     }
     count_ = std::max<int64_t>(0, end - start_);
-    return {{DType::kInt64, {count_}}};
+    return ctx.output_types();
   }
   bool reads_only_input_types() const override { return true; }
   void run(const RunContext& ctx) const override {
@@ -276,7 +144,7 @@ class ConstantKernel : public Kernel {
     }
     ANVIL_PREPARE_CHECK(ctx, value_.dtype() != DType::kUndefined, ErrorKind::kInvalidModel,
                         "the value tensor has no dtype");
-    return {{value_.dtype(), value_.shape()}};
+    return ctx.output_types();
   }
   void run(const RunContext& ctx) const override {
     Tensor& out = ctx.out(0);
@@ -294,20 +162,15 @@ class ConstantOfShapeKernel : public Kernel {
     const Tensor& shape_t = ctx.require_constant(0, "input");
     ANVIL_PREPARE_CHECK(ctx, shape_t.rank() == 1, ErrorKind::kInvalidModel, "the shape input must be 1-D, got {}",
                         shape_str(shape_t.shape()));
-    Shape shape = tensor_to_ints(shape_t);
-    for (int64_t d : shape)
-      ANVIL_PREPARE_CHECK(ctx, d >= 0, ErrorKind::kInvalidArgument, "shape {} has a negative dimension",
-                          shape_str(shape));
-    DType dtype = DType::kFloat32;
     value_ = 0;
     if (const Tensor* v = ctx.attrs().get_tensor("value")) {
       ANVIL_PREPARE_CHECK(ctx, v->numel() == 1, ErrorKind::kInvalidModel,
                           "the value attribute must hold one element, it has {}", v->numel());
-      dtype = v->dtype();
-      ANVIL_PREPARE_CHECK(ctx, dtype != DType::kUndefined, ErrorKind::kInvalidModel, "the value tensor has no dtype");
-      std::memcpy(&value_, v->raw(), dtype_size(dtype));
+      ANVIL_PREPARE_CHECK(ctx, v->dtype() != DType::kUndefined, ErrorKind::kInvalidModel,
+                          "the value tensor has no dtype");
+      std::memcpy(&value_, v->raw(), dtype_size(v->dtype()));
     }
-    return {{dtype, shape}};
+    return ctx.output_types();
   }
   void run(const RunContext& ctx) const override {
     Tensor& out = ctx.out(0);
@@ -329,11 +192,11 @@ ANVIL_REGISTER_OP_VERSIONS("Identity", 1, 21);
 ANVIL_REGISTER_OP_VERSIONS("Shape", 1, 21);
 ANVIL_REGISTER_OP_VERSIONS("Constant", 9, 21);
 ANVIL_REGISTER_OP_VERSIONS("ConstantOfShape", 9, 21);
-ANVIL_REGISTER_KERNEL_CLASS("Flatten", kRef, FlattenKernel);
-ANVIL_REGISTER_KERNEL_CLASS("Reshape", kRef, ReshapeKernel);
-ANVIL_REGISTER_KERNEL_CLASS("Squeeze", kRef, SqueezeKernel);
-ANVIL_REGISTER_KERNEL_CLASS("Unsqueeze", kRef, UnsqueezeKernel);
-ANVIL_REGISTER_KERNEL_CLASS("Identity", kRef, IdentityKernel);
+ANVIL_REGISTER_KERNEL_CLASS("Flatten", kRef, ReshapeLikeKernel);
+ANVIL_REGISTER_KERNEL_CLASS("Reshape", kRef, ReshapeLikeKernel);
+ANVIL_REGISTER_KERNEL_CLASS("Squeeze", kRef, ReshapeLikeKernel);
+ANVIL_REGISTER_KERNEL_CLASS("Unsqueeze", kRef, ReshapeLikeKernel);
+ANVIL_REGISTER_KERNEL_CLASS("Identity", kRef, ReshapeLikeKernel);
 ANVIL_REGISTER_KERNEL_CLASS("Dropout", kRef, DropoutKernel);
 ANVIL_REGISTER_KERNEL_CLASS("Shape", kRef, ShapeKernel);
 ANVIL_REGISTER_KERNEL_CLASS("Constant", kRef, ConstantKernel);

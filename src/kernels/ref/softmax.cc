@@ -42,7 +42,7 @@ class SoftmaxKernel : public Kernel {
       if (legacy || i == axis) dim_ *= x[i];
       else inner_ *= x[i];
     }
-    return {ctx.input_type(0)};
+    return ctx.output_types();
   }
 
   void run(const RunContext& ctx) const override {

@@ -11,6 +11,7 @@
 #include <limits>
 
 #include "core/checked.h"
+#include "ir/dim_math.h"
 #include "kernels/ref/common.h"
 #include "kernels/registry.h"
 
@@ -109,23 +110,11 @@ class TransposeKernel : public StridedKernel {
     std::vector<int64_t> perm = ctx.attrs().get_ints("perm");
     if (!ctx.attrs().has("perm"))
       for (size_t i = 0; i < rank; ++i) perm.push_back(static_cast<int64_t>(rank - 1 - i));
-    ANVIL_PREPARE_CHECK(ctx, perm.size() == rank, ErrorKind::kInvalidModel, "perm {} has {} entries for rank {}",
-                        shape_str(perm), perm.size(), rank);
-    std::vector<bool> seen(rank, false);
-    for (int64_t p : perm) {
-      ANVIL_PREPARE_CHECK(ctx, p >= 0 && p < static_cast<int64_t>(rank) && !seen[static_cast<size_t>(p)],
-                          ErrorKind::kInvalidModel, "perm {} is not a permutation of 0..{}", shape_str(perm),
-                          static_cast<int64_t>(rank) - 1);
-      seen[static_cast<size_t>(p)] = true;
-    }
+    // The schema checked that perm is a permutation.
     std::vector<int64_t> in_strides = contiguous_strides(in), strides(rank);
-    Shape out(rank);
-    for (size_t i = 0; i < rank; ++i) {
-      out[i] = in[static_cast<size_t>(perm[i])];
-      strides[i] = in_strides[static_cast<size_t>(perm[i])];
-    }
-    copy_.init(out, strides, 0, dtype_size(ctx.input_dtype(0)));
-    return {{ctx.input_dtype(0), out}};
+    for (size_t i = 0; i < rank; ++i) strides[i] = in_strides[static_cast<size_t>(perm[i])];
+    copy_.init(ctx.output_shape(0), strides, 0, dtype_size(ctx.input_dtype(0)));
+    return ctx.output_types();
   }
 };
 
@@ -133,33 +122,20 @@ class ConcatKernel : public Kernel {
  public:
   explicit ConcatKernel(const ir::Node&) {}
   std::vector<TensorType> prepare(const PrepareContext& ctx) override {
-    ANVIL_PREPARE_CHECK(ctx, ctx.num_inputs() > 0, ErrorKind::kInvalidModel, "needs at least one input");
-    ANVIL_PREPARE_CHECK(ctx, ctx.attrs().has("axis"), ErrorKind::kInvalidModel, "attribute 'axis' is required");
-    const TensorType& first = ctx.input_type(0);
-    const int64_t rank = static_cast<int64_t>(first.shape.size());
-    const size_t axis = static_cast<size_t>(normalize_axis(ctx, ctx.attrs().get_int("axis", 0), rank));
-    Shape out = first.shape;
-    out[axis] = 0;
-    const size_t elem = dtype_size(first.dtype);
+    // The schema checked the inputs' dtypes, ranks and the dims off the axis.
+    const Shape& out = ctx.output_shape(0);
+    const size_t axis = static_cast<size_t>(normalize_axis(ctx, ctx.attrs().get_int("axis", 0),
+                                                           static_cast<int64_t>(out.size())));
+    const size_t elem = dtype_size(ctx.input_dtype(0));
     int64_t inner = 1;
     for (size_t i = axis + 1; i < out.size(); ++i) inner *= out[i];
     chunk_bytes_.clear();
-    for (size_t i = 0; i < ctx.num_inputs(); ++i) {
-      const TensorType& t = ctx.input_type(i);
-      ANVIL_PREPARE_CHECK(ctx, t.dtype == first.dtype, ErrorKind::kInvalidModel, "input {} is {} but input 0 is {}",
-                          i, dtype_name(t.dtype), dtype_name(first.dtype));
-      bool same = t.shape.size() == first.shape.size();
-      for (size_t a = 0; same && a < t.shape.size(); ++a) same = a == axis || t.shape[a] == first.shape[a];
-      ANVIL_PREPARE_CHECK(ctx, same, ErrorKind::kInvalidArgument,
-                          "input {} has shape {}, which does not match input 0's {} outside axis {}", i,
-                          shape_str(t.shape), shape_str(first.shape), axis);
-      out[axis] += t.shape[axis];
-      chunk_bytes_.push_back(static_cast<size_t>(t.shape[axis] * inner) * elem);
-    }
+    for (size_t i = 0; i < ctx.num_inputs(); ++i)
+      chunk_bytes_.push_back(static_cast<size_t>(ctx.input_shape(i)[axis] * inner) * elem);
     outer_ = 1;
     for (size_t i = 0; i < axis; ++i) outer_ *= out[i];
     row_bytes_ = static_cast<size_t>(out[axis] * inner) * elem;
-    return {{first.dtype, out}};
+    return ctx.output_types();
   }
 
   void run(const RunContext& ctx) const override {
@@ -189,40 +165,9 @@ class SplitKernel : public Kernel {
     const TensorType& x = ctx.input_type(0);
     const int64_t rank = static_cast<int64_t>(x.shape.size());
     const size_t axis = static_cast<size_t>(normalize_axis(ctx, ctx.attrs().get_int("axis", 0), rank));
-    const size_t n = ctx.node().outputs.size();
-    ANVIL_PREPARE_CHECK(ctx, n > 0, ErrorKind::kInvalidModel, "needs at least one output");
+    // The schema gives each part's size (and checked they sum to the axis).
+    const std::vector<TensorType> outs = ctx.output_types();
     const int64_t dim = x.shape[axis];
-    std::vector<int64_t> split;
-    if (ctx.opset() < 13) {
-      split = ctx.attrs().get_ints("split");
-    } else if (ctx.has_input(1)) {
-      split = tensor_to_ints(ctx.require_constant(1, "split"));
-    }
-    if (split.empty()) {
-      // Split-18 (num_outputs) lets the last part be smaller: parts of ceil(dim / n).
-      const int64_t parts = static_cast<int64_t>(n);
-      if (ctx.opset() >= 18) {
-        const int64_t chunk = (dim + parts - 1) / parts;
-        ANVIL_PREPARE_CHECK(ctx, chunk * (parts - 1) <= dim, ErrorKind::kInvalidArgument,
-                            "axis {} of size {} cannot be split into {} parts", axis, dim, n);
-        split.assign(n, chunk);
-        split.back() = dim - chunk * (parts - 1);
-      } else {
-        ANVIL_PREPARE_CHECK(ctx, dim % parts == 0, ErrorKind::kInvalidArgument,
-                            "axis {} of size {} cannot be split into {} equal parts", axis, dim, n);
-        split.assign(n, dim / parts);
-      }
-    }
-    ANVIL_PREPARE_CHECK(ctx, split.size() == n, ErrorKind::kInvalidModel, "split {} has {} entries for {} outputs",
-                        shape_str(split), split.size(), n);
-    int64_t total = 0;
-    for (int64_t s : split) {
-      ANVIL_PREPARE_CHECK(ctx, s >= 0, ErrorKind::kInvalidModel, "split {} has a negative size", shape_str(split));
-      total += s;
-    }
-    ANVIL_PREPARE_CHECK(ctx, total == dim, ErrorKind::kInvalidArgument,
-                        "split {} sums to {} but axis {} of {} has size {}", shape_str(split), total, axis,
-                        shape_str(x.shape), dim);
     const size_t elem = dtype_size(x.dtype);
     int64_t inner = 1;
     for (size_t i = axis + 1; i < x.shape.size(); ++i) inner *= x.shape[i];
@@ -230,13 +175,8 @@ class SplitKernel : public Kernel {
     for (size_t i = 0; i < axis; ++i) outer_ *= x.shape[i];
     row_bytes_ = static_cast<size_t>(dim * inner) * elem;
     chunk_bytes_.clear();
-    std::vector<TensorType> outs;
-    for (int64_t s : split) {
-      Shape shape = x.shape;
-      shape[axis] = s;
-      outs.push_back({x.dtype, shape});
-      chunk_bytes_.push_back(static_cast<size_t>(s * inner) * elem);
-    }
+    for (size_t o = 0; o < outs.size(); ++o)
+      chunk_bytes_.push_back(static_cast<size_t>(ctx.output_shape(o)[axis] * inner) * elem);
     return outs;
   }
 
@@ -280,53 +220,25 @@ class SliceKernel : public StridedKernel {
       if (ctx.has_input(4)) steps = tensor_to_ints(ctx.require_constant(4, "steps"));
     }
     const size_t n = starts.size();
-    if (axes.empty() && !(ctx.opset() >= 10 && ctx.has_input(3)))
+    // Empty axes and steps take their defaults, as in the schema.
+    if (axes.empty())
       for (size_t i = 0; i < n; ++i) axes.push_back(static_cast<int64_t>(i));
-    if (steps.empty() && !(ctx.opset() >= 10 && ctx.has_input(4))) steps.assign(n, 1);
-    ANVIL_PREPARE_CHECK(ctx, ends.size() == n && axes.size() == n && steps.size() == n, ErrorKind::kInvalidModel,
-                        "starts, ends, axes and steps have {}, {}, {} and {} entries", n, ends.size(), axes.size(),
-                        steps.size());
-
-    Shape out = in;
+    if (steps.empty()) steps.assign(n, 1);
+    // The schema checked the lengths, axes and steps, and gives the output's extents.
+    const Shape& out = ctx.output_shape(0);
     std::vector<int64_t> in_strides = contiguous_strides(in), strides = in_strides;
-    std::vector<bool> seen(in.size(), false);
     int64_t offset = 0;
     for (size_t i = 0; i < n; ++i) {
       const size_t a = static_cast<size_t>(normalize_axis(ctx, axes[i], rank));
-      ANVIL_PREPARE_CHECK(ctx, !seen[a], ErrorKind::kInvalidModel, "axis {} is repeated", axes[i]);
-      seen[a] = true;
-      ANVIL_PREPARE_CHECK(ctx, steps[i] != 0, ErrorKind::kInvalidModel, "step {} is 0", i);
-      int64_t start = 0, len = 0;
-      clamp_range(in[a], starts[i], ends[i], steps[i], &start, &len);
-      out[a] = len;
-      offset += start * in_strides[a];
+      const ir::SliceRange r = ir::slice_range(in[a], starts[i], ends[i], steps[i]);
+      ANVIL_INTERNAL_CHECK(r.length == out[a]);
+      offset += r.first * in_strides[a];
       // A huge step only ever takes one element; keep the stride from overflowing.
-      strides[a] = len > 1 ? steps[i] * in_strides[a] : 0;
+      strides[a] = r.length > 1 ? steps[i] * in_strides[a] : 0;
     }
     if (shape_numel(out) == 0) offset = 0;
     copy_.init(out, strides, offset, dtype_size(ctx.input_dtype(0)));
-    return {{ctx.input_dtype(0), out}};
-  }
-
- private:
-  // ONNX Slice clamping; safe for INT64_MIN/INT64_MAX starts, ends and steps.
-  static void clamp_range(int64_t dim, int64_t start, int64_t end, int64_t step, int64_t* first, int64_t* len) {
-    *first = 0;
-    *len = 0;
-    if (dim == 0) return;
-    if (start < 0) start += dim;
-    if (end < 0) end += dim;
-    if (step > 0) {
-      start = std::clamp<int64_t>(start, 0, dim);
-      end = std::clamp<int64_t>(end, 0, dim);
-      if (end > start) *len = (end - start - 1) / step + 1;
-    } else {
-      start = std::clamp<int64_t>(start, 0, dim - 1);
-      end = std::clamp<int64_t>(end, -1, dim - 1);
-      const int64_t back = step == std::numeric_limits<int64_t>::min() ? std::numeric_limits<int64_t>::max() : -step;
-      if (start > end) *len = (start - end - 1) / back + 1;
-    }
-    if (*len > 0) *first = start;
+    return ctx.output_types();
   }
 };
 
@@ -352,26 +264,19 @@ class PadKernel : public Kernel {
                           "constant_value must be a scalar, got shape {}", shape_str(v.shape));
     }
 
-    Shape out(rank);
+    // The schema checked the pads against the input's dims.
+    const Shape& out = ctx.output_shape(0);
     // Scalars are padded like a [1] tensor with no padding, which keeps run() uniform.
-    out_shape_ = rank ? Shape(rank) : Shape{1};
+    out_shape_ = rank ? out : Shape{1};
     in_strides_ = rank ? contiguous_strides(x.shape) : std::vector<int64_t>{1};
     maps_.assign(out_shape_.size(), {});
     if (!rank) maps_[0] = {0};
-    for (size_t a = 0; a < rank; ++a) {
-      const int64_t d = x.shape[a], before = pads[a], after = pads[a + rank];
-      out[a] = out_shape_[a] = checked_add(checked_add(d, before, "padded size"), after, "padded size");
-      ANVIL_PREPARE_CHECK(ctx, out[a] >= 0, ErrorKind::kInvalidArgument,
-                          "pads {} make axis {} of {} negative", shape_str(pads), a, shape_str(x.shape));
-      ANVIL_PREPARE_CHECK(ctx, mode == "constant" || d > 0 || out[a] == 0, ErrorKind::kInvalidArgument,
-                          "{} padding of an empty axis {} of {}", mode, a, shape_str(x.shape));
-    }
     // The index maps below are as long as the output's axes: refuse an output
     // that cannot exist before building them.
     check_allocation(shape_nbytes(out, x.dtype), ctx.node().describe() + ": the padded output " + shape_str(out));
     for (size_t a = 0; a < rank; ++a)
       for (int64_t o = 0; o < out[a]; ++o) maps_[a].push_back(source_index(mode, o - pads[a], x.shape[a]));
-    return {{x.dtype, out}};
+    return ctx.output_types();
   }
 
   void run(const RunContext& ctx) const override {
@@ -484,16 +389,12 @@ class DepthSpaceKernel : public StridedKernel {
  public:
   DepthSpaceKernel(const ir::Node&, bool to_space) : to_space_(to_space) {}
   std::vector<TensorType> prepare(const PrepareContext& ctx) override {
-    const Shape& x = ctx.input_shape(0);
-    ANVIL_PREPARE_CHECK(ctx, x.size() == 4, ErrorKind::kInvalidArgument, "input must be 4-D, got {}", shape_str(x));
+    const Shape& x = ctx.input_shape(0);  // the schema checked it is 4-D and divides by the blocksize
     const int64_t b = ctx.attrs().get_int("blocksize", 0);
-    ANVIL_PREPARE_CHECK(ctx, b > 0, ErrorKind::kInvalidModel, "blocksize must be positive, got {}", b);
     const int64_t n = x[0], c = x[1], h = x[2], w = x[3];
     const int64_t sc = h * w, sh = w, sw = 1;
     const size_t elem = dtype_size(ctx.input_dtype(0));
     if (to_space_) {
-      ANVIL_PREPARE_CHECK(ctx, c % (b * b) == 0, ErrorKind::kInvalidArgument,
-                          "channels {} are not a multiple of blocksize^2 = {}", c, b * b);
       const std::string mode = ctx.attrs().get_string("mode", "DCR");
       ANVIL_PREPARE_CHECK(ctx, mode == "DCR" || mode == "CRD", ErrorKind::kInvalidModel,
                           "mode '{}' is not DCR or CRD", mode);
@@ -504,13 +405,11 @@ class DepthSpaceKernel : public StridedKernel {
       std::vector<int64_t> strides = {c * sc, (dcr ? 1 : b * b) * sc, sh, (dcr ? b * co : b) * sc, sw,
                                       (dcr ? co : 1) * sc};
       copy_.init({n, co, h, b, w, b}, strides, 0, elem);
-      return {{ctx.input_dtype(0), {n, co, h * b, w * b}}};
+      return ctx.output_types();
     }
-    ANVIL_PREPARE_CHECK(ctx, h % b == 0 && w % b == 0, ErrorKind::kInvalidArgument,
-                        "spatial size {}x{} is not a multiple of blocksize {}", h, w, b);
     // Output channel (i*b + j)*c + ci at (h', w') reads input (ci, h'*b + i, w'*b + j).
     copy_.init({n, b, b, c, h / b, w / b}, {c * sc, sh, sw, sc, b * sh, b * sw}, 0, elem);
-    return {{ctx.input_dtype(0), {n, c * b * b, h / b, w / b}}};
+    return ctx.output_types();
   }
 
  private:
@@ -539,15 +438,12 @@ class GatherKernel : public Kernel {
         ANVIL_PREPARE_CHECK(ctx, v >= -dim_ && v < dim_, ErrorKind::kInvalidArgument,
                             "index {} is out of range for axis {} of size {}", v, axis, dim_);
     }
-    Shape out(data.shape.begin(), data.shape.begin() + static_cast<std::ptrdiff_t>(axis));
-    out.insert(out.end(), idx.shape.begin(), idx.shape.end());
-    out.insert(out.end(), data.shape.begin() + static_cast<std::ptrdiff_t>(axis) + 1, data.shape.end());
     outer_ = 1;
     for (size_t i = 0; i < axis; ++i) outer_ *= data.shape[i];
     int64_t inner = 1;
     for (size_t i = axis + 1; i < data.shape.size(); ++i) inner *= data.shape[i];
     slice_bytes_ = static_cast<size_t>(inner) * dtype_size(data.dtype);
-    return {{data.dtype, out}};
+    return ctx.output_types();
   }
 
   void run(const RunContext& ctx) const override {
@@ -634,7 +530,7 @@ class CastKernel : public Kernel {
       ANVIL_PREPARE_CHECK(ctx, to_ != DType::kUndefined, ErrorKind::kUnsupported,
                           "casting to ONNX data type {} is not supported", code);
     }
-    return {{to_, ctx.input_shape(0)}};
+    return ctx.output_types();
   }
 
   void run(const RunContext& ctx) const override {
