@@ -43,7 +43,8 @@ KernelResult run_kernel_full(const std::string& op, const std::vector<Tensor>& i
     constants.push_back(is_const && !t.empty() ? &t : nullptr);
   }
 
-  // Selected as the planner selects: by op version and input dtypes.
+  // As in the planner: the schema checks the inputs first, then a kernel is selected by op version and dtypes.
+  kernels::PrepareContext pctx(node, types, constants, 1);
   auto entries = kernels::Registry::global().select(node, types);
   const kernels::KernelEntry* entry = nullptr;
   for (const auto* e : entries)
@@ -52,7 +53,6 @@ KernelResult run_kernel_full(const std::string& op, const std::vector<Tensor>& i
   std::unique_ptr<kernels::Kernel> kernel = entry->factory(node);
   if (!kernel) throw std::runtime_error("kernel factory declined " + op);
 
-  kernels::PrepareContext pctx(node, types, constants, 1);
   std::vector<kernels::TensorType> out_types = kernel->prepare(pctx);
 
   KernelResult result;

@@ -252,7 +252,22 @@ TEST(Variadic, MaxMinFloat16) {
   }
   EXPECT_EQ(maxf, (std::vector<float>{1.5f, 0.5f, 0.5f}));
   EXPECT_EQ(minf, (std::vector<float>{0.5f, -2.0f, 0.25f}));
-  EXPECT_EQ(error_of("Add", {a, a}), ErrorKind::kUnsupported);  // arithmetic on 16-bit floats is not implemented
+}
+
+// 16-bit floats compute in float and round once to the nearest float16 (2049 has none: it rounds to even).
+TEST(Binary, Float16ComputesInFloatAndRoundsOnce) {
+  Tensor a = make_tensor<Half>(DType::kFloat16, {3}, {Half(1.5f), Half(-2.25f), Half(2048.f)});
+  Tensor b = make_tensor<Half>(DType::kFloat16, {3}, {Half(1.5f), Half(0.5f), Half(1.f)});
+  auto sum = run_kernel("Add", {a, b});
+  auto quot = run_kernel("Div", {a, b});
+  ASSERT_EQ(sum[0].dtype(), DType::kFloat16);
+  std::vector<float> s, q;
+  for (int i = 0; i < 3; ++i) {
+    s.push_back(static_cast<float>(sum[0].data<Half>()[i]));
+    q.push_back(static_cast<float>(quot[0].data<Half>()[i]));
+  }
+  EXPECT_EQ(s, (std::vector<float>{3.f, -1.75f, 2048.f}));  // 2049 rounds to the even 2048
+  EXPECT_EQ(q, (std::vector<float>{1.f, -4.5f, 2048.f}));
 }
 
 TEST(Variadic, Mean) {

@@ -149,8 +149,12 @@ struct Registrations {
       copy_type(ctx, 0);
       if (ctx.forwarded_values(0)) ctx.set_output_values(0, *ctx.forwarded_values(0));
     }));
-    for (const char* op : {"Add", "Sub", "Mul", "Div", "Pow", "Mod", "PRelu", "BitShift"})
-      r.add(OpSchema(op).infer(infer_arith));
+    for (const char* op : {"Add", "Sub", "Mul", "Div", "Pow", "Mod", "PRelu"}) r.add(OpSchema(op).infer(infer_arith));
+    r.add(OpSchema("BitShift").inputs({kUnsignedInts}).required_attr("direction").infer([](InferContext& ctx) {
+      const std::string d = ctx.attr_string("direction");
+      if (d != "LEFT" && d != "RIGHT") ctx.fail("direction '{}' is not LEFT or RIGHT", d);
+      infer_arith(ctx);
+    }));
     for (const char* op : {"Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual"}) r.add(OpSchema(op).infer(infer_compare));
     for (const char* op : {"And", "Or", "Xor"}) r.add(OpSchema(op).inputs({kBoolType}).infer(infer_compare));
     for (const char* op : {"Sum", "Mean", "Max", "Min"}) r.add(OpSchema(op).infer(infer_variadic));

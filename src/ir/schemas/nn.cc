@@ -249,9 +249,39 @@ void infer_topk(InferContext& ctx) {
   SymShape x = ctx.dims(0);
   int64_t axis = ctx.axis(ctx.attr_int("axis"), static_cast<int64_t>(x.size()));
   auto k = ctx.opset() >= 10 ? ctx.values(1) : std::optional<SymValues>(SymValues{SymInt::of(ctx.attr_int("k"))});
+  if (k && k->size() == 1 && (*k)[0].is_number()) {
+    const int64_t n = *(*k)[0].number;
+    if (n < 0 || (x[axis].is_known() && n > x[axis].value))
+      ctx.fail_input("k = {} is out of range for axis {} of {}", n, axis, dims_str(x));
+  }
   x[axis] = k && k->size() == 1 ? (*k)[0].as_dim() : Dim::unknown();
   ctx.set_output(0, Type::tensor(ctx.dtype(0), x));
   ctx.set_output(1, Type::tensor(DType::kInt64, x));
+}
+
+// NegativeLogLikelihoodLoss and SoftmaxCrossEntropyLoss: input [N, C, d...],
+// target [N, d...], weight [C]; the loss is [N, d...] or, reduced, a scalar.
+void infer_loss(InferContext& ctx) {
+  ctx.set_output(0, Type::tensor(ctx.dtype(0)));
+  const std::string reduction = ctx.attr_string("reduction");
+  if (reduction != "none" && reduction != "sum" && reduction != "mean")
+    ctx.fail("reduction '{}' is not none, sum or mean", reduction);
+  const SymShape& x = ctx.dims(0);
+  if (x.size() < 2) ctx.fail_input("input {} must have rank >= 2 ([N, C, d1, ...])", dims_str(x));
+  SymShape per_element = x;
+  per_element.erase(per_element.begin() + 1);
+  const SymShape& target = ctx.dims(1);
+  bool fits = target.size() == per_element.size();
+  for (size_t i = 0; fits && i < target.size(); ++i)
+    fits = !target[i].is_known() || !per_element[i].is_known() || target[i] == per_element[i];
+  if (!fits) ctx.fail_input("target {} does not match input {} ([N, d1, ...])", dims_str(target), dims_str(x));
+  if (ctx.has_input(2)) {
+    const SymShape& w = ctx.dims(2);
+    if (w.size() != 1 || (w[0].is_known() && x[1].is_known() && w[0] != x[1]))
+      ctx.fail_input("weight {} must be [C] for input {}", dims_str(w), dims_str(x));
+  }
+  ctx.set_output(0, Type::tensor(ctx.dtype(0), reduction == "none" ? per_element : SymShape{}));
+  ctx.set_output(1, Type::tensor(ctx.dtype(0), x));  // SoftmaxCrossEntropyLoss's log_prob
 }
 
 // RNN, GRU, LSTM: Y [seq, dirs, batch, hidden] (layout 1: [batch, seq, dirs, hidden]), states [dirs, batch, hidden].
@@ -390,6 +420,8 @@ struct Registrations {
                 .attr("direction", std::string("forward"))
                 .attr("layout", int64_t{0})
                 .infer(infer_recurrent));
+    for (const char* op : {"NegativeLogLikelihoodLoss", "SoftmaxCrossEntropyLoss"})
+      r.add(OpSchema(op).inputs({kFloatLike, kInt32And64, kFloatLike}).attr("reduction", std::string("mean")).infer(infer_loss));
     r.add(OpSchema("If").inputs({kBoolType}).infer(infer_if));
     r.add(OpSchema("Loop").infer(infer_loop));
     r.add(OpSchema("Scan").versions(9, 1 << 30).required_attr("num_scan_inputs").infer(infer_scan));

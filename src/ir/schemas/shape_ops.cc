@@ -338,6 +338,61 @@ void infer_gather_elements(InferContext& ctx) {
   ctx.set_output(0, Type::tensor(ctx.dtype(0), idx));
 }
 
+void check_scatter_reduction(const InferContext& ctx) {
+  const std::string r = ctx.attr_string("reduction");
+  if (r != "none" && r != "add" && r != "mul" && r != "max" && r != "min")
+    ctx.fail("reduction '{}' is not none, add, mul, max or min", r);
+}
+
+// GatherND: indices [..., k] address slices data[b + k:] (b = batch_dims leading axes shared).
+void infer_gather_nd(InferContext& ctx) {
+  ctx.set_output(0, Type::tensor(ctx.dtype(0)));
+  const SymShape &data = ctx.dims(0), &idx = ctx.dims(1);
+  const int64_t b = ctx.attr_int("batch_dims");
+  const auto r = static_cast<int64_t>(data.size()), q = static_cast<int64_t>(idx.size());
+  if (b < 0 || q < 1 || b >= std::min(r, q))
+    ctx.fail_input("batch_dims {} does not fit data {} and indices {}", b, dims_str(data), dims_str(idx));
+  if (!idx.back().is_known()) return;
+  const int64_t k = idx.back().value;
+  if (k < 1 || k > r - b) ctx.fail_input("index tuples of {} entries do not fit data {}", k, dims_str(data));
+  for (int64_t i = 0; i < b; ++i)
+    if (data[i].is_known() && idx[i].is_known() && data[i] != idx[i])
+      ctx.fail_input("batch dimension {} of data {} and indices {} differ", i, dims_str(data), dims_str(idx));
+  SymShape out(idx.begin(), idx.end() - 1);
+  out.insert(out.end(), data.begin() + b + k, data.end());
+  ctx.set_output(0, Type::tensor(ctx.dtype(0), out));
+}
+
+// ScatterND: updates are indices[:-1] + data[k:]; the output is like the data.
+void infer_scatter_nd(InferContext& ctx) {
+  check_scatter_reduction(ctx);
+  copy_type(ctx, 0);
+  const SymShape &data = ctx.dims(0), &idx = ctx.dims(1), &upd = ctx.dims(2);
+  if (idx.empty() || !idx.back().is_known()) return;
+  const int64_t k = idx.back().value;
+  if (k < 1 || k > static_cast<int64_t>(data.size()))
+    ctx.fail_input("index tuples of {} entries do not fit data {}", k, dims_str(data));
+  SymShape expect(idx.begin(), idx.end() - 1);
+  expect.insert(expect.end(), data.begin() + k, data.end());
+  bool fits = upd.size() == expect.size();
+  for (size_t i = 0; fits && i < upd.size(); ++i) fits = !upd[i].is_known() || !expect[i].is_known() || upd[i] == expect[i];
+  if (!fits) ctx.fail_input("updates {} must be {} for data {} and indices {}", dims_str(upd), dims_str(expect),
+                            dims_str(data), dims_str(idx));
+}
+
+// ScatterElements (and Scatter): indices and updates of one shape, of the data's rank.
+void infer_scatter_elements(InferContext& ctx) {
+  check_scatter_reduction(ctx);
+  copy_type(ctx, 0);
+  const SymShape &data = ctx.dims(0), &idx = ctx.dims(1), &upd = ctx.dims(2);
+  ctx.axis(ctx.attr_int("axis"), static_cast<int64_t>(data.size()));
+  bool fits = idx.size() == data.size() && upd.size() == idx.size();
+  for (size_t i = 0; fits && i < idx.size(); ++i) fits = !idx[i].is_known() || !upd[i].is_known() || idx[i] == upd[i];
+  if (!fits)
+    ctx.fail_input("indices {} and updates {} must have one shape, of data {}'s rank", dims_str(idx), dims_str(upd),
+                   dims_str(data));
+}
+
 void infer_expand(InferContext& ctx) {
   ctx.set_output(0, Type::tensor(ctx.dtype(0)));
   if (auto v = ctx.values(1))
@@ -484,6 +539,10 @@ struct Registrations {
     r.add(OpSchema("Gather").inputs({kAll, kInt32And64}).attr("axis", int64_t{0}).infer(infer_gather));
     r.add(OpSchema("GatherElements").inputs({kAll, kInt32And64}).attr("axis", int64_t{0}).infer(infer_gather_elements));
     r.add(OpSchema("Expand").infer(infer_expand));
+    r.add(OpSchema("GatherND").inputs({kAll, dtype_bit(DType::kInt64)}).attr("batch_dims", int64_t{0}).infer(infer_gather_nd));
+    r.add(OpSchema("ScatterND").inputs({kAll, dtype_bit(DType::kInt64), kAll}).attr("reduction", std::string("none")).infer(infer_scatter_nd));
+    for (const char* op : {"ScatterElements", "Scatter"})
+      r.add(OpSchema(op).inputs({kAll, kInt32And64, kAll}).attr("axis", int64_t{0}).attr("reduction", std::string("none")).infer(infer_scatter_elements));
     r.add(OpSchema("Tile").infer(infer_tile));
     r.add(OpSchema("ConstantOfShape").infer(infer_constant_of_shape));
     r.add(OpSchema("Range").infer(infer_range));

@@ -1,6 +1,6 @@
 // Reference kernels for ops that only change a tensor's shape or produce
 // metadata/constants: Flatten, Reshape, Squeeze, Unsqueeze, Identity, Dropout
-// (inference), Shape, Constant and ConstantOfShape.
+// (inference), Shape, Size, Constant and ConstantOfShape.
 //
 // The reshape-like ops never move data themselves: output 0 aliases input 0
 // (output_aliases_input() == 0) and run() copies only when the planner could
@@ -112,6 +112,15 @@ class ShapeKernel : public Kernel {
   int64_t start_ = 0, count_ = 0;
 };
 
+// Size: the input's element count, a scalar int64.
+class SizeKernel : public Kernel {
+ public:
+  explicit SizeKernel(const ir::Node&) {}
+  std::vector<TensorType> prepare(const PrepareContext& ctx) override { return ctx.output_types(); }
+  bool reads_only_input_types() const override { return true; }
+  void run(const RunContext& ctx) const override { *ctx.out(0).data<int64_t>() = ctx.in(0).numel(); }
+};
+
 class ConstantKernel : public Kernel {
  public:
   explicit ConstantKernel(const ir::Node&) {}
@@ -190,6 +199,7 @@ ANVIL_REGISTER_OP_VERSIONS("Squeeze", 1, 21);
 ANVIL_REGISTER_OP_VERSIONS("Unsqueeze", 1, 21);
 ANVIL_REGISTER_OP_VERSIONS("Identity", 1, 21);
 ANVIL_REGISTER_OP_VERSIONS("Shape", 1, 21);
+ANVIL_REGISTER_OP_VERSIONS("Size", 1, 21);
 ANVIL_REGISTER_OP_VERSIONS("Constant", 9, 21);
 ANVIL_REGISTER_OP_VERSIONS("ConstantOfShape", 9, 21);
 ANVIL_REGISTER_KERNEL_CLASS("Flatten", kRef, ReshapeLikeKernel);
@@ -199,6 +209,7 @@ ANVIL_REGISTER_KERNEL_CLASS("Unsqueeze", kRef, ReshapeLikeKernel);
 ANVIL_REGISTER_KERNEL_CLASS("Identity", kRef, ReshapeLikeKernel);
 ANVIL_REGISTER_KERNEL_CLASS("Dropout", kRef, DropoutKernel);
 ANVIL_REGISTER_KERNEL_CLASS("Shape", kRef, ShapeKernel);
+ANVIL_REGISTER_KERNEL_CLASS("Size", kRef, SizeKernel);
 ANVIL_REGISTER_KERNEL_CLASS("Constant", kRef, ConstantKernel);
 ANVIL_REGISTER_KERNEL_CLASS("ConstantOfShape", kRef, ConstantOfShapeKernel);
 

@@ -1,7 +1,8 @@
-// Softmax and LogSoftmax: before opset 13 the input is coerced to 2-D at
-// `axis` (default 1) and each row is normalised; from opset 13 the
-// normalisation runs along `axis` alone (default -1). Both subtract the
-// maximum first, so large inputs neither overflow nor lose precision.
+// Softmax, LogSoftmax and Hardmax: before opset 13 the input is coerced to
+// 2-D at `axis` (default 1) and each row is normalised; from opset 13 the
+// normalisation runs along `axis` alone (default -1). Softmax and LogSoftmax
+// subtract the maximum first, so large inputs neither overflow nor lose
+// precision; Hardmax puts 1 at the first maximum and 0 elsewhere.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -13,9 +14,11 @@ namespace anvil::kernels {
 
 namespace {
 
+enum class Normalization { kSoftmax, kLogSoftmax, kHardmax };
+
 class SoftmaxKernel : public Kernel {
  public:
-  explicit SoftmaxKernel(bool log) : log_(log) {}
+  explicit SoftmaxKernel(Normalization kind) : kind_(kind) {}
 
   std::vector<TensorType> prepare(const PrepareContext& ctx) override {
     ANVIL_PREPARE_CHECK(ctx, ctx.num_inputs() == 1 && ctx.has_input(0), ErrorKind::kInvalidModel,
@@ -64,11 +67,18 @@ class SoftmaxKernel : public Kernel {
       const int64_t o = l / inner_, i = l % inner_;
       const T* px = x + o * dim_ * inner_ + i;
       T* py = y + o * dim_ * inner_ + i;
+      if (kind_ == Normalization::kHardmax) {
+        int64_t first = 0;
+        for (int64_t k = 1; k < dim_; ++k)
+          if (px[k * inner_] > px[first * inner_]) first = k;
+        for (int64_t k = 0; k < dim_; ++k) py[k * inner_] = k == first ? T(1) : T(0);
+        continue;
+      }
       T m = -std::numeric_limits<T>::infinity();
       for (int64_t k = 0; k < dim_; ++k) m = std::max(m, px[k * inner_]);
       if (std::isinf(m)) m = 0;  // all -inf or some +inf: no finite shift helps; let IEEE decide
       T sum = 0;
-      if (log_) {
+      if (kind_ == Normalization::kLogSoftmax) {
         for (int64_t k = 0; k < dim_; ++k) sum += std::exp(px[k * inner_] - m);
         // (x - m) - log(sum), not x - (m + log(sum)), which loses log(sum) next to a large m.
         const T log_sum = std::log(sum);
@@ -85,15 +95,18 @@ class SoftmaxKernel : public Kernel {
     }
   }
 
-  bool log_;
+  Normalization kind_;
   int64_t outer_ = 1, dim_ = 1, inner_ = 1;
 };
 
 ANVIL_REGISTER_KERNEL("Softmax", kRef, [](const ir::Node&) -> std::unique_ptr<Kernel> {
-  return std::make_unique<SoftmaxKernel>(false);
+  return std::make_unique<SoftmaxKernel>(Normalization::kSoftmax);
 });
 ANVIL_REGISTER_KERNEL("LogSoftmax", kRef, [](const ir::Node&) -> std::unique_ptr<Kernel> {
-  return std::make_unique<SoftmaxKernel>(true);
+  return std::make_unique<SoftmaxKernel>(Normalization::kLogSoftmax);
+});
+ANVIL_REGISTER_KERNEL("Hardmax", kRef, [](const ir::Node&) -> std::unique_ptr<Kernel> {
+  return std::make_unique<SoftmaxKernel>(Normalization::kHardmax);
 });
 
 }  // namespace

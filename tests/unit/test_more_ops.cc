@@ -1,0 +1,220 @@
+// Tests of the reference kernels added for conformance breadth: unary math
+// (src/kernels/ref/unary.cc), Mod and BitShift (elementwise.cc), Size,
+// ArgMax/ArgMin/TopK (arg_reduce.cc), Hardmax (softmax.cc), the losses
+// (loss.cc) and GatherND / ScatterND / ScatterElements (scatter_gather.cc).
+// Expected values are computed by hand (or, for transcendental functions,
+// written to 7+ digits from their definitions).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+
+#include "anvil/error.h"
+#include "kernel_tester.h"
+
+namespace anvil {
+namespace {
+
+using testing::attrs;
+using testing::error_kind_of;
+using testing::f32;
+using testing::i64;
+using testing::make_tensor;
+using testing::opset;
+using testing::run_kernel;
+using testing::values;
+
+void expect_near(const Tensor& t, const std::vector<float>& want, float tol = 1e-6f) {
+  std::vector<float> got = values<float>(t);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], tol) << "element " << i;
+}
+
+Tensor i32(Shape shape, const std::vector<int32_t>& v) { return make_tensor<int32_t>(DType::kInt32, std::move(shape), v); }
+Tensor u8(Shape shape, const std::vector<uint8_t>& v) { return make_tensor<uint8_t>(DType::kUInt8, std::move(shape), v); }
+
+// --- unary ---------------------------------------------------------------------------------------------------------
+
+TEST(Unary, TrigonometricAndHyperbolic) {
+  Tensor x = f32({2}, {0.f, 0.5f});
+  expect_near(run_kernel("Sin", {x})[0], {0.f, 0.4794255f});
+  expect_near(run_kernel("Cos", {x})[0], {1.f, 0.8775826f});
+  expect_near(run_kernel("Tan", {x})[0], {0.f, 0.5463025f});
+  expect_near(run_kernel("Asin", {x})[0], {0.f, 0.5235988f});  // pi / 6
+  expect_near(run_kernel("Acos", {x})[0], {1.5707964f, 1.0471976f});
+  expect_near(run_kernel("Atan", {x})[0], {0.f, 0.4636476f});
+  expect_near(run_kernel("Sinh", {x})[0], {0.f, 0.5210953f});
+  expect_near(run_kernel("Cosh", {x})[0], {1.f, 1.1276260f});
+  expect_near(run_kernel("Asinh", {x})[0], {0.f, 0.4812118f});
+  expect_near(run_kernel("Atanh", {x})[0], {0.f, 0.5493061f});
+  expect_near(run_kernel("Acosh", {f32({2}, {1.f, 2.f})})[0], {0.f, 1.3169579f});
+}
+
+TEST(Unary, RoundHalvesToEven) {
+  std::vector<float> got = values<float>(run_kernel("Round", {f32({6}, {0.5f, 1.5f, 2.5f, -0.5f, -1.5f, 2.6f})})[0]);
+  EXPECT_EQ(got, (std::vector<float>{0.f, 2.f, 2.f, -0.f, -2.f, 3.f}));
+}
+
+TEST(Unary, SignOfFloatsAndIntegers) {
+  EXPECT_EQ(values<float>(run_kernel("Sign", {f32({3}, {-2.5f, 0.f, 7.f})})[0]), (std::vector<float>{-1, 0, 1}));
+  EXPECT_EQ(values<int32_t>(run_kernel("Sign", {i32({3}, {-9, 0, 4})})[0]), (std::vector<int32_t>{-1, 0, 1}));
+}
+
+TEST(Unary, ActivationsWithAttributes) {
+  Tensor x = f32({3}, {-1.f, 0.5f, 2.f});
+  // Celu(alpha = 2): max(0, x) + min(0, 2 * (exp(x / 2) - 1)).
+  expect_near(run_kernel("Celu", {x}, attrs({{"alpha", 2.f}}))[0], {-0.7869387f, 0.5f, 2.f});
+  expect_near(run_kernel("ThresholdedRelu", {x}, attrs({{"alpha", 1.f}}))[0], {0.f, 0.f, 2.f});
+  // Shrink(lambd = 0.75, bias = 0.5): x - bias above lambd, x + bias below -lambd, else 0.
+  expect_near(run_kernel("Shrink", {x}, attrs({{"lambd", 0.75f}, {"bias", 0.5f}}))[0], {-0.5f, 0.f, 1.5f});
+  EXPECT_EQ(values<int32_t>(run_kernel("Shrink", {i32({3}, {-3, 1, 3})}, attrs({{"lambd", 1.5f}, {"bias", 1.f}}))[0]),
+            (std::vector<int32_t>{-2, 0, 2}));
+  expect_near(run_kernel("Mish", {f32({1}, {1.f})})[0], {0.8650984f});
+  expect_near(run_kernel("Gelu", {f32({1}, {1.f})}, {}, opset(20))[0], {0.8413447f});
+  expect_near(run_kernel("Gelu", {f32({1}, {1.f})}, attrs({{"approximate", std::string("tanh")}}), opset(20))[0],
+              {0.8411920f});
+}
+
+TEST(Unary, IsNaNAndIsInfWithDetectFlags) {
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  Tensor x = f32({4}, {inf, -inf, nan, 1.f});
+  EXPECT_EQ(values<bool>(run_kernel("IsNaN", {x})[0]), (std::vector<bool>{false, false, true, false}));
+  EXPECT_EQ(values<bool>(run_kernel("IsInf", {x})[0]), (std::vector<bool>{true, true, false, false}));
+  EXPECT_EQ(values<bool>(run_kernel("IsInf", {x}, attrs({{"detect_negative", int64_t{0}}}))[0]),
+            (std::vector<bool>{true, false, false, false}));
+}
+
+// --- Mod, BitShift -----------------------------------------------------------------------------------------------
+
+TEST(Mod, IntegerSignFollowsTheDivisorUnlessFmod) {
+  Tensor a = i32({5}, {-7, 7, -7, 7, 5}), b = i32({5}, {3, -3, -3, 3, 0});
+  EXPECT_EQ(values<int32_t>(run_kernel("Mod", {a, b})[0]), (std::vector<int32_t>{2, -2, -1, 1, 0}));
+  EXPECT_EQ(values<int32_t>(run_kernel("Mod", {a, b}, attrs({{"fmod", int64_t{1}}}))[0]),
+            (std::vector<int32_t>{-1, 1, -1, 1, 0}));
+}
+
+TEST(Mod, FloatNeedsFmod) {
+  Tensor a = f32({2}, {-7.5f, 7.5f}), b = f32({1}, {2.f});
+  EXPECT_EQ(values<float>(run_kernel("Mod", {a, b}, attrs({{"fmod", int64_t{1}}}))[0]), (std::vector<float>{-1.5f, 1.5f}));
+  EXPECT_EQ(error_kind_of([&] { run_kernel("Mod", {a, b}); }), ErrorKind::kInvalidModel);
+}
+
+TEST(BitShift, LeftAndRightOfUnsigned) {
+  Tensor x = u8({3}, {16, 4, 255}), y = u8({3}, {1, 2, 8});
+  EXPECT_EQ(values<uint8_t>(run_kernel("BitShift", {x, y}, attrs({{"direction", std::string("LEFT")}}))[0]),
+            (std::vector<uint8_t>{32, 16, 0}));
+  EXPECT_EQ(values<uint8_t>(run_kernel("BitShift", {x, y}, attrs({{"direction", std::string("RIGHT")}}))[0]),
+            (std::vector<uint8_t>{8, 1, 0}));
+  EXPECT_EQ(error_kind_of([&] { run_kernel("BitShift", {x, y}, attrs({{"direction", std::string("UP")}})); }),
+            ErrorKind::kInvalidModel);
+}
+
+// --- Size, ArgMax/ArgMin, TopK, Hardmax --------------------------------------------------------------------------
+
+TEST(Size, CountsElements) {
+  Tensor out = run_kernel("Size", {f32({2, 3}, {0, 0, 0, 0, 0, 0})})[0];
+  EXPECT_EQ(out.shape(), Shape{});
+  EXPECT_EQ(values<int64_t>(out), (std::vector<int64_t>{6}));
+}
+
+TEST(ArgMax, AxisKeepdimsAndLastIndex) {
+  Tensor x = f32({2, 3}, {1, 5, 5, 7, 2, 7});
+  Tensor first = run_kernel("ArgMax", {x}, attrs({{"axis", int64_t{1}}}))[0];
+  EXPECT_EQ(first.shape(), (Shape{2, 1}));
+  EXPECT_EQ(values<int64_t>(first), (std::vector<int64_t>{1, 0}));
+  Tensor last = run_kernel("ArgMax", {x}, attrs({{"axis", int64_t{1}}, {"select_last_index", int64_t{1}}}))[0];
+  EXPECT_EQ(values<int64_t>(last), (std::vector<int64_t>{2, 2}));
+  Tensor min0 = run_kernel("ArgMin", {x}, attrs({{"keepdims", int64_t{0}}}))[0];
+  EXPECT_EQ(min0.shape(), (Shape{3}));
+  EXPECT_EQ(values<int64_t>(min0), (std::vector<int64_t>{0, 1, 0}));
+}
+
+TEST(TopK, LargestAndSmallestWithTiesToTheLowerIndex) {
+  Tensor x = f32({2, 4}, {3, 1, 3, 2, 0, 9, 8, 9});
+  std::vector<Tensor> out = run_kernel("TopK", {x, i64({1}, {2})}, {}, opset(11, 2));
+  EXPECT_EQ(out[0].shape(), (Shape{2, 2}));
+  EXPECT_EQ(values<float>(out[0]), (std::vector<float>{3, 3, 9, 9}));
+  EXPECT_EQ(values<int64_t>(out[1]), (std::vector<int64_t>{0, 2, 1, 3}));
+  out = run_kernel("TopK", {x, i64({1}, {1})}, attrs({{"largest", int64_t{0}}, {"axis", int64_t{0}}}), opset(11, 2));
+  EXPECT_EQ(values<float>(out[0]), (std::vector<float>{0, 1, 3, 2}));
+  EXPECT_EQ(values<int64_t>(out[1]), (std::vector<int64_t>{1, 0, 0, 0}));
+  EXPECT_EQ(error_kind_of([&] { run_kernel("TopK", {x, i64({1}, {5})}, {}, opset(11, 2)); }),
+            ErrorKind::kInvalidArgument);
+}
+
+TEST(Hardmax, OneAtTheFirstMaximum) {
+  Tensor x = f32({2, 3}, {1, 3, 3, -1, -2, -3});
+  EXPECT_EQ(values<float>(run_kernel("Hardmax", {x})[0]), (std::vector<float>{0, 1, 0, 1, 0, 0}));
+}
+
+// --- losses --------------------------------------------------------------------------------------------------------
+
+// Log-probabilities [N=2, C=3]; targets 2 and 0; weights [1, 2, 3].
+TEST(Loss, NegativeLogLikelihoodReductionsWeightsAndIgnoreIndex) {
+  Tensor logp = f32({2, 3}, {-1.f, -2.f, -0.5f, -0.25f, -3.f, -4.f});
+  Tensor target = i64({2}, {2, 0});
+  Tensor w = f32({3}, {1.f, 2.f, 3.f});
+  ir::Attributes none = attrs({{"reduction", std::string("none")}});
+  EXPECT_EQ(values<float>(run_kernel("NegativeLogLikelihoodLoss", {logp, target}, none, opset(13))[0]),
+            (std::vector<float>{0.5f, 0.25f}));
+  expect_near(run_kernel("NegativeLogLikelihoodLoss", {logp, target}, {}, opset(13))[0], {0.375f});
+  // Weighted mean: (0.5 * 3 + 0.25 * 1) / (3 + 1).
+  expect_near(run_kernel("NegativeLogLikelihoodLoss", {logp, target, w}, {}, opset(13))[0], {0.4375f});
+  ir::Attributes sum_ignore = attrs({{"reduction", std::string("sum")}, {"ignore_index", int64_t{0}}});
+  expect_near(run_kernel("NegativeLogLikelihoodLoss", {logp, target, w}, sum_ignore, opset(13))[0], {1.5f});
+  EXPECT_EQ(error_kind_of([&] { run_kernel("NegativeLogLikelihoodLoss", {logp, i64({2}, {3, 0})}, {}, opset(13)); }),
+            ErrorKind::kInvalidArgument);
+  EXPECT_EQ(error_kind_of([&] { run_kernel("NegativeLogLikelihoodLoss", {logp, i64({3}, {0, 0, 0})}, {}, opset(13)); }),
+            ErrorKind::kInvalidArgument);
+}
+
+// Scores [1, 2] = [0, ln 3]: log_softmax = [ln 1/4, ln 3/4].
+TEST(Loss, SoftmaxCrossEntropyAndItsLogProb) {
+  Tensor scores = f32({1, 2}, {0.f, std::log(3.f)});
+  std::vector<Tensor> out = run_kernel("SoftmaxCrossEntropyLoss", {scores, i64({1}, {1})}, {}, opset(13, 2));
+  expect_near(out[0], {-std::log(0.75f)});
+  expect_near(out[1], {std::log(0.25f), std::log(0.75f)});
+}
+
+// --- GatherND, ScatterND, ScatterElements ------------------------------------------------------------------------
+
+TEST(GatherND, TuplesSlicesAndBatchDims) {
+  Tensor data = f32({2, 2}, {0, 1, 2, 3});
+  EXPECT_EQ(values<float>(run_kernel("GatherND", {data, i64({2, 2}, {0, 0, 1, 1})}, {}, opset(13))[0]),
+            (std::vector<float>{0, 3}));
+  Tensor rows = run_kernel("GatherND", {data, i64({2, 1}, {1, 0})}, {}, opset(13))[0];
+  EXPECT_EQ(rows.shape(), (Shape{2, 2}));
+  EXPECT_EQ(values<float>(rows), (std::vector<float>{2, 3, 0, 1}));
+  // batch_dims = 1: row b picks element indices[b] of data[b].
+  Tensor batched = run_kernel("GatherND", {data, i64({2, 1}, {1, 0})}, attrs({{"batch_dims", int64_t{1}}}), opset(13))[0];
+  EXPECT_EQ(values<float>(batched), (std::vector<float>{1, 2}));
+  EXPECT_EQ(error_kind_of([&] { run_kernel("GatherND", {data, i64({1, 2}, {2, 0})}, {}, opset(13)); }),
+            ErrorKind::kInvalidArgument);
+}
+
+TEST(ScatterND, UpdatesAndReductions) {
+  Tensor data = f32({4}, {1, 2, 3, 4});
+  Tensor idx = i64({2, 1}, {3, -4});
+  Tensor upd = f32({2}, {10, 20});
+  EXPECT_EQ(values<float>(run_kernel("ScatterND", {data, idx, upd}, {}, opset(16))[0]), (std::vector<float>{20, 2, 3, 10}));
+  EXPECT_EQ(values<float>(run_kernel("ScatterND", {data, idx, upd}, attrs({{"reduction", std::string("mul")}}),
+                                     opset(16))[0]),
+            (std::vector<float>{20, 2, 3, 40}));
+}
+
+TEST(ScatterElements, AlongAnAxisWithAdd) {
+  Tensor data = f32({2, 2}, {1, 2, 3, 4});
+  Tensor idx = i64({2, 1}, {1, 0});
+  Tensor upd = f32({2, 1}, {10, 20});
+  ir::Attributes axis1 = attrs({{"axis", int64_t{1}}});
+  EXPECT_EQ(values<float>(run_kernel("ScatterElements", {data, idx, upd}, axis1, opset(16))[0]),
+            (std::vector<float>{1, 10, 20, 4}));
+  ir::Attributes add = attrs({{"axis", int64_t{0}}, {"reduction", std::string("add")}});
+  EXPECT_EQ(values<float>(run_kernel("ScatterElements", {data, idx, upd}, add, opset(16))[0]),
+            (std::vector<float>{21, 2, 13, 4}));
+  EXPECT_EQ(error_kind_of([&] { run_kernel("ScatterElements", {data, i64({2, 1}, {2, 0}), upd}, {}, opset(16)); }),
+            ErrorKind::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace anvil
