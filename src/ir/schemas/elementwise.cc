@@ -46,12 +46,36 @@ void infer_binary(InferContext& ctx, DType out_dtype) {
   ctx.set_output_values(0, std::move(r));
 }
 
+// Opsets 1-6: B broadcasts only with broadcast=1, aligned from `axis` (or the
+// end), and the output is A's shape; PRelu's slope [C] applies per channel.
+void infer_legacy_arith(InferContext& ctx) {
+  const SymShape &a = ctx.dims(0), &b = ctx.dims(1);
+  auto fits = [&](const SymShape& x, size_t offset) {
+    for (size_t i = 0; i < x.size(); ++i)
+      if (x[i].is_known() && a[offset + i].is_known() && x[i].value != 1 && x[i] != a[offset + i]) return false;
+    return true;
+  };
+  bool ok;
+  if (ctx.node().op_type == "PRelu") {
+    ok = b.size() <= a.size() && (fits(b, a.size() - b.size()) || (b.size() == 1 && a.size() >= 2 && fits(b, 1)));
+  } else if (ctx.attr_int("broadcast") == 0) {
+    ok = a == b;
+  } else {
+    const int64_t axis = ctx.has_attr("axis") ? ctx.attr_int("axis") : static_cast<int64_t>(a.size() - b.size());
+    ok = b.size() <= a.size() && axis >= 0 && axis + static_cast<int64_t>(b.size()) <= static_cast<int64_t>(a.size()) &&
+         fits(b, static_cast<size_t>(axis));
+  }
+  if (!ok) ctx.fail_input("B {} does not broadcast to A {} (opset {} rules)", dims_str(b), dims_str(a), ctx.opset());
+  ctx.set_output(0, Type::tensor(ctx.dtype(0), a));
+}
+
 void infer_arith(InferContext& ctx) {
   ctx.set_output(0, Type::tensor(ctx.dtype(0)));
   const DType a = ctx.dtype(0), b = ctx.dtype(1);
   if (a != b && a != DType::kUndefined && b != DType::kUndefined && ctx.node().op_type != "Pow" &&
       ctx.node().op_type != "PRelu")
     ctx.fail("inputs have different types ({} and {})", dtype_name(ctx.dtype(0)), dtype_name(ctx.dtype(1)));
+  if (ctx.opset() < 7 && ctx.node().op_type != "Mod") return infer_legacy_arith(ctx);
   infer_binary(ctx, ctx.dtype(0));
   // PRelu broadcasts the slope to X only (unidirectional).
   if (ctx.node().op_type == "PRelu" && ctx.outputs()[0]->dims() != ctx.dims(0))
@@ -103,6 +127,18 @@ void infer_batch_norm(InferContext& ctx) {
   for (size_t o = 1; o < ctx.num_outputs(); ++o) copy_type(ctx, 1, o);
 }
 
+// InstanceNormalization: Y like X [N, C, ...]; scale and B are [C].
+void infer_instance_norm(InferContext& ctx) {
+  copy_type(ctx, 0);
+  const SymShape& x = ctx.dims(0);
+  if (x.size() < 3) ctx.fail_input("input {} must be [N, C, D1, ...]", dims_str(x));
+  for (size_t i : {1u, 2u}) {
+    const SymShape& p = ctx.dims(i);
+    if (p.size() != 1 || (p[0].is_known() && x[1].is_known() && p[0] != x[1]))
+      ctx.fail_input("{} {} must be [C] for input {}", i == 1 ? "scale" : "B", dims_str(p), dims_str(x));
+  }
+}
+
 void infer_dropout(InferContext& ctx) {
   copy_type(ctx, 0);
   const Type& x = ctx.input(0);
@@ -124,7 +160,7 @@ struct Registrations {
     for (const char* op : {"Sqrt", "Exp", "Log", "Reciprocal", "Floor", "Ceil", "Round", "Tanh", "Sigmoid",
                            "Sin", "Cos", "Tan", "Asin", "Acos", "Atan", "Sinh", "Cosh", "Asinh", "Acosh", "Atanh",
                            "Softplus", "Softsign", "HardSwish", "Mish", "LpNormalization",
-                           "MeanVarianceNormalization", "InstanceNormalization", "LRN"})
+                           "MeanVarianceNormalization", "LRN"})
       r.add(OpSchema(op).inputs({kFloatLike}).infer(same_as_input(0)));
     r.add(OpSchema("LeakyRelu").inputs({kFloatLike}).attr("alpha", 0.01f).infer(same_as_input(0)));
     r.add(OpSchema("Elu").inputs({kFloatLike}).attr("alpha", 1.f).infer(same_as_input(0)));
@@ -149,7 +185,8 @@ struct Registrations {
       copy_type(ctx, 0);
       if (ctx.forwarded_values(0)) ctx.set_output_values(0, *ctx.forwarded_values(0));
     }));
-    for (const char* op : {"Add", "Sub", "Mul", "Div", "Pow", "Mod", "PRelu"}) r.add(OpSchema(op).infer(infer_arith));
+    for (const char* op : {"Add", "Sub", "Mul", "Div", "Pow", "Mod", "PRelu"})
+      r.add(OpSchema(op).attr("broadcast", int64_t{0}).infer(infer_arith));
     r.add(OpSchema("BitShift").inputs({kUnsignedInts}).required_attr("direction").infer([](InferContext& ctx) {
       const std::string d = ctx.attr_string("direction");
       if (d != "LEFT" && d != "RIGHT") ctx.fail("direction '{}' is not LEFT or RIGHT", d);
@@ -173,6 +210,7 @@ struct Registrations {
               .infer(infer_layer_norm));
     r.add(OpSchema("BatchNormalization").attr("epsilon", 1e-5f).attr("momentum", 0.9f).infer(infer_batch_norm));
     r.add(OpSchema("Dropout").infer(infer_dropout));
+    r.add(OpSchema("InstanceNormalization").inputs({kFloatLike}).attr("epsilon", 1e-5f).infer(infer_instance_norm));
   }
 };
 const Registrations registrations;

@@ -259,6 +259,41 @@ void infer_topk(InferContext& ctx) {
   ctx.set_output(1, Type::tensor(DType::kInt64, x));
 }
 
+// MaxUnpool: output_shape when given, else (in - 1) * stride + kernel - pads per spatial axis.
+void infer_max_unpool(InferContext& ctx) {
+  ctx.set_output(0, Type::tensor(ctx.dtype(0)));
+  if (ctx.has_input(2)) {
+    if (auto shape = values_as_dims(ctx, 2)) ctx.set_output(0, Type::tensor(ctx.dtype(0), *shape));
+    return;
+  }
+  const SymShape& x = ctx.dims(0);
+  if (x.size() < 3) ctx.fail_input("input {} must be [N, C, D1, ...]", dims_str(x));
+  const size_t n = x.size() - 2;
+  const std::vector<int64_t> kernel = ctx.attr_ints("kernel_shape");
+  if (kernel.size() != n) ctx.fail("kernel_shape has {} entries for {} spatial dimensions", kernel.size(), n);
+  const auto strides = attr_or(ctx, "strides", n, 1), pads = attr_or(ctx, "pads", 2 * n, 0);
+  SymShape out{x[0], x[1]};
+  for (size_t i = 0; i < n; ++i) {
+    if (!x[2 + i].is_known()) {
+      out.push_back(Dim::unknown());
+      continue;
+    }
+    const __int128 o = static_cast<__int128>(x[2 + i].value - 1) * strides[i] + kernel[i] - pads[i] - pads[i + n];
+    if (o < 0 || o > INT64_MAX) ctx.fail_input("output dimension {} would be {}", i, static_cast<int64_t>(o < 0 ? -1 : o));
+    out.push_back(Dim::known(static_cast<int64_t>(o)));
+  }
+  ctx.set_output(0, Type::tensor(ctx.dtype(0), out));
+}
+
+// Det: [*, M, M] -> [*].
+void infer_det(InferContext& ctx) {
+  ctx.set_output(0, Type::tensor(ctx.dtype(0)));
+  const SymShape& x = ctx.dims(0);
+  if (x.size() < 2 || (x[x.size() - 1].is_known() && x[x.size() - 2].is_known() && x[x.size() - 1] != x[x.size() - 2]))
+    ctx.fail_input("input {} must be square matrices [*, M, M]", dims_str(x));
+  ctx.set_output(0, Type::tensor(ctx.dtype(0), SymShape(x.begin(), x.end() - 2)));
+}
+
 // NegativeLogLikelihoodLoss and SoftmaxCrossEntropyLoss: input [N, C, d...],
 // target [N, d...], weight [C]; the loss is [N, d...] or, reduced, a scalar.
 void infer_loss(InferContext& ctx) {
@@ -420,6 +455,8 @@ struct Registrations {
                 .attr("direction", std::string("forward"))
                 .attr("layout", int64_t{0})
                 .infer(infer_recurrent));
+    r.add(OpSchema("MaxUnpool").required_attr("kernel_shape").infer(infer_max_unpool));
+    r.add(OpSchema("Det").inputs({kFloatLike}).infer(infer_det));
     for (const char* op : {"NegativeLogLikelihoodLoss", "SoftmaxCrossEntropyLoss"})
       r.add(OpSchema(op).inputs({kFloatLike, kInt32And64, kFloatLike}).attr("reduction", std::string("mean")).infer(infer_loss));
     r.add(OpSchema("If").inputs({kBoolType}).infer(infer_if));

@@ -393,6 +393,31 @@ void infer_scatter_elements(InferContext& ctx) {
                    dims_str(data));
 }
 
+// OneHot: the indices' shape with `depth` inserted at `axis`, typed like `values`.
+void infer_one_hot(InferContext& ctx) {
+  ctx.set_output(0, Type::tensor(ctx.dtype(2)));
+  const SymShape& idx = ctx.dims(0);
+  const int64_t axis = ctx.axis(ctx.attr_int("axis"), static_cast<int64_t>(idx.size()) + 1);
+  const SymShape& values = ctx.dims(2);
+  if (dims_product(values).is_known() && dims_product(values).value != 2)
+    ctx.fail_input("values {} must hold two elements (off, on)", dims_str(values));
+  auto depth = ctx.known_values(1);  // integer depths; a floating-point one is read by the kernel
+  if (!depth || depth->size() != 1) return;
+  if ((*depth)[0] < 1) ctx.fail_input("depth {} is not a positive size", (*depth)[0]);
+  SymShape out = idx;
+  out.insert(out.begin() + axis, Dim::known((*depth)[0]));
+  ctx.set_output(0, Type::tensor(ctx.dtype(2), out));
+}
+
+// EyeLike: the input's 2-D shape, in `dtype` (default: the input's).
+void infer_eye_like(InferContext& ctx) {
+  const DType dtype = ctx.has_attr("dtype") ? dtype_from_onnx_code(ctx.attr_int("dtype")) : ctx.dtype(0);
+  ctx.set_output(0, Type::tensor(dtype));
+  const SymShape& x = ctx.dims(0);
+  if (x.size() != 2) ctx.fail_input("input must be 2-D, got {}", dims_str(x));
+  ctx.set_output(0, Type::tensor(dtype, x));
+}
+
 void infer_expand(InferContext& ctx) {
   ctx.set_output(0, Type::tensor(ctx.dtype(0)));
   if (auto v = ctx.values(1))
@@ -539,6 +564,28 @@ struct Registrations {
     r.add(OpSchema("Gather").inputs({kAll, kInt32And64}).attr("axis", int64_t{0}).infer(infer_gather));
     r.add(OpSchema("GatherElements").inputs({kAll, kInt32And64}).attr("axis", int64_t{0}).infer(infer_gather_elements));
     r.add(OpSchema("Expand").infer(infer_expand));
+    r.add(OpSchema("OneHot").attr("axis", int64_t{-1}).infer(infer_one_hot));
+    r.add(OpSchema("EyeLike").infer(infer_eye_like));
+    r.add(OpSchema("ReverseSequence").inputs({kAll, dtype_bit(DType::kInt64)}).attr("batch_axis", int64_t{1}).attr("time_axis", int64_t{0}).infer([](InferContext& ctx) {
+      copy_type(ctx, 0);
+      const SymShape &x = ctx.dims(0), &lens = ctx.dims(1);
+      const int64_t b = ctx.attr_int("batch_axis"), t = ctx.attr_int("time_axis");
+      if (x.size() < 2 || (b != 0 && b != 1) || (t != 0 && t != 1) || b == t)
+        ctx.fail("batch_axis {} and time_axis {} must be 0 and 1 (in some order) for input {}", b, t, dims_str(x));
+      if (lens.size() != 1 || (lens[0].is_known() && x[b].is_known() && lens[0] != x[b]))
+        ctx.fail_input("sequence_lens {} must be [batch] for input {}", dims_str(lens), dims_str(x));
+    }));
+    r.add(OpSchema("Compress").inputs({kAll, kBoolType}).infer([](InferContext& ctx) {
+      ctx.set_output(0, Type::tensor(ctx.dtype(0)));
+      const SymShape& x = ctx.dims(0);
+      if (!ctx.has_attr("axis")) {
+        ctx.set_output(0, Type::tensor(ctx.dtype(0), SymShape{Dim::unknown()}));
+        return;
+      }
+      SymShape out = x;
+      out[ctx.axis(ctx.attr_int("axis"), static_cast<int64_t>(x.size()))] = Dim::unknown();  // sized by the condition
+      ctx.set_output(0, Type::tensor(ctx.dtype(0), out));
+    }));
     r.add(OpSchema("GatherND").inputs({kAll, dtype_bit(DType::kInt64)}).attr("batch_dims", int64_t{0}).infer(infer_gather_nd));
     r.add(OpSchema("ScatterND").inputs({kAll, dtype_bit(DType::kInt64), kAll}).attr("reduction", std::string("none")).infer(infer_scatter_nd));
     for (const char* op : {"ScatterElements", "Scatter"})

@@ -16,6 +16,8 @@ class DnnlBatchNorm : public du::PrimitiveKernel {
 
   std::vector<TensorType> prepare(const PrepareContext& ctx) override {
     ANVIL_PREPARE_CHECK(ctx, ctx.attrs().get_int("training_mode", 0) == 0, ErrorKind::kUnsupported, "training mode");
+    ANVIL_PREPARE_CHECK(ctx, ctx.opset() >= 7 || ctx.attrs().get_int("is_test", 0) != 0, ErrorKind::kUnsupported,
+                        "is_test=0 (training)");
     ANVIL_PREPARE_CHECK(ctx, ctx.opset() >= 9 || ctx.attrs().get_int("spatial", 1) == 1, ErrorKind::kUnsupported,
                         "spatial=0");
     const Shape& x = ctx.input_shape(0);

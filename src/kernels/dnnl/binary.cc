@@ -69,6 +69,7 @@ class DnnlBinary : public du::PrimitiveKernel {
 // Sum/Max/Min with more than two inputs stay on the reference kernel.
 std::unique_ptr<Kernel> make_binary(const ir::Node& node) {
   if (node.inputs.size() != 2) return nullptr;
+  if (node.opset < 7) return nullptr;  // legacy axis-aligned broadcasting: the reference kernel
   return std::make_unique<DnnlBinary>(node);
 }
 

@@ -67,6 +67,9 @@ class BatchNormKernel : public Kernel {
     size_t extra_outputs = 0;
     const auto& outputs = ctx.node().outputs;
     for (size_t i = 1; i < outputs.size(); ++i) extra_outputs += outputs[i] != nullptr;
+    // Opsets 1-6 say inference with is_test=1.
+    ANVIL_PREPARE_CHECK(ctx, ctx.opset() >= 7 || ctx.attrs().get_int("is_test", 0) != 0, ErrorKind::kUnsupported,
+                        "is_test=0 (training mode) is not supported; only inference mode is");
     if (ctx.opset() >= 14) {
       ANVIL_PREPARE_CHECK(ctx, ctx.attrs().get_int("training_mode", 0) == 0, ErrorKind::kUnsupported,
                           "training_mode=1 (batch statistics and running-mean updates) is not supported; "
@@ -102,6 +105,7 @@ class BatchNormKernel : public Kernel {
   float epsilon_ = 1e-5f;
 };
 
+ANVIL_REGISTER_OP_VERSIONS("BatchNormalization", 1, 15);  // 1-6: is_test, spatial
 ANVIL_REGISTER_KERNEL_CLASS("BatchNormalization", kRef, BatchNormKernel);
 
 }  // namespace

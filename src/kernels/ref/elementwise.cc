@@ -181,6 +181,25 @@ void apply_binary(BinOp op, const BroadcastPlan& p, const T* a, const T* b, T* o
   }
 }
 
+// Before opset 7 the second operand broadcast only with broadcast=1, its dims
+// aligned from `axis` of the first (suffix-aligned without one), and PRelu's
+// slope [C] applied per channel (axis 1). The shape numpy broadcasting then
+// reads it as; the schema has checked that it fits.
+Shape legacy_operand_shape(const PrepareContext& ctx, bool prelu, const Shape& a, const Shape& b) {
+  if (ctx.opset() >= 7) return b;
+  if (prelu) {
+    if (b.size() != 1 || a.size() < 2 || b[0] != a[1]) return b;
+    Shape s(a.size() - 1, 1);
+    s[0] = b[0];
+    return s;
+  }
+  if (!ctx.attrs().has("axis")) return b;
+  Shape s = b;
+  const auto axis = static_cast<size_t>(ctx.attrs().get_int("axis", 0));
+  s.insert(s.end(), a.size() - axis - b.size(), 1);
+  return s;
+}
+
 // Add, Sub, Mul, Div, PRelu, Mod, BitShift: both operands of one type.
 class BinaryKernel : public Kernel {
  public:
@@ -197,10 +216,10 @@ class BinaryKernel : public Kernel {
     ANVIL_PREPARE_CHECK(ctx, op_ != BinOp::kMod || !dtype_in(d, kFloats | kHalfs), ErrorKind::kInvalidModel,
                         "fmod must be 1 for {} inputs", dtype_name(d));
     const Shape& sa = ctx.input_shape(0);
-    const Shape& sb = ctx.input_shape(1);
+    const Shape sb = legacy_operand_shape(ctx, op_ == BinOp::kPRelu, sa, ctx.input_shape(1));
     const Shape& out = ctx.output_shape(0);
     plan_ = BroadcastPlan(out, sa, sb);
-    inplace_ = out == sa ? 0 : out == sb ? 1 : -1;
+    inplace_ = out == sa ? 0 : out == ctx.input_shape(1) ? 1 : -1;
     return ctx.output_types();
   }
 
@@ -231,7 +250,7 @@ class PowKernel : public Kernel {
     ANVIL_PREPARE_CHECK(ctx, dtype_in(a, kNumeric) && dtype_in(b, kNumeric), ErrorKind::kUnsupported,
                         "Pow of {} by {} is not supported", dtype_name(a), dtype_name(b));
     const Shape& out = ctx.output_shape(0);
-    plan_ = BroadcastPlan(out, ctx.input_shape(0), ctx.input_shape(1));
+    plan_ = BroadcastPlan(out, ctx.input_shape(0), legacy_operand_shape(ctx, false, ctx.input_shape(0), ctx.input_shape(1)));
     inplace_ = out == ctx.input_shape(0) ? 0 : -1;
     return ctx.output_types();
   }
@@ -331,6 +350,13 @@ KernelFactory make_factory(Args... args) {
   return [=](const ir::Node&) -> std::unique_ptr<Kernel> { return std::make_unique<K>(args...); };
 }
 
+// Opsets 1-6 (broadcast/axis attributes, PRelu per channel) included.
+ANVIL_REGISTER_OP_VERSIONS("Add", 1, 14);
+ANVIL_REGISTER_OP_VERSIONS("Sub", 1, 14);
+ANVIL_REGISTER_OP_VERSIONS("Mul", 1, 14);
+ANVIL_REGISTER_OP_VERSIONS("Div", 1, 14);
+ANVIL_REGISTER_OP_VERSIONS("Pow", 1, 15);
+ANVIL_REGISTER_OP_VERSIONS("PRelu", 1, 16);
 constexpr unsigned kArithmetic = kNumeric | kHalfs;
 ANVIL_REGISTER_KERNEL("Add", kRef, make_factory<BinaryKernel>(BinOp::kAdd, kArithmetic));
 ANVIL_REGISTER_KERNEL("Sub", kRef, make_factory<BinaryKernel>(BinOp::kSub, kArithmetic));

@@ -218,6 +218,7 @@ class MatMulKernel : public Kernel {
   std::vector<int64_t> a_offsets_, b_offsets_;
 };
 
+ANVIL_REGISTER_OP_VERSIONS("Gemm", 1, 13);  // 1-6: C required, `broadcast` (numpy's unidirectional rule covers it)
 ANVIL_REGISTER_KERNEL_CLASS("Gemm", kRef, GemmKernel);
 ANVIL_REGISTER_KERNEL_CLASS("MatMul", kRef, MatMulKernel);
 

@@ -300,7 +300,48 @@ class CumSumKernel : public Kernel {
   DType dtype_ = DType::kUndefined;
 };
 
+// ReverseSequence: for each batch entry b, the first sequence_lens[b] steps
+// along time_axis reversed, the rest copied.
+class ReverseSequenceKernel : public Kernel {
+ public:
+  explicit ReverseSequenceKernel(const ir::Node& node)
+      : batch_axis_(node.attrs.get_int("batch_axis", 1)), time_axis_(node.attrs.get_int("time_axis", 0)) {}
+
+  std::vector<TensorType> prepare(const PrepareContext& ctx) override {
+    shape_ = ctx.input_shape(0);  // the schema checked the axes and sequence_lens [batch]
+    elem_ = dtype_size(ctx.input_dtype(0));
+    return ctx.output_types();
+  }
+
+  void run(const RunContext& ctx) const override {
+    const Tensor& lens = ctx.in(1);
+    const auto b_axis = static_cast<size_t>(batch_axis_), t_axis = static_cast<size_t>(time_axis_);
+    const int64_t steps = shape_[t_axis];
+    for (int64_t b = 0; b < lens.numel(); ++b) {
+      const int64_t n = lens.data<int64_t>()[b];
+      ANVIL_CHECK(n >= 0 && n <= steps, ErrorKind::kInvalidArgument,
+                  "ReverseSequence: sequence length {} is out of range [0, {}]", n, steps);
+    }
+    const std::vector<int64_t> strides = contiguous_strides(shape_);
+    const int64_t total = shape_numel(shape_);
+    const auto* src = static_cast<const unsigned char*>(ctx.in(0).raw());
+    auto* dst = static_cast<unsigned char*>(ctx.out(0).raw());
+    for (int64_t i = 0; i < total; ++i) {
+      const int64_t b = (i / strides[b_axis]) % shape_[b_axis], t = (i / strides[t_axis]) % shape_[t_axis];
+      const int64_t n = lens.data<int64_t>()[b];
+      const int64_t from = t < n ? i + (n - 1 - 2 * t) * strides[t_axis] : i;
+      std::memcpy(dst + static_cast<size_t>(i) * elem_, src + static_cast<size_t>(from) * elem_, elem_);
+    }
+  }
+
+ private:
+  int64_t batch_axis_, time_axis_;
+  Shape shape_;
+  size_t elem_ = 0;
+};
+
 ANVIL_REGISTER_KERNEL_CLASS("Expand", kRef, ExpandKernel);
+ANVIL_REGISTER_KERNEL_CLASS_TYPED("ReverseSequence", kRef, ReverseSequenceKernel, {kAll, dtype_bit(DType::kInt64)});
 ANVIL_REGISTER_KERNEL_CLASS("Tile", kRef, TileKernel);
 ANVIL_REGISTER_KERNEL_CLASS("Range", kRef, RangeKernel);
 ANVIL_REGISTER_KERNEL_CLASS("GatherElements", kRef, GatherElementsKernel);

@@ -1,6 +1,14 @@
-// LayerNormalization (opset 17): normalizes over the axes from `axis` to the
-// end, then scales and shifts. The optional Mean and InvStdDev outputs are
-// written when the model asks for them (training graphs).
+// Normalizations over part of a tensor's axes:
+// - LayerNormalization (opset 17): over the axes from `axis` to the end, then
+//   scale and shift; the optional Mean and InvStdDev outputs are written when
+//   the model asks for them (training graphs).
+// - InstanceNormalization: over the spatial axes of each (n, c), then the
+//   per-channel scale and shift.
+// - MeanVarianceNormalization: over `axes` (default N, H, W).
+// - LRN: each element divided by a power of the sum of squares of its `size`
+//   channel neighbours.
+// Statistics accumulate in double.
+#include <algorithm>
 #include <cmath>
 
 #include "kernels/ref/common.h"
@@ -90,7 +98,181 @@ class LayerNormKernel : public Kernel {
   bool broadcast_[3] = {false, false, false};
 };
 
+// Mean and 1 / sqrt(variance + eps) of `n` elements `stride` apart.
+template <typename T>
+std::pair<double, double> moments(const T* x, int64_t n, int64_t stride, double eps) {
+  double sum = 0;
+  for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(x[i * stride]);
+  const double mean = n ? sum / static_cast<double>(n) : 0;
+  double sq = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const double d = static_cast<double>(x[i * stride]) - mean;
+    sq += d * d;
+  }
+  return {mean, 1.0 / std::sqrt((n ? sq / static_cast<double>(n) : 0) + eps)};
+}
+
+class InstanceNormKernel : public Kernel {
+ public:
+  explicit InstanceNormKernel(const ir::Node& node) : eps_(node.attrs.get_float("epsilon", 1e-5f)) {}
+
+  std::vector<TensorType> prepare(const PrepareContext& ctx) override {
+    const Shape& x = ctx.input_shape(0);  // the schema checked [N, C, ...] and scale, B of [C]
+    planes_ = x[0] * x[1];
+    channels_ = x[1];
+    plane_ = shape_numel(Shape(x.begin() + 2, x.end()));
+    return ctx.output_types();
+  }
+
+  void run(const RunContext& ctx) const override {
+    dispatch_dtype(ctx.in(0).dtype(), [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      if constexpr (std::is_floating_point_v<T>) {
+        const T *x = ctx.in(0).data<T>(), *scale = ctx.in(1).data<T>(), *bias = ctx.in(2).data<T>();
+        T* y = ctx.out(0).data<T>();
+#pragma omp parallel for if (planes_ * plane_ > 32768)
+        for (int64_t p = 0; p < planes_; ++p) {
+          const auto [mean, inv] = moments(x + p * plane_, plane_, 1, static_cast<double>(eps_));
+          const int64_t c = p % channels_;
+          for (int64_t i = 0; i < plane_; ++i)
+            y[p * plane_ + i] = static_cast<T>((static_cast<double>(x[p * plane_ + i]) - mean) * inv *
+                                                   static_cast<double>(scale[c]) + static_cast<double>(bias[c]));
+        }
+      }
+    });
+  }
+
+ private:
+  float eps_;
+  int64_t planes_ = 0, channels_ = 1, plane_ = 1;
+};
+
+// (x - mean) / (std + 1e-9) over `axes`, as ONNX's definition and test data compute it.
+class MeanVarianceNormKernel : public Kernel {
+ public:
+  explicit MeanVarianceNormKernel(const ir::Node& node)
+      : axes_(node.attrs.get_ints("axes", std::vector<int64_t>{0, 2, 3})) {}
+
+  std::vector<TensorType> prepare(const PrepareContext& ctx) override {
+    const Shape& x = ctx.input_shape(0);
+    const auto rank = static_cast<int64_t>(x.size());
+    reduced_.assign(x.size(), false);
+    for (int64_t a : axes_) reduced_[static_cast<size_t>(normalize_axis(ctx, a, rank))] = true;
+    shape_ = x;
+    return ctx.output_types();
+  }
+
+  void run(const RunContext& ctx) const override {
+    dispatch_dtype(ctx.in(0).dtype(), [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      if constexpr (std::is_floating_point_v<T>) compute(ctx.in(0).data<T>(), ctx.out(0).data<T>());
+    });
+  }
+
+ private:
+  // Groups are the elements that share their kept coordinates.
+  template <typename T>
+  void compute(const T* x, T* y) const {
+    const int64_t n = shape_numel(shape_);
+    std::vector<int64_t> group(static_cast<size_t>(n));
+    int64_t groups = 1;
+    std::vector<int64_t> kept_stride(shape_.size(), 0);
+    for (size_t d = shape_.size(); d-- > 0;)
+      if (!reduced_[d]) {
+        kept_stride[d] = groups;
+        groups *= shape_[d];
+      }
+    for (int64_t i = 0; i < n; ++i) {
+      int64_t rem = i, g = 0;
+      for (size_t d = shape_.size(); d-- > 0;) {
+        g += (rem % shape_[d]) * kept_stride[d];
+        rem /= shape_[d];
+      }
+      group[static_cast<size_t>(i)] = g;
+    }
+    std::vector<double> sum(static_cast<size_t>(groups), 0), sq(static_cast<size_t>(groups), 0);
+    std::vector<int64_t> count(static_cast<size_t>(groups), 0);
+    for (int64_t i = 0; i < n; ++i) {
+      const auto g = static_cast<size_t>(group[static_cast<size_t>(i)]);
+      sum[g] += static_cast<double>(x[i]);
+      ++count[g];
+    }
+    for (size_t g = 0; g < sum.size(); ++g) sum[g] = count[g] ? sum[g] / static_cast<double>(count[g]) : 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const auto g = static_cast<size_t>(group[static_cast<size_t>(i)]);
+      const double d = static_cast<double>(x[i]) - sum[g];
+      sq[g] += d * d;
+    }
+    for (int64_t i = 0; i < n; ++i) {
+      const auto g = static_cast<size_t>(group[static_cast<size_t>(i)]);
+      const double std = std::sqrt(count[g] ? sq[g] / static_cast<double>(count[g]) : 0);
+      y[i] = static_cast<T>((static_cast<double>(x[i]) - sum[g]) / (std + 1e-9));
+    }
+  }
+
+  std::vector<int64_t> axes_;
+  std::vector<bool> reduced_;
+  Shape shape_;
+};
+
+// LRN: y = x / (bias + alpha / size * sum of x^2 over channels [c - (size-1)/2, c + ceil((size-1)/2)]) ^ beta.
+class LrnKernel : public Kernel {
+ public:
+  explicit LrnKernel(const ir::Node& node)
+      : alpha_(node.attrs.get_float("alpha", 1e-4f)),
+        beta_(node.attrs.get_float("beta", 0.75f)),
+        bias_(node.attrs.get_float("bias", 1.f)),
+        size_(node.attrs.get_int("size", 0)) {}
+
+  std::vector<TensorType> prepare(const PrepareContext& ctx) override {
+    ANVIL_PREPARE_CHECK(ctx, size_ >= 1, ErrorKind::kInvalidModel, "size {} must be >= 1", size_);
+    const Shape& x = ctx.input_shape(0);
+    ANVIL_PREPARE_CHECK(ctx, x.size() >= 3, ErrorKind::kInvalidArgument, "input {} must be [N, C, D1, ...]",
+                        shape_str(x));
+    batch_ = x[0];
+    channels_ = x[1];
+    plane_ = shape_numel(Shape(x.begin() + 2, x.end()));
+    return ctx.output_types();
+  }
+
+  void run(const RunContext& ctx) const override {
+    dispatch_dtype(ctx.in(0).dtype(), [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      if constexpr (std::is_floating_point_v<T>) compute(ctx.in(0).data<T>(), ctx.out(0).data<T>());
+    });
+  }
+
+ private:
+  template <typename T>
+  void compute(const T* x, T* y) const {
+    const int64_t before = (size_ - 1) / 2, after = size_ - 1 - before;
+#pragma omp parallel for collapse(2) if (batch_ * channels_ * plane_ * size_ > 32768)
+    for (int64_t n = 0; n < batch_; ++n)
+      for (int64_t c = 0; c < channels_; ++c) {
+        const int64_t lo = std::max<int64_t>(0, c - before), hi = std::min(channels_ - 1, c + after);
+        for (int64_t i = 0; i < plane_; ++i) {
+          double sq = 0;
+          for (int64_t k = lo; k <= hi; ++k) {
+            const double v = static_cast<double>(x[(n * channels_ + k) * plane_ + i]);
+            sq += v * v;
+          }
+          const int64_t at = (n * channels_ + c) * plane_ + i;
+          const double scale = std::pow(static_cast<double>(bias_) + static_cast<double>(alpha_) / size_ * sq,
+                                        static_cast<double>(beta_));
+          y[at] = static_cast<T>(static_cast<double>(x[at]) / scale);
+        }
+      }
+  }
+
+  float alpha_, beta_, bias_;
+  int64_t size_;
+  int64_t batch_ = 0, channels_ = 0, plane_ = 1;
+};
+
 ANVIL_REGISTER_KERNEL_CLASS("LayerNormalization", kRef, LayerNormKernel);
+ANVIL_REGISTER_KERNEL_CLASS_TYPED("InstanceNormalization", kRef, InstanceNormKernel, {kFloats});
+ANVIL_REGISTER_KERNEL_CLASS_TYPED("MeanVarianceNormalization", kRef, MeanVarianceNormKernel, {kFloats});
+ANVIL_REGISTER_KERNEL_CLASS_TYPED("LRN", kRef, LrnKernel, {kFloats});
 
 }  // namespace
 }  // namespace anvil::kernels

@@ -11,6 +11,7 @@
 // (count_include_pad = 1). The end padding added by ceil_mode is not part of
 // the model's pads and never counts, as in ONNX Runtime and the ONNX tests.
 #include <algorithm>
+#include <cstring>
 #include <initializer_list>
 #include <limits>
 
@@ -254,7 +255,67 @@ class GlobalPoolKernel : public Kernel {
   int64_t planes_ = 0, plane_ = 1;
 };
 
+// MaxUnpool: zeros, with each X value put back where its MaxPool index points.
+// Indices count over the whole default unpooled tensor [N, C, (in - 1) * s +
+// k - pads ...]; with a larger output_shape the same coordinates are used.
+class MaxUnpoolKernel : public Kernel {
+ public:
+  explicit MaxUnpoolKernel(const ir::Node&) {}
+
+  std::vector<TensorType> prepare(const PrepareContext& ctx) override {
+    const Shape& x = ctx.input_shape(0);
+    const size_t n = x.size() - 2;  // the schema checked [N, C, D...] and kernel_shape
+    const std::vector<int64_t> k = ctx.attrs().get_ints("kernel_shape");
+    const std::vector<int64_t> s = ctx.attrs().get_ints("strides", std::vector<int64_t>(n, 1));
+    const std::vector<int64_t> p = ctx.attrs().get_ints("pads", std::vector<int64_t>(2 * n, 0));
+    ANVIL_PREPARE_CHECK(ctx, s.size() == n && p.size() == 2 * n, ErrorKind::kInvalidModel,
+                        "strides and pads must have one (two) entries per spatial dimension");
+    default_ = {x[0], x[1]};
+    for (size_t i = 0; i < n; ++i) default_.push_back((x[2 + i] - 1) * s[i] + k[i] - p[i] - p[i + n]);
+    out_ = ctx.output_shape(0);
+    ANVIL_PREPARE_CHECK(ctx, out_.size() == default_.size(), ErrorKind::kInvalidArgument,
+                        "output_shape {} does not have the input's rank", shape_str(out_));
+    return ctx.output_types();
+  }
+
+  void run(const RunContext& ctx) const override {
+    const Tensor& x = ctx.in(0);
+    const Tensor& idx = ctx.in(1);
+    Tensor& y = ctx.out(0);
+    ANVIL_CHECK(idx.numel() == x.numel(), ErrorKind::kInvalidArgument,
+                "MaxUnpool: indices {} do not match X {}", shape_str(idx.shape()), shape_str(x.shape()));
+    std::vector<int64_t> at(static_cast<size_t>(idx.numel()));
+    const int64_t limit = shape_numel(default_);
+    for (int64_t i = 0; i < idx.numel(); ++i) {
+      int64_t v = idx.data<int64_t>()[i];
+      ANVIL_CHECK(v >= 0 && v < limit, ErrorKind::kInvalidArgument,
+                  "MaxUnpool: index {} is outside the unpooled shape {}", v, shape_str(default_));
+      int64_t flat = 0, scale = 1;  // the same coordinates in the output's shape
+      for (size_t d = default_.size(); d-- > 0;) {
+        const int64_t c = v % default_[d];
+        v /= default_[d];
+        ANVIL_CHECK(c < out_[d], ErrorKind::kInvalidArgument, "MaxUnpool: output_shape {} is smaller than {}",
+                    shape_str(out_), shape_str(default_));
+        flat += c * scale;
+        scale *= out_[d];
+      }
+      at[static_cast<size_t>(i)] = flat;
+    }
+    std::memset(y.raw(), 0, y.nbytes());
+    const size_t elem = dtype_size(x.dtype());
+    const auto* src = static_cast<const unsigned char*>(x.raw());
+    auto* dst = static_cast<unsigned char*>(y.raw());
+    for (size_t i = 0; i < at.size(); ++i)
+      std::memcpy(dst + static_cast<size_t>(at[i]) * elem, src + i * elem, elem);
+  }
+
+ private:
+  Shape default_, out_;
+};
+
 ANVIL_REGISTER_KERNEL_CLASS("MaxPool", kRef, MaxPoolKernel);
+ANVIL_REGISTER_KERNEL_CLASS_TYPED("MaxUnpool", kRef, MaxUnpoolKernel, {kFloats, dtype_bit(DType::kInt64), dtype_bit(DType::kInt64)});
+ANVIL_REGISTER_OP_VERSIONS("AveragePool", 1, 11);  // 1: no count_include_pad (it defaults to 0 since)
 ANVIL_REGISTER_KERNEL_CLASS("AveragePool", kRef, AveragePoolKernel);
 ANVIL_REGISTER_KERNEL_CLASS("GlobalAveragePool", kRef, GlobalPoolKernel<false>);
 ANVIL_REGISTER_KERNEL_CLASS("GlobalMaxPool", kRef, GlobalPoolKernel<true>);

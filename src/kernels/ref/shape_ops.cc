@@ -193,14 +193,14 @@ class ConstantOfShapeKernel : public Kernel {
 }  // namespace
 
 // Versions after opset 17 that only add element types (float8, int4) Anvil does not have.
-ANVIL_REGISTER_OP_VERSIONS("Flatten", 9, 21);
+ANVIL_REGISTER_OP_VERSIONS("Flatten", 1, 21);
 ANVIL_REGISTER_OP_VERSIONS("Reshape", 5, 21);
 ANVIL_REGISTER_OP_VERSIONS("Squeeze", 1, 21);
 ANVIL_REGISTER_OP_VERSIONS("Unsqueeze", 1, 21);
 ANVIL_REGISTER_OP_VERSIONS("Identity", 1, 21);
 ANVIL_REGISTER_OP_VERSIONS("Shape", 1, 21);
 ANVIL_REGISTER_OP_VERSIONS("Size", 1, 21);
-ANVIL_REGISTER_OP_VERSIONS("Constant", 9, 21);
+ANVIL_REGISTER_OP_VERSIONS("Constant", 1, 21);
 ANVIL_REGISTER_OP_VERSIONS("ConstantOfShape", 9, 21);
 ANVIL_REGISTER_KERNEL_CLASS("Flatten", kRef, ReshapeLikeKernel);
 ANVIL_REGISTER_KERNEL_CLASS("Reshape", kRef, ReshapeLikeKernel);
