@@ -216,5 +216,27 @@ TEST(ScatterElements, AlongAnAxisWithAdd) {
             ErrorKind::kInvalidArgument);
 }
 
+// --- Resize ------------------------------------------------------------------------------------------------------
+
+// [1, 3] upsampled x2 along the last axis.
+TEST(Resize, LinearHalfPixelAndNearestAsymmetric) {
+  Tensor x = f32({1, 2}, {1, 3});
+  Tensor scales = f32({2}, {1, 2});
+  testing::KernelOptions o = opset(13);
+  o.constant_inputs = {false, false, true};
+  // half_pixel: output i reads (i + 0.5) / 2 - 0.5 = -0.25, 0.25, 0.75, 1.25 (clamped at the edges).
+  std::vector<Tensor> out = run_kernel("Resize", {x, Tensor(), scales}, attrs({{"mode", std::string("linear")}}), o);
+  EXPECT_EQ(out[0].shape(), (Shape{1, 4}));
+  expect_near(out[0], {1.f, 1.5f, 2.5f, 3.f});
+  ir::Attributes nearest = attrs({{"coordinate_transformation_mode", std::string("asymmetric")},
+                                  {"nearest_mode", std::string("floor")}});
+  expect_near(run_kernel("Resize", {x, Tensor(), scales}, nearest, o)[0], {1.f, 1.f, 3.f, 3.f});
+  // sizes instead of scales, align_corners: output i reads i * (2 - 1) / (3 - 1).
+  o.constant_inputs = {false, false, false, true};
+  ir::Attributes corners = attrs({{"mode", std::string("linear")},
+                                  {"coordinate_transformation_mode", std::string("align_corners")}});
+  expect_near(run_kernel("Resize", {x, Tensor(), Tensor(), i64({2}, {1, 3})}, corners, o)[0], {1.f, 2.f, 3.f});
+}
+
 }  // namespace
 }  // namespace anvil

@@ -285,6 +285,21 @@ void infer_max_unpool(InferContext& ctx) {
   ctx.set_output(0, Type::tensor(ctx.dtype(0), out));
 }
 
+// Resize: the `sizes` input gives the output shape; float scales (and
+// Upsample's) are applied by the kernel, which reads them.
+void infer_resize(InferContext& ctx) {
+  ctx.set_output(0, Type::tensor(ctx.dtype(0)));
+  const SymShape& x = ctx.dims(0);
+  if (ctx.node().op_type != "Resize" || ctx.opset() < 11 || !ctx.has_input(3)) return;
+  auto sizes = ctx.known_values(3);
+  if (!sizes) return;
+  if (sizes->size() != x.size()) ctx.fail_input("sizes has {} values for an input of rank {}", sizes->size(), x.size());
+  for (int64_t v : *sizes)
+    if (v < 0) ctx.fail_input("sizes {} has a negative value", dims_str(known_dims(*sizes)));
+  if (ctx.attr_string("keep_aspect_ratio_policy") != "stretch" || ctx.has_attr("axes")) return;
+  ctx.set_output(0, Type::tensor(ctx.dtype(0), known_dims(*sizes)));
+}
+
 // Det: [*, M, M] -> [*].
 void infer_det(InferContext& ctx) {
   ctx.set_output(0, Type::tensor(ctx.dtype(0)));
@@ -457,6 +472,8 @@ struct Registrations {
                 .infer(infer_recurrent));
     r.add(OpSchema("MaxUnpool").required_attr("kernel_shape").infer(infer_max_unpool));
     r.add(OpSchema("Det").inputs({kFloatLike}).infer(infer_det));
+    r.add(OpSchema("Resize").attr("mode", std::string("nearest")).attr("keep_aspect_ratio_policy", std::string("stretch")).infer(infer_resize));
+    r.add(OpSchema("Upsample").attr("mode", std::string("nearest")).infer(infer_resize));
     for (const char* op : {"NegativeLogLikelihoodLoss", "SoftmaxCrossEntropyLoss"})
       r.add(OpSchema(op).inputs({kFloatLike, kInt32And64, kFloatLike}).attr("reduction", std::string("mean")).infer(infer_loss));
     r.add(OpSchema("If").inputs({kBoolType}).infer(infer_if));

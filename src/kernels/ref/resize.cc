@@ -1,0 +1,302 @@
+// Resize (opsets 10-19) and Upsample (7, 9): nearest, linear and cubic
+// interpolation over any axes, with ONNX's coordinate transformations
+// (half_pixel, pytorch_half_pixel, align_corners, asymmetric,
+// tf_half_pixel_for_nn, tf_crop_and_resize) and nearest rounding modes.
+//
+// Interpolation is separable: for each axis whose size or mapping changes,
+// one pass resamples along that axis with per-output-index taps (input index,
+// weight) computed once in prepare(). A tap list marked `outside` (only
+// tf_crop_and_resize) yields extrapolation_value. Weights of later passes sum
+// to one, so extrapolated lines stay extrapolated.
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <limits>
+#include <string>
+#include <type_traits>
+
+#include "core/checked.h"
+#include "kernels/ref/common.h"
+#include "kernels/registry.h"
+
+namespace anvil::kernels {
+
+namespace {
+
+struct Tap {
+  int64_t index;
+  double weight;
+};
+
+// How one output index of an axis is computed from the input axis.
+struct Sample {
+  std::vector<Tap> taps;
+  bool outside = false;  // tf_crop_and_resize: outside the input, extrapolation_value
+};
+
+struct AxisPlan {
+  size_t axis;
+  int64_t in, out;
+  std::vector<Sample> samples;
+};
+
+struct Options {
+  std::string mode = "nearest";          // nearest, linear, cubic
+  std::string transform = "half_pixel";  // coordinate_transformation_mode
+  std::string nearest = "round_prefer_floor";
+  double cubic_a = -0.75;
+  bool exclude_outside = false;
+  float extrapolation = 0.f;
+};
+
+// The input coordinate of output index x_out. `out` is the unrounded output
+// length in * scale (ONNX's reference, and ONNX Runtime, use it when scales are given).
+double source_coordinate(const Options& o, double x_out, double scale, int64_t in, double out, double roi_start,
+                         double roi_end) {
+  const std::string& t = o.transform;
+  if (t == "half_pixel") return (x_out + 0.5) / scale - 0.5;
+  if (t == "pytorch_half_pixel") return out > 1 ? (x_out + 0.5) / scale - 0.5 : 0.0;
+  if (t == "align_corners") return out == 1 ? 0.0 : x_out * static_cast<double>(in - 1) / (out - 1);
+  if (t == "asymmetric") return x_out / scale;
+  if (t == "tf_half_pixel_for_nn") return (x_out + 0.5) / scale;
+  // tf_crop_and_resize
+  const double span = (roi_end - roi_start) * static_cast<double>(in - 1);
+  return out > 1 ? roi_start * static_cast<double>(in - 1) + x_out * span / (out - 1)
+                 : 0.5 * (roi_start + roi_end) * static_cast<double>(in - 1);
+}
+
+int64_t nearest_index(const Options& o, double x) {
+  const double f = std::floor(x);
+  if (o.nearest == "floor") return static_cast<int64_t>(f);
+  if (o.nearest == "ceil") return static_cast<int64_t>(std::ceil(x));
+  const double frac = x - f;
+  if (frac == 0.5) return static_cast<int64_t>(o.nearest == "round_prefer_ceil" ? f + 1 : f);
+  return static_cast<int64_t>(std::round(x));
+}
+
+// Keys' cubic convolution weights for the 4 taps around x (offsets -1..2).
+std::array<double, 4> cubic_weights(double r, double a) {
+  auto far = [a](double d) { return ((a * d - 5 * a) * d + 8 * a) * d - 4 * a; };  // 1 < d < 2
+  auto near = [a](double d) { return ((a + 2) * d - (a + 3)) * d * d + 1; };      // d <= 1
+  return {far(r + 1), near(r), near(1 - r), far(2 - r)};
+}
+
+Sample make_sample(const Options& o, double x, int64_t in, bool crop) {
+  Sample s;
+  if (crop && (x < 0 || x > static_cast<double>(in - 1))) {
+    s.outside = true;
+    return s;
+  }
+  auto clamp = [in](int64_t i) { return std::clamp<int64_t>(i, 0, in - 1); };
+  if (o.mode == "nearest") {
+    s.taps.push_back({clamp(nearest_index(o, x)), 1.0});
+  } else if (o.mode == "linear") {
+    const double f = std::floor(x), r = x - f;
+    const auto i0 = static_cast<int64_t>(f);
+    s.taps.push_back({clamp(i0), 1 - r});
+    s.taps.push_back({clamp(i0 + 1), r});
+  } else {
+    const double f = std::floor(x);
+    const auto i0 = static_cast<int64_t>(f);
+    const std::array<double, 4> w = cubic_weights(x - f, o.cubic_a);
+    double total = 0;
+    for (int k = 0; k < 4; ++k) {
+      const int64_t i = i0 - 1 + k;
+      if (o.exclude_outside && (i < 0 || i >= in)) continue;
+      s.taps.push_back({clamp(i), w[static_cast<size_t>(k)]});
+      total += w[static_cast<size_t>(k)];
+    }
+    if (o.exclude_outside && total != 0)
+      for (Tap& t : s.taps) t.weight /= total;
+  }
+  return s;
+}
+
+class ResizeKernel : public Kernel {
+ public:
+  ResizeKernel(const ir::Node& node, bool upsample) : upsample_(upsample) {
+    const ir::Attributes& a = node.attrs;
+    opt_.mode = a.get_string("mode", "nearest");
+    if (upsample || node.opset < 11) {  // Upsample and Resize-10: asymmetric coordinates, floor for nearest
+      opt_.transform = "asymmetric";
+      opt_.nearest = "floor";
+    } else {
+      opt_.transform = a.get_string("coordinate_transformation_mode", "half_pixel");
+      opt_.nearest = a.get_string("nearest_mode", "round_prefer_floor");
+      opt_.cubic_a = a.get_float("cubic_coeff_a", -0.75f);
+      opt_.exclude_outside = a.get_int("exclude_outside", 0) != 0;
+      opt_.extrapolation = a.get_float("extrapolation_value", 0.f);
+    }
+  }
+
+  std::vector<TensorType> prepare(const PrepareContext& ctx) override {
+    check_options(ctx);
+    const Shape& x = ctx.input_shape(0);
+    const size_t rank = x.size();
+    std::vector<double> scales(rank, 1.0), roi_start(rank, 0.0), roi_end(rank, 1.0);
+    const bool crop = opt_.transform == "tf_crop_and_resize";
+    if (crop) read_roi(ctx, rank, roi_start, roi_end);
+    // The output length before rounding; tf_crop_and_resize scales the roi's extent.
+    std::vector<double> length(rank);
+    Shape out;
+    if (!upsample_ && ctx.opset() >= 11 && ctx.has_input(3)) {  // sizes: the schema's
+      out = ctx.output_shape(0);
+      for (size_t d = 0; d < rank; ++d) {
+        scales[d] = x[d] ? static_cast<double>(out[d]) / static_cast<double>(x[d]) : 1;
+        length[d] = static_cast<double>(out[d]);
+      }
+    } else {  // scales are floats: read here
+      scales = read_scales(ctx, rank);
+      for (size_t d = 0; d < rank; ++d) {
+        length[d] = static_cast<double>(x[d]) * scales[d] * (crop ? roi_end[d] - roi_start[d] : 1.0);
+        const double size = std::floor(length[d]);
+        ANVIL_PREPARE_CHECK(ctx, size >= 0 && size < 9.0e18, ErrorKind::kInvalidArgument,
+                            "scale {} of axis {} gives no valid size", scales[d], d);
+        out.push_back(static_cast<int64_t>(size));
+      }
+    }
+    check_allocation(shape_nbytes(out, ctx.input_dtype(0)), ctx.node().describe() + ": the resized output");
+    plans_.clear();
+    for (size_t d = 0; d < rank; ++d) {
+      AxisPlan p{d, x[d], out[d], {}};
+      bool identity = x[d] == out[d];
+      for (int64_t i = 0; i < out[d]; ++i) {
+        const double c =
+            source_coordinate(opt_, static_cast<double>(i), scales[d], x[d], length[d], roi_start[d], roi_end[d]);
+        p.samples.push_back(make_sample(opt_, c, x[d], crop));
+        const Sample& s = p.samples.back();
+        identity = identity && !s.outside && s.taps.size() >= 1 &&
+                   std::all_of(s.taps.begin(), s.taps.end(), [&](const Tap& t) { return t.index == i || t.weight == 0; });
+      }
+      if (!identity) plans_.push_back(std::move(p));
+    }
+    in_shape_ = x;
+    return {TensorType(ctx.input_dtype(0), out)};
+  }
+
+  void run(const RunContext& ctx) const override {
+    dispatch_dtype(ctx.in(0).dtype(), [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      if constexpr (!std::is_same_v<T, bool>) compute<T>(ctx);
+    });
+  }
+
+ private:
+  void check_options(const PrepareContext& ctx) const {
+    ANVIL_PREPARE_CHECK(ctx, opt_.mode == "nearest" || opt_.mode == "linear" || opt_.mode == "cubic",
+                        ErrorKind::kInvalidModel, "mode '{}' is not nearest, linear or cubic", opt_.mode);
+    ANVIL_PREPARE_CHECK(ctx, !upsample_ || opt_.mode != "cubic", ErrorKind::kInvalidModel,
+                        "Upsample has no cubic mode");
+    const std::string& t = opt_.transform;
+    ANVIL_PREPARE_CHECK(ctx, t == "half_pixel" || t == "pytorch_half_pixel" || t == "align_corners" ||
+                                 t == "asymmetric" || t == "tf_half_pixel_for_nn" || t == "tf_crop_and_resize",
+                        ErrorKind::kInvalidModel, "coordinate_transformation_mode '{}' is not known", t);
+    const std::string& n = opt_.nearest;
+    ANVIL_PREPARE_CHECK(ctx, n == "round_prefer_floor" || n == "round_prefer_ceil" || n == "floor" || n == "ceil",
+                        ErrorKind::kInvalidModel, "nearest_mode '{}' is not known", n);
+    ANVIL_PREPARE_CHECK(ctx, !ctx.attrs().get_int("antialias", 0), ErrorKind::kUnsupported,
+                        "antialias is not supported");
+    ANVIL_PREPARE_CHECK(ctx, !ctx.attrs().has("axes"), ErrorKind::kUnsupported, "the axes attribute is not supported");
+    ANVIL_PREPARE_CHECK(ctx, ctx.attrs().get_string("keep_aspect_ratio_policy", "stretch") == "stretch",
+                        ErrorKind::kUnsupported, "keep_aspect_ratio_policy other than stretch is not supported");
+  }
+
+  // Scales from the attribute (Upsample-7), input 1 (Upsample-9, Resize-10) or input 2.
+  std::vector<double> read_scales(const PrepareContext& ctx, size_t rank) const {
+    std::vector<float> v;
+    if (upsample_ && ctx.opset() < 9) {
+      v = ctx.attrs().get_floats("scales");
+    } else {
+      const size_t at = upsample_ || ctx.opset() < 11 ? 1 : 2;
+      ANVIL_PREPARE_CHECK(ctx, ctx.has_input(at), ErrorKind::kInvalidModel, "one of scales and sizes is required");
+      const Tensor& t = ctx.require_constant(at, "scales");
+      ANVIL_PREPARE_CHECK(ctx, t.dtype() == DType::kFloat32, ErrorKind::kInvalidModel, "scales must be float32");
+      v.assign(t.data<float>(), t.data<float>() + t.numel());
+    }
+    ANVIL_PREPARE_CHECK(ctx, v.size() == rank, ErrorKind::kInvalidArgument, "{} scales for an input of rank {}",
+                        v.size(), rank);
+    std::vector<double> out;
+    for (float s : v) {
+      ANVIL_PREPARE_CHECK(ctx, s > 0 && std::isfinite(s), ErrorKind::kInvalidArgument, "scale {} must be positive", s);
+      out.push_back(s);
+    }
+    return out;
+  }
+
+  void read_roi(const PrepareContext& ctx, size_t rank, std::vector<double>& start, std::vector<double>& end) const {
+    ANVIL_PREPARE_CHECK(ctx, ctx.has_input(1), ErrorKind::kInvalidModel, "tf_crop_and_resize needs roi");
+    const Tensor& roi = ctx.require_constant(1, "roi");
+    ANVIL_PREPARE_CHECK(ctx, roi.numel() == static_cast<int64_t>(2 * rank), ErrorKind::kInvalidArgument,
+                        "roi has {} values for rank {}", roi.numel(), rank);
+    for (size_t d = 0; d < rank; ++d) {
+      auto value = [&](size_t i) {
+        return roi.dtype() == DType::kFloat64 ? roi.data<double>()[i] : static_cast<double>(roi.data<float>()[i]);
+      };
+      start[d] = value(d);
+      end[d] = value(d + rank);
+    }
+  }
+
+  template <typename T>
+  void compute(const RunContext& ctx) const {
+    std::vector<double> cur(ctx.in(0).data<T>(), ctx.in(0).data<T>() + ctx.in(0).numel());
+    std::vector<double> next;
+    Shape shape = in_shape_;
+    for (const AxisPlan& p : plans_) {
+      const int64_t outer = shape_numel(Shape(shape.begin(), shape.begin() + static_cast<std::ptrdiff_t>(p.axis)));
+      const int64_t inner = shape_numel(Shape(shape.begin() + static_cast<std::ptrdiff_t>(p.axis) + 1, shape.end()));
+      next.assign(static_cast<size_t>(outer * p.out * inner), 0.0);
+#pragma omp parallel for if (outer * p.out * inner > 32768)
+      for (int64_t o = 0; o < outer; ++o)
+        for (int64_t i = 0; i < p.out; ++i) {
+          const Sample& s = p.samples[static_cast<size_t>(i)];
+          double* dst = next.data() + (o * p.out + i) * inner;
+          if (s.outside) {
+            std::fill(dst, dst + inner, static_cast<double>(opt_.extrapolation));
+            continue;
+          }
+          for (const Tap& t : s.taps) {
+            const double* src = cur.data() + (o * p.in + t.index) * inner;
+            for (int64_t j = 0; j < inner; ++j) dst[j] += t.weight * src[j];
+          }
+        }
+      shape[p.axis] = p.out;
+      cur.swap(next);
+    }
+    T* y = ctx.out(0).data<T>();
+    for (size_t i = 0; i < cur.size(); ++i) y[i] = convert<T>(cur[i]);
+  }
+
+  // Integers round to nearest (and saturate): interpolated values are not whole.
+  template <typename T>
+  static T convert(double v) {
+    if constexpr (std::is_integral_v<T>) {
+      v = std::nearbyint(v);
+      if (v <= static_cast<double>(std::numeric_limits<T>::lowest())) return std::numeric_limits<T>::lowest();
+      if (v >= static_cast<double>(std::numeric_limits<T>::max())) return std::numeric_limits<T>::max();
+      return static_cast<T>(v);
+    } else if constexpr (std::is_class_v<T>) {
+      return T(static_cast<float>(v));
+    } else {
+      return static_cast<T>(v);
+    }
+  }
+
+  bool upsample_;
+  Options opt_;
+  std::vector<AxisPlan> plans_;
+  Shape in_shape_;
+};
+
+}  // namespace
+
+ANVIL_REGISTER_OP_VERSIONS("Resize", 10, 13);
+ANVIL_REGISTER_OP_VERSIONS("Upsample", 7, 9);
+ANVIL_REGISTER_KERNEL("Resize", kRef, [](const ir::Node& n) -> std::unique_ptr<Kernel> {
+  return std::make_unique<ResizeKernel>(n, false);
+});
+ANVIL_REGISTER_KERNEL("Upsample", kRef, [](const ir::Node& n) -> std::unique_ptr<Kernel> {
+  return std::make_unique<ResizeKernel>(n, true);
+});
+
+}  // namespace anvil::kernels
