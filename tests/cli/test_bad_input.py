@@ -149,14 +149,14 @@ def test_model_path_is_a_directory(anvil, cases):
 # --------------------------------------------------------------------------
 
 def test_unsupported_op(anvil, command, cases):
-    """NonMaxSuppression is valid ONNX that Anvil does not implement."""
+    """RoiAlign is valid ONNX that Anvil does not implement (yet)."""
     graph = helper.make_graph(
-        [helper.make_node("NonMaxSuppression", ["boxes", "scores"], ["selected"], name="nms0")],
-        "nms", [float_info("boxes", (1, 4, 4)), float_info("scores", (1, 1, 4))],
-        [helper.make_tensor_value_info("selected", TensorProto.INT64, [None, 3])])
-    model = save_model(graph, cases / "nms.onnx")
+        [helper.make_node("RoiAlign", ["x", "rois", "batch"], ["y"], name="roi0")],
+        "roi", [float_info("x", (1, 1, 4, 4)), float_info("rois", (1, 4)),
+                helper.make_tensor_value_info("batch", TensorProto.INT64, [1])], [float_info("y", (1, 1, 1, 1))])
+    model = save_model(graph, cases / "roi.onnx")
     check_error(anvil_model(anvil, command, model), EXIT_UNSUPPORTED,
-                r"NonMaxSuppression", r"nms0", strip=(cases,))
+                r"RoiAlign", r"roi0", strip=(cases,))
 
 
 def test_unsupported_custom_domain_op(anvil, command, cases):

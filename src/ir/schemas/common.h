@@ -36,4 +36,7 @@ inline std::optional<SymShape> values_as_dims(const InferContext& ctx, size_t i)
 // optional input at `input_index` from then on. nullopt: not known.
 std::optional<std::vector<int64_t>> axes_of(const InferContext& ctx, int input_from, size_t input_index);
 
+// numpy matmul's output dims (1-D operands gain, then lose, a dimension); checks the inner dims.
+SymShape matmul_dims(const InferContext& ctx, SymShape a, SymShape b);
+
 }  // namespace anvil::ir::schemas

@@ -14,20 +14,7 @@ constexpr unsigned kFloatLike = kFloats | kHalfs;
 
 void infer_matmul(InferContext& ctx) {
   ctx.set_output(0, Type::tensor(ctx.dtype(0)));
-  SymShape a = ctx.dims(0), b = ctx.dims(1);
-  if (a.empty() || b.empty())
-    ctx.fail_input("MatMul operands {} and {} must have rank >= 1", dims_str(a), dims_str(b));
-  const bool vec_a = a.size() == 1, vec_b = b.size() == 1;
-  if (vec_a) a.insert(a.begin(), Dim::known(1));
-  if (vec_b) b.push_back(Dim::known(1));
-  const Dim &k1 = a.back(), &k2 = b[b.size() - 2];
-  if (k1.is_known() && k2.is_known() && k1 != k2)
-    ctx.fail_input("MatMul operands {} and {} have inner dimensions {} and {}", dims_str(ctx.dims(0)),
-                   dims_str(ctx.dims(1)), k1.value, k2.value);
-  SymShape batch = broadcast(ctx, SymShape(a.begin(), a.end() - 2), SymShape(b.begin(), b.end() - 2));
-  if (!vec_a) batch.push_back(a[a.size() - 2]);
-  if (!vec_b) batch.push_back(b.back());
-  ctx.set_output(0, Type::tensor(ctx.dtype(0), batch));
+  ctx.set_output(0, Type::tensor(ctx.dtype(0), matmul_dims(ctx, ctx.dims(0), ctx.dims(1))));
 }
 
 void infer_gemm(InferContext& ctx) {
@@ -484,5 +471,22 @@ struct Registrations {
 const Registrations registrations;
 
 }  // namespace
+
+SymShape matmul_dims(const InferContext& ctx, SymShape a, SymShape b) {
+  if (a.empty() || b.empty())
+    ctx.fail_input("MatMul operands {} and {} must have rank >= 1", dims_str(a), dims_str(b));
+  const SymShape a0 = a, b0 = b;
+  const bool vec_a = a.size() == 1, vec_b = b.size() == 1;
+  if (vec_a) a.insert(a.begin(), Dim::known(1));
+  if (vec_b) b.push_back(Dim::known(1));
+  const Dim &k1 = a.back(), &k2 = b[b.size() - 2];
+  if (k1.is_known() && k2.is_known() && k1 != k2)
+    ctx.fail_input("MatMul operands {} and {} have inner dimensions {} and {}", dims_str(a0), dims_str(b0), k1.value,
+                   k2.value);
+  SymShape out = broadcast(ctx, SymShape(a.begin(), a.end() - 2), SymShape(b.begin(), b.end() - 2));
+  if (!vec_a) out.push_back(a[a.size() - 2]);
+  if (!vec_b) out.push_back(b.back());
+  return out;
+}
 
 }  // namespace anvil::ir::schemas

@@ -1,0 +1,236 @@
+// Linear quantization (ONNX's int8/uint8 scheme, x = (q - zero_point) * scale):
+// QuantizeLinear, DequantizeLinear (per tensor or per `axis`),
+// DynamicQuantizeLinear (uint8 with the scale and zero point of the data's
+// range), MatMulInteger (int32 products of zero-point-shifted operands) and
+// QLinearMatMul (the same, requantized).
+//
+// Rounding is half to even (std::nearbyint in the default mode), then the
+// result saturates to the output type, as the spec says.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "kernels/ref/common.h"
+#include "kernels/registry.h"
+
+namespace anvil::kernels {
+
+namespace {
+
+template <typename Q>
+Q saturate(double v) {
+  const double lo = std::numeric_limits<Q>::lowest(), hi = std::numeric_limits<Q>::max();
+  return static_cast<Q>(std::clamp(v, lo, hi));
+}
+
+double as_double(const Tensor& t, int64_t i) {
+  return dispatch_dtype(t.dtype(), [&](auto tag) -> double {
+    using T = typename decltype(tag)::type;
+    if constexpr (std::is_class_v<T>) return static_cast<double>(static_cast<float>(t.data<T>()[i]));
+    else return static_cast<double>(t.data<T>()[i]);
+  });
+}
+
+// Which element of a per-axis parameter (scale, zero point) applies to element i of x.
+struct AxisIndex {
+  int64_t inner = 1, len = 1;
+  bool per_axis = false;
+  int64_t operator()(int64_t i) const { return per_axis ? (i / inner) % len : 0; }
+};
+
+AxisIndex axis_index(const PrepareContext& ctx, const Shape& x, const Shape& scale) {
+  AxisIndex a;
+  if (shape_numel(scale) <= 1 && scale.size() <= 1) return a;
+  const auto axis = static_cast<size_t>(normalize_axis(ctx, ctx.attrs().get_int("axis", 1), static_cast<int64_t>(x.size())));
+  ANVIL_PREPARE_CHECK(ctx, scale.size() == 1 && scale[0] == x[axis], ErrorKind::kInvalidArgument,
+                      "a per-axis scale {} must have axis {}'s size {}", shape_str(scale), axis, x[axis]);
+  a.per_axis = true;
+  a.len = x[axis];
+  a.inner = shape_numel(Shape(x.begin() + static_cast<std::ptrdiff_t>(axis) + 1, x.end()));
+  return a;
+}
+
+class QuantizeKernel : public Kernel {
+ public:
+  explicit QuantizeKernel(bool dequantize) : dequantize_(dequantize) {}
+
+  std::vector<TensorType> prepare(const PrepareContext& ctx) override {
+    const Shape& scale = ctx.input_shape(1);
+    if (ctx.has_input(2))
+      ANVIL_PREPARE_CHECK(ctx, ctx.input_shape(2) == scale, ErrorKind::kInvalidArgument,
+                          "the zero point {} must have the scale's shape {}", shape_str(ctx.input_shape(2)),
+                          shape_str(scale));
+    index_ = axis_index(ctx, ctx.input_shape(0), scale);
+    return ctx.output_types();
+  }
+
+  void run(const RunContext& ctx) const override {
+    const Tensor& x = ctx.in(0);
+    const Tensor& scale = ctx.in(1);
+    const Tensor* zp = ctx.inputs.size() > 2 ? ctx.inputs[2] : nullptr;
+    Tensor& y = ctx.out(0);
+    dispatch_dtype(y.dtype(), [&](auto tag) {
+      using Y = typename decltype(tag)::type;
+      Y* out = y.data<Y>();
+      for (int64_t i = 0; i < x.numel(); ++i) {
+        const int64_t k = index_(i);
+        const double z = zp ? as_double(*zp, k) : 0.0;
+        if (dequantize_) {
+          if constexpr (std::is_floating_point_v<Y>)
+            out[i] = static_cast<Y>(static_cast<float>(as_double(x, i) - z) * static_cast<float>(as_double(scale, k)));
+        } else if constexpr (std::is_integral_v<Y> && !std::is_same_v<Y, bool>) {
+          // x / scale in float, as ONNX Runtime computes it, then round half to even.
+          const float q = static_cast<float>(as_double(x, i)) / static_cast<float>(as_double(scale, k));
+          out[i] = saturate<Y>(std::nearbyint(static_cast<double>(q)) + z);
+        }
+      }
+    });
+  }
+
+ private:
+  bool dequantize_;
+  AxisIndex index_;
+};
+
+// y = saturate(round(x / scale) + zero_point) into uint8, where the scale and
+// zero point map [min(x, 0), max(x, 0)] onto [0, 255].
+class DynamicQuantizeKernel : public Kernel {
+ public:
+  explicit DynamicQuantizeKernel(const ir::Node&) {}
+  std::vector<TensorType> prepare(const PrepareContext& ctx) override { return ctx.output_types(); }
+
+  void run(const RunContext& ctx) const override {
+    const Tensor& x = ctx.in(0);
+    const float* v = x.data<float>();
+    float lo = 0, hi = 0;
+    for (int64_t i = 0; i < x.numel(); ++i) {
+      lo = std::min(lo, v[i]);
+      hi = std::max(hi, v[i]);
+    }
+    const float scale = (hi - lo) / 255.f;
+    const double zp = scale == 0 ? 0 : std::clamp(std::nearbyint(static_cast<double>(-lo / scale)), 0.0, 255.0);
+    uint8_t* y = ctx.out(0).data<uint8_t>();
+    for (int64_t i = 0; i < x.numel(); ++i)
+      y[i] = scale == 0 ? static_cast<uint8_t>(zp) : saturate<uint8_t>(std::nearbyint(static_cast<double>(v[i] / scale)) + zp);
+    *ctx.out(1).data<float>() = scale;
+    *ctx.out(2).data<uint8_t>() = static_cast<uint8_t>(zp);
+  }
+};
+
+// MatMulInteger and QLinearMatMul: numpy matmul of 8-bit operands shifted by
+// their zero points (a per-row for A, per-column for B, or scalars), in int32.
+class IntegerMatMulKernel : public Kernel {
+ public:
+  explicit IntegerMatMulKernel(bool requantize) : requantize_(requantize) {}
+
+  std::vector<TensorType> prepare(const PrepareContext& ctx) override {
+    Shape a = ctx.input_shape(0), b = ctx.input_shape(b_at());
+    if (a.size() == 1) a.insert(a.begin(), 1);
+    if (b.size() == 1) b.push_back(1);
+    m_ = a[a.size() - 2];
+    k_ = a.back();
+    n_ = b.back();
+    const Shape& out = ctx.output_shape(0);
+    const size_t batch_rank = std::max(a.size(), b.size()) - 2;
+    batch_ = Shape(out.begin(), out.begin() + static_cast<std::ptrdiff_t>(batch_rank));
+    a_batch_ = Shape(a.begin(), a.end() - 2);
+    b_batch_ = Shape(b.begin(), b.end() - 2);
+    return ctx.output_types();
+  }
+
+  void run(const RunContext& ctx) const override {
+    const std::vector<int32_t> a = widen(ctx.in(0)), b = widen(ctx.in(b_at()));
+    const Tensor* azp = input(ctx, 2);
+    const Tensor* bzp = input(ctx, requantize_ ? 5 : 3);
+    const std::vector<int32_t> za = zero_points(azp, m_), zb = zero_points(bzp, n_);
+    const std::vector<int64_t> as = broadcast_strides(a_batch_, batch_), bs = broadcast_strides(b_batch_, batch_);
+    const int64_t batches = shape_numel(batch_);
+    std::vector<int32_t> acc(static_cast<size_t>(m_ * n_));
+    for (int64_t bi = 0; bi < batches; ++bi) {
+      int64_t ao = 0, bo = 0, rem = bi;
+      for (size_t d = batch_.size(); d-- > 0;) {
+        const int64_t c = rem % batch_[d];
+        rem /= batch_[d];
+        ao += c * as[d];
+        bo += c * bs[d];
+      }
+      const int32_t* pa = a.data() + ao * m_ * k_;
+      const int32_t* pb = b.data() + bo * k_ * n_;
+      for (int64_t i = 0; i < m_; ++i)
+        for (int64_t j = 0; j < n_; ++j) {
+          int32_t sum = 0;
+          for (int64_t p = 0; p < k_; ++p)
+            sum += (pa[i * k_ + p] - za[static_cast<size_t>(i)]) * (pb[p * n_ + j] - zb[static_cast<size_t>(j)]);
+          acc[static_cast<size_t>(i * n_ + j)] = sum;
+        }
+      write(ctx, bi, acc);
+    }
+  }
+
+ private:
+  size_t b_at() const { return requantize_ ? 3 : 1; }
+
+  static const Tensor* input(const RunContext& ctx, size_t i) { return i < ctx.inputs.size() ? ctx.inputs[i] : nullptr; }
+
+  static std::vector<int32_t> widen(const Tensor& t) {
+    std::vector<int32_t> v(static_cast<size_t>(t.numel()));
+    for (int64_t i = 0; i < t.numel(); ++i) v[static_cast<size_t>(i)] = static_cast<int32_t>(as_double(t, i));
+    return v;
+  }
+
+  // A zero point per row of A (or column of B), or one for all; 0 when absent.
+  static std::vector<int32_t> zero_points(const Tensor* t, int64_t n) {
+    std::vector<int32_t> v(static_cast<size_t>(n), 0);
+    if (!t) return v;
+    ANVIL_CHECK(t->numel() == 1 || t->numel() == n, ErrorKind::kInvalidArgument,
+                "a zero point has {} values for {} rows or columns", t->numel(), n);
+    for (int64_t i = 0; i < n; ++i) v[static_cast<size_t>(i)] = static_cast<int32_t>(as_double(*t, t->numel() == 1 ? 0 : i));
+    return v;
+  }
+
+  void write(const RunContext& ctx, int64_t batch, const std::vector<int32_t>& acc) const {
+    Tensor& y = ctx.out(0);
+    const int64_t base = batch * m_ * n_;
+    if (!requantize_) {
+      std::copy(acc.begin(), acc.end(), y.data<int32_t>() + base);
+      return;
+    }
+    // real = acc * a_scale * b_scale; y = saturate(round(real / y_scale) + y_zero_point).
+    const float multiplier = static_cast<float>(as_double(ctx.in(1), 0)) * static_cast<float>(as_double(ctx.in(4), 0)) /
+                             static_cast<float>(as_double(ctx.in(6), 0));
+    const double yzp = as_double(ctx.in(7), 0);
+    dispatch_dtype(y.dtype(), [&](auto tag) {
+      using Y = typename decltype(tag)::type;
+      if constexpr (std::is_same_v<Y, uint8_t> || std::is_same_v<Y, int8_t>)
+        for (size_t i = 0; i < acc.size(); ++i)
+          y.data<Y>()[base + static_cast<int64_t>(i)] =
+              saturate<Y>(std::nearbyint(static_cast<double>(acc[i]) * static_cast<double>(multiplier)) + yzp);
+    });
+  }
+
+  bool requantize_;
+  int64_t m_ = 0, k_ = 0, n_ = 0;
+  Shape batch_, a_batch_, b_batch_;
+};
+
+constexpr unsigned kQuant8 = dtype_bit(DType::kUInt8) | dtype_bit(DType::kInt8);
+
+}  // namespace
+
+ANVIL_REGISTER_OP_VERSIONS("QuantizeLinear", 10, 13);
+ANVIL_REGISTER_OP_VERSIONS("DequantizeLinear", 10, 13);
+ANVIL_REGISTER_KERNEL_TYPED("QuantizeLinear", kRef, [](const ir::Node&) -> std::unique_ptr<Kernel> {
+  return std::make_unique<QuantizeKernel>(false);
+}, {kFloat32Only, kFloat32Only, kQuant8});
+ANVIL_REGISTER_KERNEL_TYPED("DequantizeLinear", kRef, [](const ir::Node&) -> std::unique_ptr<Kernel> {
+  return std::make_unique<QuantizeKernel>(true);
+}, {kQuant8 | dtype_bit(DType::kInt32), kFloat32Only, kQuant8 | dtype_bit(DType::kInt32)});
+ANVIL_REGISTER_KERNEL_CLASS_TYPED("DynamicQuantizeLinear", kRef, DynamicQuantizeKernel, {kFloat32Only});
+ANVIL_REGISTER_KERNEL_TYPED("MatMulInteger", kRef, [](const ir::Node&) -> std::unique_ptr<Kernel> {
+  return std::make_unique<IntegerMatMulKernel>(false);
+}, {kQuant8});
+ANVIL_REGISTER_KERNEL_TYPED("QLinearMatMul", kRef, [](const ir::Node&) -> std::unique_ptr<Kernel> {
+  return std::make_unique<IntegerMatMulKernel>(true);
+}, {kQuant8, kFloat32Only, kQuant8, kQuant8, kFloat32Only, kQuant8, kFloat32Only, kQuant8});
+
+}  // namespace anvil::kernels

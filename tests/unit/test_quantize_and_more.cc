@@ -1,0 +1,114 @@
+// Tests of the quantization kernels (src/kernels/ref/quantize.cc), the window
+// functions (windows.cc), NonMaxSuppression (detection.cc) and Unique
+// (unique.cc), against hand-computed values (the quantization ones are the
+// worked examples of the ONNX operator documentation, recomputed by hand).
+#include <gtest/gtest.h>
+
+#include "anvil/error.h"
+#include "kernel_tester.h"
+
+namespace anvil {
+namespace {
+
+using testing::attrs;
+using testing::error_kind_of;
+using testing::f32;
+using testing::i64;
+using testing::make_tensor;
+using testing::opset;
+using testing::run_kernel;
+using testing::values;
+
+Tensor u8(Shape shape, const std::vector<uint8_t>& v) { return make_tensor<uint8_t>(DType::kUInt8, std::move(shape), v); }
+
+TEST(QuantizeLinear, RoundsHalfToEvenAndSaturates) {
+  Tensor x = f32({6}, {0, 2, 3, 1000, -254, -1000});
+  // 3 / 2 = 1.5 rounds to 2; 1000 / 2 + 128 saturates at 255; -254 / 2 + 128 = 1.
+  std::vector<Tensor> y = run_kernel("QuantizeLinear", {x, f32({}, {2}), u8({}, {128})}, {}, opset(13));
+  EXPECT_EQ(values<uint8_t>(y[0]), (std::vector<uint8_t>{128, 129, 130, 255, 1, 0}));
+}
+
+TEST(QuantizeLinear, PerAxisScaleAndZeroPoint) {
+  Tensor x = f32({2, 2}, {2, 2, 4, 4});
+  testing::KernelOptions o = opset(13);
+  o.constant_inputs = {false, true, true};
+  std::vector<Tensor> y =
+      run_kernel("QuantizeLinear", {x, f32({2}, {1, 2}), u8({2}, {0, 10})}, attrs({{"axis", int64_t{1}}}), o);
+  EXPECT_EQ(values<uint8_t>(y[0]), (std::vector<uint8_t>{2, 11, 4, 12}));
+}
+
+TEST(DequantizeLinear, ShiftsAndScales) {
+  std::vector<Tensor> y = run_kernel("DequantizeLinear", {u8({4}, {0, 3, 128, 255}), f32({}, {2}), u8({}, {128})},
+                                     {}, opset(13));
+  EXPECT_EQ(values<float>(y[0]), (std::vector<float>{-256, -250, 0, 254}));
+}
+
+// Range [-3, 2]: scale 5 / 255, zero point round(3 / scale) = 153.
+TEST(DynamicQuantizeLinear, ScaleAndZeroPointFromTheRange) {
+  std::vector<Tensor> y = run_kernel("DynamicQuantizeLinear", {f32({6}, {0, 2, -3, -2.5f, 1.34f, 0.5f})}, {},
+                                     opset(13, 3));
+  EXPECT_EQ(values<uint8_t>(y[0]), (std::vector<uint8_t>{153, 255, 0, 26, 221, 179}));
+  EXPECT_NEAR(values<float>(y[1])[0], 5.f / 255.f, 1e-9f);
+  EXPECT_EQ(values<uint8_t>(y[2]), (std::vector<uint8_t>{153}));
+}
+
+TEST(MatMulInteger, ZeroPointsShiftTheOperands) {
+  Tensor a = u8({4, 3}, {11, 7, 3, 10, 6, 2, 9, 5, 1, 8, 4, 0});
+  Tensor b = u8({3, 2}, {1, 4, 2, 5, 3, 6});
+  testing::KernelOptions o = opset(13);
+  o.constant_inputs = {false, false, true, true};
+  std::vector<Tensor> y = run_kernel("MatMulInteger", {a, b, u8({}, {12}), u8({}, {0})}, {}, o);
+  EXPECT_EQ(y[0].dtype(), DType::kInt32);
+  EXPECT_EQ(values<int32_t>(y[0]), (std::vector<int32_t>{-38, -83, -44, -98, -50, -113, -56, -128}));
+}
+
+// (a - 1) @ (b - 2) = [[2 * 3]] = 6; * 0.5 * 0.25 / 0.125 = 6; + 10.
+TEST(QLinearMatMul, Requantizes) {
+  testing::KernelOptions o = opset(13);
+  o.constant_inputs = {false, true, true, false, true, true, true, true};
+  std::vector<Tensor> y = run_kernel("QLinearMatMul",
+                                     {u8({1, 2}, {2, 2}), f32({}, {0.5f}), u8({}, {1}), u8({2, 1}, {5, 5}),
+                                      f32({}, {0.25f}), u8({}, {2}), f32({}, {0.125f}), u8({}, {10})},
+                                     {}, o);
+  EXPECT_EQ(values<uint8_t>(y[0]), (std::vector<uint8_t>{16}));
+}
+
+TEST(Windows, PeriodicAndSymmetricHann) {
+  EXPECT_EQ(values<float>(run_kernel("HannWindow", {i64({}, {4})}, {}, opset(17))[0]),
+            (std::vector<float>{0, 0.5f, 1, 0.5f}));
+  std::vector<float> sym = values<float>(run_kernel("HannWindow", {i64({}, {5})}, attrs({{"periodic", int64_t{0}}}),
+                                                    opset(17))[0]);
+  ASSERT_EQ(sym.size(), 5u);
+  EXPECT_NEAR(sym[1], 0.5f, 1e-6f);
+  EXPECT_NEAR(sym[2], 1.f, 1e-6f);
+  EXPECT_NEAR(sym[4], 0.f, 1e-6f);
+  // Hamming at the centre: 25/46 + 21/46 = 1; Blackman at 0: 0.42 - 0.5 + 0.08 = 0.
+  EXPECT_NEAR(values<float>(run_kernel("HammingWindow", {i64({}, {2})}, {}, opset(17))[0])[1], 1.f, 1e-6f);
+  EXPECT_NEAR(values<float>(run_kernel("BlackmanWindow", {i64({}, {2})}, {}, opset(17))[0])[0], 0.f, 1e-6f);
+}
+
+TEST(NonMaxSuppression, SuppressesOverlapsAboveTheThreshold) {
+  // Box 1 overlaps box 0 with IoU 0.9 / 1.1 = 0.82 > 0.5; box 2 is apart.
+  Tensor boxes = f32({1, 3, 4}, {0, 0, 1, 1, 0, 0.1f, 1, 1.1f, 0, 10, 1, 11});
+  Tensor scores = f32({1, 1, 3}, {0.9f, 0.75f, 0.6f});
+  testing::KernelOptions o = opset(11);
+  o.constant_inputs = {false, false, true, true, true};
+  std::vector<Tensor> y = run_kernel("NonMaxSuppression", {boxes, scores, i64({1}, {3}), f32({1}, {0.5f}),
+                                                           f32({1}, {0.f})}, {}, o);
+  EXPECT_EQ(y[0].shape(), (Shape{2, 3}));
+  EXPECT_EQ(values<int64_t>(y[0]), (std::vector<int64_t>{0, 0, 0, 0, 0, 2}));
+}
+
+TEST(Unique, SortedWithIndicesInverseAndCounts) {
+  std::vector<Tensor> y = run_kernel("Unique", {f32({6}, {2, 1, 1, 3, 4, 3})}, {}, opset(11, 4));
+  EXPECT_EQ(values<float>(y[0]), (std::vector<float>{1, 2, 3, 4}));
+  EXPECT_EQ(values<int64_t>(y[1]), (std::vector<int64_t>{1, 0, 3, 4}));
+  EXPECT_EQ(values<int64_t>(y[2]), (std::vector<int64_t>{1, 0, 0, 2, 3, 2}));
+  EXPECT_EQ(values<int64_t>(y[3]), (std::vector<int64_t>{2, 1, 2, 1}));
+  std::vector<Tensor> unsorted = run_kernel("Unique", {f32({6}, {2, 1, 1, 3, 4, 3})}, attrs({{"sorted", int64_t{0}}}),
+                                            opset(11, 4));
+  EXPECT_EQ(values<float>(unsorted[0]), (std::vector<float>{2, 1, 3, 4}));
+}
+
+}  // namespace
+}  // namespace anvil
