@@ -83,6 +83,9 @@ class Session {
   PlanStats plan_stats(const std::map<std::string, Tensor>& inputs) const;
   // Plans held in the cache now (at most SessionOptions::plan_cache_size).
   size_t cached_plans() const;
+  // True when some node draws random values (RandomNormal, Bernoulli,
+  // training-mode Dropout...): the outputs then differ from run to run.
+  bool draws_random_values() const;
   // One line per step: node name, op, kernel implementation.
   std::vector<std::string> describe_plan(const std::map<std::string, Tensor>& inputs) const;
 

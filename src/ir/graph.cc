@@ -10,7 +10,9 @@ namespace anvil::ir {
 bool is_random_op(const Node& node) {
   static const std::set<std::string> kRandom = {"RandomNormal", "RandomNormalLike", "RandomUniform",
                                                 "RandomUniformLike", "Bernoulli", "Multinomial"};
-  return node.domain.empty() && kRandom.count(node.op_type);
+  if (!node.domain.empty()) return false;
+  // Dropout draws when training_mode (input 2, opset 12+) is given and true.
+  return kRandom.count(node.op_type) || (node.op_type == "Dropout" && node.opset >= 12 && node.input(2) != nullptr);
 }
 
 std::string Node::describe() const {

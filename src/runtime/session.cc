@@ -153,6 +153,22 @@ PlanStats Session::plan_stats(const std::map<std::string, Tensor>& inputs) const
 
 size_t Session::cached_plans() const { return impl_->executor->cached_plans(); }
 
+namespace {
+
+bool has_random_op(const ir::Graph& graph) {
+  for (const auto& node : graph.nodes()) {
+    if (node->dead) continue;
+    if (ir::is_random_op(*node)) return true;
+    for (const ir::Graph* sub : node->attrs.subgraphs())
+      if (has_random_op(*sub)) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+bool Session::draws_random_values() const { return has_random_op(*impl_->graph); }
+
 std::vector<std::string> Session::describe_plan(const std::map<std::string, Tensor>& inputs) const {
   const runtime::Plan& plan = impl_->executor->plan_of(*impl_->plan_for(inputs));
   std::vector<std::string> lines;

@@ -110,5 +110,33 @@ TEST(Unique, SortedWithIndicesInverseAndCounts) {
   EXPECT_EQ(values<float>(unsorted[0]), (std::vector<float>{2, 1, 3, 4}));
 }
 
+TEST(Einsum, ContractionTraceAndImplicitOutput) {
+  Tensor a = f32({2, 2}, {1, 2, 3, 4}), b = f32({2, 2}, {5, 6, 7, 8});
+  ir::Attributes mm = attrs({{"equation", std::string("ij,jk->ik")}});
+  EXPECT_EQ(values<float>(run_kernel("Einsum", {a, b}, mm, opset(12))[0]), (std::vector<float>{19, 22, 43, 50}));
+  // "ii": the trace (implicit output: no label used once, so a scalar).
+  Tensor trace = run_kernel("Einsum", {a}, attrs({{"equation", std::string("ii")}}), opset(12))[0];
+  EXPECT_EQ(trace.shape(), Shape{});
+  EXPECT_EQ(values<float>(trace), (std::vector<float>{5}));
+  // "ji" implicitly outputs "ij": a transpose.
+  EXPECT_EQ(values<float>(run_kernel("Einsum", {a}, attrs({{"equation", std::string("ji")}}), opset(12))[0]),
+            (std::vector<float>{1, 3, 2, 4}));
+  EXPECT_EQ(error_kind_of([&] { run_kernel("Einsum", {a, f32({3}, {1, 2, 3})}, attrs({{"equation", std::string("ij,j->i")}}),
+                                           opset(12)); }),
+            ErrorKind::kInvalidArgument);
+}
+
+// X [1, 1, 2, 2] = [[1, 2], [3, 4]]: the grid point (0, 0) is the image centre, the average with
+// align_corners=0; (-1, -1) is the top-left pixel's outer corner, half padding with zeros.
+TEST(GridSample, BilinearCentreAndZeroPaddedCorner) {
+  Tensor x = f32({1, 1, 2, 2}, {1, 2, 3, 4});
+  Tensor grid = f32({1, 1, 2, 2}, {0, 0, -1, -1});
+  std::vector<Tensor> y = run_kernel("GridSample", {x, grid}, {}, opset(16));
+  EXPECT_EQ(y[0].shape(), (Shape{1, 1, 1, 2}));
+  EXPECT_EQ(values<float>(y[0]), (std::vector<float>{2.5f, 0.25f}));
+  ir::Attributes border = attrs({{"padding_mode", std::string("border")}});
+  EXPECT_EQ(values<float>(run_kernel("GridSample", {x, grid}, border, opset(16))[0]), (std::vector<float>{2.5f, 1.f}));
+}
+
 }  // namespace
 }  // namespace anvil

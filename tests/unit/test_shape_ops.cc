@@ -1,6 +1,7 @@
 // Tests of the reference shape kernels (src/kernels/ref/shape_ops.cc) against hand-computed values.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <functional>
 #include <numeric>
 
@@ -123,14 +124,30 @@ TEST(Dropout, InferencePassesThroughWithTrueMask) {
   EXPECT_EQ(run_kernel("Dropout", {x}, {}, opset(12)).size(), 1u);
 }
 
-TEST(Dropout, TrainingModeIsUnsupported) {
-  Tensor x = f32({2}, {1, 2});
+// Training mode drops each element with probability `ratio` and scales the kept ones by 1 / (1 - ratio).
+TEST(Dropout, TrainingModeDropsAndScales) {
+  Tensor x = f32({10000}, std::vector<float>(10000, 1.f));
   Tensor yes = testing::make_tensor<bool>(DType::kBool, {}, {true});
   Tensor no = testing::make_tensor<bool>(DType::kBool, {}, {false});
-  testing::KernelOptions o = opset(13);
-  o.constant_inputs = {false, false, true};
-  EXPECT_EQ(values<float>(run_kernel("Dropout", {x, Tensor(), no}, {}, o)[0]), (std::vector<float>{1, 2}));
-  EXPECT_EQ(error_kind_of([&] { run_kernel("Dropout", {x, Tensor(), yes}, {}, o); }), ErrorKind::kUnsupported);
+  testing::KernelOptions o = opset(13, 2);
+  o.constant_inputs = {false, true, true};
+  EXPECT_EQ(values<float>(run_kernel("Dropout", {f32({2}, {1, 2}), Tensor(), no}, {}, o)[0]),
+            (std::vector<float>{1, 2}));
+  ir::Attributes seeded = attrs({{"seed", int64_t{7}}});
+  std::vector<Tensor> out = run_kernel("Dropout", {x, f32({}, {0.25f}), yes}, seeded, o);
+  int64_t dropped = 0;
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    const float v = out[0].data<float>()[i];
+    const bool kept = out[1].data<bool>()[i];
+    ASSERT_TRUE(kept ? std::fabs(v - 1.f / 0.75f) < 1e-6f : v == 0.f) << i << ": " << v;
+    dropped += !kept;
+  }
+  EXPECT_NEAR(static_cast<double>(dropped) / 10000.0, 0.25, 0.02);  // about 5 standard deviations
+  // The same seed draws the same mask; ratio 0 keeps everything; ratio 1 is not a probability to keep.
+  EXPECT_EQ(values<bool>(run_kernel("Dropout", {x, f32({}, {0.25f}), yes}, seeded, o)[1]), values<bool>(out[1]));
+  EXPECT_EQ(values<float>(run_kernel("Dropout", {x, f32({}, {0.f}), yes}, seeded, o)[0]), values<float>(x));
+  EXPECT_EQ(error_kind_of([&] { run_kernel("Dropout", {x, f32({}, {1.f}), yes}, seeded, o); }),
+            ErrorKind::kInvalidArgument);
 }
 
 TEST(Shape, StartEndClamp) {

@@ -287,13 +287,14 @@ void infer_resize(InferContext& ctx) {
   ctx.set_output(0, Type::tensor(ctx.dtype(0), known_dims(*sizes)));
 }
 
-// Det: [*, M, M] -> [*].
-void infer_det(InferContext& ctx) {
+// GridSample (4-D): [N, C, Ho, Wo] from X [N, C, H, W] and grid [N, Ho, Wo, 2].
+void infer_grid_sample(InferContext& ctx) {
   ctx.set_output(0, Type::tensor(ctx.dtype(0)));
-  const SymShape& x = ctx.dims(0);
-  if (x.size() < 2 || (x[x.size() - 1].is_known() && x[x.size() - 2].is_known() && x[x.size() - 1] != x[x.size() - 2]))
-    ctx.fail_input("input {} must be square matrices [*, M, M]", dims_str(x));
-  ctx.set_output(0, Type::tensor(ctx.dtype(0), SymShape(x.begin(), x.end() - 2)));
+  const SymShape &x = ctx.dims(0), &g = ctx.dims(1);
+  if (x.size() != 4 || g.size() != 4 || (g[3].is_known() && g[3].value != 2) ||
+      (x[0].is_known() && g[0].is_known() && x[0] != g[0]))
+    ctx.fail_input("X {} must be [N, C, H, W] and grid {} [N, Ho, Wo, 2]", dims_str(x), dims_str(g));
+  ctx.set_output(0, Type::tensor(ctx.dtype(0), SymShape{x[0], x[1], g[1], g[2]}));
 }
 
 // NegativeLogLikelihoodLoss and SoftmaxCrossEntropyLoss: input [N, C, d...],
@@ -458,7 +459,7 @@ struct Registrations {
                 .attr("layout", int64_t{0})
                 .infer(infer_recurrent));
     r.add(OpSchema("MaxUnpool").required_attr("kernel_shape").infer(infer_max_unpool));
-    r.add(OpSchema("Det").inputs({kFloatLike}).infer(infer_det));
+    r.add(OpSchema("GridSample").inputs({kFloatLike, kFloatLike}).infer(infer_grid_sample));
     r.add(OpSchema("Resize").attr("mode", std::string("nearest")).attr("keep_aspect_ratio_policy", std::string("stretch")).infer(infer_resize));
     r.add(OpSchema("Upsample").attr("mode", std::string("nearest")).infer(infer_resize));
     for (const char* op : {"NegativeLogLikelihoodLoss", "SoftmaxCrossEntropyLoss"})

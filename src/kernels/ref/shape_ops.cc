@@ -1,6 +1,6 @@
 // Reference kernels for ops that only change a tensor's shape or produce
-// metadata/constants: Flatten, Reshape, Squeeze, Unsqueeze, Identity, Dropout
-// (inference), Shape, Size, Constant and ConstantOfShape.
+// metadata/constants: Flatten, Reshape, Squeeze, Unsqueeze, Identity, Shape,
+// Size, Constant and ConstantOfShape.
 //
 // The reshape-like ops never move data themselves: output 0 aliases input 0
 // (output_aliases_input() == 0) and run() copies only when the planner could
@@ -36,54 +36,6 @@ void fill_elements(void* dst, int64_t n, size_t elem, const void* value) {
   }
   for (int64_t i = 0; i < n; ++i) std::memcpy(p + static_cast<size_t>(i) * elem, value, elem);
 }
-
-// Inference-mode Dropout: output = input, mask (if requested) all true.
-class DropoutKernel : public Kernel {
- public:
-  explicit DropoutKernel(const ir::Node&) {}
-  int output_aliases_input() const override { return 0; }
-
-  std::vector<TensorType> prepare(const PrepareContext& ctx) override {
-    if (ctx.opset() >= 12 && ctx.has_input(2)) {
-      const Tensor* mode = ctx.constant(2);
-      ANVIL_PREPARE_CHECK(ctx, mode != nullptr, ErrorKind::kUnsupported,
-                          "input 'training_mode' must be known when the model is planned");
-      ANVIL_PREPARE_CHECK(ctx, mode->dtype() == DType::kBool && mode->numel() == 1, ErrorKind::kInvalidModel,
-                          "training_mode must be one bool");
-      ANVIL_PREPARE_CHECK(ctx, !*mode->data<bool>(), ErrorKind::kUnsupported,
-                          "training-mode Dropout is not supported (inference only)");
-    }
-    std::vector<TensorType> out = ctx.output_types();  // the mask is bool, or like the data before opset 10
-    mask_one_ = one_bytes(out.size() > 1 ? out[1].dtype : DType::kBool);
-    return out;
-  }
-
-  void run(const RunContext& ctx) const override {
-    copy_if_distinct(ctx, 0);
-    if (ctx.outputs.size() < 2 || !ctx.outputs[1]) return;
-    Tensor& mask = ctx.out(1);
-    fill_elements(mask.raw(), mask.numel(), dtype_size(mask.dtype()), &mask_one_);
-  }
-
- private:
-  // The bytes of the value 1 (true) in `dtype`.
-  static uint64_t one_bytes(DType dtype) {
-    uint64_t bits = 0;
-    dispatch_dtype(dtype, [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      T one;
-      if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) {
-        one = T(1.0f);
-      } else {
-        one = static_cast<T>(1);
-      }
-      std::memcpy(&bits, &one, sizeof(T));
-    });
-    return bits;
-  }
-
-  uint64_t mask_one_ = 0;
-};
 
 class ShapeKernel : public Kernel {
  public:
@@ -207,7 +159,6 @@ ANVIL_REGISTER_KERNEL_CLASS("Reshape", kRef, ReshapeLikeKernel);
 ANVIL_REGISTER_KERNEL_CLASS("Squeeze", kRef, ReshapeLikeKernel);
 ANVIL_REGISTER_KERNEL_CLASS("Unsqueeze", kRef, ReshapeLikeKernel);
 ANVIL_REGISTER_KERNEL_CLASS("Identity", kRef, ReshapeLikeKernel);
-ANVIL_REGISTER_KERNEL_CLASS("Dropout", kRef, DropoutKernel);
 ANVIL_REGISTER_KERNEL_CLASS("Shape", kRef, ShapeKernel);
 ANVIL_REGISTER_KERNEL_CLASS("Size", kRef, SizeKernel);
 ANVIL_REGISTER_KERNEL_CLASS("Constant", kRef, ConstantKernel);
