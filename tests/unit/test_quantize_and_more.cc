@@ -138,5 +138,35 @@ TEST(GridSample, BilinearCentreAndZeroPaddedCorner) {
   EXPECT_EQ(values<float>(run_kernel("GridSample", {x, grid}, border, opset(16))[0]), (std::vector<float>{2.5f, 1.f}));
 }
 
+TEST(Random, UniformNormalAndBernoulliDrawWithinTheirLaws) {
+  ir::Attributes uni = attrs({{"shape", std::vector<int64_t>{10000}}, {"low", 2.f}, {"high", 3.f}, {"seed", 3.f}});
+  std::vector<float> u = values<float>(run_kernel("RandomUniform", {}, uni)[0]);
+  double sum = 0;
+  for (float v : u) {
+    ASSERT_TRUE(v >= 2.f && v <= 3.f) << v;
+    sum += v;
+  }
+  EXPECT_NEAR(sum / 10000, 2.5, 0.015);  // the mean's standard deviation is 0.0029
+  EXPECT_EQ(values<float>(run_kernel("RandomUniform", {}, uni)[0]), u);  // the same seed draws the same values
+  std::vector<double> n = values<double>(run_kernel(
+      "RandomNormalLike", {make_tensor<double>(DType::kFloat64, {10000}, std::vector<double>(10000, 0.0))},
+      attrs({{"mean", 5.f}, {"scale", 0.5f}}))[0]);
+  double mean = 0;
+  for (double v : n) mean += v / 10000;
+  EXPECT_NEAR(mean, 5.0, 0.025);  // standard deviation 0.005
+  std::vector<float> p(10000, 0.3f);
+  p[0] = 0.f;
+  p[1] = 1.f;
+  std::vector<float> b = values<float>(run_kernel("Bernoulli", {f32({10000}, p)}, {}, opset(15))[0]);
+  EXPECT_EQ(b[0], 0.f);
+  EXPECT_EQ(b[1], 1.f);
+  double ones = 0;
+  for (float v : b) {
+    ASSERT_TRUE(v == 0.f || v == 1.f);
+    ones += v;
+  }
+  EXPECT_NEAR(ones / 10000, 0.3, 0.025);  // standard deviation 0.0046
+}
+
 }  // namespace
 }  // namespace anvil

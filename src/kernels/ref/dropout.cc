@@ -1,14 +1,11 @@
 // Dropout. In inference (the default, and every version before 12) the output
 // is the input and the mask all true. From opset 12, training_mode=true drops
 // each element with probability `ratio` and scales the kept ones by
-// 1 / (1 - ratio); the mask says which were kept. Draws come from a 64-bit
-// Mersenne twister seeded by the `seed` attribute (or the device's entropy),
-// advanced per run, so concurrent runs never share a generator's state.
-#include <atomic>
+// 1 / (1 - ratio); the mask says which were kept (draws: kernels/ref/random.h).
 #include <cstring>
-#include <random>
 
 #include "kernels/ref/common.h"
+#include "kernels/ref/random.h"
 #include "kernels/registry.h"
 
 namespace anvil::kernels {
@@ -18,7 +15,7 @@ namespace {
 class DropoutKernel : public Kernel {
  public:
   explicit DropoutKernel(const ir::Node& node)
-      : seed_(node.attrs.has("seed") ? static_cast<uint64_t>(node.attrs.get_int("seed", 0)) : std::random_device{}()) {}
+      : seeds_(node.attrs.has("seed") ? std::optional<uint64_t>(node.attrs.get_int("seed", 0)) : std::nullopt) {}
 
   int output_aliases_input() const override { return training_ ? -1 : 0; }
 
@@ -54,7 +51,7 @@ class DropoutKernel : public Kernel {
       if (mask) set_all_true(*mask);
       return;
     }
-    std::mt19937_64 rng(seed_ + 0x9E3779B97F4A7C15ull * runs_.fetch_add(1));
+    std::mt19937_64 rng = seeds_.next();
     std::uniform_real_distribution<double> uniform(0.0, 1.0);
     const Tensor& x = ctx.in(0);
     const double scale = 1.0 / (1.0 - ratio_);
@@ -85,10 +82,9 @@ class DropoutKernel : public Kernel {
     for (int64_t i = 0; i < mask.numel(); ++i) set_one(mask, i, true);
   }
 
-  uint64_t seed_;
+  RunSeeds seeds_;
   bool training_ = false;
   double ratio_ = 0.5;
-  mutable std::atomic<uint64_t> runs_{0};
 };
 
 }  // namespace
