@@ -149,14 +149,14 @@ def test_model_path_is_a_directory(anvil, cases):
 # --------------------------------------------------------------------------
 
 def test_unsupported_op(anvil, command, cases):
-    """RoiAlign is valid ONNX that Anvil does not implement (yet)."""
+    """StringNormalizer is valid ONNX that Anvil does not implement (yet)."""
     graph = helper.make_graph(
-        [helper.make_node("RoiAlign", ["x", "rois", "batch"], ["y"], name="roi0")],
-        "roi", [float_info("x", (1, 1, 4, 4)), float_info("rois", (1, 4)),
-                helper.make_tensor_value_info("batch", TensorProto.INT64, [1])], [float_info("y", (1, 1, 1, 1))])
-    model = save_model(graph, cases / "roi.onnx")
+        [helper.make_node("StringNormalizer", ["x"], ["y"], name="norm0")],
+        "norm", [helper.make_tensor_value_info("x", TensorProto.STRING, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.STRING, [2])])
+    model = save_model(graph, cases / "norm.onnx")
     check_error(anvil_model(anvil, command, model), EXIT_UNSUPPORTED,
-                r"RoiAlign", r"roi0", strip=(cases,))
+                r"StringNormalizer", r"norm0", strip=(cases,))
 
 
 def test_unsupported_custom_domain_op(anvil, command, cases):

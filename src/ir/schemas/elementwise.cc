@@ -124,6 +124,10 @@ void infer_layer_norm(InferContext& ctx) {
 // BatchNormalization in inference: Y like X (training outputs are per channel).
 void infer_batch_norm(InferContext& ctx) {
   copy_type(ctx, 0);
+  if (ctx.opset() >= 14) {  // training mode: running_mean and running_var, like the inputs mean and var
+    for (size_t o = 1; o < ctx.num_outputs() && o < 3; ++o) copy_type(ctx, o + 2, o);
+    return;
+  }
   for (size_t o = 1; o < ctx.num_outputs(); ++o) copy_type(ctx, 1, o);
 }
 

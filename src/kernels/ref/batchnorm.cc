@@ -3,8 +3,10 @@
 // over X of any rank >= 2 with channels on axis 1. Per channel this is
 // y = x * a + b, with a and b computed once per (batch, channel) plane.
 //
-// Training mode (opset 14/15 training_mode = 1, or the extra training outputs
-// of opsets 7-13) is not supported; momentum only matters there. Opset 7-8's
+// Training mode (opset 14/15 training_mode = 1) normalizes with the batch's
+// own mean and (population) variance per channel and updates the running
+// statistics: running = input * momentum + batch * (1 - momentum). The extra
+// training outputs of opsets 7-13 are not supported. Opset 7-8's
 // spatial = 0 normalizes every activation separately: scale, B, mean and var
 // then have X's shape without the batch axis, which is the same computation
 // with C * D1 * ... * Dn "channels" of one element each.
@@ -52,6 +54,9 @@ class BatchNormKernel : public Kernel {
     channels_ = shape_numel(param);
     inner_ = x[0] * channels_ == 0 ? 0 : shape_numel(x) / (x[0] * channels_);
     epsilon_ = ctx.attrs().get_float("epsilon", 1e-5f);
+    momentum_ = ctx.attrs().get_float("momentum", 0.9f);
+    training_ = ctx.opset() >= 14 && ctx.attrs().get_int("training_mode", 0) != 0;
+    if (training_) return ctx.output_types();  // Y, running_mean, running_var
     return {ctx.output_type(0)};
   }
 
@@ -71,10 +76,8 @@ class BatchNormKernel : public Kernel {
     ANVIL_PREPARE_CHECK(ctx, ctx.opset() >= 7 || ctx.attrs().get_int("is_test", 0) != 0, ErrorKind::kUnsupported,
                         "is_test=0 (training mode) is not supported; only inference mode is");
     if (ctx.opset() >= 14) {
-      ANVIL_PREPARE_CHECK(ctx, ctx.attrs().get_int("training_mode", 0) == 0, ErrorKind::kUnsupported,
-                          "training_mode=1 (batch statistics and running-mean updates) is not supported; "
-                          "only inference mode is");
-      ANVIL_PREPARE_CHECK(ctx, extra_outputs == 0, ErrorKind::kInvalidModel,
+      ANVIL_PREPARE_CHECK(ctx, extra_outputs == 0 || ctx.attrs().get_int("training_mode", 0) != 0,
+                          ErrorKind::kInvalidModel,
                           "running_mean and running_var are outputs of training mode only, but training_mode=0");
     } else {
       ANVIL_PREPARE_CHECK(ctx, extra_outputs == 0, ErrorKind::kUnsupported,
@@ -83,8 +86,46 @@ class BatchNormKernel : public Kernel {
     }
   }
 
+  // Batch statistics per channel, the normalization with them, and the running statistics.
+  template <typename T>
+  void compute_training(const RunContext& ctx) const {
+    const T* x = ctx.in(0).data<T>();
+    T* y = ctx.out(0).data<T>();
+    const Tensor &scale = ctx.in(1), &bias = ctx.in(2), &mean = ctx.in(3), &var = ctx.in(4);
+    Tensor* running_mean = ctx.outputs.size() > 1 ? ctx.outputs[1] : nullptr;
+    Tensor* running_var = ctx.outputs.size() > 2 ? ctx.outputs[2] : nullptr;
+    const int64_t inner = inner_, count = batch_ * inner_;
+    for (int64_t c = 0; c < channels_; ++c) {
+      double sum = 0, sq = 0;
+      for (int64_t n = 0; n < batch_; ++n)
+        for (int64_t i = 0; i < inner; ++i) sum += static_cast<double>(x[(n * channels_ + c) * inner + i]);
+      const double m = count ? sum / static_cast<double>(count) : 0;
+      for (int64_t n = 0; n < batch_; ++n)
+        for (int64_t i = 0; i < inner; ++i) {
+          const double d = static_cast<double>(x[(n * channels_ + c) * inner + i]) - m;
+          sq += d * d;
+        }
+      const double v = count ? sq / static_cast<double>(count) : 0;
+      const double a = load(scale, c) / std::sqrt(v + static_cast<double>(epsilon_)), b = load(bias, c) - m * a;
+      for (int64_t n = 0; n < batch_; ++n)
+        for (int64_t i = 0; i < inner; ++i) {
+          const int64_t at = (n * channels_ + c) * inner + i;
+          y[at] = static_cast<T>(static_cast<double>(x[at]) * a + b);
+        }
+      const double keep = static_cast<double>(momentum_);
+      if (running_mean) store(*running_mean, c, load(mean, c) * keep + m * (1 - keep));
+      if (running_var) store(*running_var, c, load(var, c) * keep + v * (1 - keep));
+    }
+  }
+
+  static void store(Tensor& t, int64_t i, double v) {
+    if (t.dtype() == DType::kFloat64) t.data<double>()[i] = v;
+    else t.data<float>()[i] = static_cast<float>(v);
+  }
+
   template <typename T>
   void compute(const RunContext& ctx) const {
+    if (training_) return compute_training<T>(ctx);
     const T* x = ctx.in(0).data<T>();
     T* y = ctx.out(0).data<T>();
     const Tensor &scale = ctx.in(1), &bias = ctx.in(2), &mean = ctx.in(3), &var = ctx.in(4);
@@ -102,7 +143,8 @@ class BatchNormKernel : public Kernel {
   }
 
   int64_t batch_ = 0, channels_ = 0, inner_ = 0;
-  float epsilon_ = 1e-5f;
+  float epsilon_ = 1e-5f, momentum_ = 0.9f;
+  bool training_ = false;
 };
 
 ANVIL_REGISTER_OP_VERSIONS("BatchNormalization", 1, 15);  // 1-6: is_test, spatial
