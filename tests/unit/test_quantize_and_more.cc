@@ -73,6 +73,17 @@ TEST(QLinearMatMul, Requantizes) {
   EXPECT_EQ(values<uint8_t>(y[0]), (std::vector<uint8_t>{16}));
 }
 
+// 2x2 windows of x - 1 over [[0,1,2],[3,4,5],[6,7,8]]: 8, 12, 20, 24.
+TEST(ConvInteger, ShiftsByTheZeroPointAndAccumulatesInInt32) {
+  testing::KernelOptions o = opset(13);
+  o.constant_inputs = {false, true, true};
+  std::vector<Tensor> y = run_kernel("ConvInteger", {u8({1, 1, 3, 3}, {1, 2, 3, 4, 5, 6, 7, 8, 9}),
+                                                     u8({1, 1, 2, 2}, {1, 1, 1, 1}), u8({}, {1})}, {}, o);
+  EXPECT_EQ(y[0].dtype(), DType::kInt32);
+  EXPECT_EQ(y[0].shape(), (Shape{1, 1, 2, 2}));
+  EXPECT_EQ(values<int32_t>(y[0]), (std::vector<int32_t>{8, 12, 20, 24}));
+}
+
 TEST(Windows, PeriodicAndSymmetricHann) {
   EXPECT_EQ(values<float>(run_kernel("HannWindow", {i64({}, {4})}, {}, opset(17))[0]),
             (std::vector<float>{0, 0.5f, 1, 0.5f}));

@@ -92,7 +92,8 @@ SymShape window_out(const InferContext& ctx, const SymShape& x, const std::vecto
 
 // X's channels against W's and the group; a bias B holds one value per output channel.
 // Conv's W is [M, C / group, k...], ConvTranspose's [C, M / group, k...].
-void check_channels(const InferContext& ctx, const SymShape& x, const SymShape& w, bool transposed) {
+// `bias` is the bias input's index (-1: none).
+void check_channels(const InferContext& ctx, const SymShape& x, const SymShape& w, bool transposed, int bias = 2) {
   const int64_t group = ctx.attr_int("group");
   if (group < 1) ctx.fail("group {} must be positive", group);
   auto known = [](const Dim& d) { return d.is_known(); };
@@ -107,19 +108,19 @@ void check_channels(const InferContext& ctx, const SymShape& x, const SymShape& 
   if (known(w[0]) && w[0].value % group != 0)
     ctx.fail_input("W {} has {} {} channels, which is not a multiple of group {}", dims_str(w), w[0].value,
                    transposed ? "input" : "output", group);
-  if (!ctx.has_input(2)) return;
-  const SymShape& b = ctx.dims(2);
+  if (bias < 0 || !ctx.has_input(static_cast<size_t>(bias))) return;
+  const SymShape& b = ctx.dims(static_cast<size_t>(bias));
   const Dim m = transposed ? dim_mul(w[1], Dim::known(group)) : w[0];
   if (b.size() != 1 || (known(b[0]) && known(m) && b[0] != m))
     ctx.fail_input("bias B has shape {}; expected [{}]", dims_str(b), m.str());
 }
 
-void infer_conv(InferContext& ctx) {
-  ctx.set_output(0, Type::tensor(ctx.dtype(0)));
-  const SymShape &x = ctx.dims(0), &w = ctx.dims(1);
+// A convolution's output dims for X and W (W at input `w_at`, the bias at `bias`).
+SymShape conv_dims(const InferContext& ctx, size_t w_at, int bias) {
+  const SymShape &x = ctx.dims(0), &w = ctx.dims(w_at);
   if (x.size() < 3 || w.size() != x.size())
     ctx.fail_input("X {} and W {} must have the same rank >= 3", dims_str(x), dims_str(w));
-  check_channels(ctx, x, w, false);
+  check_channels(ctx, x, w, false, bias);
   std::vector<int64_t> kernel = ctx.attr_ints("kernel_shape");
   if (kernel.empty())
     for (size_t i = 2; i < w.size(); ++i) {
@@ -129,7 +130,21 @@ void infer_conv(InferContext& ctx) {
   SymShape out{x[0], w[0]};
   SymShape spatial = window_out(ctx, x, kernel, false);
   out.insert(out.end(), spatial.begin(), spatial.end());
-  ctx.set_output(0, Type::tensor(ctx.dtype(0), out));
+  return out;
+}
+
+void infer_conv(InferContext& ctx) {
+  ctx.set_output(0, Type::tensor(ctx.dtype(0)));
+  ctx.set_output(0, Type::tensor(ctx.dtype(0), conv_dims(ctx, 1, 2)));
+}
+
+// ConvInteger(x, w, x_zero_point, w_zero_point) -> int32; QLinearConv(x, x_scale,
+// x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point, B) -> y_zero_point's type.
+void infer_integer_conv(InferContext& ctx) {
+  const bool q = ctx.node().op_type == "QLinearConv";
+  const DType out = q ? ctx.dtype(7) : DType::kInt32;
+  ctx.set_output(0, Type::tensor(out));
+  ctx.set_output(0, Type::tensor(out, conv_dims(ctx, q ? 3 : 1, q ? 8 : -1)));
 }
 
 void infer_conv_transpose(InferContext& ctx) {
@@ -429,6 +444,8 @@ struct Registrations {
                 .attr("auto_pad", std::string("NOTSET"))
                 .attr("group", int64_t{1})
                 .infer(infer_conv));
+    for (const char* op : {"ConvInteger", "QLinearConv"})
+      r.add(OpSchema(op).attr("auto_pad", std::string("NOTSET")).attr("group", int64_t{1}).infer(infer_integer_conv));
     r.add(OpSchema("ConvTranspose")
               .inputs({kFloatLike})
               .attr("auto_pad", std::string("NOTSET"))

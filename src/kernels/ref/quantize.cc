@@ -2,7 +2,8 @@
 // QuantizeLinear, DequantizeLinear (per tensor or per `axis`),
 // DynamicQuantizeLinear (uint8 with the scale and zero point of the data's
 // range), MatMulInteger (int32 products of zero-point-shifted operands) and
-// QLinearMatMul (the same, requantized).
+// QLinearMatMul (the same, requantized), ConvInteger and QLinearConv (a direct
+// convolution of the shifted operands in int32, requantized for QLinearConv).
 //
 // Rounding is half to even (std::nearbyint in the default mode), then the
 // result saturates to the output type, as the spec says.
@@ -10,6 +11,7 @@
 #include <cmath>
 #include <limits>
 
+#include "kernels/nn_geometry.h"
 #include "kernels/ref/common.h"
 #include "kernels/registry.h"
 
@@ -29,6 +31,13 @@ double as_double(const Tensor& t, int64_t i) {
     if constexpr (std::is_class_v<T>) return static_cast<double>(static_cast<float>(t.data<T>()[i]));
     else return static_cast<double>(t.data<T>()[i]);
   });
+}
+
+// A quantized tensor's elements as int32.
+std::vector<int32_t> widen(const Tensor& t) {
+  std::vector<int32_t> v(static_cast<size_t>(t.numel()));
+  for (int64_t i = 0; i < t.numel(); ++i) v[static_cast<size_t>(i)] = static_cast<int32_t>(as_double(t, i));
+  return v;
 }
 
 // Which element of a per-axis parameter (scale, zero point) applies to element i of x.
@@ -172,12 +181,6 @@ class IntegerMatMulKernel : public Kernel {
 
   static const Tensor* input(const RunContext& ctx, size_t i) { return i < ctx.inputs.size() ? ctx.inputs[i] : nullptr; }
 
-  static std::vector<int32_t> widen(const Tensor& t) {
-    std::vector<int32_t> v(static_cast<size_t>(t.numel()));
-    for (int64_t i = 0; i < t.numel(); ++i) v[static_cast<size_t>(i)] = static_cast<int32_t>(as_double(t, i));
-    return v;
-  }
-
   // A zero point per row of A (or column of B), or one for all; 0 when absent.
   static std::vector<int32_t> zero_points(const Tensor* t, int64_t n) {
     std::vector<int32_t> v(static_cast<size_t>(n), 0);
@@ -215,6 +218,73 @@ class IntegerMatMulKernel : public Kernel {
 
 constexpr unsigned kQuant8 = dtype_bit(DType::kUInt8) | dtype_bit(DType::kInt8);
 
+// ConvInteger and QLinearConv, 1-D to 3-D, groups, every padding mode (nn_geometry.h).
+class IntegerConvKernel : public Kernel {
+ public:
+  explicit IntegerConvKernel(bool requantize) : requantize_(requantize) {}
+
+  std::vector<TensorType> prepare(const PrepareContext& ctx) override {
+    const Shape& x = ctx.input_shape(0);
+    const Shape& w = ctx.input_shape(w_at());  // the schema checked ranks, channels and the bias
+    ANVIL_PREPARE_CHECK(ctx, x.size() <= 5, ErrorKind::kUnsupported, "at most 3 spatial dimensions are supported");
+    group_ = ctx.attrs().get_int("group", 1);
+    geo_ = Geometry3(x, conv_geometry(ctx, x, std::vector<int64_t>(w.begin() + 2, w.end())));
+    n_ = x[0];
+    c_ = x[1];
+    m_ = w[0];
+    return ctx.output_types();
+  }
+
+  void run(const RunContext& ctx) const override {
+    const std::vector<int32_t> x = widen(ctx.in(0)), w = widen(ctx.in(w_at()));
+    const Tensor* xzp = input(ctx, 2);
+    const Tensor* wzp = input(ctx, requantize_ ? 5 : 3);
+    const int32_t zx = xzp ? static_cast<int32_t>(as_double(*xzp, 0)) : 0;
+    const Geometry3& g = geo_;
+    const int64_t cg = c_ / group_, mg = m_ / group_, taps = g.taps(), in_plane = g.in_plane(), out_plane = g.out_plane();
+    const Tensor* bias = requantize_ ? input(ctx, 8) : nullptr;
+    double multiplier = 1;
+    if (requantize_)
+      multiplier = static_cast<double>(static_cast<float>(as_double(ctx.in(1), 0)) / static_cast<float>(as_double(ctx.in(6), 0)));
+    for (int64_t b = 0; b < n_; ++b)
+      for (int64_t m = 0; m < m_; ++m) {
+        const int32_t zw = wzp ? static_cast<int32_t>(as_double(*wzp, wzp->numel() > 1 ? m : 0)) : 0;
+        const int64_t first_c = (m / mg) * cg;
+        for (int64_t o = 0; o < out_plane; ++o) {
+          const int64_t od = o / (g.out[1] * g.out[2]), oh = (o / g.out[2]) % g.out[1], ow = o % g.out[2];
+          int32_t acc = bias ? bias->data<int32_t>()[m] : 0;
+          for (int64_t c = 0; c < cg; ++c)
+            for (int64_t t = 0; t < taps; ++t) {
+              const int64_t kd = t / (g.k[1] * g.k[2]), kh = (t / g.k[2]) % g.k[1], kw = t % g.k[2];
+              const int64_t id = od * g.s[0] + kd * g.d[0] - g.p[0], ih = oh * g.s[1] + kh * g.d[1] - g.p[1],
+                            iw = ow * g.s[2] + kw * g.d[2] - g.p[2];
+              if (id < 0 || id >= g.in[0] || ih < 0 || ih >= g.in[1] || iw < 0 || iw >= g.in[2]) continue;  // padding: zx - zx
+              const int32_t xv = x[static_cast<size_t>((b * c_ + first_c + c) * in_plane + (id * g.in[1] + ih) * g.in[2] + iw)];
+              const int32_t wv = w[static_cast<size_t>((m * cg + c) * taps + t)];
+              acc += (xv - zx) * (wv - zw);
+            }
+          const int64_t at = (b * m_ + m) * out_plane + o;
+          if (!requantize_) {
+            ctx.out(0).data<int32_t>()[at] = acc;
+            continue;
+          }
+          const double scale = multiplier * static_cast<double>(static_cast<float>(as_double(ctx.in(4), ctx.in(4).numel() > 1 ? m : 0)));
+          const double y = std::nearbyint(static_cast<double>(acc) * scale) + as_double(ctx.in(7), 0);
+          if (ctx.out(0).dtype() == DType::kUInt8) ctx.out(0).data<uint8_t>()[at] = saturate<uint8_t>(y);
+          else ctx.out(0).data<int8_t>()[at] = saturate<int8_t>(y);
+        }
+      }
+  }
+
+ private:
+  size_t w_at() const { return requantize_ ? 3 : 1; }
+  static const Tensor* input(const RunContext& ctx, size_t i) { return i < ctx.inputs.size() ? ctx.inputs[i] : nullptr; }
+
+  bool requantize_;
+  int64_t group_ = 1, n_ = 0, c_ = 0, m_ = 0;
+  Geometry3 geo_;
+};
+
 }  // namespace
 
 ANVIL_REGISTER_OP_VERSIONS("QuantizeLinear", 10, 13);
@@ -229,6 +299,14 @@ ANVIL_REGISTER_KERNEL_CLASS_TYPED("DynamicQuantizeLinear", kRef, DynamicQuantize
 ANVIL_REGISTER_KERNEL_TYPED("MatMulInteger", kRef, [](const ir::Node&) -> std::unique_ptr<Kernel> {
   return std::make_unique<IntegerMatMulKernel>(false);
 }, {kQuant8});
+ANVIL_REGISTER_OP_VERSIONS("ConvInteger", 10, 10);
+ANVIL_REGISTER_OP_VERSIONS("QLinearConv", 10, 10);
+ANVIL_REGISTER_KERNEL_TYPED("ConvInteger", kRef, [](const ir::Node&) -> std::unique_ptr<Kernel> {
+  return std::make_unique<IntegerConvKernel>(false);
+}, {kQuant8});
+ANVIL_REGISTER_KERNEL_TYPED("QLinearConv", kRef, [](const ir::Node&) -> std::unique_ptr<Kernel> {
+  return std::make_unique<IntegerConvKernel>(true);
+}, {kQuant8, kFloat32Only, kQuant8, kQuant8, kFloat32Only, kQuant8, kFloat32Only, kQuant8, dtype_bit(DType::kInt32)});
 ANVIL_REGISTER_KERNEL_TYPED("QLinearMatMul", kRef, [](const ir::Node&) -> std::unique_ptr<Kernel> {
   return std::make_unique<IntegerMatMulKernel>(true);
 }, {kQuant8, kFloat32Only, kQuant8, kQuant8, kFloat32Only, kQuant8, kFloat32Only, kQuant8});
