@@ -50,5 +50,16 @@ if [ "$peers" = 1 ]; then
   "$venv/bin/python" -c "import tvm" 2>/dev/null || "${pip[@]}" apache-tvm "$numpy_pin" \
     || echo "setup: apache-tvm does not install here; benchmarks skip it"
 fi
+# The current ONNX backend test suite is generated from PyPI's onnx, pinned so
+# the case list is stable, in a venv of its own (Debian's torch exports with
+# Debian's onnx 1.12, which this one would shadow).
+onnx_venv="$root/build/venv-onnx"
+onnx_pin="onnx==1.23.0"
+if [ ! -x "$onnx_venv/bin/python" ]; then
+  echo "setup: creating virtual environment $onnx_venv"
+  /usr/bin/python3 -m venv "$onnx_venv"
+fi
+"$onnx_venv/bin/python" -c "import onnx, sys; sys.exit(onnx.__version__ != '${onnx_pin#onnx==}')" 2>/dev/null \
+  || "$onnx_venv/bin/python" -m pip install -q --disable-pip-version-check "$onnx_pin" "numpy<2.3"
 touch "$root/build/.setup-done"
 echo "setup: done"
