@@ -13,7 +13,22 @@ const std::map<std::string, std::vector<int>>& history_table() {
   return table;
 }
 
+const std::map<std::string, std::vector<int>>& type_only_table() {
+  static const std::map<std::string, std::vector<int>> table = {
+#include "ir/onnx_type_only_versions.inc"
+  };
+  return table;
+}
+
 }  // namespace
+
+bool onnx_version_widens_types_only(const std::string& op, int version) {
+  auto it = type_only_table().find(op);
+  if (it == type_only_table().end()) return false;
+  for (int v : it->second)
+    if (v == version) return true;
+  return false;
+}
 
 const std::vector<int>& onnx_op_history(const std::string& op) {
   static const std::vector<int> none;

@@ -19,4 +19,9 @@ const std::vector<int>& onnx_op_history(const std::string& op);
 // 0 when the op is unknown or did not exist yet at that opset.
 int onnx_op_version(const std::string& op, int opset);
 
+// True when version `version` of `op` differs from the version before only in
+// the element types it allows (from ONNX's schemas, onnx_type_only_versions.inc):
+// the kernels of the version before run it, their dtype masks refusing the new types.
+bool onnx_version_widens_types_only(const std::string& op, int version);
+
 }  // namespace anvil::ir

@@ -52,10 +52,22 @@ std::string dtypes_of(const std::vector<TensorType>& types) {
   return s + ")";
 }
 
+// `hi` extended through the later versions (up to `version`) that only widen
+// the element types: they run on the kernels of the version before.
+int widen_through_type_only(const std::string& op, int hi, int version) {
+  for (int v : ir::onnx_op_history(op))
+    if (v > hi && v <= version) {
+      if (!ir::onnx_version_widens_types_only(op, v)) break;
+      hi = v;
+    }
+  return hi;
+}
+
 bool entry_has_version(const KernelEntry& e, const ir::Node& node) {
   if (e.min_version == 0 && e.max_version == 0) return true;
-  const int version = node.domain.empty() ? ir::onnx_op_version(node.op_type, node.opset) : node.opset;
-  return version >= e.min_version && version <= e.max_version;
+  if (!node.domain.empty()) return node.opset >= e.min_version && node.opset <= e.max_version;
+  const int version = ir::onnx_op_version(node.op_type, node.opset);
+  return version >= e.min_version && version <= widen_through_type_only(node.op_type, e.max_version, version);
 }
 
 }  // namespace
@@ -99,6 +111,7 @@ std::optional<SupportProblem> Registry::check_support(const std::string& domain,
     if (lo == 0) lo = history.front();
     hi = ir::onnx_op_version(op_type, 17);
   }
+  hi = widen_through_type_only(op_type, hi, version);
   if (version >= lo && version <= hi) return std::nullopt;
   return SupportProblem{ErrorKind::kUnsupported,
                         fmt::format("operator {} version {} (opset {}) is not supported by Anvil, which implements "

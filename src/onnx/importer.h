@@ -15,7 +15,7 @@ namespace anvil::onnx_io {
 // Opset range of the default domain Anvil imports; which op versions run is
 // the kernels' business (OpSupported).
 constexpr int kMinOpset = 1;
-constexpr int kMaxOpset = 21;
+constexpr int kMaxOpset = 28;
 
 // Why the engine cannot run an op at an opset (kind: kUnsupported or kInvalidModel).
 struct OpProblem {

@@ -191,7 +191,7 @@ struct Registrations {
     }));
     for (const char* op : {"Add", "Sub", "Mul", "Div", "Pow", "Mod", "PRelu"})
       r.add(OpSchema(op).attr("broadcast", int64_t{0}).infer(infer_arith));
-    r.add(OpSchema("BitShift").inputs({kUnsignedInts}).required_attr("direction").infer([](InferContext& ctx) {
+    r.add(OpSchema("BitShift").inputs({kUnsignedInts | kSignedInts}).required_attr("direction").infer([](InferContext& ctx) {
       const std::string d = ctx.attr_string("direction");
       if (d != "LEFT" && d != "RIGHT") ctx.fail("direction '{}' is not LEFT or RIGHT", d);
       infer_arith(ctx);

@@ -223,15 +223,15 @@ void infer_split(InferContext& ctx) {
     if (dim.is_known() && total != dim.value)
       ctx.fail_input("split sums to {} but axis {} of {} has size {}", total, axis, dims_str(x), dim.value);
   } else if (!given && dim.is_known()) {
-    // Equal parts; from opset 18 (num_outputs) the last may be smaller: parts of ceil(dim / n).
+    // Equal parts; from opset 18 (num_outputs) parts of ceil(dim / n) until the
+    // axis runs out, so the last ones may be smaller or empty (ONNX's reference:
+    // 5 into 4 gives 2, 2, 1, 0).
     const auto parts = static_cast<int64_t>(n);
-    const int64_t chunk = ctx.opset() >= 18 ? dim.value / parts + (dim.value % parts != 0) : dim.value / parts;
     if (ctx.opset() < 18 && dim.value % parts != 0)
       ctx.fail_input("axis {} of size {} cannot be split into {} equal parts", axis, dim.value, n);
-    if (chunk * (parts - 1) > dim.value)
-      ctx.fail_input("axis {} of size {} cannot be split into {} parts", axis, dim.value, n);
-    sizes = std::vector<int64_t>(n, chunk);
-    sizes->back() = dim.value - chunk * (parts - 1);
+    const int64_t chunk = dim.value / parts + (dim.value % parts != 0);
+    sizes = std::vector<int64_t>(n);
+    for (int64_t i = 0; i < parts; ++i) (*sizes)[static_cast<size_t>(i)] = std::clamp<int64_t>(dim.value - i * chunk, 0, chunk);
   }
   for (size_t o = 0; o < n; ++o) {
     SymShape out = x;
