@@ -2,6 +2,7 @@
 // test_data_set_*/input_*.pb, output_*.pb) and compares the outputs.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -38,6 +39,22 @@ double as_double(const Tensor& t, int64_t i) {
   return static_cast<double>(t.data<T>()[i]);
 }
 
+// IEEE binary16 and bfloat16 bit patterns as numbers.
+double binary16(uint16_t h) {
+  const int exponent = (h >> 10) & 0x1f, mantissa = h & 0x3ff;
+  const double sign = (h & 0x8000) ? -1.0 : 1.0;
+  if (exponent == 0x1f) return mantissa ? std::nan("") : sign * INFINITY;
+  if (exponent == 0) return sign * std::ldexp(mantissa, -24);
+  return sign * std::ldexp(mantissa + 1024, exponent - 25);
+}
+
+double bfloat16(uint16_t b) {
+  const uint32_t bits = static_cast<uint32_t>(b) << 16;
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
 double element(const Tensor& t, int64_t i) {
   switch (t.dtype()) {
     case DType::kFloat32: return as_double<float>(t, i);
@@ -51,6 +68,9 @@ double element(const Tensor& t, int64_t i) {
     case DType::kInt64: return as_double<int64_t>(t, i);
     case DType::kUInt64: return as_double<uint64_t>(t, i);
     case DType::kBool: return t.data<bool>()[i] ? 1 : 0;
+    // 16-bit floats compare as floats, with the float tolerances (ONNX's runner does the same).
+    case DType::kFloat16: return binary16(static_cast<const uint16_t*>(t.raw())[i]);
+    case DType::kBFloat16: return bfloat16(static_cast<const uint16_t*>(t.raw())[i]);
     default: return std::nan("");
   }
 }
@@ -60,10 +80,6 @@ std::string compare(const Tensor& got, const Tensor& want) {
   if (got.dtype() != want.dtype()) return fmt::format("dtype {} != expected {}", dtype_name(got.dtype()), dtype_name(want.dtype()));
   if (got.shape() != want.shape()) return fmt::format("shape {} != expected {}", shape_str(got.shape()), shape_str(want.shape()));
   bool exact = !dtype_is_float(got.dtype());
-  if (got.dtype() == DType::kFloat16 || got.dtype() == DType::kBFloat16) {
-    // Compare the 16-bit patterns as floats through the half conversion in the bytes: exact match required.
-    return std::memcmp(got.raw(), want.raw(), got.nbytes()) == 0 ? "" : "16-bit float values differ";
-  }
   if (got.dtype() == DType::kInt64 || got.dtype() == DType::kUInt64)
     return std::memcmp(got.raw(), want.raw(), got.nbytes()) == 0 ? "" : "integer values differ";
   for (int64_t i = 0; i < got.numel(); ++i) {

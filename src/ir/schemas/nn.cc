@@ -305,11 +305,16 @@ void infer_resize(InferContext& ctx) {
 // GridSample (4-D): [N, C, Ho, Wo] from X [N, C, H, W] and grid [N, Ho, Wo, 2].
 void infer_grid_sample(InferContext& ctx) {
   ctx.set_output(0, Type::tensor(ctx.dtype(0)));
+  // From opset 20, N-D: X [N, C, D1...Dr], grid [N, O1...Or, r].
   const SymShape &x = ctx.dims(0), &g = ctx.dims(1);
-  if (x.size() != 4 || g.size() != 4 || (g[3].is_known() && g[3].value != 2) ||
+  const size_t r = x.size() >= 2 ? x.size() - 2 : 0;
+  if (x.size() < 3 || (ctx.opset() < 20 && x.size() != 4) || g.size() != r + 2 ||
+      (g.back().is_known() && g.back().value != static_cast<int64_t>(r)) ||
       (x[0].is_known() && g[0].is_known() && x[0] != g[0]))
-    ctx.fail_input("X {} must be [N, C, H, W] and grid {} [N, Ho, Wo, 2]", dims_str(x), dims_str(g));
-  ctx.set_output(0, Type::tensor(ctx.dtype(0), SymShape{x[0], x[1], g[1], g[2]}));
+    ctx.fail_input("X {} must be [N, C, D...] and grid {} [N, O..., {}]", dims_str(x), dims_str(g), r);
+  SymShape out{x[0], x[1]};
+  out.insert(out.end(), g.begin() + 1, g.end() - 1);
+  ctx.set_output(0, Type::tensor(ctx.dtype(0), out));
 }
 
 // NegativeLogLikelihoodLoss and SoftmaxCrossEntropyLoss: input [N, C, d...],

@@ -47,15 +47,17 @@ class GridSampleKernel : public Kernel {
  public:
   explicit GridSampleKernel(const ir::Node& node) : align_(node.attrs.get_int("align_corners", 0) != 0) {
     const std::string m = node.attrs.get_string("mode", "bilinear");
-    mode_ = m == "nearest" ? Mode::kNearest : m == "bicubic" ? Mode::kBicubic : Mode::kBilinear;
+    mode_ = m == "nearest" ? Mode::kNearest : (m == "bicubic" || m == "cubic") ? Mode::kBicubic : Mode::kBilinear;
     const std::string p = node.attrs.get_string("padding_mode", "zeros");
     padding_ = p == "border" ? Padding::kBorder : p == "reflection" ? Padding::kReflection : Padding::kZeros;
   }
 
   std::vector<TensorType> prepare(const PrepareContext& ctx) override {
     const std::string m = ctx.attrs().get_string("mode", "bilinear"), p = ctx.attrs().get_string("padding_mode", "zeros");
-    ANVIL_PREPARE_CHECK(ctx, m == "nearest" || m == "bilinear" || m == "bicubic", ErrorKind::kInvalidModel,
-                        "mode '{}' is not nearest, bilinear or bicubic", m);
+    ANVIL_PREPARE_CHECK(ctx, m == "nearest" || m == "bilinear" || m == "bicubic" || m == "linear" || m == "cubic",
+                        ErrorKind::kInvalidModel, "mode '{}' is not nearest, linear (bilinear) or cubic (bicubic)", m);
+    ANVIL_PREPARE_CHECK(ctx, ctx.input_shape(0).size() == 4, ErrorKind::kUnsupported,
+                        "only 4-D inputs [N, C, H, W] are supported, got {}", shape_str(ctx.input_shape(0)));
     ANVIL_PREPARE_CHECK(ctx, p == "zeros" || p == "border" || p == "reflection", ErrorKind::kInvalidModel,
                         "padding_mode '{}' is not zeros, border or reflection", p);
     return ctx.output_types();  // the schema checked X [N, C, H, W] and grid [N, Ho, Wo, 2]
@@ -151,7 +153,8 @@ class GridSampleKernel : public Kernel {
 
 }  // namespace
 
-ANVIL_REGISTER_OP_VERSIONS("GridSample", 16, 19);
+// 20 renames the modes linear and cubic and allows N-D (4-D only here); 22 adds types.
+ANVIL_REGISTER_OP_VERSIONS("GridSample", 16, 22);
 ANVIL_REGISTER_KERNEL_CLASS_TYPED("GridSample", kRef, GridSampleKernel, {kFloats, kFloats});
 
 }  // namespace anvil::kernels

@@ -315,7 +315,8 @@ class MaxUnpoolKernel : public Kernel {
 
 ANVIL_REGISTER_KERNEL_CLASS("MaxPool", kRef, MaxPoolKernel);
 ANVIL_REGISTER_KERNEL_CLASS_TYPED("MaxUnpool", kRef, MaxUnpoolKernel, {kFloats, dtype_bit(DType::kInt64), dtype_bit(DType::kInt64)});
-ANVIL_REGISTER_OP_VERSIONS("AveragePool", 1, 11);  // 1: no count_include_pad (it defaults to 0 since)
+// 1: no count_include_pad (it defaults to 0 since); 19: dilations; 22: types.
+ANVIL_REGISTER_OP_VERSIONS("AveragePool", 1, 22);
 ANVIL_REGISTER_KERNEL_CLASS("AveragePool", kRef, AveragePoolKernel);
 ANVIL_REGISTER_KERNEL_CLASS("GlobalAveragePool", kRef, GlobalPoolKernel<false>);
 ANVIL_REGISTER_KERNEL_CLASS("GlobalMaxPool", kRef, GlobalPoolKernel<true>);

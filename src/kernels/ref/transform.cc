@@ -562,8 +562,11 @@ class CastKernel : public Kernel {
 
 // Versions after opset 17 that only add element types (float8, int4) Anvil does not have.
 ANVIL_REGISTER_OP_VERSIONS("Transpose", 1, 21);
-ANVIL_REGISTER_OP_VERSIONS("Cast", 6, 21);
-ANVIL_REGISTER_OP_VERSIONS("CastLike", 15, 21);
+// 24 adds round_mode, which only concerns float8e8m0 (not supported); later
+// versions add element types. The dtype masks refuse what Anvil lacks.
+ANVIL_REGISTER_OP_VERSIONS("Cast", 6, 28);
+ANVIL_REGISTER_OP_VERSIONS("CastLike", 15, 25);
+ANVIL_REGISTER_OP_VERSIONS("Pad", 2, 25);  // 18: axes; 19: wrap mode (refused by the kernel); later: types
 ANVIL_REGISTER_OP_VERSIONS("Split", 2, 18);  // 18: num_outputs, a smaller last part
 ANVIL_REGISTER_KERNEL_CLASS("Transpose", kRef, TransposeKernel);
 ANVIL_REGISTER_KERNEL_CLASS("Concat", kRef, ConcatKernel);
