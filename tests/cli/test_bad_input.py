@@ -177,12 +177,12 @@ def test_unsupported_opset(anvil, command, cases, opset):
 
 
 def test_unsupported_op_version_names_op_and_version(anvil, command, cases):
-    """Pad-19 (wrap mode) is newer than the Pad versions Anvil implements."""
-    pads = numpy_helper.from_array(np.zeros(8, np.int64), "pads")
-    graph = helper.make_graph([helper.make_node("Pad", ["x", "pads"], ["y"], name="pad0")], "pad",
-                              [float_info("x", SHAPE)], [float_info("y", SHAPE)], [pads])
-    model = save_model(graph, cases / "pad19.onnx", opset=19, check=False)
-    check_error(anvil_model(anvil, command, model), EXIT_UNSUPPORTED, r"Pad", r"version 19", r"pad0",
+    """Resize-19 (antialias, axes, keep_aspect_ratio_policy) is newer than the Resize versions Anvil implements."""
+    scales = numpy_helper.from_array(np.ones(4, np.float32), "scales")
+    graph = helper.make_graph([helper.make_node("Resize", ["x", "", "scales"], ["y"], name="resize0")], "resize",
+                              [float_info("x", SHAPE)], [float_info("y", SHAPE)], [scales])
+    model = save_model(graph, cases / "resize19.onnx", opset=19, check=False)
+    check_error(anvil_model(anvil, command, model), EXIT_UNSUPPORTED, r"Resize", r"version 19", r"resize0",
                 strip=(cases,))
 
 
