@@ -216,6 +216,41 @@ TEST(ScatterElements, AlongAnAxisWithAdd) {
             ErrorKind::kInvalidArgument);
 }
 
+// --- opset 18-28 additions ---------------------------------------------------------------------------------------
+
+TEST(Newer, SwishBitwiseAndFloatMod) {
+  expect_near(run_kernel("Swish", {f32({2}, {0.f, 1.f})}, {}, opset(24))[0], {0.f, 0.7310586f});
+  Tensor a = i32({2}, {12, -1}), b = i32({2}, {10, 7});
+  EXPECT_EQ(values<int32_t>(run_kernel("BitwiseAnd", {a, b}, {}, opset(18))[0]), (std::vector<int32_t>{8, 7}));
+  EXPECT_EQ(values<int32_t>(run_kernel("BitwiseOr", {a, b}, {}, opset(18))[0]), (std::vector<int32_t>{14, -1}));
+  EXPECT_EQ(values<int32_t>(run_kernel("BitwiseXor", {a, b}, {}, opset(18))[0]), (std::vector<int32_t>{6, -8}));
+  EXPECT_EQ(values<int32_t>(run_kernel("BitwiseNot", {i32({3}, {0, -1, 5})}, {}, opset(18))[0]),
+            (std::vector<int32_t>{-1, 0, -6}));
+  // Mod-28 with fmod=0 on floats: floored, the sign of the divisor; x mod 0 is NaN.
+  std::vector<float> m = values<float>(run_kernel("Mod", {f32({3}, {-7.5f, 7.5f, 1.f}), f32({3}, {2.f, -2.f, 0.f})},
+                                                  {}, opset(28))[0]);
+  EXPECT_EQ(m[0], 0.5f);
+  EXPECT_EQ(m[1], -0.5f);
+  EXPECT_TRUE(std::isnan(m[2]));
+}
+
+TEST(Newer, RmsAndLpNormalizationAndCumProd) {
+  // mean(1, 9) = 5: [1, 3] / sqrt(5) * [1, 2].
+  expect_near(run_kernel("RMSNormalization", {f32({1, 2}, {1, 3}), f32({2}, {1, 2})}, attrs({{"epsilon", 0.f}}),
+                         opset(23))[0],
+              {0.4472136f, 2.6832816f});
+  expect_near(run_kernel("LpNormalization", {f32({2, 2}, {1, 3, 3, 4})}, attrs({{"p", int64_t{1}}}))[0],
+              {0.25f, 0.75f, 3.f / 7.f, 4.f / 7.f});
+  expect_near(run_kernel("LpNormalization", {f32({1, 2}, {3, 4})})[0], {0.6f, 0.8f});
+  Tensor x = f32({4}, {1, 2, 3, 4});
+  testing::KernelOptions o = opset(26);
+  EXPECT_EQ(values<float>(run_kernel("CumProd", {x, i64({}, {0})}, {}, o)[0]), (std::vector<float>{1, 2, 6, 24}));
+  EXPECT_EQ(values<float>(run_kernel("CumProd", {x, i64({}, {0})}, attrs({{"exclusive", int64_t{1}}}), o)[0]),
+            (std::vector<float>{1, 1, 2, 6}));
+  EXPECT_EQ(values<float>(run_kernel("CumProd", {x, i64({}, {0})}, attrs({{"reverse", int64_t{1}}}), o)[0]),
+            (std::vector<float>{24, 24, 12, 4}));
+}
+
 // --- Resize ------------------------------------------------------------------------------------------------------
 
 // [1, 3] upsampled x2 along the last axis.

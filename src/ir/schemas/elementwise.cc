@@ -180,7 +180,13 @@ struct Registrations {
     r.add(OpSchema("IsInf").inputs({kFloatLike}).infer(infer_bool_like_input));
     for (const char* op : {"Softmax", "LogSoftmax", "Hardmax"})
       r.add(OpSchema(op).inputs({kFloatLike}).attr("axis", int64_t{-1}).infer(same_as_input(0)));
-    r.add(OpSchema("CumSum").attr("exclusive", int64_t{0}).attr("reverse", int64_t{0}).infer(same_as_input(0)));
+    for (const char* op : {"CumSum", "CumProd"})
+      r.add(OpSchema(op).attr("exclusive", int64_t{0}).attr("reverse", int64_t{0}).infer(same_as_input(0)));
+    r.add(OpSchema("Swish").inputs({kFloatLike}).attr("alpha", 1.f).infer(same_as_input(0)));
+    r.add(OpSchema("BitwiseNot").inputs({kSignedInts | kUnsignedInts}).infer(same_as_input(0)));
+    for (const char* op : {"BitwiseAnd", "BitwiseOr", "BitwiseXor"})
+      r.add(OpSchema(op).inputs({kSignedInts | kUnsignedInts}).infer(infer_arith));
+    r.add(OpSchema("RMSNormalization").inputs({kFloatLike}).attr("axis", int64_t{-1}).attr("epsilon", 1e-5f).infer(same_as_input(0)));
     r.add(OpSchema("Trilu").attr("upper", int64_t{1}).infer([](InferContext& ctx) {
       if (ctx.rank(0) < 2) ctx.fail_input("input must have rank >= 2, got {}", dims_str(ctx.dims(0)));
       copy_type(ctx, 0);

@@ -105,7 +105,7 @@ B power(B base, E exp) {
 
 // --- binary ops --------------------------------------------------------------
 
-enum class BinOp { kAdd, kSub, kMul, kDiv, kPRelu, kMax, kMin, kMod, kFmod, kShiftLeft, kShiftRight };
+enum class BinOp { kAdd, kSub, kMul, kDiv, kPRelu, kMax, kMin, kMod, kFmod, kShiftLeft, kShiftRight, kBitAnd, kBitOr, kBitXor };
 
 // Mod with fmod=0: the remainder takes the divisor's sign (Python); x mod 0 is 0.
 template <typename T>
@@ -119,7 +119,12 @@ T python_mod(T x, T y) {
       if (r != 0 && (r < 0) != (y < 0)) r = static_cast<T>(r + y);
     return r;
   } else {
-    return x;  // floating point requires fmod=1 (checked in prepare)
+    // Mod-28: x - floor(x / y) * y, with the remainder's sign that of y; NaN for
+    // an infinite x or a zero y; y itself for an infinite y of the other sign.
+    if (std::isnan(x) || std::isnan(y) || std::isinf(x) || y == 0) return std::numeric_limits<T>::quiet_NaN();
+    T r = std::fmod(x, y);
+    if (r != 0 && (r < 0) != (y < 0)) r += y;
+    return r == 0 ? std::copysign(T(0), y) : r;
   }
 }
 
@@ -145,6 +150,13 @@ T shift(T x, T y, bool left) {
   } else {
     return x;  // prepare() admits unsigned integers only
   }
+}
+
+// Bitwise And, Or, Xor of integers (prepare() admits no other types).
+template <typename T>
+T bitwise(T x, T y, char op) {
+  if constexpr (std::is_integral_v<T>) return static_cast<T>(op == '&' ? (x & y) : op == '|' ? (x | y) : (x ^ y));
+  else return x;
 }
 
 template <typename T>
@@ -178,6 +190,9 @@ void apply_binary(BinOp op, const BroadcastPlan& p, const T* a, const T* b, T* o
     case BinOp::kFmod: p.apply(a, b, o, f([](auto x, auto y) { return c_fmod(x, y); })); break;
     case BinOp::kShiftLeft: p.apply(a, b, o, f([](auto x, auto y) { return shift(x, y, true); })); break;
     case BinOp::kShiftRight: p.apply(a, b, o, f([](auto x, auto y) { return shift(x, y, false); })); break;
+    case BinOp::kBitAnd: p.apply(a, b, o, f([](auto x, auto y) { return bitwise(x, y, '&'); })); break;
+    case BinOp::kBitOr: p.apply(a, b, o, f([](auto x, auto y) { return bitwise(x, y, '|'); })); break;
+    case BinOp::kBitXor: p.apply(a, b, o, f([](auto x, auto y) { return bitwise(x, y, '^'); })); break;
   }
 }
 
@@ -213,8 +228,8 @@ class BinaryKernel : public Kernel {
                         "operands have different types {} and {}", dtype_name(d), dtype_name(ctx.input_dtype(1)));
     ANVIL_PREPARE_CHECK(ctx, dtype_in(d, dtypes_), ErrorKind::kUnsupported, "dtype {} is not supported",
                         dtype_name(d));
-    ANVIL_PREPARE_CHECK(ctx, op_ != BinOp::kMod || !dtype_in(d, kFloats | kHalfs), ErrorKind::kInvalidModel,
-                        "fmod must be 1 for {} inputs", dtype_name(d));
+    ANVIL_PREPARE_CHECK(ctx, op_ != BinOp::kMod || !dtype_in(d, kFloats | kHalfs) || ctx.opset() >= 28,
+                        ErrorKind::kInvalidModel, "fmod must be 1 for {} inputs before opset 28", dtype_name(d));
     const Shape& sa = ctx.input_shape(0);
     const Shape sb = legacy_operand_shape(ctx, op_ == BinOp::kPRelu, sa, ctx.input_shape(1));
     const Shape& out = ctx.output_shape(0);
@@ -365,6 +380,13 @@ ANVIL_REGISTER_KERNEL("Div", kRef, make_factory<BinaryKernel>(BinOp::kDiv, kArit
 ANVIL_REGISTER_KERNEL("Mod", kRef, [](const ir::Node& n) -> std::unique_ptr<Kernel> {
   return std::make_unique<BinaryKernel>(n.attrs.get_int("fmod", 0) != 0 ? BinOp::kFmod : BinOp::kMod, kArithmetic);
 });
+ANVIL_REGISTER_OP_VERSIONS("Mod", 10, 28);  // 28: fmod=0 on floats (floored)
+ANVIL_REGISTER_OP_VERSIONS("BitwiseAnd", 18, 28);
+ANVIL_REGISTER_OP_VERSIONS("BitwiseOr", 18, 28);
+ANVIL_REGISTER_OP_VERSIONS("BitwiseXor", 18, 28);
+ANVIL_REGISTER_KERNEL("BitwiseAnd", kRef, make_factory<BinaryKernel>(BinOp::kBitAnd, unsigned(kSignedInts | kUnsignedInts)));
+ANVIL_REGISTER_KERNEL("BitwiseOr", kRef, make_factory<BinaryKernel>(BinOp::kBitOr, unsigned(kSignedInts | kUnsignedInts)));
+ANVIL_REGISTER_KERNEL("BitwiseXor", kRef, make_factory<BinaryKernel>(BinOp::kBitXor, unsigned(kSignedInts | kUnsignedInts)));
 ANVIL_REGISTER_KERNEL("BitShift", kRef, [](const ir::Node& n) -> std::unique_ptr<Kernel> {
   const std::string direction = n.attrs.get_string("direction", "");
   if (direction != "LEFT" && direction != "RIGHT") return nullptr;  // the schema reports it

@@ -246,9 +246,11 @@ class TriluKernel : public Kernel {
   size_t elem_ = 0;
 };
 
+// CumSum and CumProd along an axis (exclusive: without the element itself;
+// reverse: from the end).
 class CumSumKernel : public Kernel {
  public:
-  explicit CumSumKernel(const ir::Node&) {}
+  CumSumKernel(const ir::Node&, bool product) : product_(product) {}
   std::vector<TensorType> prepare(const PrepareContext& ctx) override {
     const TensorType& x = ctx.input_type(0);
     ANVIL_PREPARE_CHECK(ctx, dtype_in(x.dtype, kFloats | kSignedInts | kUnsignedInts), ErrorKind::kUnsupported,
@@ -276,16 +278,16 @@ class CumSumKernel : public Kernel {
 #pragma omp parallel for collapse(2) if (outer_ * inner_ * len_ > 32768)
         for (int64_t o = 0; o < outer_; ++o)
           for (int64_t i = 0; i < inner_; ++i) {
-            T acc = T(0);
+            T acc = product_ ? T(1) : T(0);
             for (int64_t s = 0; s < len_; ++s) {
               const int64_t j = reverse_ ? len_ - 1 - s : s;
               const int64_t at = (o * len_ + j) * inner_ + i;
               const T v = x[at];
               if (exclusive_) {
                 y[at] = acc;
-                acc = static_cast<T>(acc + v);
+                acc = product_ ? static_cast<T>(acc * v) : static_cast<T>(acc + v);
               } else {
-                acc = static_cast<T>(acc + v);
+                acc = product_ ? static_cast<T>(acc * v) : static_cast<T>(acc + v);
                 y[at] = acc;
               }
             }
@@ -298,6 +300,7 @@ class CumSumKernel : public Kernel {
   bool exclusive_ = false, reverse_ = false;
   int64_t len_ = 0, outer_ = 1, inner_ = 1;
   DType dtype_ = DType::kUndefined;
+  bool product_ = false;
 };
 
 // ReverseSequence: for each batch entry b, the first sequence_lens[b] steps
@@ -346,7 +349,13 @@ ANVIL_REGISTER_KERNEL_CLASS("Tile", kRef, TileKernel);
 ANVIL_REGISTER_KERNEL_CLASS("Range", kRef, RangeKernel);
 ANVIL_REGISTER_KERNEL_CLASS("GatherElements", kRef, GatherElementsKernel);
 ANVIL_REGISTER_KERNEL_CLASS("Trilu", kRef, TriluKernel);
-ANVIL_REGISTER_KERNEL_CLASS("CumSum", kRef, CumSumKernel);
+ANVIL_REGISTER_KERNEL("CumSum", kRef, [](const ir::Node& n) -> std::unique_ptr<Kernel> {
+  return std::make_unique<CumSumKernel>(n, false);
+});
+ANVIL_REGISTER_OP_VERSIONS("CumProd", 26, 28);
+ANVIL_REGISTER_KERNEL("CumProd", kRef, [](const ir::Node& n) -> std::unique_ptr<Kernel> {
+  return std::make_unique<CumSumKernel>(n, true);
+});
 
 }  // namespace
 }  // namespace anvil::kernels

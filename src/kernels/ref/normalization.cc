@@ -7,6 +7,9 @@
 // - MeanVarianceNormalization: over `axes` (default N, H, W).
 // - LRN: each element divided by a power of the sum of squares of its `size`
 //   channel neighbours.
+// - RMSNormalization (opset 23): x / sqrt(mean(x^2 over the axes from `axis`)
+//   + epsilon) * scale.
+// - LpNormalization: x divided by its L1 or L2 norm along `axis`.
 // Statistics accumulate in double.
 #include <algorithm>
 #include <cmath>
@@ -269,7 +272,77 @@ class LrnKernel : public Kernel {
   int64_t batch_ = 0, channels_ = 0, plane_ = 1;
 };
 
+// Rows of the elements from `axis` on (RMSNormalization) or lanes along `axis` (LpNormalization).
+class NormKernel : public Kernel {
+ public:
+  NormKernel(const ir::Node& node, bool rms)
+      : rms_(rms), eps_(node.attrs.get_float("epsilon", 1e-5f)), p_(node.attrs.get_int("p", 2)),
+        axis_(node.attrs.get_int("axis", -1)) {}
+
+  std::vector<TensorType> prepare(const PrepareContext& ctx) override {
+    ANVIL_PREPARE_CHECK(ctx, rms_ || p_ == 1 || p_ == 2, ErrorKind::kInvalidModel, "p {} is not 1 or 2", p_);
+    const Shape& x = ctx.input_shape(0);
+    const auto axis = static_cast<size_t>(normalize_axis(ctx, axis_, static_cast<int64_t>(x.size())));
+    outer_ = shape_numel(Shape(x.begin(), x.begin() + static_cast<std::ptrdiff_t>(axis)));
+    len_ = rms_ ? shape_numel(Shape(x.begin() + static_cast<std::ptrdiff_t>(axis), x.end())) : x[axis];
+    inner_ = rms_ ? 1 : shape_numel(Shape(x.begin() + static_cast<std::ptrdiff_t>(axis) + 1, x.end()));
+    if (rms_) {
+      const int64_t scale = shape_numel(ctx.input_shape(1));
+      ANVIL_PREPARE_CHECK(ctx, scale == len_ || scale == 1, ErrorKind::kInvalidArgument,
+                          "scale {} does not broadcast to the normalized {} elements", shape_str(ctx.input_shape(1)),
+                          len_);
+    }
+    return ctx.output_types();
+  }
+
+  void run(const RunContext& ctx) const override {
+    dispatch_dtype(ctx.in(0).dtype(), [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      if constexpr (std::is_floating_point_v<T>) compute<T>(ctx);
+    });
+  }
+
+ private:
+  template <typename T>
+  void compute(const RunContext& ctx) const {
+    const T* x = ctx.in(0).data<T>();
+    const T* scale = rms_ ? ctx.in(1).data<T>() : nullptr;
+    const bool one_scale = rms_ && ctx.in(1).numel() == 1;
+    T* y = ctx.out(0).data<T>();
+    for (int64_t o = 0; o < outer_; ++o)
+      for (int64_t i = 0; i < inner_; ++i) {
+        const int64_t base = o * len_ * inner_ + i;
+        double acc = 0;
+        for (int64_t k = 0; k < len_; ++k) {
+          const double v = static_cast<double>(x[base + k * inner_]);
+          acc += rms_ || p_ == 2 ? v * v : std::fabs(v);
+        }
+        const double norm = rms_ ? std::sqrt(acc / static_cast<double>(len_) + static_cast<double>(eps_))
+                                 : p_ == 2 ? std::sqrt(acc) : acc;
+        for (int64_t k = 0; k < len_; ++k) {
+          const int64_t at = base + k * inner_;
+          double v = norm == 0 ? 0.0 : static_cast<double>(x[at]) / norm;
+          if (rms_) v *= static_cast<double>(scale[one_scale ? 0 : k]);
+          y[at] = static_cast<T>(v);
+        }
+      }
+  }
+
+  bool rms_;
+  float eps_;
+  int64_t p_, axis_;
+  int64_t outer_ = 1, len_ = 1, inner_ = 1;
+};
+
 ANVIL_REGISTER_KERNEL_CLASS("LayerNormalization", kRef, LayerNormKernel);
+ANVIL_REGISTER_OP_VERSIONS("RMSNormalization", 23, 28);
+ANVIL_REGISTER_KERNEL_TYPED("RMSNormalization", kRef, [](const ir::Node& n) -> std::unique_ptr<Kernel> {
+  return std::make_unique<NormKernel>(n, true);
+}, {kFloats, kFloats});
+ANVIL_REGISTER_OP_VERSIONS("LpNormalization", 1, 22);
+ANVIL_REGISTER_KERNEL_TYPED("LpNormalization", kRef, [](const ir::Node& n) -> std::unique_ptr<Kernel> {
+  return std::make_unique<NormKernel>(n, false);
+}, {kFloats});
 ANVIL_REGISTER_KERNEL_CLASS_TYPED("InstanceNormalization", kRef, InstanceNormKernel, {kFloats});
 ANVIL_REGISTER_KERNEL_CLASS_TYPED("MeanVarianceNormalization", kRef, MeanVarianceNormKernel, {kFloats});
 ANVIL_REGISTER_KERNEL_CLASS_TYPED("LRN", kRef, LrnKernel, {kFloats});

@@ -19,7 +19,7 @@ enum class UnOp {
   kRelu, kLeakyRelu, kElu, kSelu, kSigmoid, kTanh, kHardSigmoid, kHardSwish, kSoftplus, kSoftsign,
   kSqrt, kExp, kLog, kNeg, kAbs, kErf, kFloor, kCeil, kReciprocal,
   kSin, kCos, kTan, kAsin, kAcos, kAtan, kSinh, kCosh, kAsinh, kAcosh, kAtanh,
-  kRound, kSign, kCelu, kThresholdedRelu, kShrink, kMish, kGelu, kGeluTanh,
+  kRound, kSign, kCelu, kThresholdedRelu, kShrink, kMish, kGelu, kGeluTanh, kSwish, kBitNot,
 };
 
 template <typename T, typename F>
@@ -83,6 +83,7 @@ void unary_float(UnOp op, const T* x, T* y, int64_t n, T alpha, T beta, T gamma)
         return v * std::tanh(softplus);
       });
     case UnOp::kGelu: return map(x, y, n, [](T v) { return T(0.5) * v * (T(1) + std::erf(v / std::sqrt(T(2)))); });
+    case UnOp::kSwish: return map(x, y, n, [=](T v) { return v / (T(1) + std::exp(-alpha * v)); });
     case UnOp::kGeluTanh:
       return map(x, y, n, [](T v) {
         const T c = std::sqrt(T(2) / T(M_PI));
@@ -101,6 +102,7 @@ void unary_int(UnOp op, const T* x, T* y, int64_t n, double lambd, double bias) 
     case UnOp::kNeg: return map(x, y, n, neg);
     case UnOp::kAbs: return map(x, y, n, [=](T v) { return v < T(0) ? neg(v) : v; });
     case UnOp::kSign: return map(x, y, n, [](T v) { return static_cast<T>(v > T(0) ? 1 : v < T(0) ? -1 : 0); });
+    case UnOp::kBitNot: return map(x, y, n, [](T v) { return static_cast<T>(~v); });
     case UnOp::kShrink:
       return map(x, y, n, [=](T v) {
         const double d = static_cast<double>(v);
@@ -156,6 +158,8 @@ constexpr UnaryDef kUnaryOps[] = {
     {"Shrink", UnOp::kShrink, kNumeric, 0, 0, 0.5f},
     {"Mish", UnOp::kMish, kFloats, 0, 0, 0},
     {"Gelu", UnOp::kGelu, kFloats, 0, 0, 0},
+    {"Swish", UnOp::kSwish, kFloats, 1.0f, 0, 0},
+    {"BitwiseNot", UnOp::kBitNot, kSignedInts | kUnsignedInts, 0, 0, 0},
 };
 
 class UnaryKernel : public Kernel {
@@ -292,6 +296,8 @@ ANVIL_REGISTER_OP_VERSIONS("IsNaN", 9, 20);
 ANVIL_REGISTER_OP_VERSIONS("IsInf", 10, 20);
 ANVIL_REGISTER_OP_VERSIONS("Mish", 18, 21);
 ANVIL_REGISTER_OP_VERSIONS("Gelu", 20, 21);
+ANVIL_REGISTER_OP_VERSIONS("Swish", 24, 28);
+ANVIL_REGISTER_OP_VERSIONS("BitwiseNot", 18, 28);
 
 // One registration per entry of kUnaryOps.
 struct UnaryRegistrar {
