@@ -295,11 +295,27 @@ void infer_resize(InferContext& ctx) {
   if (ctx.node().op_type != "Resize" || ctx.opset() < 11 || !ctx.has_input(3)) return;
   auto sizes = ctx.known_values(3);
   if (!sizes) return;
-  if (sizes->size() != x.size()) ctx.fail_input("sizes has {} values for an input of rank {}", sizes->size(), x.size());
+  std::vector<int64_t> axes;  // opset 18: sizes name these axes only
+  for (int64_t a : ctx.attr_ints("axes")) axes.push_back(ctx.axis(a, static_cast<int64_t>(x.size())));
+  if (axes.empty())
+    for (size_t d = 0; d < x.size(); ++d) axes.push_back(static_cast<int64_t>(d));
+  if (sizes->size() != axes.size()) ctx.fail_input("sizes has {} values for {} axes", sizes->size(), axes.size());
   for (int64_t v : *sizes)
     if (v < 0) ctx.fail_input("sizes {} has a negative value", dims_str(known_dims(*sizes)));
-  if (ctx.attr_string("keep_aspect_ratio_policy") != "stretch" || ctx.has_attr("axes")) return;
-  ctx.set_output(0, Type::tensor(ctx.dtype(0), known_dims(*sizes)));
+  SymShape out = x;
+  const std::string policy = ctx.attr_string("keep_aspect_ratio_policy");
+  if (policy == "stretch") {
+    for (size_t i = 0; i < axes.size(); ++i) out[axes[i]] = Dim::known((*sizes)[i]);
+  } else {  // one scale for every axis: the smallest (not_larger) or largest sizes / input, rounded half up
+    double scale = policy == "not_larger" ? INFINITY : 0.0;
+    for (size_t i = 0; i < axes.size(); ++i) {
+      if (!x[axes[i]].is_known() || x[axes[i]].value == 0) return;
+      const double r = static_cast<double>((*sizes)[i]) / static_cast<double>(x[axes[i]].value);
+      scale = policy == "not_larger" ? std::min(scale, r) : std::max(scale, r);
+    }
+    for (int64_t a : axes) out[a] = Dim::known(static_cast<int64_t>(scale * static_cast<double>(x[a].value) + 0.5));
+  }
+  ctx.set_output(0, Type::tensor(ctx.dtype(0), out));
 }
 
 // GridSample (4-D): [N, C, Ho, Wo] from X [N, C, H, W] and grid [N, Ho, Wo, 2].

@@ -42,6 +42,7 @@ struct AxisPlan {
 
 struct Options {
   std::string mode = "nearest";          // nearest, linear, cubic
+  bool antialias = false;                // linear/cubic: widen the filter by 1 / scale when downsampling
   std::string transform = "half_pixel";  // coordinate_transformation_mode
   std::string nearest = "round_prefer_floor";
   double cubic_a = -0.75;
@@ -51,10 +52,14 @@ struct Options {
 
 // The input coordinate of output index x_out. `out` is the unrounded output
 // length in * scale (ONNX's reference, and ONNX Runtime, use it when scales are given).
-double source_coordinate(const Options& o, double x_out, double scale, int64_t in, double out, double roi_start,
-                         double roi_end) {
+double source_coordinate(const Options& o, double x_out, double scale, int64_t in, double out, int64_t out_int,
+                         double roi_start, double roi_end) {
   const std::string& t = o.transform;
   if (t == "half_pixel") return (x_out + 0.5) / scale - 0.5;
+  if (t == "half_pixel_symmetric") {  // opset 19: the rounding of the output size split evenly at both ends
+    const double offset = static_cast<double>(in) / 2 * (1 - static_cast<double>(out_int) / out);
+    return offset + (x_out + 0.5) / scale - 0.5;
+  }
   if (t == "pytorch_half_pixel") return out > 1 ? (x_out + 0.5) / scale - 0.5 : 0.0;
   if (t == "align_corners") return out == 1 ? 0.0 : x_out * static_cast<double>(in - 1) / (out - 1);
   if (t == "asymmetric") return x_out / scale;
@@ -81,12 +86,45 @@ std::array<double, 4> cubic_weights(double r, double a) {
   return {far(r + 1), near(r), near(1 - r), far(2 - r)};
 }
 
-Sample make_sample(const Options& o, double x, int64_t in, bool crop) {
+// Antialiased linear and cubic (opset 18): the filter stretched by 1 / scale
+// when downsampling, its taps the n integers nearest x (the lower on ties,
+// edge-padded), weights normalized; exclude_outside drops taps off the input.
+Sample antialiased_sample(const Options& o, double x, int64_t in, double scale) {
+  const double s = std::min(scale, 1.0);
+  const double ratio = x == std::floor(x) ? 1.0 : x - std::floor(x);  // in (0, 1]
+  const auto left = static_cast<int64_t>(std::ceil(x)) - 1;           // the largest integer below x
+  const bool linear = o.mode == "linear";
+  const auto start = static_cast<int64_t>(std::floor((linear ? -1.0 : -2.0) / s)) + 1;
+  const int64_t n = 2 - 2 * start;  // taps left + start ... left + start + n - 1
+  auto weight = [&](double d) {
+    d = std::fabs(d);
+    if (linear) return std::clamp(1 - d, 0.0, 1.0);
+    const double a = o.cubic_a;
+    if (d <= 1) return ((a + 2) * d - (a + 3)) * d * d + 1;
+    if (d < 2) return ((a * d - 5 * a) * d + 8 * a) * d - 4 * a;
+    return 0.0;
+  };
+  Sample out;
+  double total = 0;
+  for (int64_t j = 0; j < n; ++j) {
+    const int64_t i = left + start + j;
+    if (o.exclude_outside && (i < 0 || i >= in)) continue;
+    const double w = weight(s * (static_cast<double>(start + j) - ratio));  // x = left + ratio
+    out.taps.push_back({std::clamp<int64_t>(i, 0, in - 1), w});
+    total += w;
+  }
+  if (total != 0)
+    for (Tap& t : out.taps) t.weight /= total;
+  return out;
+}
+
+Sample make_sample(const Options& o, double x, int64_t in, bool crop, double scale) {
   Sample s;
   if (crop && (x < 0 || x > static_cast<double>(in - 1))) {
     s.outside = true;
     return s;
   }
+  if (o.antialias && o.mode != "nearest") return antialiased_sample(o, x, in, scale);
   auto clamp = [in](int64_t i) { return std::clamp<int64_t>(i, 0, in - 1); };
   if (o.mode == "nearest") {
     s.taps.push_back({clamp(nearest_index(o, x)), 1.0});
@@ -126,6 +164,7 @@ class ResizeKernel : public Kernel {
       opt_.cubic_a = a.get_float("cubic_coeff_a", -0.75f);
       opt_.exclude_outside = a.get_int("exclude_outside", 0) != 0;
       opt_.extrapolation = a.get_float("extrapolation_value", 0.f);
+      opt_.antialias = a.get_int("antialias", 0) != 0;
     }
   }
 
@@ -133,17 +172,36 @@ class ResizeKernel : public Kernel {
     check_options(ctx);
     const Shape& x = ctx.input_shape(0);
     const size_t rank = x.size();
+    // Opset 18's `axes`: scales, sizes and roi name those axes only.
+    axes_.clear();
+    for (int64_t a : ctx.attrs().get_ints("axes")) axes_.push_back(static_cast<size_t>(normalize_axis(ctx, a, static_cast<int64_t>(rank))));
+    if (axes_.empty())
+      for (size_t d = 0; d < rank; ++d) axes_.push_back(d);
     std::vector<double> scales(rank, 1.0), roi_start(rank, 0.0), roi_end(rank, 1.0);
     const bool crop = opt_.transform == "tf_crop_and_resize";
-    if (crop) read_roi(ctx, rank, roi_start, roi_end);
+    if (crop) read_roi(ctx, roi_start, roi_end);
     // The output length before rounding; tf_crop_and_resize scales the roi's extent.
     std::vector<double> length(rank);
     Shape out;
-    if (!upsample_ && ctx.opset() >= 11 && ctx.has_input(3)) {  // sizes: the schema's
+    if (!upsample_ && ctx.opset() >= 11 && ctx.has_input(3)) {  // sizes: the schema's output shape
       out = ctx.output_shape(0);
       for (size_t d = 0; d < rank; ++d) {
         scales[d] = x[d] ? static_cast<double>(out[d]) / static_cast<double>(x[d]) : 1;
         length[d] = static_cast<double>(out[d]);
+      }
+      // keep_aspect_ratio_policy: one scale for every axis, the smallest or largest sizes / input.
+      const std::string policy = ctx.attrs().get_string("keep_aspect_ratio_policy", "stretch");
+      if (policy != "stretch") {
+        const std::vector<int64_t> sizes = tensor_to_ints(ctx.require_constant(3, "sizes"));
+        double scale = policy == "not_larger" ? INFINITY : 0.0;
+        for (size_t i = 0; i < axes_.size() && i < sizes.size(); ++i) {
+          const double r = static_cast<double>(sizes[i]) / static_cast<double>(x[axes_[i]]);
+          scale = policy == "not_larger" ? std::min(scale, r) : std::max(scale, r);
+        }
+        for (size_t a : axes_) {
+          scales[a] = scale;
+          length[a] = scale * static_cast<double>(x[a]);
+        }
       }
     } else {  // scales are floats: read here
       scales = read_scales(ctx, rank);
@@ -162,8 +220,8 @@ class ResizeKernel : public Kernel {
       bool identity = x[d] == out[d];
       for (int64_t i = 0; i < out[d]; ++i) {
         const double c =
-            source_coordinate(opt_, static_cast<double>(i), scales[d], x[d], length[d], roi_start[d], roi_end[d]);
-        p.samples.push_back(make_sample(opt_, c, x[d], crop));
+            source_coordinate(opt_, static_cast<double>(i), scales[d], x[d], length[d], out[d], roi_start[d], roi_end[d]);
+        p.samples.push_back(make_sample(opt_, c, x[d], crop, scales[d]));
         const Sample& s = p.samples.back();
         identity = identity && !s.outside && s.taps.size() >= 1 &&
                    std::all_of(s.taps.begin(), s.taps.end(), [&](const Tap& t) { return t.index == i || t.weight == 0; });
@@ -188,17 +246,15 @@ class ResizeKernel : public Kernel {
     ANVIL_PREPARE_CHECK(ctx, !upsample_ || opt_.mode != "cubic", ErrorKind::kInvalidModel,
                         "Upsample has no cubic mode");
     const std::string& t = opt_.transform;
-    ANVIL_PREPARE_CHECK(ctx, t == "half_pixel" || t == "pytorch_half_pixel" || t == "align_corners" ||
+    ANVIL_PREPARE_CHECK(ctx, t == "half_pixel" || t == "half_pixel_symmetric" || t == "pytorch_half_pixel" || t == "align_corners" ||
                                  t == "asymmetric" || t == "tf_half_pixel_for_nn" || t == "tf_crop_and_resize",
                         ErrorKind::kInvalidModel, "coordinate_transformation_mode '{}' is not known", t);
     const std::string& n = opt_.nearest;
     ANVIL_PREPARE_CHECK(ctx, n == "round_prefer_floor" || n == "round_prefer_ceil" || n == "floor" || n == "ceil",
                         ErrorKind::kInvalidModel, "nearest_mode '{}' is not known", n);
-    ANVIL_PREPARE_CHECK(ctx, !ctx.attrs().get_int("antialias", 0), ErrorKind::kUnsupported,
-                        "antialias is not supported");
-    ANVIL_PREPARE_CHECK(ctx, !ctx.attrs().has("axes"), ErrorKind::kUnsupported, "the axes attribute is not supported");
-    ANVIL_PREPARE_CHECK(ctx, ctx.attrs().get_string("keep_aspect_ratio_policy", "stretch") == "stretch",
-                        ErrorKind::kUnsupported, "keep_aspect_ratio_policy other than stretch is not supported");
+    const std::string policy = ctx.attrs().get_string("keep_aspect_ratio_policy", "stretch");
+    ANVIL_PREPARE_CHECK(ctx, policy == "stretch" || policy == "not_larger" || policy == "not_smaller",
+                        ErrorKind::kInvalidModel, "keep_aspect_ratio_policy '{}' is not known", policy);
   }
 
   // Scales from the attribute (Upsample-7), input 1 (Upsample-9, Resize-10) or input 2.
@@ -213,27 +269,30 @@ class ResizeKernel : public Kernel {
       ANVIL_PREPARE_CHECK(ctx, t.dtype() == DType::kFloat32, ErrorKind::kInvalidModel, "scales must be float32");
       v.assign(t.data<float>(), t.data<float>() + t.numel());
     }
-    ANVIL_PREPARE_CHECK(ctx, v.size() == rank, ErrorKind::kInvalidArgument, "{} scales for an input of rank {}",
-                        v.size(), rank);
-    std::vector<double> out;
-    for (float s : v) {
-      ANVIL_PREPARE_CHECK(ctx, s > 0 && std::isfinite(s), ErrorKind::kInvalidArgument, "scale {} must be positive", s);
-      out.push_back(s);
+    ANVIL_PREPARE_CHECK(ctx, v.size() == axes_.size(), ErrorKind::kInvalidArgument,
+                        "{} scales for {} axes", v.size(), axes_.size());
+    std::vector<double> out(rank, 1.0);
+    for (size_t i = 0; i < v.size(); ++i) {
+      ANVIL_PREPARE_CHECK(ctx, v[i] > 0 && std::isfinite(v[i]), ErrorKind::kInvalidArgument,
+                          "scale {} must be positive", v[i]);
+      out[axes_[i]] = v[i];
     }
     return out;
   }
 
-  void read_roi(const PrepareContext& ctx, size_t rank, std::vector<double>& start, std::vector<double>& end) const {
+  // The roi's starts and ends for axes_ (the other axes keep 0 and 1).
+  void read_roi(const PrepareContext& ctx, std::vector<double>& start, std::vector<double>& end) const {
     ANVIL_PREPARE_CHECK(ctx, ctx.has_input(1), ErrorKind::kInvalidModel, "tf_crop_and_resize needs roi");
     const Tensor& roi = ctx.require_constant(1, "roi");
-    ANVIL_PREPARE_CHECK(ctx, roi.numel() == static_cast<int64_t>(2 * rank), ErrorKind::kInvalidArgument,
-                        "roi has {} values for rank {}", roi.numel(), rank);
-    for (size_t d = 0; d < rank; ++d) {
-      auto value = [&](size_t i) {
-        return roi.dtype() == DType::kFloat64 ? roi.data<double>()[i] : static_cast<double>(roi.data<float>()[i]);
+    const size_t n = axes_.size();
+    ANVIL_PREPARE_CHECK(ctx, roi.numel() == static_cast<int64_t>(2 * n), ErrorKind::kInvalidArgument,
+                        "roi has {} values for {} axes", roi.numel(), n);
+    for (size_t i = 0; i < n; ++i) {
+      auto value = [&](size_t k) {
+        return roi.dtype() == DType::kFloat64 ? roi.data<double>()[k] : static_cast<double>(roi.data<float>()[k]);
       };
-      start[d] = value(d);
-      end[d] = value(d + rank);
+      start[axes_[i]] = value(i);
+      end[axes_[i]] = value(i + n);
     }
   }
 
@@ -284,13 +343,14 @@ class ResizeKernel : public Kernel {
 
   bool upsample_;
   Options opt_;
+  std::vector<size_t> axes_;
   std::vector<AxisPlan> plans_;
   Shape in_shape_;
 };
 
 }  // namespace
 
-ANVIL_REGISTER_OP_VERSIONS("Resize", 10, 13);
+ANVIL_REGISTER_OP_VERSIONS("Resize", 10, 19);  // 18: antialias, axes, keep_aspect_ratio_policy; 19: half_pixel_symmetric
 ANVIL_REGISTER_OP_VERSIONS("Upsample", 7, 9);
 ANVIL_REGISTER_KERNEL("Resize", kRef, [](const ir::Node& n) -> std::unique_ptr<Kernel> {
   return std::make_unique<ResizeKernel>(n, false);
