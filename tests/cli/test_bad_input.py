@@ -177,12 +177,11 @@ def test_unsupported_opset(anvil, command, cases, opset):
 
 
 def test_unsupported_op_version_names_op_and_version(anvil, command, cases):
-    """Resize-19 (antialias, axes, keep_aspect_ratio_policy) is newer than the Resize versions Anvil implements."""
-    scales = numpy_helper.from_array(np.ones(4, np.float32), "scales")
-    graph = helper.make_graph([helper.make_node("Resize", ["x", "", "scales"], ["y"], name="resize0")], "resize",
-                              [float_info("x", SHAPE)], [float_info("y", SHAPE)], [scales])
-    model = save_model(graph, cases / "resize19.onnx", opset=19, check=False)
-    check_error(anvil_model(anvil, command, model), EXIT_UNSUPPORTED, r"Resize", r"version 19", r"resize0",
+    """SpaceToDepth-28 (its mode attribute) is newer than the versions Anvil implements."""
+    graph = helper.make_graph([helper.make_node("SpaceToDepth", ["x"], ["y"], blocksize=2, name="s2d0")], "s2d",
+                              [float_info("x", (1, 3, 4, 4))], [float_info("y", (1, 12, 2, 2))])
+    model = save_model(graph, cases / "s2d28.onnx", opset=28, check=False)
+    check_error(anvil_model(anvil, command, model), EXIT_UNSUPPORTED, r"SpaceToDepth", r"version 28", r"s2d0",
                 strip=(cases,))
 
 

@@ -251,6 +251,24 @@ TEST(Newer, RmsAndLpNormalizationAndCumProd) {
             (std::vector<float>{24, 24, 12, 4}));
 }
 
+// --- Attention -------------------------------------------------------------------------------------------------
+
+// One head, one query, two keys: scores q.k = 0 and ln 3 give probabilities 1/4 and 3/4 of the values 4 and 8.
+TEST(Attention, SoftmaxOfScoresCausalAndBoolMask) {
+  Tensor q = f32({1, 1, 1, 1}, {1.f}), k = f32({1, 1, 2, 1}, {0.f, std::log(3.f)}), v = f32({1, 1, 2, 1}, {4.f, 8.f});
+  expect_near(run_kernel("Attention", {q, k, v}, {}, opset(23))[0], {7.f}, 1e-5f);
+  // Causal, no past: query 0 sees key 0 only.
+  expect_near(run_kernel("Attention", {q, k, v}, attrs({{"is_causal", int64_t{1}}}), opset(23))[0], {4.f}, 1e-5f);
+  Tensor mask = make_tensor<bool>(DType::kBool, {1, 2}, {false, true});
+  expect_near(run_kernel("Attention", {q, k, v, mask}, {}, opset(23))[0], {8.f}, 1e-5f);
+  // 3-D inputs with q_num_heads = kv_num_heads = 1 give the same.
+  ir::Attributes heads = attrs({{"q_num_heads", int64_t{1}}, {"kv_num_heads", int64_t{1}}});
+  Tensor y = run_kernel("Attention", {f32({1, 1, 1}, {1.f}), f32({1, 2, 1}, {0.f, std::log(3.f)}), f32({1, 2, 1}, {4.f, 8.f})},
+                        heads, opset(23))[0];
+  EXPECT_EQ(y.shape(), (Shape{1, 1, 1}));
+  expect_near(y, {7.f}, 1e-5f);
+}
+
 // --- Resize ------------------------------------------------------------------------------------------------------
 
 // [1, 3] upsampled x2 along the last axis.

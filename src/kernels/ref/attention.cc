@@ -1,0 +1,240 @@
+// Attention (opsets 23-25): softmax(Q K^T * scale + bias) V per batch and
+// query head, following ONNX's definition:
+// - 3-D inputs [B, S, heads * size] are split into heads (q_num_heads,
+//   kv_num_heads); 4-D inputs are [B, heads, S, size]. Query heads share key
+//   and value heads in groups (grouped-query attention: head h reads kv head
+//   h / (q_heads / kv_heads)).
+// - past_key/past_value are prepended to K/V; present_* return the result.
+// - The bias: attn_mask (bool: attend where true; float: added; padded with
+//   "masked" to the total length), is_causal (query i attends key j <= i +
+//   offset, offset = the past length, or nonpad_kv_seqlen[b] - q_len),
+//   nonpad_kv_seqlen (keys from it on are padding), and opset 25's sliding
+//   window; softcap (c * tanh(x / c)) comes before the bias.
+// - A row every key of which is masked gives zeros.
+// - qk_matmul_output: the scores (modes 0 and 1), with the bias (2), or the
+//   softmax (3).
+// Scores accumulate in double. A reference kernel: the speed issue fuses it.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "kernels/ref/common.h"
+#include "kernels/registry.h"
+
+namespace anvil::kernels {
+
+namespace {
+
+constexpr double kNegInf = -std::numeric_limits<double>::infinity();
+
+template <typename T>
+double load(const T* p, int64_t i) {
+  if constexpr (std::is_class_v<T>) return static_cast<double>(static_cast<float>(p[i]));
+  else return static_cast<double>(p[i]);
+}
+
+// v rounded to T, as a double.
+template <typename T>
+double round_to(double v) {
+  if constexpr (std::is_class_v<T>) return static_cast<double>(static_cast<float>(T(static_cast<float>(v))));
+  else return static_cast<double>(static_cast<T>(v));
+}
+
+template <typename T>
+void store(T* p, int64_t i, double v) {
+  if constexpr (std::is_class_v<T>) p[i] = T(static_cast<float>(v));
+  else p[i] = static_cast<T>(v);
+}
+
+// A 4-D view [B, heads, S, size] of a 3-D or 4-D input.
+struct HeadView {
+  int64_t batch = 0, heads = 0, seq = 0, size = 0;
+  bool split = false;  // 3-D: [B, S, heads * size]
+  int64_t at(int64_t b, int64_t h, int64_t s, int64_t d) const {
+    return split ? ((b * seq + s) * heads + h) * size + d : ((b * heads + h) * seq + s) * size + d;
+  }
+};
+
+HeadView view_of(const Shape& s, int64_t heads) {
+  HeadView v;
+  v.batch = s[0];
+  if (s.size() == 3) {
+    v.split = true;
+    v.seq = s[1];
+    v.heads = heads;
+    v.size = heads ? s[2] / heads : 0;
+  } else {
+    v.heads = s[1];
+    v.seq = s[2];
+    v.size = s[3];
+  }
+  return v;
+}
+
+class AttentionKernel : public Kernel {
+ public:
+  explicit AttentionKernel(const ir::Node& node)
+      : causal_(node.attrs.get_int("is_causal", 0) != 0),
+        q_heads_attr_(node.attrs.get_int("q_num_heads", 0)),
+        kv_heads_attr_(node.attrs.get_int("kv_num_heads", 0)),
+        mode_(node.attrs.get_int("qk_matmul_output_mode", 0)),
+        has_scale_(node.attrs.has("scale")),
+        scale_(node.attrs.get_float("scale", 0.f)),
+        softcap_(node.attrs.get_float("softcap", 0.f)),
+        left_(node.attrs.get_int("left_window_size", -1)),
+        right_(node.attrs.get_int("right_window_size", -1)) {}
+
+  std::vector<TensorType> prepare(const PrepareContext& ctx) override {
+    // The schema checked the ranks, heads and sizes.
+    const Shape& q = ctx.input_shape(0);
+    q_ = view_of(q, q_heads_attr_);
+    k_ = view_of(ctx.input_shape(1), kv_heads_attr_);
+    v_ = view_of(ctx.input_shape(2), kv_heads_attr_);
+    ANVIL_PREPARE_CHECK(ctx, mode_ >= 0 && mode_ <= 3, ErrorKind::kInvalidModel, "qk_matmul_output_mode {} is not 0-3",
+                        mode_);
+    ANVIL_PREPARE_CHECK(ctx, k_.heads > 0 && q_.heads % k_.heads == 0, ErrorKind::kInvalidArgument,
+                        "{} query heads cannot share {} key/value heads", q_.heads, k_.heads);
+    past_ = ctx.has_input(4) ? ctx.input_shape(4)[2] : 0;
+    total_ = past_ + k_.seq;
+    if (ctx.has_input(3)) {
+      mask_shape_ = ctx.input_shape(3);
+      mask_bool_ = ctx.input_dtype(3) == DType::kBool;
+    }
+    return ctx.output_types();
+  }
+
+  void run(const RunContext& ctx) const override {
+    dispatch_dtype(ctx.in(0).dtype(), [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      if constexpr (std::is_floating_point_v<T> || std::is_class_v<T>) compute<T>(ctx);
+    });
+  }
+
+ private:
+  static const Tensor* input(const RunContext& ctx, size_t i) { return i < ctx.inputs.size() ? ctx.inputs[i] : nullptr; }
+  static Tensor* output(const RunContext& ctx, size_t i) { return i < ctx.outputs.size() ? ctx.outputs[i] : nullptr; }
+
+  // The mask's value for (b, h, i, j), as an additive bias; j beyond its last axis is masked.
+  double mask_bias(const Tensor& mask, int64_t b, int64_t h, int64_t i, int64_t j) const {
+    const Shape& m = mask_shape_;
+    const int64_t idx[4] = {b, h, i, j};
+    if (j >= m.back()) return kNegInf;
+    int64_t off = 0, stride = 1;
+    for (size_t d = m.size(); d-- > 0;) {
+      const int64_t c = idx[4 - m.size() + d];
+      off += (m[d] == 1 ? 0 : c) * stride;
+      stride *= m[d];
+    }
+    if (mask_bool_) return mask.data<bool>()[off] ? 0.0 : kNegInf;
+    return dispatch_dtype(mask.dtype(), [&](auto tag) -> double {
+      using M = typename decltype(tag)::type;
+      if constexpr (std::is_floating_point_v<M> || std::is_class_v<M>) return load(mask.data<M>(), off);
+      else return 0.0;
+    });
+  }
+
+  template <typename T>
+  void compute(const RunContext& ctx) const {
+    const T *q = ctx.in(0).data<T>(), *k = ctx.in(1).data<T>(), *v = ctx.in(2).data<T>();
+    const Tensor* mask = input(ctx, 3);
+    const T* past_k = input(ctx, 4) ? input(ctx, 4)->template data<T>() : nullptr;
+    const T* past_v = input(ctx, 5) ? input(ctx, 5)->template data<T>() : nullptr;
+    const Tensor* nonpad = input(ctx, 6);
+    const int64_t b_n = q_.batch, hq = q_.heads, hk = k_.heads, sq = q_.seq, d = q_.size, dv = v_.size;
+    const int64_t group = hq / hk, total = total_;
+    // present_key/value: [B, kv_heads, total, size], the past first.
+    std::vector<double> keys(static_cast<size_t>(b_n * hk * total * d)), values(static_cast<size_t>(b_n * hk * total * dv));
+    for (int64_t b = 0; b < b_n; ++b)
+      for (int64_t h = 0; h < hk; ++h)
+        for (int64_t t = 0; t < total; ++t) {
+          const bool from_past = t < past_;
+          for (int64_t e = 0; e < d; ++e)
+            keys[static_cast<size_t>(((b * hk + h) * total + t) * d + e)] =
+                from_past ? load(past_k, ((b * hk + h) * past_ + t) * d + e) : load(k, k_.at(b, h, t - past_, e));
+          for (int64_t e = 0; e < dv; ++e)
+            values[static_cast<size_t>(((b * hk + h) * total + t) * dv + e)] =
+                from_past ? load(past_v, ((b * hk + h) * past_ + t) * dv + e) : load(v, v_.at(b, h, t - past_, e));
+        }
+    if (Tensor* pk = output(ctx, 1))
+      for (size_t i = 0; i < keys.size(); ++i) store(pk->data<T>(), static_cast<int64_t>(i), keys[i]);
+    if (Tensor* pv = output(ctx, 2))
+      for (size_t i = 0; i < values.size(); ++i) store(pv->data<T>(), static_cast<int64_t>(i), values[i]);
+    Tensor* qk_out = output(ctx, 3);
+    // sqrt(scale) applied to Q and K each, rounded to T as ONNX's definition does.
+    const double s = round_to<T>(std::sqrt(has_scale_ ? scale_ : 1.0 / std::sqrt(static_cast<double>(d))));
+    T* y = ctx.out(0).data<T>();
+    std::vector<double> row(static_cast<size_t>(total)), bias(static_cast<size_t>(total));
+    for (int64_t b = 0; b < b_n; ++b) {
+      const int64_t offset = past_ > 0 || !nonpad ? past_ : nonpad->data<int64_t>()[b] - sq;
+      for (int64_t h = 0; h < hq; ++h) {
+        const int64_t hkv = h / group;
+        for (int64_t i = 0; i < sq; ++i) {
+          double bias_max = kNegInf;
+          for (int64_t j = 0; j < total; ++j) {
+            double bj = mask ? mask_bias(*mask, b, h, i, j) : 0.0;
+            if (causal_ && j > i + offset) bj = kNegInf;
+            if (left_ >= 0 && (i + offset) - j > left_) bj = kNegInf;
+            if (right_ >= 0 && j - (i + offset) > right_) bj = kNegInf;
+            if (nonpad && j >= nonpad->data<int64_t>()[b]) bj = kNegInf;
+            bias[static_cast<size_t>(j)] = bj;
+            bias_max = std::max(bias_max, bj);
+            double dot = 0;
+            for (int64_t e = 0; e < d; ++e)
+              dot += load(q, q_.at(b, h, i, e)) * s * (keys[static_cast<size_t>(((b * hk + hkv) * total + j) * d + e)] * s);
+            if (softcap_ > 0) dot = softcap_ * std::tanh(dot / softcap_);
+            row[static_cast<size_t>(j)] = dot;
+          }
+          const int64_t qk_at = ((b * hq + h) * sq + i) * total;
+          if (qk_out && mode_ <= 2)
+            for (int64_t j = 0; j < total; ++j)
+              store(qk_out->data<T>(), qk_at + j, row[static_cast<size_t>(j)] + (mode_ == 2 ? bias[static_cast<size_t>(j)] : 0.0));
+          // Softmax of scores + bias; a row with every key masked is all zeros.
+          const bool all_masked = std::isinf(bias_max) && bias_max < 0;
+          double m = kNegInf;
+          for (int64_t j = 0; j < total; ++j) {
+            row[static_cast<size_t>(j)] += bias[static_cast<size_t>(j)];
+            m = std::max(m, row[static_cast<size_t>(j)]);
+          }
+          double sum = 0;
+          for (int64_t j = 0; j < total; ++j) {
+            double& r = row[static_cast<size_t>(j)];
+            r = all_masked || std::isinf(m) ? 0.0 : std::exp(r - m);
+            sum += r;
+          }
+          for (int64_t j = 0; j < total; ++j) {
+            double& r = row[static_cast<size_t>(j)];
+            r = sum > 0 ? r / sum : 0.0;
+            r = round_to<T>(r);  // the probabilities in T, as ONNX casts them
+          }
+          if (qk_out && mode_ == 3)
+            for (int64_t j = 0; j < total; ++j) store(qk_out->data<T>(), qk_at + j, row[static_cast<size_t>(j)]);
+          for (int64_t e = 0; e < dv; ++e) {
+            double acc = 0;
+            for (int64_t j = 0; j < total; ++j)
+              acc += row[static_cast<size_t>(j)] * values[static_cast<size_t>(((b * hk + hkv) * total + j) * dv + e)];
+            // Y: [B, heads, S, size], or [B, S, heads * size] for 3-D inputs.
+            const int64_t at = q_.split ? ((b * sq + i) * hq + h) * dv + e : ((b * hq + h) * sq + i) * dv + e;
+            store(y, at, acc);
+          }
+        }
+      }
+    }
+  }
+
+  bool causal_;
+  int64_t q_heads_attr_, kv_heads_attr_, mode_;
+  bool has_scale_;
+  double scale_, softcap_;
+  int64_t left_, right_;
+  HeadView q_, k_, v_;
+  int64_t past_ = 0, total_ = 0;
+  Shape mask_shape_;
+  bool mask_bool_ = false;
+};
+
+}  // namespace
+
+ANVIL_REGISTER_OP_VERSIONS("Attention", 23, 25);
+ANVIL_REGISTER_KERNEL_CLASS_TYPED("Attention", kRef, AttentionKernel, {kFloats | kHalfs, kFloats | kHalfs, kFloats | kHalfs, kAll, kFloats | kHalfs, kFloats | kHalfs, dtype_bit(DType::kInt64)});
+
+}  // namespace anvil::kernels
