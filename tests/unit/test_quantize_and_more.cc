@@ -4,6 +4,9 @@
 // worked examples of the ONNX operator documentation, recomputed by hand).
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <limits>
+
 #include "anvil/error.h"
 #include "kernel_tester.h"
 
@@ -82,6 +85,24 @@ TEST(ConvInteger, ShiftsByTheZeroPointAndAccumulatesInInt32) {
   EXPECT_EQ(y[0].dtype(), DType::kInt32);
   EXPECT_EQ(y[0].shape(), (Shape{1, 1, 2, 2}));
   EXPECT_EQ(values<int32_t>(y[0]), (std::vector<int32_t>{8, 12, 20, 24}));
+}
+
+// Found by the model-loader fuzzer: NaN reached an integer cast (undefined). NaN quantizes to 0;
+// TopK and Unique order NaN after every number; a NaN grid position samples 0.
+TEST(NaN, QuantizeTopKUniqueAndGridSampleStayDefined) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_EQ(values<uint8_t>(run_kernel("QuantizeLinear", {f32({2}, {nan, 4}), f32({}, {2}), u8({}, {10})}, {},
+                                       opset(13))[0]),
+            (std::vector<uint8_t>{0, 12}));
+  std::vector<Tensor> top = run_kernel("TopK", {f32({3}, {1, nan, 2}), i64({1}, {2})}, {}, opset(11, 2));
+  EXPECT_EQ(values<int64_t>(top[1]), (std::vector<int64_t>{1, 2}));  // NaN is the largest
+  std::vector<Tensor> u = run_kernel("Unique", {f32({3}, {nan, 1, nan})}, {}, opset(11, 4));
+  ASSERT_EQ(u[0].numel(), 2);
+  EXPECT_EQ(u[0].data<float>()[0], 1.f);
+  EXPECT_TRUE(std::isnan(u[0].data<float>()[1]));
+  EXPECT_EQ(values<int64_t>(u[3]), (std::vector<int64_t>{1, 2}));
+  Tensor g = run_kernel("GridSample", {f32({1, 1, 2, 2}, {1, 2, 3, 4}), f32({1, 1, 1, 2}, {nan, 0})}, {}, opset(16))[0];
+  EXPECT_EQ(values<float>(g), (std::vector<float>{0}));
 }
 
 TEST(Windows, PeriodicAndSymmetricHann) {

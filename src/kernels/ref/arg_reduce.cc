@@ -119,8 +119,11 @@ class TopKKernel : public Kernel {
       const T* p = x + o * v.len * v.inner + i;
       std::vector<int64_t> order(static_cast<size_t>(v.len));
       std::iota(order.begin(), order.end(), int64_t{0});
+      // A strict weak order even with NaN: NaN counts as the largest value (numpy's sort order).
       auto before = [&](int64_t a, int64_t b) {
         const auto ka = key(p[a * v.inner]), kb = key(p[b * v.inner]);
+        const bool na = ka != ka, nb = kb != kb;
+        if (na || nb) return na != nb ? (largest ? na : nb) : a < b;
         if (ka != kb) return largest ? ka > kb : ka < kb;
         return a < b;
       };

@@ -128,6 +128,21 @@ class RoiAlignKernel : public Kernel {
     const float* xp = x.data<float>();
     float* y = ctx.out(0).data<float>();
     const float offset = half_pixel_ ? 0.5f : 0.f;
+    // Regions must be finite, and their sampling grids bounded (an adaptive
+    // grid follows the region's size).
+    for (int64_t i = 0; i < count * 4; ++i) {
+      const float v = rois.data<float>()[i] * scale_;
+      ANVIL_CHECK(std::isfinite(v) && std::fabs(v) < 1e7f, ErrorKind::kInvalidArgument,
+                  "RoiAlign: region coordinate {} is not a finite position", rois.data<float>()[i]);
+    }
+    if (sampling_ == 0)
+      for (int64_t r = 0; r < count; ++r) {
+        const float* roi = rois.data<float>() + r * 4;
+        const double gh = std::ceil(std::fabs(roi[3] - roi[1]) * scale_ / static_cast<double>(height_));
+        const double gw = std::ceil(std::fabs(roi[2] - roi[0]) * scale_ / static_cast<double>(width_));
+        ANVIL_CHECK(gh * gw <= static_cast<double>(1 << 22), ErrorKind::kInvalidArgument,
+                    "RoiAlign: region {} needs {} samples per bin", r, gh * gw);
+      }
 #pragma omp parallel for collapse(2) if (count * c * height_ * width_ > 4096)
     for (int64_t r = 0; r < count; ++r)
       for (int64_t ch = 0; ch < c; ++ch) {

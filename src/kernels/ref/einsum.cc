@@ -38,6 +38,11 @@ class EinsumKernel : public Kernel {
     contracted_.clear();
     for (int l = 0; l < spec_.num_labels; ++l)
       if (!in_output[static_cast<size_t>(l)]) contracted_.push_back(l);
+    // One loop over every label: refuse what this reference kernel would not finish.
+    double work = 1;
+    for (int64_t s : sizes_) work *= static_cast<double>(s);
+    ANVIL_PREPARE_CHECK(ctx, work <= 1e10, ErrorKind::kUnsupported,
+                        "'{}' takes {:.3g} steps, more than the reference Einsum kernel runs", equation_, work);
     return ctx.output_types();
   }
 

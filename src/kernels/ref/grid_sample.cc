@@ -15,20 +15,19 @@ namespace {
 enum class Mode { kNearest, kBilinear, kBicubic };
 enum class Padding { kZeros, kBorder, kReflection };
 
+// x reflected into [lo, hi] by the borders, as often as it takes (fmod: no
+// integer count that a huge x could overflow).
 template <typename T>
 T reflect(T x, T lo, T hi) {
   const T range = hi - lo;
+  if (range <= 0) return lo;
   if (x < lo) {
-    const T d = lo - x;
-    const auto n = static_cast<int64_t>(d / range);
-    const T r = d - static_cast<T>(n) * range;
-    return n % 2 == 0 ? lo + r : hi - r;
+    const T m = std::fmod(lo - x, 2 * range);
+    return m < range ? lo + m : hi - (m - range);
   }
   if (x > hi) {
-    const T d = x - hi;
-    const auto n = static_cast<int64_t>(d / range);
-    const T r = d - static_cast<T>(n) * range;
-    return n % 2 == 0 ? hi - r : lo + r;
+    const T m = std::fmod(x - hi, 2 * range);
+    return m < range ? hi - m : lo + (m - range);
   }
   return x;
 }
@@ -107,6 +106,15 @@ class GridSampleKernel : public Kernel {
         for (int64_t i = 0; i < ho * wo; ++i) {
           const T* p = g + (b * ho * wo + i) * 2;
           T px = denormalize(p[0], w), py = denormalize(p[1], h);
+          // Non-finite or absurdly far positions sample nothing (and never reach an integer cast).
+          if (!std::isfinite(px) || !std::isfinite(py) || std::fabs(px) > T(1e9) || std::fabs(py) > T(1e9)) {
+            if (padding_ == Padding::kZeros || !std::isfinite(px) || !std::isfinite(py)) {
+              y[(b * c + ch) * ho * wo + i] = T(0);
+              continue;
+            }
+            px = std::clamp(px, T(-1e9), T(1e9));
+            py = std::clamp(py, T(-1e9), T(1e9));
+          }
           if (mode_ == Mode::kNearest) {
             px = std::nearbyint(px);
             py = std::nearbyint(py);

@@ -19,8 +19,10 @@ namespace anvil::kernels {
 
 namespace {
 
+// NaN becomes 0 (a cast of NaN to an integer is undefined).
 template <typename Q>
 Q saturate(double v) {
+  if (std::isnan(v)) return 0;
   const double lo = std::numeric_limits<Q>::lowest(), hi = std::numeric_limits<Q>::max();
   return static_cast<Q>(std::clamp(v, lo, hi));
 }
@@ -117,7 +119,8 @@ class DynamicQuantizeKernel : public Kernel {
       hi = std::max(hi, v[i]);
     }
     const float scale = (hi - lo) / 255.f;
-    const double zp = scale == 0 ? 0 : std::clamp(std::nearbyint(static_cast<double>(-lo / scale)), 0.0, 255.0);
+    const double z = scale == 0 ? 0 : std::nearbyint(static_cast<double>(-lo / scale));
+    const double zp = std::isnan(z) ? 0 : std::clamp(z, 0.0, 255.0);
     uint8_t* y = ctx.out(0).data<uint8_t>();
     for (int64_t i = 0; i < x.numel(); ++i)
       y[i] = scale == 0 ? static_cast<uint8_t>(zp) : saturate<uint8_t>(std::nearbyint(static_cast<double>(v[i] / scale)) + zp);

@@ -330,6 +330,7 @@ class ResizeKernel : public Kernel {
   template <typename T>
   static T convert(double v) {
     if constexpr (std::is_integral_v<T>) {
+      if (std::isnan(v)) return T(0);
       v = std::nearbyint(v);
       if (v <= static_cast<double>(std::numeric_limits<T>::lowest())) return std::numeric_limits<T>::lowest();
       if (v >= static_cast<double>(std::numeric_limits<T>::max())) return std::numeric_limits<T>::max();

@@ -84,6 +84,7 @@ void unary_float(UnOp op, const T* x, T* y, int64_t n, T alpha, T beta, T gamma)
       });
     case UnOp::kGelu: return map(x, y, n, [](T v) { return T(0.5) * v * (T(1) + std::erf(v / std::sqrt(T(2)))); });
     case UnOp::kSwish: return map(x, y, n, [=](T v) { return v / (T(1) + std::exp(-alpha * v)); });
+    case UnOp::kBitNot: return;  // integers only
     case UnOp::kGeluTanh:
       return map(x, y, n, [](T v) {
         const T c = std::sqrt(T(2) / T(M_PI));

@@ -3,6 +3,7 @@
 // index of each one's first occurrence, the inverse indices (input position ->
 // output position) and the counts. Sized by the data (allocates_outputs).
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <map>
 #include <numeric>
@@ -13,6 +14,26 @@
 namespace anvil::kernels {
 
 namespace {
+
+// Lexicographic order of slices in which NaN sorts after every number and
+// equals any NaN (a strict weak order, as std::map and std::sort need).
+struct SliceLess {
+  template <typename T>
+  bool operator()(const std::vector<T>& a, const std::vector<T>& b) const {
+    for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
+      if constexpr (std::is_floating_point_v<T>) {
+        const bool na = std::isnan(a[i]), nb = std::isnan(b[i]);
+        if (na || nb) {
+          if (na != nb) return nb;  // the number first
+          continue;
+        }
+      }
+      if (a[i] < b[i]) return true;
+      if (b[i] < a[i]) return false;
+    }
+    return a.size() < b.size();
+  }
+};
 
 class UniqueKernel : public Kernel {
  public:
@@ -52,7 +73,7 @@ class UniqueKernel : public Kernel {
         for (int64_t j = 0; j < inner; ++j) s.push_back(v[(o * len + i) * inner + j]);
       return s;
     };
-    std::map<std::vector<T>, int64_t> first;  // slice -> first index
+    std::map<std::vector<T>, int64_t, SliceLess> first;  // slice -> first index
     std::vector<int64_t> order;               // first indices, in order of appearance
     std::vector<std::vector<T>> keys(static_cast<size_t>(len));
     for (int64_t i = 0; i < len; ++i) {
@@ -61,8 +82,8 @@ class UniqueKernel : public Kernel {
     }
     if (sorted_)
       std::sort(order.begin(), order.end(),
-                [&](int64_t a, int64_t b) { return keys[static_cast<size_t>(a)] < keys[static_cast<size_t>(b)]; });
-    std::map<std::vector<T>, int64_t> position;
+                [&](int64_t a, int64_t b) { return SliceLess()(keys[static_cast<size_t>(a)], keys[static_cast<size_t>(b)]); });
+    std::map<std::vector<T>, int64_t, SliceLess> position;
     for (size_t k = 0; k < order.size(); ++k) position[keys[static_cast<size_t>(order[k])]] = static_cast<int64_t>(k);
     const auto u = static_cast<int64_t>(order.size());
     Shape y_shape = shape;
