@@ -146,6 +146,17 @@ PrepareContext::PrepareContext(const ir::Node& node, std::vector<TensorType> typ
       weights_(weights),
       values_read_(constants_.size(), false),
       outputs_(node.outputs.size()) {
+  // Kernels multiply dims freely (strides, outer and inner counts). A tensor with
+  // a zero dim has no elements yet may have others whose product overflows
+  // int64: such a shape is refused here, before any kernel computes with it.
+  for (size_t i = 0; i < types_.size(); ++i) {
+    if (types_[i].sequence) continue;
+    int64_t product = 1;
+    for (int64_t d : types_[i].shape)
+      if (d > 0 && __builtin_mul_overflow(product, d, &product))
+        fail(ErrorKind::kInvalidArgument, "input {} has shape {}, whose sizes multiply past int64", i,
+             shape_str(types_[i].shape));
+  }
   std::vector<ir::Type> inputs;
   for (const TensorType& t : types_) inputs.push_back(ir_type_of(t));
   auto inferred = ir::infer_node_outputs(node, inputs, constants_);

@@ -123,6 +123,14 @@ TEST(Split, Opset18NumOutputsLeavesASmallerLastPart) {
 
 // With a negative step, ONNX clamps start to [0, dim - 1] after adding dim: a start far below -dim
 // is 0, so x[0] is taken (ONNX Runtime agrees).
+// Found by the model-loader fuzzer: a tensor with a zero dim has no elements, but its other dims may
+// multiply past int64 in a kernel's stride computation (undefined). Such shapes are refused.
+TEST(Transpose, ZeroElementShapeWhoseSizesOverflowIsRefused) {
+  Tensor x(DType::kFloat32, {0, int64_t{1} << 40, int64_t{1} << 40});
+  EXPECT_EQ(error_kind_of([&] { run_kernel("Transpose", {x}); }), ErrorKind::kInvalidArgument);
+  EXPECT_EQ(run_kernel("Transpose", {Tensor(DType::kFloat32, {0, 3})})[0].shape(), (Shape{3, 0}));
+}
+
 TEST(Slice, NegativeStepWithAStartBelowMinusDim) {
   Tensor x = f32({5}, iota_f(5));
   std::vector<Tensor> out = run_kernel("Slice", {x, i64({1}, {-100}), i64({1}, {-200}), i64({1}, {0}), i64({1}, {-1})});

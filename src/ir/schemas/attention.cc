@@ -34,13 +34,37 @@ void infer_attention(InferContext& ctx) {
     ctx.fail_input("Q's head size {} differs from K's {}", q.size.value, k.size.value);
   if (q.heads.is_known() && k.heads.is_known() && q.heads.value % k.heads.value != 0)
     ctx.fail_input("{} query heads cannot share {} key/value heads", q.heads.value, k.heads.value);
+  auto same = [](const Dim& a, const Dim& b) { return !a.is_known() || !b.is_known() || a == b; };
+  if (!same(q.batch, k.batch) || !same(q.batch, v.batch) || !same(k.heads, v.heads) || !same(k.seq, v.seq))
+    ctx.fail_input("Q {}, K {} and V {} disagree on batch, key/value heads or sequence", dims_str(qs), dims_str(ks),
+                   dims_str(vs));
   Dim past = Dim::known(0);
+  if (ctx.has_input(4) != ctx.has_input(5)) ctx.fail("past_key and past_value come together");
   if (ctx.has_input(4)) {
-    const SymShape& pk = ctx.dims(4);
-    if (pk.size() != 4) ctx.fail_input("past_key {} must be [B, kv_heads, past, size]", dims_str(pk));
+    const SymShape &pk = ctx.dims(4), &pv = ctx.dims(5);
+    if (pk.size() != 4 || pv.size() != 4 || !same(pk[0], k.batch) || !same(pk[1], k.heads) || !same(pk[3], k.size) ||
+        !same(pv[0], v.batch) || !same(pv[1], v.heads) || !same(pv[3], v.size) || !same(pk[2], pv[2]))
+      ctx.fail_input("past_key {} and past_value {} must be [B, kv_heads, past, size] like K and V", dims_str(pk),
+                     dims_str(pv));
     past = pk[2];
   }
   const Dim total = dim_add(past, k.seq);
+  // attn_mask broadcasts to [B, q_heads, q_seq, total]; its last axis may be shorter (padded as masked).
+  if (ctx.has_input(3)) {
+    const SymShape& m = ctx.dims(3);
+    const SymShape full{q.batch, q.heads, q.seq, total};
+    bool fits = !m.empty() && m.size() <= 4;
+    for (size_t i = 0; fits && i < m.size(); ++i) {
+      const Dim& want = full[4 - m.size() + i];
+      if (!m[i].is_known() || !want.is_known()) continue;
+      fits = i + 1 == m.size() ? m[i].value <= want.value : (m[i].value == 1 || m[i] == want);
+    }
+    if (!fits) ctx.fail_input("attn_mask {} does not broadcast to {}", dims_str(m), dims_str(full));
+  }
+  if (ctx.has_input(6)) {
+    const SymShape& n = ctx.dims(6);
+    if (n.size() != 1 || !same(n[0], q.batch)) ctx.fail_input("nonpad_kv_seqlen {} must be [B]", dims_str(n));
+  }
   if (qs.size() == 3) ctx.set_output(0, Type::tensor(t, SymShape{q.batch, q.seq, dim_mul(q.heads, v.size)}));
   else ctx.set_output(0, Type::tensor(t, SymShape{q.batch, q.heads, q.seq, v.size}));
   ctx.set_output(1, Type::tensor(t, SymShape{k.batch, k.heads, total, k.size}));

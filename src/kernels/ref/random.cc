@@ -3,6 +3,7 @@
 // dtype unless `dtype` says otherwise) and Bernoulli (1 with the input's
 // probability). Never folded into constants (ir::is_random_op); each run
 // draws anew (kernels/ref/random.h).
+#include <cmath>
 #include <random>
 
 #include "kernels/ref/common.h"
@@ -32,6 +33,9 @@ class RandomKernel : public Kernel {
     std::vector<TensorType> out = ctx.output_types();
     ANVIL_PREPARE_CHECK(ctx, dtype_in(out[0].dtype, kFloats | kHalfs) || draw_ == Draw::kBernoulli,
                         ErrorKind::kInvalidModel, "dtype {} is not a floating-point type", dtype_name(out[0].dtype));
+    ANVIL_PREPARE_CHECK(ctx, std::isfinite(a_) && std::isfinite(b_) && (draw_ == Draw::kNormal ? b_ >= 0 : a_ <= b_),
+                        ErrorKind::kInvalidModel, "{} must be finite with {}", draw_ == Draw::kNormal ? "mean and scale" : "low and high",
+                        draw_ == Draw::kNormal ? "scale >= 0" : "low <= high");
     return out;
   }
 
