@@ -58,7 +58,8 @@ class NmsKernel : public Kernel {
       if (!t || t->numel() == 0) return fallback;
       return t->dtype() == DType::kInt64 ? static_cast<double>(*t->data<int64_t>()) : static_cast<double>(*t->data<float>());
     };
-    const auto max_per_class = static_cast<int64_t>(scalar(2, 0));
+    const Tensor* max_t = 2 < ctx.inputs.size() ? ctx.inputs[2] : nullptr;
+    const int64_t max_per_class = max_t && max_t->numel() > 0 ? *max_t->data<int64_t>() : 0;
     const auto iou_threshold = static_cast<float>(scalar(3, 0));
     const double score_threshold = scalar(4, -std::numeric_limits<double>::infinity());
     std::vector<int64_t> selected;

@@ -285,9 +285,9 @@ class CumSumKernel : public Kernel {
               const T v = x[at];
               if (exclusive_) {
                 y[at] = acc;
-                acc = product_ ? static_cast<T>(acc * v) : static_cast<T>(acc + v);
+                acc = step(acc, v);
               } else {
-                acc = product_ ? static_cast<T>(acc * v) : static_cast<T>(acc + v);
+                acc = step(acc, v);
                 y[at] = acc;
               }
             }
@@ -300,6 +300,17 @@ class CumSumKernel : public Kernel {
   bool exclusive_ = false, reverse_ = false;
   int64_t len_ = 0, outer_ = 1, inner_ = 1;
   DType dtype_ = DType::kUndefined;
+  // The next running sum or product; integers wrap instead of overflowing (undefined).
+  template <typename T>
+  T step(T acc, T v) const {
+    if constexpr (std::is_integral_v<T>) {
+      using U = std::make_unsigned_t<decltype(T() + 0)>;
+      return static_cast<T>(product_ ? static_cast<U>(acc) * static_cast<U>(v) : static_cast<U>(acc) + static_cast<U>(v));
+    } else {
+      return product_ ? acc * v : acc + v;
+    }
+  }
+
   bool product_ = false;
 };
 

@@ -170,10 +170,11 @@ class IntegerMatMulKernel : public Kernel {
       const int32_t* pb = b.data() + bo * k_ * n_;
       for (int64_t i = 0; i < m_; ++i)
         for (int64_t j = 0; j < n_; ++j) {
-          int32_t sum = 0;
+          int64_t sum = 0;  // int32 results wrap (as ONNX Runtime's); the sum itself must not overflow
           for (int64_t p = 0; p < k_; ++p)
-            sum += (pa[i * k_ + p] - za[static_cast<size_t>(i)]) * (pb[p * n_ + j] - zb[static_cast<size_t>(j)]);
-          acc[static_cast<size_t>(i * n_ + j)] = sum;
+            sum += static_cast<int64_t>(pa[i * k_ + p] - za[static_cast<size_t>(i)]) *
+                   (pb[p * n_ + j] - zb[static_cast<size_t>(j)]);
+          acc[static_cast<size_t>(i * n_ + j)] = static_cast<int32_t>(static_cast<uint32_t>(sum));
         }
       write(ctx, bi, acc);
     }
@@ -255,7 +256,7 @@ class IntegerConvKernel : public Kernel {
         const int64_t first_c = (m / mg) * cg;
         for (int64_t o = 0; o < out_plane; ++o) {
           const int64_t od = o / (g.out[1] * g.out[2]), oh = (o / g.out[2]) % g.out[1], ow = o % g.out[2];
-          int32_t acc = bias ? bias->data<int32_t>()[m] : 0;
+          int64_t acc = bias ? bias->data<int32_t>()[m] : 0;
           for (int64_t c = 0; c < cg; ++c)
             for (int64_t t = 0; t < taps; ++t) {
               const int64_t kd = t / (g.k[1] * g.k[2]), kh = (t / g.k[2]) % g.k[1], kw = t % g.k[2];
@@ -264,11 +265,11 @@ class IntegerConvKernel : public Kernel {
               if (id < 0 || id >= g.in[0] || ih < 0 || ih >= g.in[1] || iw < 0 || iw >= g.in[2]) continue;  // padding: zx - zx
               const int32_t xv = x[static_cast<size_t>((b * c_ + first_c + c) * in_plane + (id * g.in[1] + ih) * g.in[2] + iw)];
               const int32_t wv = w[static_cast<size_t>((m * cg + c) * taps + t)];
-              acc += (xv - zx) * (wv - zw);
+              acc += static_cast<int64_t>(xv - zx) * (wv - zw);
             }
           const int64_t at = (b * m_ + m) * out_plane + o;
           if (!requantize_) {
-            ctx.out(0).data<int32_t>()[at] = acc;
+            ctx.out(0).data<int32_t>()[at] = static_cast<int32_t>(static_cast<uint32_t>(acc));
             continue;
           }
           const double scale = multiplier * static_cast<double>(static_cast<float>(as_double(ctx.in(4), ctx.in(4).numel() > 1 ? m : 0)));

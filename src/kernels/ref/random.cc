@@ -4,6 +4,7 @@
 // probability). Never folded into constants (ir::is_random_op); each run
 // draws anew (kernels/ref/random.h).
 #include <cmath>
+#include <cstring>
 #include <random>
 
 #include "kernels/ref/common.h"
@@ -16,9 +17,13 @@ namespace {
 
 enum class Draw { kNormal, kUniform, kBernoulli };
 
+// The float `seed` attribute's bits (any float, NaN included, seeds deterministically).
 std::optional<uint64_t> seed_of(const ir::Node& node) {
   if (!node.attrs.has("seed")) return std::nullopt;
-  return static_cast<uint64_t>(static_cast<int64_t>(node.attrs.get_float("seed", 0.f)));
+  const float seed = node.attrs.get_float("seed", 0.f);
+  uint32_t bits;
+  std::memcpy(&bits, &seed, sizeof bits);
+  return bits;
 }
 
 class RandomKernel : public Kernel {
