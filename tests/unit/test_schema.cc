@@ -280,6 +280,17 @@ TEST(Schema, BroadcastingKnownDimsThatDisagreeIsInvalid) {
   }
 }
 
+// Found by the model-loader fuzzer: PRelu's check read its output's type on a node with no outputs.
+TEST(Schema, NodesWithoutOutputsAreInferredSafely) {
+  auto g = graph17();
+  ir::Value* a = sym_input(*g, "a", {Dim::known(2), Dim::known(3)});
+  ir::Value* b = sym_input(*g, "b", {Dim::known(3)});
+  add(*g, "PRelu", {a, b}, 0);
+  EXPECT_NO_THROW(ir::infer_types(*g));
+  add(*g, "PRelu", {a, sym_input(*g, "c", {Dim::known(2)})}, 0);
+  EXPECT_THROW(ir::infer_types(*g), Error);  // [2] does not broadcast to [2, 3]
+}
+
 // --- the schema as the source of the kernels' output types (kernels::PrepareContext) -----------------------------
 
 TEST(SchemaPrepare, KernelsReadTheOutputTypeTheSchemaComputes) {

@@ -78,8 +78,11 @@ void infer_arith(InferContext& ctx) {
   if (ctx.opset() < 7 && ctx.node().op_type != "Mod") return infer_legacy_arith(ctx);
   infer_binary(ctx, ctx.dtype(0));
   // PRelu broadcasts the slope to X only (unidirectional).
-  if (ctx.node().op_type == "PRelu" && ctx.outputs()[0]->dims() != ctx.dims(0))
-    ctx.fail_input("slope of shape {} does not broadcast to X of shape {}", dims_str(ctx.dims(1)), dims_str(ctx.dims(0)));
+  if (ctx.node().op_type != "PRelu") return;
+  const SymShape &x = ctx.dims(0), out = broadcast(ctx, x, ctx.dims(1));
+  bool fits = out.size() == x.size();
+  for (size_t i = 0; fits && i < x.size(); ++i) fits = !x[i].is_known() || !out[i].is_known() || x[i] == out[i];
+  if (!fits) ctx.fail_input("slope of shape {} does not broadcast to X of shape {}", dims_str(ctx.dims(1)), dims_str(x));
 }
 
 void infer_compare(InferContext& ctx) {

@@ -90,7 +90,7 @@ std::array<double, 4> cubic_weights(double r, double a) {
 // when downsampling, its taps the n integers nearest x (the lower on ties,
 // edge-padded), weights normalized; exclude_outside drops taps off the input.
 Sample antialiased_sample(const Options& o, double x, int64_t in, double scale) {
-  const double s = std::min(scale, 1.0);
+  const double s = std::max(std::min(scale, 1.0), 1e-9);  // the filter spans at most 2e9 input samples
   const double ratio = x == std::floor(x) ? 1.0 : x - std::floor(x);  // in (0, 1]
   const auto left = static_cast<int64_t>(std::ceil(x)) - 1;           // the largest integer below x
   const bool linear = o.mode == "linear";
@@ -120,10 +120,12 @@ Sample antialiased_sample(const Options& o, double x, int64_t in, double scale) 
 
 Sample make_sample(const Options& o, double x, int64_t in, bool crop, double scale) {
   Sample s;
-  if (crop && (x < 0 || x > static_cast<double>(in - 1))) {
+  if (crop && !(x >= 0 && x <= static_cast<double>(in - 1))) {  // NaN (from the roi) too
     s.outside = true;
     return s;
   }
+  // Far beyond the input every tap reads the edge: bound x so no integer conversion overflows.
+  x = std::clamp(x, -1e12, 1e12);
   if (o.antialias && o.mode != "nearest") return antialiased_sample(o, x, in, scale);
   auto clamp = [in](int64_t i) { return std::clamp<int64_t>(i, 0, in - 1); };
   if (o.mode == "nearest") {
