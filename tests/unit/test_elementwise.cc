@@ -187,6 +187,19 @@ TEST(Elementwise, InPlaceOverTheNonBroadcastOperand) {
   EXPECT_EQ(values<float>(b), (std::vector<float>{-9, -19, -29, -38, -48, -58}));
 }
 
+// Opset 6: B broadcasts from `axis` of A with broadcast=1. Found by the model-loader fuzzer: an axis
+// past A's rank (or one given with broadcast=0) made the kernel compute a negative padding.
+TEST(Binary, Opset6AxisBroadcastAndBadAxes) {
+  testing::KernelOptions o;
+  o.opset = 6;
+  Tensor a = f32({2, 3}, {1, 2, 3, 4, 5, 6}), b = f32({2}, {10, 20});
+  EXPECT_EQ(values<float>(run_kernel("Add", {a, b}, attrs({{"broadcast", int64_t{1}}, {"axis", int64_t{0}}}), o)[0]),
+            (std::vector<float>{11, 12, 13, 24, 25, 26}));
+  EXPECT_EQ(error_of("Add", {a, b}, attrs({{"broadcast", int64_t{1}}, {"axis", int64_t{5}}}), o),
+            ErrorKind::kInvalidArgument);
+  EXPECT_EQ(error_of("Add", {a, b}, attrs({{"axis", int64_t{5}}}), o), ErrorKind::kInvalidArgument);
+}
+
 // --- Pow -----------------------------------------------------------------------------------------------------------
 
 TEST(Pow, FloatBaseFloatExponentBroadcast) {

@@ -208,10 +208,12 @@ Shape legacy_operand_shape(const PrepareContext& ctx, bool prelu, const Shape& a
     s[0] = b[0];
     return s;
   }
-  if (!ctx.attrs().has("axis")) return b;
+  if (!ctx.attrs().has("axis") || ctx.attrs().get_int("broadcast", 0) == 0) return b;
+  const int64_t axis = ctx.attrs().get_int("axis", 0);
+  const int64_t trailing = static_cast<int64_t>(a.size()) - axis - static_cast<int64_t>(b.size());
+  if (axis < 0 || trailing < 0) return b;  // the schema refused it already
   Shape s = b;
-  const auto axis = static_cast<size_t>(ctx.attrs().get_int("axis", 0));
-  s.insert(s.end(), a.size() - axis - b.size(), 1);
+  s.insert(s.end(), static_cast<size_t>(trailing), 1);
   return s;
 }
 
