@@ -67,6 +67,7 @@ class QuantizeKernel : public Kernel {
 
   std::vector<TensorType> prepare(const PrepareContext& ctx) override {
     const Shape& scale = ctx.input_shape(1);
+    ANVIL_PREPARE_CHECK(ctx, shape_numel(scale) >= 1, ErrorKind::kInvalidArgument, "the scale is empty");
     if (ctx.has_input(2))
       ANVIL_PREPARE_CHECK(ctx, ctx.input_shape(2) == scale, ErrorKind::kInvalidArgument,
                           "the zero point {} must have the scale's shape {}", shape_str(ctx.input_shape(2)),
@@ -142,6 +143,10 @@ class IntegerMatMulKernel : public Kernel {
     m_ = a[a.size() - 2];
     k_ = a.back();
     n_ = b.back();
+    if (requantize_)  // a_scale, b_scale, y_scale and y_zero_point are read as single values
+      for (size_t i : {1u, 4u, 6u, 7u})
+        ANVIL_PREPARE_CHECK(ctx, shape_numel(ctx.input_shape(i)) == 1, ErrorKind::kInvalidArgument,
+                            "input {} must hold one value, got {}", i, shape_str(ctx.input_shape(i)));
     const Shape& out = ctx.output_shape(0);
     const size_t batch_rank = std::max(a.size(), b.size()) - 2;
     batch_ = Shape(out.begin(), out.begin() + static_cast<std::ptrdiff_t>(batch_rank));
@@ -231,6 +236,7 @@ class IntegerConvKernel : public Kernel {
     const Shape& x = ctx.input_shape(0);
     const Shape& w = ctx.input_shape(w_at());  // the schema checked ranks, channels and the bias
     ANVIL_PREPARE_CHECK(ctx, x.size() <= 5, ErrorKind::kUnsupported, "at most 3 spatial dimensions are supported");
+    check_parameters(ctx, w[0]);
     group_ = ctx.attrs().get_int("group", 1);
     geo_ = Geometry3(x, conv_geometry(ctx, x, std::vector<int64_t>(w.begin() + 2, w.end())));
     n_ = x[0];
@@ -283,6 +289,25 @@ class IntegerConvKernel : public Kernel {
  private:
   size_t w_at() const { return requantize_ ? 3 : 1; }
   static const Tensor* input(const RunContext& ctx, size_t i) { return i < ctx.inputs.size() ? ctx.inputs[i] : nullptr; }
+
+  // Scales and zero points: one value, or (W's) one per output channel.
+  void check_parameters(const PrepareContext& ctx, int64_t channels) const {
+    const std::vector<size_t> scalars = requantize_ ? std::vector<size_t>{1, 2, 6, 7} : std::vector<size_t>{2};
+    for (size_t i : scalars)
+      if (ctx.has_input(i))
+        ANVIL_PREPARE_CHECK(ctx, shape_numel(ctx.input_shape(i)) == 1, ErrorKind::kInvalidArgument,
+                            "input {} must hold one value, got {}", i, shape_str(ctx.input_shape(i)));
+    for (size_t i : requantize_ ? std::vector<size_t>{4, 5} : std::vector<size_t>{3})
+      if (ctx.has_input(i)) {
+        const int64_t n = shape_numel(ctx.input_shape(i));
+        ANVIL_PREPARE_CHECK(ctx, n == 1 || n == channels, ErrorKind::kInvalidArgument,
+                            "input {} must hold one value or one per output channel ({}), got {}", i, channels,
+                            shape_str(ctx.input_shape(i)));
+      }
+    if (requantize_ && ctx.has_input(8))
+      ANVIL_PREPARE_CHECK(ctx, ctx.input_shape(8) == Shape{channels}, ErrorKind::kInvalidArgument,
+                          "the bias {} must be [{}]", shape_str(ctx.input_shape(8)), channels);
+  }
 
   bool requantize_;
   int64_t group_ = 1, n_ = 0, c_ = 0, m_ = 0;
