@@ -61,9 +61,9 @@ class BatchNormKernel : public Kernel {
   }
 
   void run(const RunContext& ctx) const override {
-    dispatch_dtype(ctx.in(0).dtype(), [&](auto tag) {
+    dispatch_float(ctx.in(0).dtype(), [&](auto tag) {
       using T = typename decltype(tag)::type;
-      if constexpr (std::is_floating_point_v<T>) compute<T>(ctx);
+      compute<T>(ctx);
     });
   }
 

@@ -35,6 +35,15 @@ decltype(auto) dispatch_dtype(DType dtype, Fn&& fn) {
   fail(ErrorKind::kInternal, "dispatch on undefined dtype");
 }
 
+// Calls fn(TypeTag<T>{}) for float32 and float64, the types of the
+// floating-point-only reference kernels (their registrations admit no others).
+template <typename Fn>
+void dispatch_float(DType dtype, Fn&& fn) {
+  if (dtype == DType::kFloat32) return fn(TypeTag<float>{});
+  if (dtype == DType::kFloat64) return fn(TypeTag<double>{});
+  fail(ErrorKind::kInternal, "a float32/float64 kernel ran on {}", dtype_name(dtype));
+}
+
 // Strides (in elements) of `shape` viewed as `out_shape` under broadcasting:
 // 0 on broadcast dimensions, right-aligned.
 std::vector<int64_t> broadcast_strides(const Shape& shape, const Shape& out_shape);

@@ -63,9 +63,9 @@ class GridSampleKernel : public Kernel {
   }
 
   void run(const RunContext& ctx) const override {
-    dispatch_dtype(ctx.in(0).dtype(), [&](auto tag) {
+    dispatch_float(ctx.in(0).dtype(), [&](auto tag) {
       using T = typename decltype(tag)::type;
-      if constexpr (std::is_floating_point_v<T>) compute<T>(ctx);
+      compute<T>(ctx);
     });
   }
 

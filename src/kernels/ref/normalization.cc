@@ -166,9 +166,9 @@ class MeanVarianceNormKernel : public Kernel {
   }
 
   void run(const RunContext& ctx) const override {
-    dispatch_dtype(ctx.in(0).dtype(), [&](auto tag) {
+    dispatch_float(ctx.in(0).dtype(), [&](auto tag) {
       using T = typename decltype(tag)::type;
-      if constexpr (std::is_floating_point_v<T>) compute(ctx.in(0).data<T>(), ctx.out(0).data<T>());
+      compute(ctx.in(0).data<T>(), ctx.out(0).data<T>());
     });
   }
 
@@ -239,9 +239,9 @@ class LrnKernel : public Kernel {
   }
 
   void run(const RunContext& ctx) const override {
-    dispatch_dtype(ctx.in(0).dtype(), [&](auto tag) {
+    dispatch_float(ctx.in(0).dtype(), [&](auto tag) {
       using T = typename decltype(tag)::type;
-      if constexpr (std::is_floating_point_v<T>) compute(ctx.in(0).data<T>(), ctx.out(0).data<T>());
+      compute(ctx.in(0).data<T>(), ctx.out(0).data<T>());
     });
   }
 
@@ -296,9 +296,9 @@ class NormKernel : public Kernel {
   }
 
   void run(const RunContext& ctx) const override {
-    dispatch_dtype(ctx.in(0).dtype(), [&](auto tag) {
+    dispatch_float(ctx.in(0).dtype(), [&](auto tag) {
       using T = typename decltype(tag)::type;
-      if constexpr (std::is_floating_point_v<T>) compute<T>(ctx);
+      compute<T>(ctx);
     });
   }
 

@@ -155,9 +155,9 @@ class AveragePoolKernel : public Kernel {
   }
 
   void run(const RunContext& ctx) const override {
-    dispatch_dtype(ctx.in(0).dtype(), [&](auto tag) {
+    dispatch_float(ctx.in(0).dtype(), [&](auto tag) {
       using T = typename decltype(tag)::type;
-      if constexpr (std::is_floating_point_v<T>) compute<T>(ctx.in(0).data<T>(), ctx.out(0).data<T>());
+      compute<T>(ctx.in(0).data<T>(), ctx.out(0).data<T>());
     });
   }
 
@@ -228,9 +228,9 @@ class GlobalPoolKernel : public Kernel {
   }
 
   void run(const RunContext& ctx) const override {
-    dispatch_dtype(ctx.in(0).dtype(), [&](auto tag) {
+    dispatch_float(ctx.in(0).dtype(), [&](auto tag) {
       using T = typename decltype(tag)::type;
-      if constexpr (std::is_floating_point_v<T>) compute<T>(ctx.in(0).data<T>(), ctx.out(0).data<T>());
+      compute<T>(ctx.in(0).data<T>(), ctx.out(0).data<T>());
     });
   }
 
