@@ -27,6 +27,8 @@ Tensor make_tensor(DType dtype, Shape shape, const std::vector<T>& values) {
 }
 inline Tensor f32(Shape shape, const std::vector<float>& v) { return make_tensor<float>(DType::kFloat32, std::move(shape), v); }
 inline Tensor i64(Shape shape, const std::vector<int64_t>& v) { return make_tensor<int64_t>(DType::kInt64, std::move(shape), v); }
+inline Tensor i32(Shape shape, const std::vector<int32_t>& v) { return make_tensor<int32_t>(DType::kInt32, std::move(shape), v); }
+inline Tensor u8(Shape shape, const std::vector<uint8_t>& v) { return make_tensor<uint8_t>(DType::kUInt8, std::move(shape), v); }
 
 struct KernelOptions {
   kernels::Backend backend = kernels::Backend::kRef;

@@ -16,6 +16,7 @@ using testing::f32;
 using testing::values;
 using testing::attrs;
 using testing::i64;
+using testing::i32;
 using testing::make_tensor;
 using testing::run_kernel;
 
@@ -27,9 +28,6 @@ testing::KernelOptions opset(int version) {
 
 Tensor f64(Shape shape, const std::vector<double>& v) {
   return make_tensor<double>(DType::kFloat64, std::move(shape), v);
-}
-Tensor i32(Shape shape, const std::vector<int32_t>& v) {
-  return make_tensor<int32_t>(DType::kInt32, std::move(shape), v);
 }
 
 // Element-by-element comparison with an absolute tolerance.

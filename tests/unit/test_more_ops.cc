@@ -19,6 +19,8 @@ using testing::attrs;
 using testing::error_kind_of;
 using testing::f32;
 using testing::i64;
+using testing::i32;
+using testing::u8;
 using testing::make_tensor;
 using testing::opset;
 using testing::run_kernel;
@@ -30,8 +32,6 @@ void expect_near(const Tensor& t, const std::vector<float>& want, float tol = 1e
   for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], tol) << "element " << i;
 }
 
-Tensor i32(Shape shape, const std::vector<int32_t>& v) { return make_tensor<int32_t>(DType::kInt32, std::move(shape), v); }
-Tensor u8(Shape shape, const std::vector<uint8_t>& v) { return make_tensor<uint8_t>(DType::kUInt8, std::move(shape), v); }
 
 // --- unary ---------------------------------------------------------------------------------------------------------
 

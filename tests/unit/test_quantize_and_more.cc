@@ -17,12 +17,12 @@ using testing::attrs;
 using testing::error_kind_of;
 using testing::f32;
 using testing::i64;
+using testing::u8;
 using testing::make_tensor;
 using testing::opset;
 using testing::run_kernel;
 using testing::values;
 
-Tensor u8(Shape shape, const std::vector<uint8_t>& v) { return make_tensor<uint8_t>(DType::kUInt8, std::move(shape), v); }
 
 TEST(QuantizeLinear, RoundsHalfToEvenAndSaturates) {
   Tensor x = f32({6}, {0, 2, 3, 1000, -254, -1000});
