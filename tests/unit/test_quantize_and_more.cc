@@ -105,6 +105,40 @@ TEST(NaN, QuantizeTopKUniqueAndGridSampleStayDefined) {
   EXPECT_EQ(values<float>(g), (std::vector<float>{0}));
 }
 
+// Inputs the new kernels refuse, each with its error kind.
+TEST(BadInputs, RefusedWithAClearKind) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  testing::KernelOptions roi = opset(16);
+  roi.constant_inputs = {false, false, true};
+  EXPECT_EQ(error_kind_of([&] {
+              run_kernel("RoiAlign", {f32({1, 1, 2, 2}, {1, 2, 3, 4}), f32({1, 4}, {0, 0, nan, 1}), i64({1}, {0})}, {}, roi);
+            }),
+            ErrorKind::kInvalidArgument);  // a region that is not a finite position
+  testing::KernelOptions q = opset(13);
+  q.constant_inputs = {false, true, true, false, true, true, true, true};
+  EXPECT_EQ(error_kind_of([&] {
+              run_kernel("QLinearConv", {u8({1, 1, 2, 2}, {1, 2, 3, 4}), f32({}, {1}), u8({}, {0}), u8({2, 1, 1, 1}, {1, 1}),
+                                         f32({3}, {1, 1, 1}), u8({}, {0}), f32({}, {1}), u8({}, {0})},
+                         {}, q);
+            }),
+            ErrorKind::kInvalidArgument);  // three weight scales for two output channels
+  EXPECT_EQ(error_kind_of([&] {
+              run_kernel("RandomUniform", {}, attrs({{"shape", std::vector<int64_t>{2}}, {"low", 3.f}, {"high", 2.f}}));
+            }),
+            ErrorKind::kInvalidModel);  // low > high
+  Tensor qkv = f32({1, 1, 2, 1}, {1, 2});
+  EXPECT_EQ(error_kind_of([&] {
+              run_kernel("Attention", {qkv, qkv, qkv, make_tensor<bool>(DType::kBool, {3, 2}, std::vector<bool>(6, true))},
+                         {}, opset(23));
+            }),
+            ErrorKind::kInvalidArgument);  // a [3, 2] mask does not broadcast to [1, 1, 2, 2]
+  Tensor big = f32({2000, 2000}, std::vector<float>(4000000, 1.f));
+  EXPECT_EQ(error_kind_of([&] {
+              run_kernel("Einsum", {big, big, big}, attrs({{"equation", std::string("ab,cd,ef->")}}), opset(12));
+            }),
+            ErrorKind::kUnsupported);  // 6.4e19 steps for the reference loop
+}
+
 TEST(Windows, PeriodicAndSymmetricHann) {
   EXPECT_EQ(values<float>(run_kernel("HannWindow", {i64({}, {4})}, {}, opset(17))[0]),
             (std::vector<float>{0, 0.5f, 1, 0.5f}));
