@@ -30,13 +30,26 @@ enum class DType : uint8_t {
   kInt64,
   kUInt64,
   kBool,
+  // ONNX's 8-, 4- and 2-bit types. In memory each element takes one byte (the
+  // float formats' bit pattern, the integers' value); ONNX files pack the 4-
+  // and 2-bit ones, and the file readers and writers convert.
+  kFloat8E4M3FN,
+  kFloat8E4M3FNUZ,
+  kFloat8E5M2,
+  kFloat8E5M2FNUZ,
+  kFloat8E8M0,
+  kFloat4E2M1,
+  kInt4,
+  kUInt4,
+  kInt2,
+  kUInt2,
 };
 
 using Shape = std::vector<int64_t>;
 
 size_t dtype_size(DType dtype);
 const char* dtype_name(DType dtype);
-bool dtype_is_float(DType dtype);
+bool dtype_is_float(DType dtype);  // float32/64, float16, bfloat16 (not the 8- and 4-bit floats)
 // Element count; throws anvil::Error (invalid argument) when it overflows int64.
 int64_t shape_numel(const Shape& shape);
 // Byte count of a dense tensor; throws when it overflows.
@@ -87,5 +100,9 @@ class Tensor {
   void* data_ = nullptr;
   std::shared_ptr<const std::vector<Tensor>> items_;  // set for a sequence
 };
+
+// Element `i` of a dense tensor as a double: every numeric dtype, the 16-, 8-
+// and 4-bit floats decoded, bool as 0 or 1 (64-bit integers beyond 2^53 round).
+double element_as_double(const Tensor& t, int64_t i);
 
 }  // namespace anvil

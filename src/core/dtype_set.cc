@@ -4,7 +4,7 @@ namespace anvil {
 
 std::string dtype_set_names(unsigned set) {
   std::string names;
-  for (unsigned d = 1; d <= static_cast<unsigned>(DType::kBool); ++d) {
+  for (unsigned d = 1; d <= static_cast<unsigned>(DType::kUInt2); ++d) {
     if (!dtype_in(static_cast<DType>(d), set)) continue;
     if (!names.empty()) names += "|";
     names += dtype_name(static_cast<DType>(d));
@@ -27,6 +27,16 @@ DType dtype_from_onnx_code(int64_t code) {
     case 12: return DType::kUInt32;
     case 13: return DType::kUInt64;
     case 16: return DType::kBFloat16;
+    case 17: return DType::kFloat8E4M3FN;
+    case 18: return DType::kFloat8E4M3FNUZ;
+    case 19: return DType::kFloat8E5M2;
+    case 20: return DType::kFloat8E5M2FNUZ;
+    case 21: return DType::kUInt4;
+    case 22: return DType::kInt4;
+    case 23: return DType::kFloat4E2M1;
+    case 24: return DType::kFloat8E8M0;
+    case 25: return DType::kUInt2;
+    case 26: return DType::kInt2;
     default: return DType::kUndefined;
   }
 }

@@ -24,6 +24,14 @@ enum DTypeSet : unsigned {
   kInt32And64 = dtype_bit(DType::kInt32) | dtype_bit(DType::kInt64),
   kNumeric = kFloats | kSignedInts | kUnsignedInts,
   kAll = kNumeric | kBoolType | kHalfs,
+  // The 8-bit floats and 4-bit float (core/low_precision.h).
+  kMinifloats = dtype_bit(DType::kFloat8E4M3FN) | dtype_bit(DType::kFloat8E4M3FNUZ) | dtype_bit(DType::kFloat8E5M2) |
+                dtype_bit(DType::kFloat8E5M2FNUZ) | dtype_bit(DType::kFloat8E8M0) | dtype_bit(DType::kFloat4E2M1),
+  kNarrowInts = dtype_bit(DType::kInt4) | dtype_bit(DType::kUInt4) | dtype_bit(DType::kInt2) | dtype_bit(DType::kUInt2),
+  kLowPrecision = kMinifloats | kNarrowInts,
+  // Every dtype: for kernels that only move bytes. Kernels registered without
+  // dtype masks take kAll only.
+  kAnyDType = kAll | kLowPrecision,
 };
 
 constexpr bool dtype_in(DType d, unsigned set) { return d != DType::kUndefined && (set & dtype_bit(d)) != 0; }

@@ -9,6 +9,8 @@
 
 #include "core/check.h"
 #include "core/checked.h"
+#include "core/half.h"
+#include "core/low_precision.h"
 
 namespace anvil {
 
@@ -18,6 +20,9 @@ size_t dtype_size(DType dtype) {
     case DType::kFloat64: case DType::kInt64: case DType::kUInt64: return 8;
     case DType::kFloat16: case DType::kBFloat16: case DType::kInt16: case DType::kUInt16: return 2;
     case DType::kInt8: case DType::kUInt8: case DType::kBool: return 1;
+    case DType::kFloat8E4M3FN: case DType::kFloat8E4M3FNUZ: case DType::kFloat8E5M2: case DType::kFloat8E5M2FNUZ:
+    case DType::kFloat8E8M0: case DType::kFloat4E2M1: case DType::kInt4: case DType::kUInt4: case DType::kInt2:
+    case DType::kUInt2: return 1;
     case DType::kUndefined: return 0;
   }
   return 0;
@@ -38,6 +43,16 @@ const char* dtype_name(DType dtype) {
     case DType::kInt64: return "int64";
     case DType::kUInt64: return "uint64";
     case DType::kBool: return "bool";
+    case DType::kFloat8E4M3FN: return "float8e4m3fn";
+    case DType::kFloat8E4M3FNUZ: return "float8e4m3fnuz";
+    case DType::kFloat8E5M2: return "float8e5m2";
+    case DType::kFloat8E5M2FNUZ: return "float8e5m2fnuz";
+    case DType::kFloat8E8M0: return "float8e8m0";
+    case DType::kFloat4E2M1: return "float4e2m1";
+    case DType::kInt4: return "int4";
+    case DType::kUInt4: return "uint4";
+    case DType::kInt2: return "int2";
+    case DType::kUInt2: return "uint2";
     case DType::kUndefined: return "undefined";
   }
   return "undefined";
@@ -46,6 +61,30 @@ const char* dtype_name(DType dtype) {
 bool dtype_is_float(DType dtype) {
   return dtype == DType::kFloat32 || dtype == DType::kFloat64 || dtype == DType::kFloat16 ||
          dtype == DType::kBFloat16;
+}
+
+double element_as_double(const Tensor& t, int64_t i) {
+  const void* p = t.raw();
+  switch (t.dtype()) {
+    case DType::kFloat32: return static_cast<const float*>(p)[i];
+    case DType::kFloat64: return static_cast<const double*>(p)[i];
+    case DType::kFloat16: return static_cast<float>(static_cast<const Half*>(p)[i]);
+    case DType::kBFloat16: return static_cast<float>(static_cast<const BFloat16*>(p)[i]);
+    case DType::kInt8: case DType::kInt4: case DType::kInt2: return static_cast<const int8_t*>(p)[i];
+    case DType::kUInt8: case DType::kUInt4: case DType::kUInt2: return static_cast<const uint8_t*>(p)[i];
+    case DType::kInt16: return static_cast<const int16_t*>(p)[i];
+    case DType::kUInt16: return static_cast<const uint16_t*>(p)[i];
+    case DType::kInt32: return static_cast<const int32_t*>(p)[i];
+    case DType::kUInt32: return static_cast<const uint32_t*>(p)[i];
+    case DType::kInt64: return static_cast<double>(static_cast<const int64_t*>(p)[i]);
+    case DType::kUInt64: return static_cast<double>(static_cast<const uint64_t*>(p)[i]);
+    case DType::kBool: return static_cast<const bool*>(p)[i] ? 1 : 0;
+    case DType::kFloat8E4M3FN: case DType::kFloat8E4M3FNUZ: case DType::kFloat8E5M2: case DType::kFloat8E5M2FNUZ:
+    case DType::kFloat8E8M0: case DType::kFloat4E2M1:
+      return minifloat_to_double(t.dtype(), static_cast<const uint8_t*>(p)[i]);
+    case DType::kUndefined: break;
+  }
+  fail(ErrorKind::kInvalidArgument, "an undefined tensor has no elements");
 }
 
 int64_t shape_numel(const Shape& shape) {

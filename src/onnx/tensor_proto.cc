@@ -15,6 +15,7 @@
 #include "core/checked.h"
 #include "core/dtype_set.h"
 #include "core/half.h"
+#include "core/low_precision.h"
 #include "onnx/validate.h"
 
 namespace anvil::onnx_io {
@@ -39,6 +40,17 @@ int dtype_to_onnx(DType d) {
     case DType::kUInt32: return TensorProto::UINT32;
     case DType::kUInt64: return TensorProto::UINT64;
     case DType::kBFloat16: return TensorProto::BFLOAT16;
+    // Codes newer than the protobuf headers Debian ships.
+    case DType::kFloat8E4M3FN: return 17;
+    case DType::kFloat8E4M3FNUZ: return 18;
+    case DType::kFloat8E5M2: return 19;
+    case DType::kFloat8E5M2FNUZ: return 20;
+    case DType::kUInt4: return 21;
+    case DType::kInt4: return 22;
+    case DType::kFloat4E2M1: return 23;
+    case DType::kFloat8E8M0: return 24;
+    case DType::kUInt2: return 25;
+    case DType::kInt2: return 26;
     case DType::kUndefined: break;
   }
   return TensorProto::UNDEFINED;
@@ -48,6 +60,8 @@ const char* onnx_type_name(int t) {
   if (t == TensorProto::STRING) return "string";
   if (t == TensorProto::COMPLEX64) return "complex64";
   if (t == TensorProto::COMPLEX128) return "complex128";
+  if (t == 27) return "float6e2m3";
+  if (t == 28) return "float6e3m2";
   DType d = dtype_from_onnx(t);
   return d == DType::kUndefined ? "undefined" : dtype_name(d);
 }
@@ -131,19 +145,31 @@ Tensor tensor_from_proto(const TensorProto& p, const std::string& base_dir) {
   Tensor t(dtype, shape);
   const std::string& name = p.name();
 
+  const size_t file_bytes = file_nbytes(dtype, t.numel());  // packed for the 4- and 2-bit types
+  auto* elements = static_cast<uint8_t*>(t.raw());
   if (p.data_location() == TensorProto::EXTERNAL) {
-    std::string bytes = read_external(p, base_dir, t.nbytes());
-    std::memcpy(t.raw(), bytes.data(), bytes.size());
+    std::string bytes = read_external(p, base_dir, file_bytes);
+    unpack_elements(dtype, reinterpret_cast<const uint8_t*>(bytes.data()), t.numel(), elements);
     return t;
   }
   if (p.has_raw_data()) {
-    ANVIL_CHECK(p.raw_data().size() == t.nbytes(), ErrorKind::kInvalidModel,
+    ANVIL_CHECK(p.raw_data().size() == file_bytes, ErrorKind::kInvalidModel,
                 "tensor '{}' has {} bytes of raw data but its shape {} needs {}", name, p.raw_data().size(),
-                shape_str(shape), t.nbytes());
-    if (t.nbytes()) std::memcpy(t.raw(), p.raw_data().data(), t.nbytes());
+                shape_str(shape), file_bytes);
+    unpack_elements(dtype, reinterpret_cast<const uint8_t*>(p.raw_data().data()), t.numel(), elements);
     return t;
   }
   if (t.numel() == 0) return t;
+  if (dtype_is_low_precision(dtype)) {
+    // int32_data holds one file byte per entry: one 8-bit element, two 4-bit or four 2-bit ones.
+    ANVIL_CHECK(static_cast<size_t>(p.int32_data_size()) == file_bytes, ErrorKind::kInvalidModel,
+                "tensor '{}' holds {} values but its shape {} needs {}", name, p.int32_data_size(), shape_str(shape),
+                file_bytes);
+    std::vector<uint8_t> bytes(file_bytes);
+    for (size_t i = 0; i < file_bytes; ++i) bytes[i] = static_cast<uint8_t>(p.int32_data(static_cast<int>(i)));
+    unpack_elements(dtype, bytes.data(), t.numel(), elements);
+    return t;
+  }
   switch (dtype) {
     case DType::kFloat32: copy_field<float>(p.float_data(), t, name); break;
     case DType::kFloat64: copy_field<double>(p.double_data(), t, name); break;
@@ -158,7 +184,7 @@ Tensor tensor_from_proto(const TensorProto& p, const std::string& base_dir) {
     case DType::kBool: copy_field<bool>(p.int32_data(), t, name); break;
     case DType::kFloat16: copy_bits_field<Half>(p.int32_data(), t, name); break;
     case DType::kBFloat16: copy_bits_field<BFloat16>(p.int32_data(), t, name); break;
-    case DType::kUndefined: break;
+    default: break;  // undefined; the low-precision types were read above
   }
   return t;
 }
@@ -168,7 +194,9 @@ void tensor_to_proto(const Tensor& t, const std::string& name, TensorProto* p) {
   p->set_name(name);
   p->set_data_type(dtype_to_onnx(t.dtype()));
   for (int64_t d : t.shape()) p->add_dims(d);
-  p->set_raw_data(std::string(static_cast<const char*>(t.raw()), t.nbytes()));
+  std::string bytes(file_nbytes(t.dtype(), t.numel()), '\0');
+  pack_elements(t.dtype(), static_cast<const uint8_t*>(t.raw()), t.numel(), reinterpret_cast<uint8_t*>(bytes.data()));
+  p->set_raw_data(std::move(bytes));
 }
 
 }  // namespace anvil::onnx_io

@@ -6,6 +6,7 @@
 
 #include "core/check.h"
 #include "core/checked.h"
+#include "core/low_precision.h"
 #include "onnx/tensor_proto.h"
 
 namespace anvil::onnx_io {
@@ -21,7 +22,10 @@ std::string node_label(const onnx::NodeProto& n) {
   return s;
 }
 
-bool is_onnx_type_code(int t) { return t > TensorProto::UNDEFINED && TensorProto::DataType_IsValid(t); }
+// The codes of ONNX 1.23 (to FLOAT6E3M2 = 28); Debian's generated protobuf
+// enum stops at BFLOAT16, so its DataType_IsValid cannot tell.
+constexpr int kLastOnnxTypeCode = 28;
+bool is_onnx_type_code(int t) { return t > TensorProto::UNDEFINED && t <= kLastOnnxTypeCode; }
 
 // Number of entries in the typed field that holds `data_type`'s values.
 int64_t typed_field_size(const TensorProto& t) {
@@ -97,9 +101,10 @@ void validate_tensor(const TensorProto& t) {
     numel = *n;
   }
   DType dtype = dtype_from_onnx(type);
-  if (dtype == DType::kUndefined) return;  // strings, complex, float8: refused as unsupported where they are used
+  if (dtype == DType::kUndefined) return;  // strings, complex, float6: refused as unsupported where they are used
   auto nbytes = mul_overflow_free(numel, static_cast<int64_t>(dtype_size(dtype)));
   ANVIL_CHECK(nbytes, ErrorKind::kInvalidModel, "tensor '{}': its byte size overflows int64", name);
+  *nbytes = static_cast<int64_t>(file_nbytes(dtype, numel));  // packed 4- and 2-bit types take fewer
 
   if (t.data_location() == TensorProto::EXTERNAL) {
     validate_external_fields(t, *nbytes);
@@ -110,7 +115,8 @@ void validate_tensor(const TensorProto& t) {
                 "tensor '{}' has {} bytes of raw data but its dims need {}", name, t.raw_data().size(), *nbytes);
     return;
   }
-  int64_t have = typed_field_size(t), need = numel * values_per_element(type);
+  int64_t have = typed_field_size(t);
+  const int64_t need = dtype_is_low_precision(dtype) ? *nbytes : numel * values_per_element(type);
   ANVIL_CHECK(have == need, ErrorKind::kInvalidModel, "tensor '{}' holds {} values but its dims need {}", name, have,
               need);
 }

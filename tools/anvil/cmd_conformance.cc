@@ -34,46 +34,9 @@ struct CaseResult {
   std::string detail;
 };
 
-template <typename T>
-double as_double(const Tensor& t, int64_t i) {
-  return static_cast<double>(t.data<T>()[i]);
-}
-
-// IEEE binary16 and bfloat16 bit patterns as numbers.
-double binary16(uint16_t h) {
-  const int exponent = (h >> 10) & 0x1f, mantissa = h & 0x3ff;
-  const double sign = (h & 0x8000) ? -1.0 : 1.0;
-  if (exponent == 0x1f) return mantissa ? std::nan("") : sign * INFINITY;
-  if (exponent == 0) return sign * std::ldexp(mantissa, -24);
-  return sign * std::ldexp(mantissa + 1024, exponent - 25);
-}
-
-double bfloat16(uint16_t b) {
-  const uint32_t bits = static_cast<uint32_t>(b) << 16;
-  float f;
-  std::memcpy(&f, &bits, sizeof f);
-  return f;
-}
-
-double element(const Tensor& t, int64_t i) {
-  switch (t.dtype()) {
-    case DType::kFloat32: return as_double<float>(t, i);
-    case DType::kFloat64: return as_double<double>(t, i);
-    case DType::kInt8: return as_double<int8_t>(t, i);
-    case DType::kUInt8: return as_double<uint8_t>(t, i);
-    case DType::kInt16: return as_double<int16_t>(t, i);
-    case DType::kUInt16: return as_double<uint16_t>(t, i);
-    case DType::kInt32: return as_double<int32_t>(t, i);
-    case DType::kUInt32: return as_double<uint32_t>(t, i);
-    case DType::kInt64: return as_double<int64_t>(t, i);
-    case DType::kUInt64: return as_double<uint64_t>(t, i);
-    case DType::kBool: return t.data<bool>()[i] ? 1 : 0;
-    // 16-bit floats compare as floats, with the float tolerances (ONNX's runner does the same).
-    case DType::kFloat16: return binary16(static_cast<const uint16_t*>(t.raw())[i]);
-    case DType::kBFloat16: return bfloat16(static_cast<const uint16_t*>(t.raw())[i]);
-    default: return std::nan("");
-  }
-}
+// 16-bit floats compare as floats, with the float tolerances (ONNX's runner
+// does the same); the 8- and 4-bit types compare exactly, decoded.
+double element(const Tensor& t, int64_t i) { return element_as_double(t, i); }
 
 // Empty string when equal within tolerance, else what differs.
 std::string compare(const Tensor& got, const Tensor& want) {

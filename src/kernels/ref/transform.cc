@@ -1,7 +1,7 @@
 // Reference kernels for ops that move data around: Transpose, Concat, Split,
-// Slice, Pad, DepthToSpace, SpaceToDepth, Gather, Cast and CastLike.
+// Slice, Pad, DepthToSpace, SpaceToDepth and Gather.
 //
-// Except Cast, none of them looks at values, so they move elements by size
+// None of them looks at values, so they move elements by size
 // (1, 2, 4 or 8 bytes) instead of being instantiated per dtype. Transpose,
 // Slice, DepthToSpace and SpaceToDepth are all one strided copy: the output is
 // walked in order and each output axis has a (possibly negative) input stride.
@@ -468,104 +468,10 @@ class GatherKernel : public Kernel {
   bool idx64_ = true;
 };
 
-// ---- Cast ----
-
-
-template <typename T>
-constexpr bool kIsHalf = std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>;
-
-// double -> float rounded to odd, so that a second rounding to half/bfloat16
-// gives the correctly rounded result (no double-rounding error).
-float to_float_round_odd(double x) {
-  float f = static_cast<float>(x);
-  if (!std::isfinite(f) || static_cast<double>(f) == x) return f;
-  uint32_t bits;
-  std::memcpy(&bits, &f, 4);
-  if (std::fabs(static_cast<double>(f)) > std::fabs(x)) --bits;  // truncate toward zero
-  bits |= 1;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
-
-// Float to integer truncates toward zero; NaN gives 0 and out-of-range values
-// saturate (ONNX leaves both undefined; this keeps them free of C++ UB).
-template <typename D>
-D float_to_int(double x) {
-  if (std::isnan(x)) return 0;
-  if (x <= static_cast<double>(std::numeric_limits<D>::min())) return std::numeric_limits<D>::min();
-  if (x >= static_cast<double>(std::numeric_limits<D>::max())) return std::numeric_limits<D>::max();
-  return static_cast<D>(x);
-}
-
-template <typename D, typename S>
-D convert(S v) {
-  if constexpr (std::is_same_v<S, D>) {
-    return v;
-  } else if constexpr (kIsHalf<S>) {
-    return convert<D>(static_cast<float>(v));
-  } else if constexpr (std::is_same_v<D, bool>) {
-    return v != S(0);
-  } else if constexpr (kIsHalf<D>) {
-    if constexpr (std::is_same_v<S, float>) return D(v);
-    else return D(to_float_round_odd(static_cast<double>(v)));
-  } else if constexpr (std::is_floating_point_v<D> || !std::is_floating_point_v<S>) {
-    return static_cast<D>(v);  // integer -> integer wraps (two's complement), bool -> 0/1
-  } else {
-    return float_to_int<D>(static_cast<double>(v));
-  }
-}
-
-class CastKernel : public Kernel {
- public:
-  CastKernel(const ir::Node&, bool like) : like_(like) {}
-  std::vector<TensorType> prepare(const PrepareContext& ctx) override {
-    from_ = ctx.input_dtype(0);
-    if (like_) {
-      to_ = ctx.input_dtype(1);
-    } else {
-      ANVIL_PREPARE_CHECK(ctx, ctx.attrs().has("to"), ErrorKind::kInvalidModel, "attribute 'to' is required");
-      const int64_t code = ctx.attrs().get_int("to", 0);
-      ANVIL_PREPARE_CHECK(ctx, code != 8, ErrorKind::kUnsupported, "casting to string is not supported");
-      to_ = dtype_from_onnx_code(code);
-      ANVIL_PREPARE_CHECK(ctx, to_ != DType::kUndefined, ErrorKind::kUnsupported,
-                          "casting to ONNX data type {} is not supported", code);
-    }
-    return ctx.output_types();
-  }
-
-  void run(const RunContext& ctx) const override {
-    const Tensor& in = ctx.in(0);
-    Tensor& out = ctx.out(0);
-    if (from_ == to_) {
-      if (in.raw() != out.raw() && in.nbytes()) std::memcpy(out.raw(), in.raw(), in.nbytes());
-      return;
-    }
-    const int64_t n = in.numel();
-    dispatch_dtype(from_, [&](auto stag) {
-      using S = typename decltype(stag)::type;
-      dispatch_dtype(to_, [&](auto dtag) {
-        using D = typename decltype(dtag)::type;
-        const S* s = in.data<S>();
-        D* d = out.data<D>();
-#pragma omp parallel for if (n > kParallelThreshold)
-        for (int64_t i = 0; i < n; ++i) d[i] = convert<D>(s[i]);
-      });
-    });
-  }
-
- private:
-  bool like_;
-  DType from_ = DType::kUndefined, to_ = DType::kUndefined;
-};
-
 }  // namespace
 
 // Versions after opset 17 that only add element types (float8, int4) Anvil does not have.
 ANVIL_REGISTER_OP_VERSIONS("Transpose", 1, 21);
-// 24 adds round_mode, which only concerns float8e8m0 (not supported); later
-// versions add element types. The dtype masks refuse what Anvil lacks.
-ANVIL_REGISTER_OP_VERSIONS("Cast", 6, 28);
-ANVIL_REGISTER_OP_VERSIONS("CastLike", 15, 25);
 ANVIL_REGISTER_OP_VERSIONS("Pad", 2, 25);  // 18: axes; 19: wrap mode (refused by the kernel); later: types
 ANVIL_REGISTER_OP_VERSIONS("Split", 2, 18);  // 18: num_outputs, a smaller last part
 ANVIL_REGISTER_KERNEL_CLASS("Transpose", kRef, TransposeKernel);
@@ -579,12 +485,6 @@ ANVIL_REGISTER_KERNEL("DepthToSpace", kRef, [](const ir::Node& n) -> std::unique
 });
 ANVIL_REGISTER_KERNEL("SpaceToDepth", kRef, [](const ir::Node& n) -> std::unique_ptr<Kernel> {
   return std::make_unique<DepthSpaceKernel>(n, false);
-});
-ANVIL_REGISTER_KERNEL("Cast", kRef, [](const ir::Node& n) -> std::unique_ptr<Kernel> {
-  return std::make_unique<CastKernel>(n, false);
-});
-ANVIL_REGISTER_KERNEL("CastLike", kRef, [](const ir::Node& n) -> std::unique_ptr<Kernel> {
-  return std::make_unique<CastKernel>(n, true);
 });
 
 }  // namespace anvil::kernels
