@@ -154,6 +154,10 @@ class InferContext {
   [[noreturn]] void fail(fmt::format_string<Args...> f, Args&&... args) const {
     throw Error(ErrorKind::kInvalidModel, node_.describe() + ": " + fmt::format(f, std::forward<Args>(args)...));
   }
+  // A node valid in ONNX that Anvil cannot run (a type it lacks): kUnsupported.
+  [[noreturn]] void fail_unsupported(const std::string& message) const {
+    throw Error(ErrorKind::kUnsupported, node_.describe() + ": " + message);
+  }
   // Inputs whose shapes or values do not fit each other or the attributes:
   // the model's fault while typing the graph from its declared types, the
   // caller's (kInvalidArgument) when planning for the inputs given.

@@ -46,6 +46,43 @@ TEST(DequantizeLinear, ShiftsAndScales) {
   EXPECT_EQ(values<float>(y[0]), (std::vector<float>{-256, -250, 0, 254}));
 }
 
+// Blocks of 2 along axis 1, each with its scale; int4 saturates at 7.
+TEST(QuantizeLinear, BlockedIntoInt4) {
+  Tensor x = f32({2, 4}, {1, 2, 3, 4, 5, 6, 7, 8});
+  Tensor scale = f32({2, 2}, {1, 2, 0.5f, 4});
+  Tensor zero = make_tensor<int8_t>(DType::kInt4, {2, 2}, {0, 0, 0, 0});
+  testing::KernelOptions o = opset(21);
+  o.constant_inputs = {false, true, true};
+  std::vector<Tensor> y = run_kernel("QuantizeLinear", {x, scale, zero},
+                                     attrs({{"axis", int64_t{1}}, {"block_size", int64_t{2}}}), o);
+  ASSERT_EQ(y[0].dtype(), DType::kInt4);
+  // 3 / 2 = 1.5 rounds to even 2; 5 / 0.5 = 10 and 6 / 0.5 = 12 saturate; 7 / 4 = 1.75 -> 2.
+  EXPECT_EQ(values<int8_t>(y[0]), (std::vector<int8_t>{1, 2, 2, 2, 7, 7, 2, 2}));
+  // A blocked scale whose blocked axis does not match x's: the caller's inputs do not fit.
+  EXPECT_EQ(error_kind_of([&] {
+              run_kernel("QuantizeLinear", {x, f32({2, 3}, {1, 1, 1, 1, 1, 1}), Tensor()},
+                         attrs({{"axis", int64_t{1}}, {"block_size", int64_t{2}}}), o);
+            }),
+            ErrorKind::kInvalidArgument);
+}
+
+TEST(QuantizeLinear, OutputDtypeWithoutZeroPointAndFloat8) {
+  std::vector<Tensor> y = run_kernel("QuantizeLinear", {f32({3}, {2, -600, 1000}), f32({}, {2}), Tensor()},
+                                     attrs({{"output_dtype", int64_t{17}}}), opset(21));
+  ASSERT_EQ(y[0].dtype(), DType::kFloat8E4M3FN);
+  EXPECT_EQ(values<uint8_t>(y[0]), (std::vector<uint8_t>{0x38, 0xf9, 0x7e}));  // 1, -300 -> -288 (S.1111.001), 500 -> 448
+}
+
+TEST(DequantizeLinear, OutputDtypeAndInt4) {
+  Tensor x = make_tensor<int8_t>(DType::kInt4, {3}, {-8, 0, 7});
+  Tensor zero = make_tensor<int8_t>(DType::kInt4, {}, {-1});
+  std::vector<Tensor> y =
+      run_kernel("DequantizeLinear", {x, f32({}, {0.5f}), zero}, attrs({{"output_dtype", int64_t{10}}}), opset(23));
+  ASSERT_EQ(y[0].dtype(), DType::kFloat16);
+  Tensor back = run_kernel("Cast", {y[0]}, attrs({{"to", int64_t{1}}}), opset(21))[0];
+  EXPECT_EQ(values<float>(back), (std::vector<float>{-3.5f, 0.5f, 4.f}));
+}
+
 // Range [-3, 2]: scale 5 / 255, zero point round(3 / scale) = 153.
 TEST(DynamicQuantizeLinear, ScaleAndZeroPointFromTheRange) {
   std::vector<Tensor> y = run_kernel("DynamicQuantizeLinear", {f32({6}, {0, 2, -3, -2.5f, 1.34f, 0.5f})}, {},

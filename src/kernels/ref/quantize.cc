@@ -11,6 +11,8 @@
 #include <cmath>
 #include <limits>
 
+#include "core/half.h"
+#include "core/low_precision.h"
 #include "kernels/nn_geometry.h"
 #include "kernels/ref/common.h"
 #include "kernels/registry.h"
@@ -42,25 +44,95 @@ std::vector<int32_t> widen(const Tensor& t) {
   return v;
 }
 
-// Which element of a per-axis parameter (scale, zero point) applies to element i of x.
-struct AxisIndex {
-  int64_t inner = 1, len = 1;
+// Which element of the scale (and zero point) applies to element i of x: one
+// for all, one per index along `axis`, or (blocked, opset 21) one per
+// `block_size` consecutive indices along `axis`, the scale having x's rank.
+struct ScaleIndex {
+  int64_t inner = 1, len = 1, block = 0, blocks = 1;
   bool per_axis = false;
-  int64_t operator()(int64_t i) const { return per_axis ? (i / inner) % len : 0; }
+  int64_t operator()(int64_t i) const {
+    if (!per_axis) return 0;
+    const int64_t a = (i / inner) % len;
+    if (!block) return a;
+    const int64_t outer = i / (inner * len), r = i % inner;
+    return (outer * blocks + a / block) * inner + r;
+  }
 };
 
-AxisIndex axis_index(const PrepareContext& ctx, const Shape& x, const Shape& scale) {
-  AxisIndex a;
-  if (shape_numel(scale) <= 1 && scale.size() <= 1) return a;
+ScaleIndex scale_index(const PrepareContext& ctx, const Shape& x, const Shape& scale) {
+  ScaleIndex s;
+  const int64_t block = ctx.attrs().get_int("block_size", 0);
+  ANVIL_PREPARE_CHECK(ctx, block >= 0, ErrorKind::kInvalidModel, "block_size must not be negative, got {}", block);
+  if (block == 0 && shape_numel(scale) <= 1 && scale.size() <= 1) return s;
   const auto axis = static_cast<size_t>(normalize_axis(ctx, ctx.attrs().get_int("axis", 1), static_cast<int64_t>(x.size())));
-  ANVIL_PREPARE_CHECK(ctx, scale.size() == 1 && scale[0] == x[axis], ErrorKind::kInvalidArgument,
-                      "a per-axis scale {} must have axis {}'s size {}", shape_str(scale), axis, x[axis]);
-  a.per_axis = true;
-  a.len = x[axis];
-  a.inner = shape_numel(Shape(x.begin() + static_cast<std::ptrdiff_t>(axis) + 1, x.end()));
-  return a;
+  s.per_axis = true;
+  s.len = x[axis];
+  s.inner = shape_numel(Shape(x.begin() + static_cast<std::ptrdiff_t>(axis) + 1, x.end()));
+  if (block == 0) {
+    ANVIL_PREPARE_CHECK(ctx, scale.size() == 1 && scale[0] == x[axis], ErrorKind::kInvalidArgument,
+                        "a per-axis scale {} must have axis {}'s size {}", shape_str(scale), axis, x[axis]);
+    return s;
+  }
+  Shape want = x;
+  want[axis] = x[axis] / block + (x[axis] % block != 0);
+  ANVIL_PREPARE_CHECK(ctx, scale == want, ErrorKind::kInvalidArgument,
+                      "a blocked scale for {} with block_size {} along axis {} must be {}, got {}", shape_str(x),
+                      block, axis, shape_str(want), shape_str(scale));
+  s.block = block;
+  s.blocks = want[axis];
+  return s;
 }
 
+// `v` rounded to a 16-bit float type, as numpy computes in that type.
+double round_to(DType d, double v) {
+  if (d == DType::kFloat16) return static_cast<float>(Half(static_cast<float>(v)));
+  if (d == DType::kBFloat16) return static_cast<float>(BFloat16(static_cast<float>(v)));
+  if (d == DType::kFloat32) return static_cast<float>(v);
+  return v;
+}
+
+// Writes a real value into a float output (DequantizeLinear).
+void store_float(Tensor& y, int64_t i, double v) {
+  switch (y.dtype()) {
+    case DType::kFloat32: y.data<float>()[i] = static_cast<float>(v); break;
+    case DType::kFloat16: y.data<Half>()[i] = Half(static_cast<float>(v)); break;
+    case DType::kBFloat16: y.data<BFloat16>()[i] = BFloat16(static_cast<float>(v)); break;
+    default: fail(ErrorKind::kInternal, "DequantizeLinear into {}", dtype_name(y.dtype()));
+  }
+}
+
+// Writes a quantized value: integers round half to even and saturate; the
+// 8-bit floats convert (saturating as the attribute says); E2M1 adds the zero
+// point first, as the reference does.
+void store_quantized(Tensor& y, int64_t i, double q, double zero, bool saturate_f8) {
+  const DType d = y.dtype();
+  auto* bytes = static_cast<uint8_t*>(y.raw());
+  if (dtype_is_narrow_int(d)) {
+    const double v = std::isnan(q) ? 0 : std::nearbyint(q) + zero;
+    bytes[i] = static_cast<uint8_t>(static_cast<int8_t>(
+        std::clamp(v, static_cast<double>(narrow_int_min(d)), static_cast<double>(narrow_int_max(d)))));
+    return;
+  }
+  if (d == DType::kFloat4E2M1) {
+    bytes[i] = double_to_minifloat(d, q + zero);
+    return;
+  }
+  if (dtype_is_float8_or_4(d)) {
+    bytes[i] = double_to_minifloat(d, q, saturate_f8);
+    return;
+  }
+  dispatch_dtype(d, [&](auto tag) {
+    using Y = typename decltype(tag)::type;
+    if constexpr (std::is_integral_v<Y> && !std::is_same_v<Y, bool>)
+      y.data<Y>()[i] = saturate<Y>(std::isnan(q) ? q : std::nearbyint(q) + zero);
+    else
+      fail(ErrorKind::kInternal, "QuantizeLinear into {}", dtype_name(d));
+  });
+}
+
+// QuantizeLinear: y = saturate(round(x / scale) + zero_point), the division in
+// the inputs' type (or `precision`'s, opset 23); DequantizeLinear: y = (x -
+// zero_point) * scale in float32, stored in the scale's type or `output_dtype`.
 class QuantizeKernel : public Kernel {
  public:
   explicit QuantizeKernel(bool dequantize) : dequantize_(dequantize) {}
@@ -68,40 +140,52 @@ class QuantizeKernel : public Kernel {
   std::vector<TensorType> prepare(const PrepareContext& ctx) override {
     const Shape& scale = ctx.input_shape(1);
     ANVIL_PREPARE_CHECK(ctx, shape_numel(scale) >= 1, ErrorKind::kInvalidArgument, "the scale is empty");
-    if (ctx.has_input(2))
-      ANVIL_PREPARE_CHECK(ctx, ctx.input_shape(2) == scale, ErrorKind::kInvalidArgument,
-                          "the zero point {} must have the scale's shape {}", shape_str(ctx.input_shape(2)),
-                          shape_str(scale));
-    index_ = axis_index(ctx, ctx.input_shape(0), scale);
+    if (ctx.has_input(2)) {
+      const Shape& zero = ctx.input_shape(2);
+      ANVIL_PREPARE_CHECK(ctx, zero == scale || (shape_numel(zero) == 1 && shape_numel(scale) == 1),
+                          ErrorKind::kInvalidArgument, "the zero point {} must have the scale's shape {}",
+                          shape_str(zero), shape_str(scale));
+    }
+    index_ = scale_index(ctx, ctx.input_shape(0), scale);
+    saturate_ = ctx.attrs().get_int("saturate", 1) != 0;
+    const DType x = ctx.input_dtype(0), s = ctx.input_dtype(1);
+    division_type_ = x == s ? x : DType::kFloat32;  // numpy's promotion of x / scale
+    if (const int64_t p = ctx.attrs().get_int("precision", 0)) {
+      division_type_ = dtype_from_onnx_code(p);
+      ANVIL_PREPARE_CHECK(ctx, division_type_ == DType::kFloat32 || division_type_ == DType::kFloat16 ||
+                                   division_type_ == DType::kBFloat16 || division_type_ == DType::kFloat64,
+                          ErrorKind::kInvalidModel, "precision must be a floating-point type, got code {}", p);
+    }
+    // The reference ignores the zero point of float8 inputs (it must be 0).
+    ignore_zero_ = dequantize_ && dtype_is_float8_or_4(x);
     return ctx.output_types();
   }
 
   void run(const RunContext& ctx) const override {
     const Tensor& x = ctx.in(0);
     const Tensor& scale = ctx.in(1);
-    const Tensor* zp = ctx.inputs.size() > 2 ? ctx.inputs[2] : nullptr;
+    const Tensor* zp = ctx.inputs.size() > 2 && !ignore_zero_ ? ctx.inputs[2] : nullptr;
     Tensor& y = ctx.out(0);
-    dispatch_dtype(y.dtype(), [&](auto tag) {
-      using Y = typename decltype(tag)::type;
-      Y* out = y.data<Y>();
-      for (int64_t i = 0; i < x.numel(); ++i) {
-        const int64_t k = index_(i);
-        const double z = zp ? as_double(*zp, k) : 0.0;
-        if (dequantize_) {
-          if constexpr (std::is_floating_point_v<Y>)
-            out[i] = static_cast<Y>(static_cast<float>(as_double(x, i) - z) * static_cast<float>(as_double(scale, k)));
-        } else if constexpr (std::is_integral_v<Y> && !std::is_same_v<Y, bool>) {
-          // x / scale in float, as ONNX Runtime computes it, then round half to even.
-          const float q = static_cast<float>(as_double(x, i)) / static_cast<float>(as_double(scale, k));
-          out[i] = saturate<Y>(std::nearbyint(static_cast<double>(q)) + z);
-        }
+    const bool float8_out = dtype_is_float8_or_4(y.dtype()) && y.dtype() != DType::kFloat4E2M1;
+    for (int64_t i = 0; i < x.numel(); ++i) {
+      const int64_t k = index_(i);
+      const double z = zp && !float8_out ? element_as_double(*zp, k) : 0.0;
+      if (dequantize_) {
+        const double dx = static_cast<double>(static_cast<float>(element_as_double(x, i) - z));
+        store_float(y, i, static_cast<double>(static_cast<float>(dx * element_as_double(scale, k))));
+      } else {
+        const DType t = division_type_;
+        const double q = round_to(t, round_to(t, element_as_double(x, i)) / round_to(t, element_as_double(scale, k)));
+        store_quantized(y, i, q, z, saturate_);
       }
-    });
+    }
   }
 
  private:
   bool dequantize_;
-  AxisIndex index_;
+  ScaleIndex index_;
+  bool saturate_ = true, ignore_zero_ = false;
+  DType division_type_ = DType::kFloat32;
 };
 
 // y = saturate(round(x / scale) + zero_point) into uint8, where the scale and
@@ -316,14 +400,18 @@ class IntegerConvKernel : public Kernel {
 
 }  // namespace
 
-ANVIL_REGISTER_OP_VERSIONS("QuantizeLinear", 10, 13);
-ANVIL_REGISTER_OP_VERSIONS("DequantizeLinear", 10, 13);
+// 19: float8 and saturate; 21: int4/uint4, blocks, output_dtype; 23:
+// precision, float4; 24, 25 and 28 add element types (int2, float8e8m0).
+ANVIL_REGISTER_OP_VERSIONS("QuantizeLinear", 10, 23);
+ANVIL_REGISTER_OP_VERSIONS("DequantizeLinear", 10, 23);
+constexpr unsigned kQuantized = kQuant8 | dtype_bit(DType::kInt16) | dtype_bit(DType::kUInt16) | kLowPrecision;
+constexpr unsigned kRealTypes = kFloat32Only | kHalfs;
 ANVIL_REGISTER_KERNEL_TYPED("QuantizeLinear", kRef, [](const ir::Node&) -> std::unique_ptr<Kernel> {
   return std::make_unique<QuantizeKernel>(false);
-}, {kFloat32Only, kFloat32Only, kQuant8});
+}, {kRealTypes | dtype_bit(DType::kInt32), kRealTypes | dtype_bit(DType::kInt32), kQuantized});
 ANVIL_REGISTER_KERNEL_TYPED("DequantizeLinear", kRef, [](const ir::Node&) -> std::unique_ptr<Kernel> {
   return std::make_unique<QuantizeKernel>(true);
-}, {kQuant8 | dtype_bit(DType::kInt32), kFloat32Only, kQuant8 | dtype_bit(DType::kInt32)});
+}, {kQuantized | dtype_bit(DType::kInt32), kRealTypes, kQuantized | dtype_bit(DType::kInt32)});
 ANVIL_REGISTER_KERNEL_CLASS_TYPED("DynamicQuantizeLinear", kRef, DynamicQuantizeKernel, {kFloat32Only});
 ANVIL_REGISTER_KERNEL_TYPED("MatMulInteger", kRef, [](const ir::Node&) -> std::unique_ptr<Kernel> {
   return std::make_unique<IntegerMatMulKernel>(false);
@@ -336,8 +424,10 @@ ANVIL_REGISTER_KERNEL_TYPED("ConvInteger", kRef, [](const ir::Node&) -> std::uni
 ANVIL_REGISTER_KERNEL_TYPED("QLinearConv", kRef, [](const ir::Node&) -> std::unique_ptr<Kernel> {
   return std::make_unique<IntegerConvKernel>(true);
 }, {kQuant8, kFloat32Only, kQuant8, kQuant8, kFloat32Only, kQuant8, kFloat32Only, kQuant8, dtype_bit(DType::kInt32)});
+// 21: 16-bit float scales (and float8 operands, which Anvil refuses).
+ANVIL_REGISTER_OP_VERSIONS("QLinearMatMul", 10, 21);
 ANVIL_REGISTER_KERNEL_TYPED("QLinearMatMul", kRef, [](const ir::Node&) -> std::unique_ptr<Kernel> {
   return std::make_unique<IntegerMatMulKernel>(true);
-}, {kQuant8, kFloat32Only, kQuant8, kQuant8, kFloat32Only, kQuant8, kFloat32Only, kQuant8});
+}, {kQuant8, kRealTypes, kQuant8, kQuant8, kRealTypes, kQuant8, kRealTypes, kQuant8});
 
 }  // namespace anvil::kernels
