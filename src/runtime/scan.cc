@@ -1,6 +1,9 @@
-// Scan (opset 9 and later): runs its body once per slice of the scan inputs,
-// threading N state values through, and stacks the K per-iteration scan
-// outputs. Axes and directions per scan input and output, as ONNX defines.
+// Scan: runs its body once per slice of the scan inputs, threading N state
+// values through, and stacks the K per-iteration scan outputs. Opset 9 and
+// later: axes and directions per scan input and output. Opset 8: every input
+// and output has a batch axis first (each batch element scans on its own,
+// along axis 1), an optional first input gives each its sequence length (the
+// scan outputs past it stay 0), and `directions` reverses scan inputs.
 // Like If and Loop, a dynamic step that allocates its outputs.
 #include <cstring>
 
@@ -54,7 +57,9 @@ class ScanKernel : public kernels::Kernel {
   std::vector<TensorType> prepare(const PrepareContext& ctx) override {
     body_ = node_.attrs.get_graph("body");
     ANVIL_PREPARE_CHECK(ctx, body_ != nullptr, ErrorKind::kInvalidModel, "attribute 'body' (a graph) is required");
-    const int64_t inputs = static_cast<int64_t>(node_.num_explicit_inputs());
+    legacy_ = ctx.opset() < 9;
+    // Scan-8's first input is sequence_lens; the body never sees it.
+    const int64_t inputs = static_cast<int64_t>(node_.num_explicit_inputs()) - (legacy_ ? 1 : 0);
     scan_inputs_ = ctx.attrs().get_int("num_scan_inputs", 0);
     ANVIL_PREPARE_CHECK(ctx, scan_inputs_ >= 1 && scan_inputs_ <= inputs, ErrorKind::kInvalidModel,
                         "num_scan_inputs {} must be in [1, {}]", scan_inputs_, inputs);
@@ -66,7 +71,8 @@ class ScanKernel : public kernels::Kernel {
                         ErrorKind::kInvalidModel, "the node has {} outputs, the body {}", node_.outputs.size(),
                         body_->outputs().size());
     in_axes_ = axes(ctx, "scan_input_axes", scan_inputs_);
-    in_reverse_ = ctx.attrs().get_ints("scan_input_directions", std::vector<int64_t>(scan_inputs_, 0));
+    in_reverse_ = ctx.attrs().get_ints(legacy_ ? "directions" : "scan_input_directions",
+                                       std::vector<int64_t>(scan_inputs_, 0));
     out_axes_ = axes(ctx, "scan_output_axes", scan_outputs_);
     out_reverse_ = ctx.attrs().get_ints("scan_output_directions", std::vector<int64_t>(scan_outputs_, 0));
     ANVIL_PREPARE_CHECK(ctx, static_cast<int64_t>(in_reverse_.size()) == scan_inputs_ &&
@@ -78,38 +84,17 @@ class ScanKernel : public kernels::Kernel {
   }
 
   void run(const RunContext& ctx) const override {
-    // Every scan input has the same length along its axis.
-    int64_t len = -1;
+    if (legacy_) return run_batched(ctx);
+    std::vector<Tensor> state, xs;
+    for (int64_t s = 0; s < states_; ++s) state.push_back(ctx.value(static_cast<size_t>(s)));
     for (int64_t i = 0; i < scan_inputs_; ++i) {
       ANVIL_CHECK(ctx.inputs[static_cast<size_t>(states_ + i)] != nullptr, ErrorKind::kInvalidArgument,
                   "{}: scan input {} has no value", node_.describe(), i);
-      const Tensor& x = ctx.in(static_cast<size_t>(states_ + i));
-      int64_t axis = in_axes_[static_cast<size_t>(i)];
-      if (axis < 0) axis += x.rank();
-      ANVIL_CHECK(axis >= 0 && axis < x.rank(), ErrorKind::kInvalidArgument, "{}: scan input {} of shape {} has no "
-                  "axis {}", node_.describe(), i, shape_str(x.shape()), in_axes_[static_cast<size_t>(i)]);
-      const int64_t n = x.shape()[static_cast<size_t>(axis)];
-      ANVIL_CHECK(len < 0 || n == len, ErrorKind::kInvalidArgument, "{}: scan inputs have lengths {} and {}",
-                  node_.describe(), len, n);
-      len = n;
+      xs.push_back(ctx.in(static_cast<size_t>(states_ + i)));
     }
-    std::vector<Tensor> state;
-    for (int64_t s = 0; s < states_; ++s) state.push_back(ctx.value(static_cast<size_t>(s)));
+    const int64_t len = scan_length(xs);
     std::vector<Tensor> outs(static_cast<size_t>(scan_outputs_));
-    for (int64_t t = 0; t < len; ++t) {
-      std::vector<Tensor> inputs = state;
-      for (int64_t i = 0; i < scan_inputs_; ++i) {
-        const Tensor& x = ctx.in(static_cast<size_t>(states_ + i));
-        int64_t axis = in_axes_[static_cast<size_t>(i)];
-        if (axis < 0) axis += x.rank();
-        inputs.push_back(slice_along(x, axis, in_reverse_[static_cast<size_t>(i)] ? len - 1 - t : t));
-      }
-      for (const ir::Graph::Capture& c : body_->captures)
-        inputs.push_back(ctx.value(node_.num_explicit_inputs() + c.implicit_index));
-      std::vector<Tensor> out = executor_->run(inputs, threads_);
-      for (int64_t s = 0; s < states_; ++s) state[static_cast<size_t>(s)] = std::move(out[static_cast<size_t>(s)]);
-      for (int64_t k = 0; k < scan_outputs_; ++k) store(outs, k, t, len, out[static_cast<size_t>(states_ + k)]);
-    }
+    scan_loop(ctx, state, xs, len, len, outs);
     for (int64_t s = 0; s < states_; ++s)
       if (ctx.outputs[static_cast<size_t>(s)]) *ctx.outputs[static_cast<size_t>(s)] = state[static_cast<size_t>(s)].clone();
     for (int64_t k = 0; k < scan_outputs_; ++k) {
@@ -120,6 +105,105 @@ class ScanKernel : public kernels::Kernel {
   }
 
  private:
+  // The common length of the scan inputs along their axes.
+  int64_t scan_length(const std::vector<Tensor>& xs) const {
+    int64_t len = -1;
+    for (size_t i = 0; i < xs.size(); ++i) {
+      const Tensor& x = xs[i];
+      int64_t axis = in_axes_[i];
+      if (axis < 0) axis += x.rank();
+      ANVIL_CHECK(axis >= 0 && axis < x.rank(), ErrorKind::kInvalidArgument, "{}: scan input {} of shape {} has no "
+                  "axis {}", node_.describe(), i, shape_str(x.shape()), in_axes_[i]);
+      const int64_t n = x.shape()[static_cast<size_t>(axis)];
+      ANVIL_CHECK(len < 0 || n == len, ErrorKind::kInvalidArgument, "{}: scan inputs have lengths {} and {}",
+                  node_.describe(), len, n);
+      len = n;
+    }
+    return len;
+  }
+
+  // Runs the body `len` times over the scan inputs `xs`; the scan outputs are
+  // `stacked` long (longer than len only for Scan-8's shorter sequences).
+  void scan_loop(const RunContext& ctx, std::vector<Tensor>& state, const std::vector<Tensor>& xs, int64_t len,
+                 int64_t stacked, std::vector<Tensor>& outs) const {
+    const size_t first_implicit = node_.num_explicit_inputs();
+    for (int64_t t = 0; t < len; ++t) {
+      std::vector<Tensor> inputs = state;
+      for (size_t i = 0; i < xs.size(); ++i) {
+        int64_t axis = in_axes_[i];
+        if (axis < 0) axis += xs[i].rank();
+        const int64_t at = in_reverse_[i] ? len - 1 - t : t;
+        inputs.push_back(slice_along(xs[i], axis, at));
+      }
+      for (const ir::Graph::Capture& c : body_->captures) inputs.push_back(ctx.value(first_implicit + c.implicit_index));
+      std::vector<Tensor> out = executor_->run(inputs, threads_);
+      for (int64_t s = 0; s < states_; ++s) state[static_cast<size_t>(s)] = std::move(out[static_cast<size_t>(s)]);
+      for (int64_t k = 0; k < scan_outputs_; ++k) store(outs, k, t, stacked, out[static_cast<size_t>(states_ + k)]);
+    }
+  }
+
+  // Scan-8: each batch element scans on its own; the results stack along axis 0.
+  void run_batched(const RunContext& ctx) const {
+    const Tensor* lens = ctx.inputs.empty() ? nullptr : ctx.inputs[0];
+    std::vector<Tensor> initial, xs;
+    for (int64_t s = 0; s < states_; ++s) initial.push_back(ctx.value(static_cast<size_t>(1 + s)));
+    for (int64_t i = 0; i < scan_inputs_; ++i) {
+      ANVIL_CHECK(ctx.inputs[static_cast<size_t>(1 + states_ + i)] != nullptr, ErrorKind::kInvalidArgument,
+                  "{}: scan input {} has no value", node_.describe(), i);
+      xs.push_back(ctx.in(static_cast<size_t>(1 + states_ + i)));
+    }
+    std::vector<const Tensor*> batched;
+    for (const Tensor& t : initial) batched.push_back(&t);
+    for (const Tensor& t : xs) batched.push_back(&t);
+    int64_t batch = -1;
+    for (const Tensor* t : batched) {
+      ANVIL_CHECK(t->rank() >= 1 && (batch < 0 || t->shape()[0] == batch), ErrorKind::kInvalidArgument,
+                  "{}: every input needs the same batch axis first, got shape {}", node_.describe(),
+                  shape_str(t->shape()));
+      batch = t->shape()[0];
+    }
+    std::vector<Tensor> final_states(static_cast<size_t>(states_)), scans(static_cast<size_t>(scan_outputs_));
+    for (int64_t b = 0; b < batch; ++b) {
+      std::vector<Tensor> state, slices;
+      for (const Tensor& t : initial) state.push_back(slice_along(t, 0, b));
+      for (const Tensor& t : xs) slices.push_back(slice_along(t, 0, b));
+      const int64_t full = scan_length(slices);
+      int64_t len = full;
+      if (lens && lens->numel() > 0) {
+        ANVIL_CHECK(lens->numel() == batch && lens->dtype() == DType::kInt32, ErrorKind::kInvalidArgument,
+                    "{}: sequence_lens must be int32 with one length per batch element", node_.describe());
+        len = lens->data<int32_t>()[b];
+        ANVIL_CHECK(len >= 0 && len <= full, ErrorKind::kInvalidArgument, "{}: sequence length {} is outside [0, {}]",
+                    node_.describe(), len, full);
+      }
+      std::vector<Tensor> outs(static_cast<size_t>(scan_outputs_));
+      scan_loop(ctx, state, slices, len, full, outs);
+      for (int64_t s = 0; s < states_; ++s) stack_batch(final_states[static_cast<size_t>(s)], b, batch, state[static_cast<size_t>(s)]);
+      for (int64_t k = 0; k < scan_outputs_; ++k) {
+        ANVIL_CHECK(!outs[static_cast<size_t>(k)].empty(), ErrorKind::kUnsupported,
+                    "{}: a batch element with no iterations leaves scan output {} without a shape", node_.describe(), k);
+        stack_batch(scans[static_cast<size_t>(k)], b, batch, outs[static_cast<size_t>(k)]);
+      }
+    }
+    for (int64_t s = 0; s < states_; ++s)
+      if (ctx.outputs[static_cast<size_t>(s)]) *ctx.outputs[static_cast<size_t>(s)] = final_states[static_cast<size_t>(s)];
+    for (int64_t k = 0; k < scan_outputs_; ++k)
+      if (ctx.outputs[static_cast<size_t>(states_ + k)]) *ctx.outputs[static_cast<size_t>(states_ + k)] = scans[static_cast<size_t>(k)];
+  }
+
+  // Writes batch element b of `out` (allocated [batch, part...] on first use).
+  void stack_batch(Tensor& out, int64_t b, int64_t batch, const Tensor& part) const {
+    if (out.empty()) {
+      Shape shape = part.shape();
+      shape.insert(shape.begin(), batch);
+      out = Tensor(part.dtype(), shape);
+    }
+    ANVIL_CHECK(Shape(out.shape().begin() + 1, out.shape().end()) == part.shape() && out.dtype() == part.dtype(),
+                ErrorKind::kInvalidArgument, "{}: batch elements give outputs of shapes {} and {}", node_.describe(),
+                shape_str(Shape(out.shape().begin() + 1, out.shape().end())), shape_str(part.shape()));
+    place_along(out, 0, b, part);
+  }
+
   std::vector<int64_t> axes(const PrepareContext& ctx, const char* name, int64_t count) const {
     std::vector<int64_t> a = ctx.attrs().get_ints(name, std::vector<int64_t>(static_cast<size_t>(count), 0));
     ANVIL_PREPARE_CHECK(ctx, static_cast<int64_t>(a.size()) == count, ErrorKind::kInvalidModel,
@@ -149,6 +233,7 @@ class ScanKernel : public kernels::Kernel {
   }
 
   const ir::Node& node_;
+  bool legacy_ = false;
   const ir::Graph* body_ = nullptr;
   int64_t states_ = 0, scan_inputs_ = 0, scan_outputs_ = 0;
   std::vector<int64_t> in_axes_, in_reverse_, out_axes_, out_reverse_;
@@ -156,7 +241,7 @@ class ScanKernel : public kernels::Kernel {
   int threads_ = 1;
 };
 
-ANVIL_REGISTER_OP_VERSIONS("Scan", 9, 21);  // Scan-8 (batch axis, sequence_lens) is not implemented
+ANVIL_REGISTER_OP_VERSIONS("Scan", 8, 21);
 ANVIL_REGISTER_KERNEL_CLASS("Scan", kRef, ScanKernel);
 
 }  // namespace

@@ -109,6 +109,18 @@ TEST(BitShift, LeftAndRightOfUnsigned) {
             ErrorKind::kInvalidModel);
 }
 
+// Opset 28: signed right shifts fill with the sign bit; out-of-range amounts give the fill alone.
+TEST(BitShift, SignedShiftsAreArithmetic) {
+  Tensor x = make_tensor<int8_t>(DType::kInt8, {5}, {-8, -8, 100, -1, 5});
+  Tensor y = make_tensor<int8_t>(DType::kInt8, {5}, {1, 8, 1, -1, 3});
+  testing::KernelOptions o = opset(28);
+  EXPECT_EQ(values<int8_t>(run_kernel("BitShift", {x, y}, attrs({{"direction", std::string("RIGHT")}}), o)[0]),
+            (std::vector<int8_t>{-4, -1, 50, -1, 0}));
+  // 100 << 1 = 200 wraps to -56; -8 << 8 and a negative amount give 0.
+  EXPECT_EQ(values<int8_t>(run_kernel("BitShift", {x, y}, attrs({{"direction", std::string("LEFT")}}), o)[0]),
+            (std::vector<int8_t>{-16, 0, -56, 0, 40}));
+}
+
 // --- Size, ArgMax/ArgMin, TopK, Hardmax --------------------------------------------------------------------------
 
 TEST(Size, CountsElements) {

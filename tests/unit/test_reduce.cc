@@ -179,3 +179,24 @@ TEST(Reduce, Errors) {
 
 }  // namespace
 }  // namespace anvil
+
+namespace anvil {
+namespace {
+
+// Opset 20: ReduceMax/Min of bools are any/all; an empty min is true, an empty max false.
+TEST(ReduceMax, BoolInputs) {
+  Tensor x = make_tensor<bool>(DType::kBool, {2, 2}, {true, false, false, false});
+  ir::Attributes rows = attrs({{"keepdims", int64_t{0}}});
+  std::vector<Tensor> y = run_kernel("ReduceMax", {x, i64({1}, {1})}, rows, opset(20));
+  EXPECT_EQ(values<bool>(y[0]), (std::vector<bool>{true, false}));
+  y = run_kernel("ReduceMin", {x, i64({1}, {1})}, rows, opset(20));
+  EXPECT_EQ(values<bool>(y[0]), (std::vector<bool>{false, false}));
+  Tensor empty = make_tensor<bool>(DType::kBool, {2, 0}, {});
+  y = run_kernel("ReduceMin", {empty, i64({1}, {1})}, rows, opset(20));
+  EXPECT_EQ(values<bool>(y[0]), (std::vector<bool>{true, true}));
+  y = run_kernel("ReduceMax", {empty, i64({1}, {1})}, rows, opset(20));
+  EXPECT_EQ(values<bool>(y[0]), (std::vector<bool>{false, false}));
+}
+
+}  // namespace
+}  // namespace anvil

@@ -197,8 +197,15 @@ TEST(Pad, ReflectAndEdge) {
   std::vector<Tensor> out = run_kernel("Pad", {m, i64({4}, {1, 1, 0, 0})}, attrs({{"mode", std::string("edge")}}));
   EXPECT_EQ(out[0].shape(), (Shape{3, 3}));
   EXPECT_EQ(values<int32_t>(out[0]), (std::vector<int32_t>{1, 1, 2, 1, 1, 2, 3, 3, 4}));
-  EXPECT_EQ(error_kind_of([&] { run_kernel("Pad", {x, i64({2}, {1, 1})}, attrs({{"mode", std::string("wrap")}})); }),
-            ErrorKind::kUnsupported);
+  // wrap (opset 19, numpy's "wrap"): the axis repeats, past its length too.
+  ir::Attributes wrap = attrs({{"mode", std::string("wrap")}});
+  EXPECT_EQ(values<float>(run_kernel("Pad", {x, i64({2}, {5, 2})}, wrap, opset(19))[0]),
+            (std::vector<float>{4, 1, 2, 3, 4, 1, 2, 3, 4, 1, 2}));
+  EXPECT_EQ(error_kind_of([&] { run_kernel("Pad", {x, i64({2}, {1, 1})}, attrs({{"mode", std::string("circle")}}), opset(19)); }),
+            ErrorKind::kInvalidModel);
+  // Only a constant fills an empty axis.
+  EXPECT_EQ(error_kind_of([&] { run_kernel("Pad", {f32({0}, {}), i64({2}, {1, 1})}, reflect); }),
+            ErrorKind::kInvalidArgument);
   EXPECT_EQ(error_kind_of([&] { run_kernel("Pad", {x, i64({3}, {1, 1, 1})}); }), ErrorKind::kInvalidModel);
 }
 
@@ -239,6 +246,19 @@ TEST(SpaceToDepth, InvertsDepthToSpaceDcr) {
   EXPECT_EQ(values<float>(back), values<float>(x));
   EXPECT_EQ(error_kind_of([&] { run_kernel("SpaceToDepth", {x}, attrs({{"blocksize", int64_t{2}}})); }),
             ErrorKind::kInvalidArgument);
+}
+
+// Opset 28's CRD mode: output channel c*b*b + i*b + j reads channel c at (i, j) of each block.
+TEST(SpaceToDepth, CrdModeKeepsChannelsOutermost) {
+  testing::KernelOptions o;
+  o.opset = 28;
+  ir::Attributes crd = attrs({{"blocksize", int64_t{2}}, {"mode", std::string("CRD")}});
+  Tensor x = f32({1, 2, 2, 4}, iota_f(16));
+  Tensor out = run_kernel("SpaceToDepth", {x}, crd, o)[0];
+  EXPECT_EQ(out.shape(), (Shape{1, 8, 1, 2}));
+  EXPECT_EQ(values<float>(out), (std::vector<float>{0, 2, 1, 3, 4, 6, 5, 7, 8, 10, 9, 11, 12, 14, 13, 15}));
+  Tensor back = run_kernel("DepthToSpace", {out}, crd, o)[0];
+  EXPECT_EQ(values<float>(back), values<float>(x));
 }
 
 TEST(Gather, NegativeIndicesAnyRank) {

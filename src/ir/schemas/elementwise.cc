@@ -179,8 +179,8 @@ struct Registrations {
     r.add(OpSchema("Shrink").attr("bias", 0.f).attr("lambd", 0.5f).infer(same_as_input(0)));
     r.add(OpSchema("Clip").infer(same_as_input(0)));
     r.add(OpSchema("Not").inputs({kBoolType}).infer(same_as_input(0)));
-    r.add(OpSchema("IsNaN").inputs({kFloatLike}).infer(infer_bool_like_input));
-    r.add(OpSchema("IsInf").inputs({kFloatLike}).infer(infer_bool_like_input));
+    r.add(OpSchema("IsNaN").inputs({kFloatLike | kMinifloats}).infer(infer_bool_like_input));
+    r.add(OpSchema("IsInf").inputs({kFloatLike | kMinifloats}).infer(infer_bool_like_input));
     for (const char* op : {"Softmax", "LogSoftmax", "Hardmax"})
       r.add(OpSchema(op).inputs({kFloatLike}).attr("axis", int64_t{-1}).infer(same_as_input(0)));
     for (const char* op : {"CumSum", "CumProd"})

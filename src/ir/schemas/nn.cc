@@ -505,6 +505,15 @@ struct Registrations {
     r.add(OpSchema("If").inputs({kBoolType}).infer(infer_if));
     r.add(OpSchema("Loop").infer(infer_loop));
     r.add(OpSchema("Scan").versions(9, 1 << 30).required_attr("num_scan_inputs").infer(infer_scan));
+    // Scan-8: a batch axis first on every input and output; the types are the body's.
+    r.add(OpSchema("Scan").versions(8, 8).required_attr("num_scan_inputs").infer([](InferContext& ctx) {
+      const Graph* body = ctx.node().attrs.get_graph("body");
+      if (!body) ctx.fail("Scan needs a body");
+      if (ctx.num_outputs() > body->outputs().size())
+        ctx.fail("the node has {} outputs, the body {}", ctx.num_outputs(), body->outputs().size());
+      for (size_t o = 0; o < ctx.num_outputs(); ++o)
+        if (body->outputs()[o]->type.is_tensor()) ctx.set_output(o, Type::tensor(body->outputs()[o]->type.dtype()));
+    }));
   }
 };
 const Registrations registrations;

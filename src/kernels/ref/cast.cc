@@ -16,8 +16,6 @@ namespace {
 
 constexpr int64_t kParallelThreshold = 32768;
 
-template <typename T>
-constexpr bool kIsHalf = std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>;
 
 // double -> float rounded to odd, so that a second rounding to half/bfloat16
 // gives the correctly rounded result (no double-rounding error).
@@ -46,11 +44,11 @@ template <typename D, typename S>
 D convert(S v) {
   if constexpr (std::is_same_v<S, D>) {
     return v;
-  } else if constexpr (kIsHalf<S>) {
+  } else if constexpr (kIs16BitFloat<S>) {
     return convert<D>(static_cast<float>(v));
   } else if constexpr (std::is_same_v<D, bool>) {
     return v != S(0);
-  } else if constexpr (kIsHalf<D>) {
+  } else if constexpr (kIs16BitFloat<D>) {
     if constexpr (std::is_same_v<S, float>) return D(v);
     else return D(to_float_round_odd(static_cast<double>(v)));
   } else if constexpr (std::is_floating_point_v<D> || !std::is_floating_point_v<S>) {
@@ -80,7 +78,7 @@ Scalar read_scalar(const Tensor& t, int64_t at) {
   return dispatch_dtype(d, [&](auto tag) -> Scalar {
     using T = typename decltype(tag)::type;
     const T v = t.data<T>()[at];
-    if constexpr (kIsHalf<T> || std::is_floating_point_v<T>) return {Scalar::kFloat, static_cast<double>(static_cast<float>(v))};
+    if constexpr (kIs16BitFloat<T> || std::is_floating_point_v<T>) return {Scalar::kFloat, static_cast<double>(static_cast<float>(v))};
     else if constexpr (std::is_same_v<T, bool>) return {Scalar::kUnsigned, 0, 0, v ? 1u : 0u};
     else if constexpr (std::is_signed_v<T>) return {Scalar::kSigned, 0, static_cast<int64_t>(v)};
     else return {Scalar::kUnsigned, 0, 0, static_cast<uint64_t>(v)};

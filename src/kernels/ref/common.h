@@ -13,6 +13,10 @@ namespace anvil::kernels {
 
 template <typename T> struct TypeTag { using type = T; };
 
+// float16 and bfloat16: storage types the kernels compute on in float.
+template <typename T>
+constexpr bool kIs16BitFloat = std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>;
+
 // Calls fn(TypeTag<T>{}) for the C++ type of `dtype`.
 template <typename Fn>
 decltype(auto) dispatch_dtype(DType dtype, Fn&& fn) {

@@ -49,14 +49,19 @@ class EinsumKernel : public Kernel {
   void run(const RunContext& ctx) const override {
     dispatch_dtype(ctx.in(0).dtype(), [&](auto tag) {
       using T = typename decltype(tag)::type;
-      if constexpr (std::is_arithmetic_v<T> && !std::is_same_v<T, bool>) compute<T>(ctx);
+      if constexpr (!std::is_same_v<T, bool>) compute<T>(ctx);
     });
   }
 
  private:
   template <typename T>
   void compute(const RunContext& ctx) const {
-    using Acc = std::conditional_t<std::is_floating_point_v<T>, double, int64_t>;
+    constexpr bool kFloat = std::is_floating_point_v<T> || kIs16BitFloat<T>;
+    using Acc = std::conditional_t<kFloat, double, int64_t>;
+    auto load = [](T v) -> Acc {
+      if constexpr (kIs16BitFloat<T>) return static_cast<double>(static_cast<float>(v));
+      else return static_cast<Acc>(v);
+    };
     const size_t n_in = strides_.size();
     int64_t outputs = 1, inner = 1;
     for (int l : spec_.output) outputs *= sizes_[static_cast<size_t>(l)];
@@ -82,11 +87,12 @@ class EinsumKernel : public Kernel {
         for (size_t i = 0; i < n_in; ++i) {
           int64_t off = 0;
           for (size_t l = 0; l < index.size(); ++l) off += index[l] * strides_[i][l];
-          product *= static_cast<Acc>(ctx.in(i).data<T>()[off]);
+          product *= load(ctx.in(i).data<T>()[off]);
         }
         sum += product;
       }
-      y[o] = static_cast<T>(sum);
+      if constexpr (kIs16BitFloat<T>) y[o] = T(static_cast<float>(sum));
+      else y[o] = static_cast<T>(sum);
     }
   }
 
@@ -99,7 +105,7 @@ class EinsumKernel : public Kernel {
 
 }  // namespace
 
-ANVIL_REGISTER_OP_VERSIONS("Einsum", 12, 12);
-ANVIL_REGISTER_KERNEL_CLASS_TYPED("Einsum", kRef, EinsumKernel, {kNumeric});
+ANVIL_REGISTER_OP_VERSIONS("Einsum", 12, 28);  // 28 adds bfloat16
+ANVIL_REGISTER_KERNEL_CLASS_TYPED("Einsum", kRef, EinsumKernel, {kNumeric | kHalfs});
 
 }  // namespace anvil::kernels

@@ -141,14 +141,24 @@ T c_fmod(T x, T y) {
   }
 }
 
-// Shifts of unsigned integers; shifting by the width or more gives 0.
+// Shifts of integers. Signed right shifts are arithmetic (opset 28); a left
+// shift works on the two's complement bits. A negative amount, or one of the
+// width or more, leaves what the sign fill alone gives: -1 for a right shift
+// of a negative value, else 0.
 template <typename T>
 T shift(T x, T y, bool left) {
-  if constexpr (std::is_integral_v<T> && std::is_unsigned_v<T>) {
-    if (y >= static_cast<T>(sizeof(T) * 8)) return 0;
-    return static_cast<T>(left ? static_cast<WrapType<T>>(x) << y : x >> y);
+  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+    using U = std::make_unsigned_t<T>;
+    constexpr int kBits = static_cast<int>(sizeof(T) * 8);
+    const bool negative = x < T(0);
+    if (y < T(0) || static_cast<U>(y) >= static_cast<U>(kBits)) return !left && negative ? T(-1) : T(0);
+    const int n = static_cast<int>(y);
+    if (left) return static_cast<T>(static_cast<WrapType<U>>(static_cast<U>(x)) << n);
+    if (!negative) return static_cast<T>(static_cast<U>(x) >> n);
+    const U flipped = static_cast<U>(~static_cast<U>(x));  // sign-extending without >> of a negative
+    return static_cast<T>(static_cast<U>(~static_cast<U>(flipped >> n)));
   } else {
-    return x;  // prepare() admits unsigned integers only
+    return x;  // prepare() admits integers only
   }
 }
 
@@ -158,9 +168,6 @@ T bitwise(T x, T y, char op) {
   if constexpr (std::is_integral_v<T>) return static_cast<T>(op == '&' ? (x & y) : op == '|' ? (x | y) : (x ^ y));
   else return x;
 }
-
-template <typename T>
-constexpr bool kIs16BitFloat = std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>;
 
 // f over T, computed in float for the 16-bit floats (rounded once at the end).
 template <typename T, typename F>
@@ -393,8 +400,9 @@ ANVIL_REGISTER_KERNEL("BitShift", kRef, [](const ir::Node& n) -> std::unique_ptr
   const std::string direction = n.attrs.get_string("direction", "");
   if (direction != "LEFT" && direction != "RIGHT") return nullptr;  // the schema reports it
   return std::make_unique<BinaryKernel>(direction == "LEFT" ? BinOp::kShiftLeft : BinOp::kShiftRight,
-                                        unsigned(kUnsignedInts));
+                                        unsigned(kUnsignedInts | kSignedInts));
 });
+ANVIL_REGISTER_OP_VERSIONS("BitShift", 11, 28);  // 28: signed integers
 ANVIL_REGISTER_KERNEL("PRelu", kRef, make_factory<BinaryKernel>(BinOp::kPRelu));
 ANVIL_REGISTER_KERNEL("Pow", kRef, make_factory<PowKernel>());
 ANVIL_REGISTER_KERNEL("Sum", kRef, make_factory<VariadicKernel>(BinOp::kAdd, false, unsigned(kFloats)));

@@ -99,7 +99,7 @@ class RangeKernel : public Kernel {
   explicit RangeKernel(const ir::Node&) {}
   std::vector<TensorType> prepare(const PrepareContext& ctx) override {
     dtype_ = ctx.input_dtype(0);
-    ANVIL_PREPARE_CHECK(ctx, dtype_in(dtype_, kFloats | kSignedInts), ErrorKind::kUnsupported,
+    ANVIL_PREPARE_CHECK(ctx, dtype_in(dtype_, kFloats | kHalfs | kSignedInts), ErrorKind::kUnsupported,
                         "dtype {} is not supported", dtype_name(dtype_));
     for (size_t i = 0; i < 3; ++i) {
       ANVIL_PREPARE_CHECK(ctx, ctx.input_dtype(i) == dtype_, ErrorKind::kInvalidModel,
@@ -125,11 +125,17 @@ class RangeKernel : public Kernel {
   void run(const RunContext& ctx) const override {
     dispatch_dtype(dtype_, [&](auto tag) {
       using T = typename decltype(tag)::type;
-      if constexpr (std::is_arithmetic_v<T> && !std::is_same_v<T, bool>) {
-        T* out = ctx.out(0).data<T>();
+      T* out = ctx.out(0).data<T>();
+      if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
         // Integer ranges add delta repeatedly, as the ONNX reference does.
         T v = static_cast<T>(start_), d = static_cast<T>(delta_);
         for (int64_t i = 0; i < count_; ++i, v = static_cast<T>(v + d)) out[i] = v;
+      } else if constexpr (std::is_same_v<T, double>) {
+        for (int64_t i = 0; i < count_; ++i) out[i] = start_ + static_cast<double>(i) * delta_;
+      } else if constexpr (!std::is_same_v<T, bool>) {
+        // numpy's arange: start + i * delta in double, then rounded (16-bit
+        // floats through float32, which is opset 27's default stash_type).
+        for (int64_t i = 0; i < count_; ++i) out[i] = T(static_cast<float>(start_ + static_cast<double>(i) * delta_));
       }
     });
   }
@@ -357,7 +363,8 @@ class ReverseSequenceKernel : public Kernel {
 ANVIL_REGISTER_KERNEL_CLASS("Expand", kRef, ExpandKernel);
 ANVIL_REGISTER_KERNEL_CLASS_TYPED("ReverseSequence", kRef, ReverseSequenceKernel, {kAll, dtype_bit(DType::kInt64)});
 ANVIL_REGISTER_KERNEL_CLASS("Tile", kRef, TileKernel);
-ANVIL_REGISTER_KERNEL_CLASS("Range", kRef, RangeKernel);
+ANVIL_REGISTER_OP_VERSIONS("Range", 11, 27);  // 27: 16-bit floats, stash_type (float32 here)
+ANVIL_REGISTER_KERNEL_CLASS_TYPED("Range", kRef, RangeKernel, {kFloats | kHalfs | kSignedInts});
 ANVIL_REGISTER_KERNEL_CLASS("GatherElements", kRef, GatherElementsKernel);
 ANVIL_REGISTER_KERNEL_CLASS("Trilu", kRef, TriluKernel);
 ANVIL_REGISTER_KERNEL("CumSum", kRef, [](const ir::Node& n) -> std::unique_ptr<Kernel> {

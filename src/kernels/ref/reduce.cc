@@ -96,8 +96,10 @@ class ReduceKernel : public Kernel {
   std::vector<TensorType> prepare(const PrepareContext& ctx) override {
     ANVIL_PREPARE_CHECK(ctx, ctx.has_input(0), ErrorKind::kInvalidModel, "input 0 is missing");
     DType d = ctx.input_dtype(0);
-    ANVIL_PREPARE_CHECK(ctx, dtype_in(d, kNumeric), ErrorKind::kUnsupported, "dtype {} is not supported",
-                        dtype_name(d));
+    const bool bool_extreme =
+        d == DType::kBool && ctx.opset() >= 20 && (r_ == Reduction::kMax || r_ == Reduction::kMin);
+    ANVIL_PREPARE_CHECK(ctx, dtype_in(d, kNumeric) || bool_extreme, ErrorKind::kUnsupported,
+                        "dtype {} is not supported", dtype_name(d));
     const Shape& x = ctx.input_shape(0);
     const int64_t rank = static_cast<int64_t>(x.size());
 
@@ -127,6 +129,12 @@ class ReduceKernel : public Kernel {
   }
 
   void run(const RunContext& ctx) const override {
+    if (ctx.in(0).dtype() == DType::kBool) {  // max/min of bytes 0 and 1; an empty min gives 255: true
+      auto* y = static_cast<uint8_t*>(ctx.out(0).raw());
+      compute<uint8_t>(static_cast<const uint8_t*>(ctx.in(0).raw()), y, ctx.out(0).numel());
+      for (int64_t i = 0; i < ctx.out(0).numel(); ++i) y[i] = y[i] != 0;
+      return;
+    }
     dispatch_dtype(ctx.in(0).dtype(), [&](auto tag) {
       using T = typename decltype(tag)::type;
       if constexpr (std::is_arithmetic_v<T> && !std::is_same_v<T, bool>)
@@ -210,7 +218,7 @@ class ReduceKernel : public Kernel {
 };
 
 // Versions 1 to 20: axes as an input (13 for ReduceSum, 18 for the rest) and
-// 20's bool ReduceMax/Min (refused by dtype) are handled.
+// 20's bool ReduceMax/Min are handled.
 #define ANVIL_REDUCE(op, r)                                                        \
   ANVIL_REGISTER_OP_VERSIONS(op, 1, 20);                                           \
   ANVIL_REGISTER_KERNEL(op, kRef, [](const ir::Node&) -> std::unique_ptr<Kernel> { \

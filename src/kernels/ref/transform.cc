@@ -249,10 +249,13 @@ class PadKernel : public Kernel {
     const TensorType& x = ctx.input_type(0);
     const size_t rank = x.shape.size();
     const std::string mode = ctx.attrs().get_string("mode", "constant");
-    ANVIL_PREPARE_CHECK(ctx, mode == "constant" || mode == "reflect" || mode == "edge", ErrorKind::kUnsupported,
-                        "mode '{}' is not supported (constant, reflect, edge)", mode);
+    ANVIL_PREPARE_CHECK(ctx, mode == "constant" || mode == "reflect" || mode == "edge" || mode == "wrap",
+                        ErrorKind::kInvalidModel, "mode '{}' is not constant, reflect, edge or wrap", mode);
     elem_ = dtype_size(x.dtype);
     std::vector<int64_t> pads = read_pads(ctx, rank);
+    for (size_t a = 0; a < rank && mode != "constant"; ++a)
+      ANVIL_PREPARE_CHECK(ctx, x.shape[a] > 0 || (pads[a] <= 0 && pads[a + rank] <= 0), ErrorKind::kInvalidArgument,
+                          "mode '{}' cannot pad axis {}, which is empty", mode, a);
     fill_ = 0;
     if (ctx.opset() < 11) {
       fill_ = value_bytes(x.dtype, ctx.attrs().get_float("value", 0.f));
@@ -351,6 +354,7 @@ class PadKernel : public Kernel {
     if (i >= 0 && i < d) return i;
     if (mode == "constant") return -1;
     if (mode == "edge") return i < 0 ? 0 : d - 1;
+    if (mode == "wrap") return ((i % d) + d) % d;  // numpy "wrap": the axis repeats
     if (d == 1) return 0;
     // reflect (numpy "reflect"): the sequence 0..d-1..1 repeats with period 2(d-1).
     const int64_t period = 2 * (d - 1);
@@ -394,21 +398,24 @@ class DepthSpaceKernel : public StridedKernel {
     const int64_t n = x[0], c = x[1], h = x[2], w = x[3];
     const int64_t sc = h * w, sh = w, sw = 1;
     const size_t elem = dtype_size(ctx.input_dtype(0));
+    // SpaceToDepth has a mode since opset 28 (DCR, the earlier behaviour, by default).
+    const std::string mode = ctx.attrs().get_string("mode", "DCR");
+    ANVIL_PREPARE_CHECK(ctx, mode == "DCR" || mode == "CRD", ErrorKind::kInvalidModel,
+                        "mode '{}' is not DCR or CRD", mode);
+    const bool dcr = mode == "DCR";
     if (to_space_) {
-      const std::string mode = ctx.attrs().get_string("mode", "DCR");
-      ANVIL_PREPARE_CHECK(ctx, mode == "DCR" || mode == "CRD", ErrorKind::kInvalidModel,
-                          "mode '{}' is not DCR or CRD", mode);
       const int64_t co = c / (b * b);
       // Output walked as [n, co, h, i, w, j]: row h*b+i, column w*b+j. The input
       // channel is (i*b + j)*co + co_index in DCR and co_index*b*b + i*b + j in CRD.
-      const bool dcr = mode == "DCR";
       std::vector<int64_t> strides = {c * sc, (dcr ? 1 : b * b) * sc, sh, (dcr ? b * co : b) * sc, sw,
                                       (dcr ? co : 1) * sc};
       copy_.init({n, co, h, b, w, b}, strides, 0, elem);
       return ctx.output_types();
     }
-    // Output channel (i*b + j)*c + ci at (h', w') reads input (ci, h'*b + i, w'*b + j).
-    copy_.init({n, b, b, c, h / b, w / b}, {c * sc, sh, sw, sc, b * sh, b * sw}, 0, elem);
+    // DCR: output channel (i*b + j)*c + ci at (h', w') reads input (ci, h'*b + i, w'*b + j);
+    // CRD: output channel ci*b*b + i*b + j.
+    if (dcr) copy_.init({n, b, b, c, h / b, w / b}, {c * sc, sh, sw, sc, b * sh, b * sw}, 0, elem);
+    else copy_.init({n, c, b, b, h / b, w / b}, {c * sc, sc, sh, sw, b * sh, b * sw}, 0, elem);
     return ctx.output_types();
   }
 
@@ -472,7 +479,7 @@ class GatherKernel : public Kernel {
 
 // Versions after opset 17 that only add element types (float8, int4) Anvil does not have.
 ANVIL_REGISTER_OP_VERSIONS("Transpose", 1, 21);
-ANVIL_REGISTER_OP_VERSIONS("Pad", 2, 25);  // 18: axes; 19: wrap mode (refused by the kernel); later: types
+ANVIL_REGISTER_OP_VERSIONS("Pad", 2, 25);  // 18: axes; 19: wrap mode; later: types
 ANVIL_REGISTER_OP_VERSIONS("Split", 2, 18);  // 18: num_outputs, a smaller last part
 ANVIL_REGISTER_KERNEL_CLASS("Transpose", kRef, TransposeKernel);
 ANVIL_REGISTER_KERNEL_CLASS("Concat", kRef, ConcatKernel);
@@ -480,11 +487,14 @@ ANVIL_REGISTER_KERNEL_CLASS("Split", kRef, SplitKernel);
 ANVIL_REGISTER_KERNEL_CLASS("Slice", kRef, SliceKernel);
 ANVIL_REGISTER_KERNEL_CLASS("Pad", kRef, PadKernel);
 ANVIL_REGISTER_KERNEL_CLASS("Gather", kRef, GatherKernel);
-ANVIL_REGISTER_KERNEL("DepthToSpace", kRef, [](const ir::Node& n) -> std::unique_ptr<Kernel> {
+// 28: SpaceToDepth gains DCR/CRD modes; both ops take every element type.
+ANVIL_REGISTER_OP_VERSIONS("DepthToSpace", 1, 28);
+ANVIL_REGISTER_OP_VERSIONS("SpaceToDepth", 1, 28);
+ANVIL_REGISTER_KERNEL_TYPED("DepthToSpace", kRef, [](const ir::Node& n) -> std::unique_ptr<Kernel> {
   return std::make_unique<DepthSpaceKernel>(n, true);
-});
-ANVIL_REGISTER_KERNEL("SpaceToDepth", kRef, [](const ir::Node& n) -> std::unique_ptr<Kernel> {
+}, {kAnyDType});
+ANVIL_REGISTER_KERNEL_TYPED("SpaceToDepth", kRef, [](const ir::Node& n) -> std::unique_ptr<Kernel> {
   return std::make_unique<DepthSpaceKernel>(n, false);
-});
+}, {kAnyDType});
 
 }  // namespace anvil::kernels

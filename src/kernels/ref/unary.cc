@@ -121,45 +121,45 @@ struct UnaryDef {
 };
 
 constexpr UnaryDef kUnaryOps[] = {
-    {"Relu", UnOp::kRelu, kFloats | kSignedInts, 0, 0, 0},
-    {"LeakyRelu", UnOp::kLeakyRelu, kFloats, 0.01f, 0, 0},
-    {"Elu", UnOp::kElu, kFloats, 1.0f, 0, 0},
-    {"Selu", UnOp::kSelu, kFloats, 1.67326319217681884765625f, 0, 1.05070102214813232421875f},
-    {"Sigmoid", UnOp::kSigmoid, kFloats, 0, 0, 0},
-    {"Tanh", UnOp::kTanh, kFloats, 0, 0, 0},
-    {"HardSigmoid", UnOp::kHardSigmoid, kFloats, 0.2f, 0.5f, 0},
-    {"HardSwish", UnOp::kHardSwish, kFloats, 0, 0, 0},
-    {"Softplus", UnOp::kSoftplus, kFloats, 0, 0, 0},
-    {"Softsign", UnOp::kSoftsign, kFloats, 0, 0, 0},
-    {"Sqrt", UnOp::kSqrt, kFloats, 0, 0, 0},
-    {"Exp", UnOp::kExp, kFloats, 0, 0, 0},
-    {"Log", UnOp::kLog, kFloats, 0, 0, 0},
-    {"Neg", UnOp::kNeg, kFloats | kSignedInts, 0, 0, 0},
+    {"Relu", UnOp::kRelu, kFloats | kHalfs | kSignedInts, 0, 0, 0},
+    {"LeakyRelu", UnOp::kLeakyRelu, kFloats | kHalfs, 0.01f, 0, 0},
+    {"Elu", UnOp::kElu, kFloats | kHalfs, 1.0f, 0, 0},
+    {"Selu", UnOp::kSelu, kFloats | kHalfs, 1.67326319217681884765625f, 0, 1.05070102214813232421875f},
+    {"Sigmoid", UnOp::kSigmoid, kFloats | kHalfs, 0, 0, 0},
+    {"Tanh", UnOp::kTanh, kFloats | kHalfs, 0, 0, 0},
+    {"HardSigmoid", UnOp::kHardSigmoid, kFloats | kHalfs, 0.2f, 0.5f, 0},
+    {"HardSwish", UnOp::kHardSwish, kFloats | kHalfs, 0, 0, 0},
+    {"Softplus", UnOp::kSoftplus, kFloats | kHalfs, 0, 0, 0},
+    {"Softsign", UnOp::kSoftsign, kFloats | kHalfs, 0, 0, 0},
+    {"Sqrt", UnOp::kSqrt, kFloats | kHalfs, 0, 0, 0},
+    {"Exp", UnOp::kExp, kFloats | kHalfs, 0, 0, 0},
+    {"Log", UnOp::kLog, kFloats | kHalfs, 0, 0, 0},
+    {"Neg", UnOp::kNeg, kFloats | kHalfs | kSignedInts, 0, 0, 0},
     {"Abs", UnOp::kAbs, kNumeric, 0, 0, 0},
-    {"Erf", UnOp::kErf, kFloats, 0, 0, 0},
-    {"Floor", UnOp::kFloor, kFloats, 0, 0, 0},
-    {"Ceil", UnOp::kCeil, kFloats, 0, 0, 0},
-    {"Reciprocal", UnOp::kReciprocal, kFloats, 0, 0, 0},
-    {"Sin", UnOp::kSin, kFloats, 0, 0, 0},
-    {"Cos", UnOp::kCos, kFloats, 0, 0, 0},
-    {"Tan", UnOp::kTan, kFloats, 0, 0, 0},
-    {"Asin", UnOp::kAsin, kFloats, 0, 0, 0},
-    {"Acos", UnOp::kAcos, kFloats, 0, 0, 0},
-    {"Atan", UnOp::kAtan, kFloats, 0, 0, 0},
-    {"Sinh", UnOp::kSinh, kFloats, 0, 0, 0},
-    {"Cosh", UnOp::kCosh, kFloats, 0, 0, 0},
-    {"Asinh", UnOp::kAsinh, kFloats, 0, 0, 0},
-    {"Acosh", UnOp::kAcosh, kFloats, 0, 0, 0},
-    {"Atanh", UnOp::kAtanh, kFloats, 0, 0, 0},
-    {"Round", UnOp::kRound, kFloats, 0, 0, 0},
+    {"Erf", UnOp::kErf, kFloats | kHalfs, 0, 0, 0},
+    {"Floor", UnOp::kFloor, kFloats | kHalfs, 0, 0, 0},
+    {"Ceil", UnOp::kCeil, kFloats | kHalfs, 0, 0, 0},
+    {"Reciprocal", UnOp::kReciprocal, kFloats | kHalfs, 0, 0, 0},
+    {"Sin", UnOp::kSin, kFloats | kHalfs, 0, 0, 0},
+    {"Cos", UnOp::kCos, kFloats | kHalfs, 0, 0, 0},
+    {"Tan", UnOp::kTan, kFloats | kHalfs, 0, 0, 0},
+    {"Asin", UnOp::kAsin, kFloats | kHalfs, 0, 0, 0},
+    {"Acos", UnOp::kAcos, kFloats | kHalfs, 0, 0, 0},
+    {"Atan", UnOp::kAtan, kFloats | kHalfs, 0, 0, 0},
+    {"Sinh", UnOp::kSinh, kFloats | kHalfs, 0, 0, 0},
+    {"Cosh", UnOp::kCosh, kFloats | kHalfs, 0, 0, 0},
+    {"Asinh", UnOp::kAsinh, kFloats | kHalfs, 0, 0, 0},
+    {"Acosh", UnOp::kAcosh, kFloats | kHalfs, 0, 0, 0},
+    {"Atanh", UnOp::kAtanh, kFloats | kHalfs, 0, 0, 0},
+    {"Round", UnOp::kRound, kFloats | kHalfs, 0, 0, 0},
     {"Sign", UnOp::kSign, kNumeric, 0, 0, 0},
-    {"Celu", UnOp::kCelu, kFloat32Only, 1.0f, 0, 0},
-    {"ThresholdedRelu", UnOp::kThresholdedRelu, kFloats, 1.0f, 0, 0},
+    {"Celu", UnOp::kCelu, kFloats | kHalfs, 1.0f, 0, 0},
+    {"ThresholdedRelu", UnOp::kThresholdedRelu, kFloats | kHalfs, 1.0f, 0, 0},
     // Shrink's attributes: bias is read as beta, lambd as gamma (see UnaryKernel).
     {"Shrink", UnOp::kShrink, kNumeric, 0, 0, 0.5f},
-    {"Mish", UnOp::kMish, kFloats, 0, 0, 0},
-    {"Gelu", UnOp::kGelu, kFloats, 0, 0, 0},
-    {"Swish", UnOp::kSwish, kFloats, 1.0f, 0, 0},
+    {"Mish", UnOp::kMish, kFloats | kHalfs, 0, 0, 0},
+    {"Gelu", UnOp::kGelu, kFloats | kHalfs, 0, 0, 0},
+    {"Swish", UnOp::kSwish, kFloats | kHalfs, 1.0f, 0, 0},
     {"BitwiseNot", UnOp::kBitNot, kSignedInts | kUnsignedInts, 0, 0, 0},
 };
 
@@ -184,6 +184,12 @@ class UnaryKernel : public Kernel {
       if constexpr (std::is_floating_point_v<T>) {
         unary_float<T>(op_, x.data<T>(), ctx.out(0).data<T>(), x.numel(), static_cast<T>(alpha_),
                        static_cast<T>(beta_), static_cast<T>(gamma_));
+      } else if constexpr (kIs16BitFloat<T>) {  // computed in float, rounded once
+        const int64_t n = x.numel();
+        std::vector<float> buf(static_cast<size_t>(n));
+        for (int64_t i = 0; i < n; ++i) buf[static_cast<size_t>(i)] = static_cast<float>(x.data<T>()[i]);
+        unary_float<float>(op_, buf.data(), buf.data(), n, alpha_, beta_, gamma_);
+        for (int64_t i = 0; i < n; ++i) ctx.out(0).data<T>()[i] = T(buf[static_cast<size_t>(i)]);
       } else if constexpr (kPlainNumber<T>) {
         unary_int<T>(op_, x.data<T>(), ctx.out(0).data<T>(), x.numel(), gamma_, beta_);
       }
@@ -210,14 +216,10 @@ class FloatClassKernel : public Kernel {
   void run(const RunContext& ctx) const override {
     const Tensor& x = ctx.in(0);
     bool* y = ctx.out(0).data<bool>();
-    dispatch_dtype(x.dtype(), [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      if constexpr (std::is_floating_point_v<T>) {
-        const T* v = x.data<T>();
-        for (int64_t i = 0; i < x.numel(); ++i)
-          y[i] = nan_ ? std::isnan(v[i]) : std::isinf(v[i]) && (v[i] > 0 ? positive_ : negative_);
-      }
-    });
+    for (int64_t i = 0; i < x.numel(); ++i) {  // every float type, decoded
+      const double v = element_as_double(x, i);
+      y[i] = nan_ ? std::isnan(v) : std::isinf(v) && (v > 0 ? positive_ : negative_);
+    }
   }
 
  private:
@@ -288,10 +290,10 @@ class ClipKernel : public Kernel {
 ANVIL_REGISTER_KERNEL_CLASS("Clip", kRef, ClipKernel);
 ANVIL_REGISTER_KERNEL_TYPED("IsNaN", kRef, [](const ir::Node& n) -> std::unique_ptr<Kernel> {
   return std::make_unique<FloatClassKernel>(n, true);
-}, {kFloats});
+}, {kFloats | kHalfs | kMinifloats});
 ANVIL_REGISTER_KERNEL_TYPED("IsInf", kRef, [](const ir::Node& n) -> std::unique_ptr<Kernel> {
   return std::make_unique<FloatClassKernel>(n, false);
-}, {kFloats});
+}, {kFloats | kHalfs | kMinifloats});
 // Later versions only add element types (float8, bfloat16) or are new ops.
 ANVIL_REGISTER_OP_VERSIONS("IsNaN", 9, 20);
 ANVIL_REGISTER_OP_VERSIONS("IsInf", 10, 20);

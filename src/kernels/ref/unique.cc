@@ -50,7 +50,7 @@ class UniqueKernel : public Kernel {
   void run(const RunContext& ctx) const override {
     dispatch_dtype(ctx.in(0).dtype(), [&](auto tag) {
       using T = typename decltype(tag)::type;
-      if constexpr (!std::is_class_v<T>) compute<T>(ctx);
+      compute<T>(ctx);
     });
   }
 
@@ -67,15 +67,16 @@ class UniqueKernel : public Kernel {
       if (d < axis) outer *= shape[d];
       else if (d > axis) inner *= shape[d];
     const T* v = x.data<T>();
+    using Key = std::conditional_t<kIs16BitFloat<T>, float, T>;  // 16-bit floats compare as floats
     auto slice = [&](int64_t i) {
-      std::vector<T> s;
+      std::vector<Key> s;
       for (int64_t o = 0; o < outer; ++o)
-        for (int64_t j = 0; j < inner; ++j) s.push_back(v[(o * len + i) * inner + j]);
+        for (int64_t j = 0; j < inner; ++j) s.push_back(static_cast<Key>(v[(o * len + i) * inner + j]));
       return s;
     };
-    std::map<std::vector<T>, int64_t, SliceLess> first;  // slice -> first index
+    std::map<std::vector<Key>, int64_t, SliceLess> first;  // slice -> first index
     std::vector<int64_t> order;               // first indices, in order of appearance
-    std::vector<std::vector<T>> keys(static_cast<size_t>(len));
+    std::vector<std::vector<Key>> keys(static_cast<size_t>(len));
     for (int64_t i = 0; i < len; ++i) {
       keys[static_cast<size_t>(i)] = slice(i);
       if (first.emplace(keys[static_cast<size_t>(i)], i).second) order.push_back(i);
@@ -83,7 +84,7 @@ class UniqueKernel : public Kernel {
     if (sorted_)
       std::sort(order.begin(), order.end(),
                 [&](int64_t a, int64_t b) { return SliceLess()(keys[static_cast<size_t>(a)], keys[static_cast<size_t>(b)]); });
-    std::map<std::vector<T>, int64_t, SliceLess> position;
+    std::map<std::vector<Key>, int64_t, SliceLess> position;
     for (size_t k = 0; k < order.size(); ++k) position[keys[static_cast<size_t>(order[k])]] = static_cast<int64_t>(k);
     const auto u = static_cast<int64_t>(order.size());
     Shape y_shape = shape;
@@ -112,7 +113,7 @@ class UniqueKernel : public Kernel {
 
 }  // namespace
 
-ANVIL_REGISTER_OP_VERSIONS("Unique", 11, 11);
-ANVIL_REGISTER_KERNEL_CLASS_TYPED("Unique", kRef, UniqueKernel, {kNumeric | kBoolType});
+ANVIL_REGISTER_OP_VERSIONS("Unique", 11, 28);  // 28 adds element types (16-bit floats here)
+ANVIL_REGISTER_KERNEL_CLASS_TYPED("Unique", kRef, UniqueKernel, {kNumeric | kBoolType | kHalfs});
 
 }  // namespace anvil::kernels
