@@ -177,11 +177,12 @@ def test_unsupported_opset(anvil, command, cases, opset):
 
 
 def test_unsupported_op_version_names_op_and_version(anvil, command, cases):
-    """SpaceToDepth-28 (its mode attribute) is newer than the versions Anvil implements."""
-    graph = helper.make_graph([helper.make_node("SpaceToDepth", ["x"], ["y"], blocksize=2, name="s2d0")], "s2d",
-                              [float_info("x", (1, 3, 4, 4))], [float_info("y", (1, 12, 2, 2))])
-    model = save_model(graph, cases / "s2d28.onnx", opset=28, check=False)
-    check_error(anvil_model(anvil, command, model), EXIT_UNSUPPORTED, r"SpaceToDepth", r"version 28", r"s2d0",
+    """Upsample-10 (deprecated, Resize took its place) is newer than the versions Anvil implements."""
+    scales = numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "scales")
+    graph = helper.make_graph([helper.make_node("Upsample", ["x", "scales"], ["y"], name="up0")], "up",
+                              [float_info("x", (1, 3, 4, 4))], [float_info("y", (1, 3, 8, 8))], [scales])
+    model = save_model(graph, cases / "upsample10.onnx", opset=10, check=False)
+    check_error(anvil_model(anvil, command, model), EXIT_UNSUPPORTED, r"Upsample", r"version 10", r"up0",
                 strip=(cases,))
 
 
