@@ -1,6 +1,8 @@
-// Schema of Attention (opsets 23-25): Y, present_key, present_value and
-// qk_matmul_output from Q, K, V (3-D [B, S, heads * size] or 4-D [B, heads,
-// S, size]) and the past key/value cache.
+// Schemas of the attention family: Attention (opsets 23-25: Y, present_key,
+// present_value and qk_matmul_output from Q, K, V, 3-D [B, S, heads * size]
+// or 4-D [B, heads, S, size], and the past key/value cache), RotaryEmbedding
+// (23), TensorScatter (24, the cache update), and the recurrent-state ops of
+// opset 27: LinearAttention and CausalConvWithState.
 #include "ir/schemas/common.h"
 
 namespace anvil::ir::schemas {
@@ -72,14 +74,122 @@ void infer_attention(InferContext& ctx) {
   ctx.set_output(3, Type::tensor(t, SymShape{q.batch, q.heads, q.seq, total}));
 }
 
+// LinearAttention: output [B, T, q_heads * d_v] like the query; present_state
+// [B, kv_heads, d_k, d_v] in past_state's type (the query's without one).
+void infer_linear_attention(InferContext& ctx) {
+  const int64_t qh = ctx.attr_int("q_num_heads"), kvh = ctx.attr_int("kv_num_heads");
+  if (qh < 1 || kvh < 1 || qh % kvh != 0)
+    ctx.fail("q_num_heads {} must be a positive multiple of kv_num_heads {}", qh, kvh);
+  const std::string rule = ctx.attr_string("update_rule");
+  if (rule != "linear" && rule != "gated" && rule != "delta" && rule != "gated_delta")
+    ctx.fail("update_rule '{}' is not linear, gated, delta or gated_delta", rule);
+  const bool gated = rule == "gated" || rule == "gated_delta", delta = rule == "delta" || rule == "gated_delta";
+  if (ctx.has_input(4) != gated) ctx.fail("update_rule '{}' {} a decay input", rule, gated ? "needs" : "forbids");
+  if (ctx.has_input(5) != delta) ctx.fail("update_rule '{}' {} a beta input", rule, delta ? "needs" : "forbids");
+  const DType t = ctx.dtype(0);
+  const SymShape &q = ctx.dims(0), &k = ctx.dims(1), &v = ctx.dims(2);
+  if (q.size() != 3 || k.size() != 3 || v.size() != 3)
+    ctx.fail_input("query {}, key {} and value {} must be [B, T, heads * size]", dims_str(q), dims_str(k), dims_str(v));
+  const Dim dk = dim_div(q[2], Dim::known(qh)).value_or(Dim::unknown());
+  const Dim dv = dim_div(v[2], Dim::known(kvh)).value_or(Dim::unknown());
+  if ((q[2].is_known() && q[2].value % qh) || (v[2].is_known() && v[2].value % kvh) ||
+      (k[2].is_known() && dk.is_known() && k[2].value != kvh * dk.value))
+    ctx.fail_input("query {}, key {} and value {} do not split into {} query and {} key/value heads", dims_str(q),
+                   dims_str(k), dims_str(v), qh, kvh);
+  const SymShape state{q[0], Dim::known(kvh), dk, dv};
+  if (ctx.has_input(3)) {
+    const SymShape& p = ctx.dims(3);
+    bool fits = p.size() == 4;
+    for (size_t i = 0; fits && i < 4; ++i) fits = !p[i].is_known() || !state[i].is_known() || p[i] == state[i];
+    if (!fits) ctx.fail_input("past_state {} must be {}", dims_str(p), dims_str(state));
+  }
+  ctx.set_output(0, Type::tensor(t, SymShape{q[0], q[1], dim_mul(Dim::known(qh), dv)}));
+  ctx.set_output(1, Type::tensor(ctx.has_input(3) ? ctx.dtype(3) : t, state));
+}
+
+// CausalConvWithState: a depthwise causal 1-D convolution, weight [C, 1, k];
+// output like the input [B, C, L], present_state [B, C, k - 1].
+void infer_causal_conv(InferContext& ctx) {
+  const std::string act = ctx.attr_string("activation");
+  if (act != "none" && act != "silu" && act != "swish") ctx.fail("activation '{}' is not none, silu or swish", act);
+  const SymShape &x = ctx.dims(0), &w = ctx.dims(1);
+  if (x.size() != 3 || w.size() != 3) ctx.fail_input("input {} and weight {} must have rank 3", dims_str(x), dims_str(w));
+  if (w[2].is_known() && w[2].value < 1) ctx.fail_input("the kernel length must be positive, weight {}", dims_str(w));
+  if ((w[0].is_known() && x[1].is_known() && w[0] != x[1]) || (w[1].is_known() && w[1].value != 1))
+    ctx.fail_input("weight {} must be [channels, 1, k] for input {}", dims_str(w), dims_str(x));
+  const Dim keep = w[2].is_known() ? Dim::known(w[2].value - 1) : Dim::unknown();
+  const SymShape state{x[0], x[1], keep};
+  if (ctx.has_input(2)) {
+    const SymShape& b = ctx.dims(2);
+    if (b.size() != 1 || (b[0].is_known() && x[1].is_known() && b[0] != x[1]))
+      ctx.fail_input("bias {} must be [channels]", dims_str(b));
+  }
+  if (ctx.has_input(3)) {
+    const SymShape& p = ctx.dims(3);
+    bool fits = p.size() == 3;
+    for (size_t i = 0; fits && i < 3; ++i) fits = !p[i].is_known() || !state[i].is_known() || p[i] == state[i];
+    if (!fits) ctx.fail_input("past_state {} must be {}", dims_str(p), dims_str(state));
+  }
+  copy_type(ctx, 0, 0);
+  ctx.set_output(1, Type::tensor(ctx.dtype(0), state));
+}
+
+// RotaryEmbedding: the input's type; the caches' last axis is half the rotated size.
+void infer_rotary(InferContext& ctx) {
+  const SymShape& x = ctx.dims(0);
+  if (x.size() != 3 && x.size() != 4) ctx.fail_input("input {} must have rank 3 or 4", dims_str(x));
+  if (x.size() == 3 && ctx.attr_int("num_heads") < 1) ctx.fail("num_heads is required for 3-D inputs");
+  copy_type(ctx, 0, 0);
+}
+
+// TensorScatter: present_cache like past_cache; the update fits inside it.
+void infer_tensor_scatter(InferContext& ctx) {
+  const std::string mode = ctx.attr_string("mode");
+  if (mode != "linear" && mode != "circular") ctx.fail("mode '{}' is not linear or circular", mode);
+  const SymShape &c = ctx.dims(0), &u = ctx.dims(1);
+  if (c.empty() || c.size() != u.size()) ctx.fail_input("update {} must have the cache's rank, cache {}", dims_str(u), dims_str(c));
+  const int64_t axis = ctx.axis(ctx.attr_int("axis"), static_cast<int64_t>(c.size()));
+  if (axis == 0) ctx.fail("axis must not be the batch axis");
+  for (size_t i = 0; i < c.size(); ++i) {
+    if (!c[i].is_known() || !u[i].is_known()) continue;
+    if (static_cast<int64_t>(i) == axis ? u[i].value > c[i].value : u[i] != c[i])
+      ctx.fail_input("update {} does not fit the cache {} along axis {}", dims_str(u), dims_str(c), axis);
+  }
+  copy_type(ctx, 0, 0);
+}
+
 struct Registrations {
   Registrations() {
-    SchemaRegistry::global().add(OpSchema("Attention")
-                                     .attr("is_causal", int64_t{0})
-                                     .attr("q_num_heads", int64_t{0})
-                                     .attr("kv_num_heads", int64_t{0})
-                                     .attr("qk_matmul_output_mode", int64_t{0})
-                                     .infer(infer_attention));
+    auto& r = SchemaRegistry::global();
+    r.add(OpSchema("LinearAttention")
+              .inputs({kFloats | kHalfs})
+              .attr("q_num_heads", int64_t{0})
+              .attr("kv_num_heads", int64_t{0})
+              .attr("scale", 0.f)
+              .attr("chunk_size", int64_t{64})
+              .attr("update_rule", std::string("gated_delta"))
+              .infer(infer_linear_attention));
+    r.add(OpSchema("CausalConvWithState")
+              .inputs({kFloats | kHalfs})
+              .attr("activation", std::string("none"))
+              .infer(infer_causal_conv));
+    r.add(OpSchema("RotaryEmbedding")
+              .inputs({kFloats | kHalfs, kFloats | kHalfs, kFloats | kHalfs, dtype_bit(DType::kInt64)})
+              .attr("interleaved", int64_t{0})
+              .attr("rotary_embedding_dim", int64_t{0})
+              .attr("num_heads", int64_t{0})
+              .infer(infer_rotary));
+    r.add(OpSchema("TensorScatter")
+              .inputs({kAnyDType, kAnyDType, dtype_bit(DType::kInt64)})
+              .attr("mode", std::string("linear"))
+              .attr("axis", int64_t{-2})
+              .infer(infer_tensor_scatter));
+    r.add(OpSchema("Attention")
+              .attr("is_causal", int64_t{0})
+              .attr("q_num_heads", int64_t{0})
+              .attr("kv_num_heads", int64_t{0})
+              .attr("qk_matmul_output_mode", int64_t{0})
+              .infer(infer_attention));
   }
 };
 const Registrations registrations;

@@ -1,6 +1,7 @@
 // Schemas of the elementwise ops: unary math and activations, broadcasting
 // binary ops (which also compute on small shape values), comparisons and
 // logic, variadic ops, Where, Cast, and the normalizations that keep X's shape.
+#include "core/low_precision.h"
 #include "ir/schemas/common.h"
 
 namespace anvil::ir::schemas {
@@ -210,6 +211,18 @@ struct Registrations {
     for (const char* op : {"Sum", "Mean", "Max", "Min"}) r.add(OpSchema(op).infer(infer_variadic));
     r.add(OpSchema("Where").inputs({kBoolType, kAll}).infer(infer_where));
     r.add(OpSchema("Cast").required_attr("to").infer(infer_cast));
+    // BitCast: the same bits as `to`, which must be as wide (the 4- and 2-bit types are not bit-cast here).
+    r.add(OpSchema("BitCast").required_attr("to").infer([](InferContext& ctx) {
+      const int64_t code = ctx.attr_int("to");
+      const DType to = dtype_from_onnx_code(code), from = ctx.dtype(0);
+      if (to == DType::kUndefined || dtype_file_bits(to) < 8 || dtype_file_bits(from) < 8)
+        ctx.fail_unsupported(fmt::format("bit-casting {} to ONNX type {} is not supported", dtype_name(from), code));
+      if (dtype_size(to) != dtype_size(from))
+        ctx.fail("cannot bit-cast {} ({} bits) to {} ({} bits)", dtype_name(from), 8 * dtype_size(from),
+                 dtype_name(to), 8 * dtype_size(to));
+      const Type& x = ctx.input(0);
+      ctx.set_output(0, x.has_shape() ? Type::tensor(to, x.dims()) : Type::tensor(to));
+    }));
     r.add(OpSchema("CastLike").infer([](InferContext& ctx) {
       const Type& x = ctx.input(0);
       DType to = ctx.dtype(1);

@@ -14,6 +14,11 @@
 // - qk_matmul_output: the scores (modes 0 and 1), with the bias (2), or the
 //   softmax (3).
 // Scores accumulate in double. A reference kernel: the speed issue fuses it.
+//
+// RotaryEmbedding (opset 23) rotates the first rotary_embedding_dim values of
+// each head by position: pairs (x1, x2), halves or (interleaved) neighbours,
+// become (cos x1 - sin x2, sin x1 + cos x2), the caches read at position_ids
+// ([max_position, dim / 2]) or given per [batch, sequence] without them.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -232,8 +237,78 @@ class AttentionKernel : public Kernel {
   bool mask_bool_ = false;
 };
 
+class RotaryEmbeddingKernel : public Kernel {
+ public:
+  explicit RotaryEmbeddingKernel(const ir::Node& node)
+      : interleaved_(node.attrs.get_int("interleaved", 0) != 0),
+        dim_attr_(node.attrs.get_int("rotary_embedding_dim", 0)),
+        heads_attr_(node.attrs.get_int("num_heads", 0)) {}
+
+  std::vector<TensorType> prepare(const PrepareContext& ctx) override {
+    const Shape& x = ctx.input_shape(0);  // rank 3 with num_heads, or 4: the schema's checks
+    x_ = view_of(x, heads_attr_);
+    ANVIL_PREPARE_CHECK(ctx, x.size() == 4 || x[2] % heads_attr_ == 0, ErrorKind::kInvalidArgument,
+                        "input {} does not split into {} heads", shape_str(x), heads_attr_);
+    rot_ = dim_attr_ ? dim_attr_ : x_.size;
+    ANVIL_PREPARE_CHECK(ctx, rot_ > 0 && rot_ % 2 == 0 && rot_ <= x_.size, ErrorKind::kInvalidArgument,
+                        "rotary_embedding_dim {} must be even and at most the head size {}", rot_, x_.size);
+    const Shape &cos = ctx.input_shape(1), &sin = ctx.input_shape(2);
+    ANVIL_PREPARE_CHECK(ctx, cos == sin, ErrorKind::kInvalidArgument, "cos_cache {} and sin_cache {} differ",
+                        shape_str(cos), shape_str(sin));
+    with_positions_ = ctx.has_input(3);
+    if (with_positions_) {
+      ANVIL_PREPARE_CHECK(ctx, cos.size() == 2 && cos[1] == rot_ / 2, ErrorKind::kInvalidArgument,
+                          "with position_ids the caches must be [max_position, {}], got {}", rot_ / 2, shape_str(cos));
+      ANVIL_PREPARE_CHECK(ctx, ctx.input_shape(3) == (Shape{x_.batch, x_.seq}), ErrorKind::kInvalidArgument,
+                          "position_ids {} must be [{}, {}]", shape_str(ctx.input_shape(3)), x_.batch, x_.seq);
+      positions_ = cos[0];
+    } else {
+      ANVIL_PREPARE_CHECK(ctx, cos == (Shape{x_.batch, x_.seq, rot_ / 2}), ErrorKind::kInvalidArgument,
+                          "without position_ids the caches must be [{}, {}, {}], got {}", x_.batch, x_.seq, rot_ / 2,
+                          shape_str(cos));
+    }
+    return ctx.output_types();
+  }
+
+  void run(const RunContext& ctx) const override {
+    std::vector<float> x = tensor_to_floats(ctx.in(0));
+    const std::vector<float> cos = tensor_to_floats(ctx.in(1)), sin = tensor_to_floats(ctx.in(2));
+    const int64_t half = rot_ / 2;
+    for (int64_t b = 0; b < x_.batch; ++b)
+      for (int64_t s = 0; s < x_.seq; ++s) {
+        int64_t row = b * x_.seq + s;  // the caches' row
+        if (with_positions_) {
+          row = ctx.in(3).data<int64_t>()[b * x_.seq + s];
+          ANVIL_CHECK(row >= 0 && row < positions_, ErrorKind::kInvalidArgument,
+                      "RotaryEmbedding: position id {} is outside the caches' {} positions", row, positions_);
+        }
+        for (int64_t h = 0; h < x_.heads; ++h) {
+          float* v = x.data() + x_.at(b, h, s, 0);
+          for (int64_t i = 0; i < half; ++i) {
+            const int64_t a = interleaved_ ? 2 * i : i, c = interleaved_ ? 2 * i + 1 : i + half;
+            const float x1 = v[a], x2 = v[c], co = cos[static_cast<size_t>(row * half + i)],
+                        si = sin[static_cast<size_t>(row * half + i)];
+            v[a] = co * x1 - si * x2;
+            v[c] = si * x1 + co * x2;
+          }
+        }
+      }
+    floats_to_tensor(x, ctx.out(0));
+  }
+
+ private:
+  bool interleaved_;
+  int64_t dim_attr_, heads_attr_;
+  HeadView x_;
+  int64_t rot_ = 0, positions_ = 0;
+  bool with_positions_ = false;
+};
+
 }  // namespace
 
+ANVIL_REGISTER_OP_VERSIONS("RotaryEmbedding", 23, 23);
+ANVIL_REGISTER_KERNEL_CLASS_TYPED("RotaryEmbedding", kRef, RotaryEmbeddingKernel,
+                                  {kFloats | kHalfs, kFloats | kHalfs, kFloats | kHalfs, dtype_bit(DType::kInt64)});
 ANVIL_REGISTER_OP_VERSIONS("Attention", 23, 25);
 ANVIL_REGISTER_KERNEL_CLASS_TYPED("Attention", kRef, AttentionKernel, {kFloats | kHalfs, kFloats | kHalfs, kFloats | kHalfs, kAll, kFloats | kHalfs, kFloats | kHalfs, dtype_bit(DType::kInt64)});
 

@@ -1,4 +1,5 @@
-// Cast and CastLike among every element type Anvil has: the classic ones
+// BitCast (opset 26) reinterprets the bits of one type as another of the same
+// width. Cast and CastLike convert among every element type Anvil has: the classic ones
 // through C++ conversions with ONNX's rules spelled out (float to integer
 // truncates, NaN gives 0, integers wrap), and the 8-, 4- and 2-bit types
 // through core/low_precision.h (round to nearest even, `saturate`, E8M0's
@@ -172,8 +173,21 @@ class CastKernel : public Kernel {
   LowPrecisionOptions options_;
 };
 
+class BitCastKernel : public Kernel {
+ public:
+  explicit BitCastKernel(const ir::Node&) {}
+  std::vector<TensorType> prepare(const PrepareContext& ctx) override { return ctx.output_types(); }
+  void run(const RunContext& ctx) const override {
+    if (ctx.out(0).raw() != ctx.in(0).raw() && ctx.in(0).nbytes())
+      std::memcpy(ctx.out(0).raw(), ctx.in(0).raw(), ctx.in(0).nbytes());
+  }
+  int output_aliases_input() const override { return 0; }
+};
+
 }  // namespace
 
+ANVIL_REGISTER_OP_VERSIONS("BitCast", 26, 26);
+ANVIL_REGISTER_KERNEL_CLASS_TYPED("BitCast", kRef, BitCastKernel, {kAll | kMinifloats});
 // 19 adds saturate, 24 round_mode (E8M0); the other versions add element types.
 ANVIL_REGISTER_OP_VERSIONS("Cast", 6, 28);
 ANVIL_REGISTER_OP_VERSIONS("CastLike", 15, 25);

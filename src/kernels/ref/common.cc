@@ -38,4 +38,20 @@ std::vector<int64_t> tensor_to_ints(const Tensor& t) {
   return v;
 }
 
+std::vector<float> tensor_to_floats(const Tensor& t) {
+  std::vector<float> v(static_cast<size_t>(t.numel()));
+  for (int64_t i = 0; i < t.numel(); ++i) v[static_cast<size_t>(i)] = static_cast<float>(element_as_double(t, i));
+  return v;
+}
+
+void floats_to_tensor(const std::vector<float>& v, Tensor& t) {
+  ANVIL_CHECK(static_cast<int64_t>(v.size()) == t.numel(), ErrorKind::kInternal, "{} values for a tensor of {}",
+              v.size(), t.numel());
+  dispatch_float_or_half(t.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    T* out = t.data<T>();
+    for (size_t i = 0; i < v.size(); ++i) out[i] = T(v[i]);
+  });
+}
+
 }  // namespace anvil::kernels

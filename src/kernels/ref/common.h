@@ -48,6 +48,14 @@ void dispatch_float(DType dtype, Fn&& fn) {
   fail(ErrorKind::kInternal, "a float32/float64 kernel ran on {}", dtype_name(dtype));
 }
 
+// Calls fn(TypeTag<T>{}) for float32, float64, float16 and bfloat16.
+template <typename Fn>
+void dispatch_float_or_half(DType dtype, Fn&& fn) {
+  if (dtype == DType::kFloat16) return fn(TypeTag<Half>{});
+  if (dtype == DType::kBFloat16) return fn(TypeTag<BFloat16>{});
+  return dispatch_float(dtype, fn);
+}
+
 // Strides (in elements) of `shape` viewed as `out_shape` under broadcasting:
 // 0 on broadcast dimensions, right-aligned.
 std::vector<int64_t> broadcast_strides(const Shape& shape, const Shape& out_shape);
@@ -56,5 +64,22 @@ std::vector<int64_t> contiguous_strides(const Shape& shape);
 int64_t normalize_axis(const PrepareContext& ctx, int64_t axis, int64_t rank);
 // Reads an int64 or int32 tensor into a vector.
 std::vector<int64_t> tensor_to_ints(const Tensor& t);
+// The elements of a float32, float64, float16 or bfloat16 tensor as floats,
+// and back (rounded to the tensor's type): for reference kernels that compute
+// in float32 whatever the storage type, as ONNX's reference does.
+std::vector<float> tensor_to_floats(const Tensor& t);
+void floats_to_tensor(const std::vector<float>& v, Tensor& t);
+
+// Runs compute(widened inputs, float output) for 16-bit float tensors: the
+// inputs (nullptr: an omitted one, left empty) widened to float32, the result
+// rounded back into `out` once.
+template <typename Fn>
+void via_float32(const std::vector<const Tensor*>& inputs, Tensor& out, Fn&& compute) {
+  std::vector<std::vector<float>> wide;
+  for (const Tensor* t : inputs) wide.push_back(t ? tensor_to_floats(*t) : std::vector<float>{});
+  std::vector<float> y(static_cast<size_t>(out.numel()));
+  compute(wide, y.data());
+  floats_to_tensor(y, out);
+}
 
 }  // namespace anvil::kernels

@@ -38,8 +38,9 @@ struct ConvDims {
 
 void check_float_inputs(const PrepareContext& ctx, size_t count) {
   DType dt = ctx.input_dtype(0);
-  ANVIL_PREPARE_CHECK(ctx, dt == DType::kFloat32 || dt == DType::kFloat64, ErrorKind::kUnsupported,
-                      "input X has dtype {}; the reference kernel supports float32 and float64", dtype_name(dt));
+  ANVIL_PREPARE_CHECK(ctx, dtype_in(dt, kFloats | kHalfs), ErrorKind::kUnsupported,
+                      "input X has dtype {}; the reference kernel supports float32, float64, float16 and bfloat16",
+                      dtype_name(dt));
   for (size_t i = 1; i < count; ++i)
     if (ctx.has_input(i))
       ANVIL_PREPARE_CHECK(ctx, ctx.input_dtype(i) == dt, ErrorKind::kInvalidModel, "input {} has dtype {} but X has {}",
@@ -81,6 +82,10 @@ class ConvKernel : public Kernel {
 
   void run(const RunContext& ctx) const override {
     const Tensor* bias = ctx.inputs.size() > 2 ? ctx.inputs[2] : nullptr;
+    if (dtype_in(ctx.in(0).dtype(), kHalfs))  // 16-bit floats: computed in float32
+      return via_float32({&ctx.in(0), &ctx.in(1), bias}, ctx.out(0), [&](const auto& w, float* y) {
+        compute<float>(w[0].data(), w[1].data(), bias ? w[2].data() : nullptr, y);
+      });
     dispatch_dtype(ctx.in(0).dtype(), [&](auto tag) {
       using T = typename decltype(tag)::type;
       if constexpr (std::is_floating_point_v<T>) {
@@ -165,6 +170,10 @@ class ConvTransposeKernel : public Kernel {
 
   void run(const RunContext& ctx) const override {
     const Tensor* bias = ctx.inputs.size() > 2 ? ctx.inputs[2] : nullptr;
+    if (dtype_in(ctx.in(0).dtype(), kHalfs))  // 16-bit floats: computed in float32
+      return via_float32({&ctx.in(0), &ctx.in(1), bias}, ctx.out(0), [&](const auto& w, float* y) {
+        compute<float>(w[0].data(), w[1].data(), bias ? w[2].data() : nullptr, y);
+      });
     dispatch_dtype(ctx.in(0).dtype(), [&](auto tag) {
       using T = typename decltype(tag)::type;
       if constexpr (std::is_floating_point_v<T>) {

@@ -1,4 +1,5 @@
-// Reference Gemm and MatMul (float32, float64, int32, int64, uint32, uint64).
+// Reference Gemm and MatMul (float32, float64, int32, int64, uint32, uint64;
+// float16 and bfloat16 computed in float32 and rounded once).
 //
 // Both reduce to one routine that adds A' * B' into rows [i0, i1) of a
 // row-major output, where A' and B' are strided views (so transposes cost
@@ -60,12 +61,12 @@ void gemm_rows(int64_t i0, int64_t i1, int64_t n, int64_t k, View<T> a, View<T> 
 
 void check_dtypes(const PrepareContext& ctx, std::initializer_list<size_t> inputs) {
   DType dt = ctx.input_dtype(0);
-  const DType allowed[] = {DType::kFloat32, DType::kFloat64, DType::kInt32,
-                           DType::kInt64,   DType::kUInt32,  DType::kUInt64};
+  const DType allowed[] = {DType::kFloat32, DType::kFloat64, DType::kInt32,   DType::kInt64,
+                           DType::kUInt32,  DType::kUInt64,  DType::kFloat16, DType::kBFloat16};
   ANVIL_PREPARE_CHECK(ctx, std::find(std::begin(allowed), std::end(allowed), dt) != std::end(allowed),
                       ErrorKind::kUnsupported,
-                      "input A has dtype {}; the reference kernel supports float32, float64, int32, int64, uint32 "
-                      "and uint64",
+                      "input A has dtype {}; the reference kernel supports float32, float64, float16, bfloat16, "
+                      "int32, int64, uint32 and uint64",
                       dtype_name(dt));
   for (size_t i : inputs)
     if (ctx.has_input(i))
@@ -106,6 +107,10 @@ class GemmKernel : public Kernel {
 
   void run(const RunContext& ctx) const override {
     const Tensor* c = has_c_ ? ctx.inputs[2] : nullptr;
+    if (dtype_in(ctx.in(0).dtype(), kHalfs))
+      return via_float32({&ctx.in(0), &ctx.in(1), c}, ctx.out(0), [&](const auto& w, float* y) {
+        compute<float>(w[0].data(), w[1].data(), c ? w[2].data() : nullptr, y);
+      });
     dispatch_gemm_dtype(ctx.in(0).dtype(), [&](auto tag) {
       using T = typename decltype(tag)::type;
       compute<T>(ctx.in(0).data<T>(), ctx.in(1).data<T>(), c ? c->data<T>() : nullptr, ctx.out(0).data<T>());
@@ -171,6 +176,9 @@ class MatMulKernel : public Kernel {
   }
 
   void run(const RunContext& ctx) const override {
+    if (dtype_in(ctx.in(0).dtype(), kHalfs))
+      return via_float32({&ctx.in(0), &ctx.in(1)}, ctx.out(0),
+                         [&](const auto& w, float* y) { compute<float>(w[0].data(), w[1].data(), y); });
     dispatch_gemm_dtype(ctx.in(0).dtype(), [&](auto tag) {
       using T = typename decltype(tag)::type;
       compute<T>(ctx.in(0).data<T>(), ctx.in(1).data<T>(), ctx.out(0).data<T>());
