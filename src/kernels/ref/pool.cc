@@ -11,6 +11,7 @@
 // (count_include_pad = 1). The end padding added by ceil_mode is not part of
 // the model's pads and never counts, as in ONNX Runtime and the ONNX tests.
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <initializer_list>
 #include <limits>
@@ -139,9 +140,19 @@ class MaxPoolKernel : public Kernel {
   int64_t storage_order_ = 0;
 };
 
+// The exponent of LpPool / GlobalLpPool: an int from opset 2, a float before.
+double lp_exponent(const ir::Node& node) {
+  const auto it = node.attrs.all().find("p");
+  if (it != node.attrs.all().end() && std::holds_alternative<float>(it->second))
+    return static_cast<double>(std::get<float>(it->second));
+  return static_cast<double>(node.attrs.get_int("p", 2));
+}
+
+// AveragePool, and LpPool ((sum |x|^p)^(1/p) over the real elements of the window).
 class AveragePoolKernel : public Kernel {
  public:
-  explicit AveragePoolKernel(const ir::Node&) {}
+  explicit AveragePoolKernel(const ir::Node& node)
+      : lp_(node.op_type == "LpPool"), p_(lp_ ? lp_exponent(node) : 1.0) {}
 
   std::vector<TensorType> prepare(const PrepareContext& ctx) override {
     check_dtype(ctx, {DType::kFloat32, DType::kFloat64}, "float32 and float64");
@@ -151,6 +162,8 @@ class AveragePoolKernel : public Kernel {
     geo_ = Geometry3(x, g);
     planes_ = x[0] * x[1];
     count_include_pad_ = ctx.attrs().get_int("count_include_pad", 0) != 0;
+    ANVIL_PREPARE_CHECK(ctx, !lp_ || (std::isfinite(p_) && p_ > 0), ErrorKind::kInvalidModel,
+                        "p must be positive, got {}", p_);
     return ctx.output_types();
   }
 
@@ -198,26 +211,40 @@ class AveragePoolKernel : public Kernel {
               const int64_t id = sd + jd * g.d[0];
               for (int64_t jh = th.lo; jh < th.hi; ++jh) {
                 const T* row = xp + (id * g.in[1] + sh + jh * g.d[1]) * g.in[2] + sw;
-                for (int64_t jw = tw.lo; jw < tw.hi; ++jw) sum += row[jw * g.d[2]];
+                for (int64_t jw = tw.lo; jw < tw.hi; ++jw) sum += lp_ ? power(row[jw * g.d[2]]) : row[jw * g.d[2]];
               }
             }
-            yp[o] = count > 0 ? sum / static_cast<T>(count) : T(0);
+            if (lp_) yp[o] = root(sum);
+            else yp[o] = count > 0 ? sum / static_cast<T>(count) : T(0);
           }
         }
       }
     }
   }
 
+  template <typename T>
+  T power(T v) const {
+    return p_ == 2 ? v * v : static_cast<T>(std::pow(std::fabs(static_cast<double>(v)), p_));
+  }
+  template <typename T>
+  T root(T sum) const {
+    return static_cast<T>(p_ == 2 ? std::sqrt(static_cast<double>(sum)) : std::pow(static_cast<double>(sum), 1.0 / p_));
+  }
+
+  bool lp_;
+  double p_;
   Geometry3 geo_;
   int64_t planes_ = 0;
   bool count_include_pad_ = false;
 };
 
-// GlobalAveragePool / GlobalMaxPool: one value per (batch, channel) plane.
-template <bool kMax>
+enum class GlobalPool { kAverage, kMax, kLp };
+
+// GlobalAveragePool / GlobalMaxPool / GlobalLpPool: one value per (batch, channel) plane.
+template <GlobalPool kKind>
 class GlobalPoolKernel : public Kernel {
  public:
-  explicit GlobalPoolKernel(const ir::Node&) {}
+  explicit GlobalPoolKernel(const ir::Node& node) : p_(kKind == GlobalPool::kLp ? lp_exponent(node) : 1.0) {}
 
   std::vector<TensorType> prepare(const PrepareContext& ctx) override {
     check_dtype(ctx, {DType::kFloat32, DType::kFloat64}, "float32 and float64");
@@ -240,10 +267,14 @@ class GlobalPoolKernel : public Kernel {
 #pragma omp parallel for if (planes_ * plane_ > kParallelThreshold)
     for (int64_t pl = 0; pl < planes_; ++pl) {
       const T* xp = x + pl * plane_;
-      if constexpr (kMax) {
+      if constexpr (kKind == GlobalPool::kMax) {
         T best = xp[0];
         for (int64_t i = 1; i < plane_; ++i) best = xp[i] > best ? xp[i] : best;
         y[pl] = best;
+      } else if constexpr (kKind == GlobalPool::kLp) {
+        double sum = 0;
+        for (int64_t i = 0; i < plane_; ++i) sum += std::pow(std::fabs(static_cast<double>(xp[i])), p_);
+        y[pl] = static_cast<T>(std::pow(sum, 1.0 / p_));
       } else {
         T sum = 0;
         for (int64_t i = 0; i < plane_; ++i) sum += xp[i];
@@ -252,6 +283,7 @@ class GlobalPoolKernel : public Kernel {
     }
   }
 
+  double p_;
   int64_t planes_ = 0, plane_ = 1;
 };
 
@@ -318,8 +350,13 @@ ANVIL_REGISTER_KERNEL_CLASS_TYPED("MaxUnpool", kRef, MaxUnpoolKernel, {kFloats, 
 // 1: no count_include_pad (it defaults to 0 since); 19: dilations; 22: types.
 ANVIL_REGISTER_OP_VERSIONS("AveragePool", 1, 22);
 ANVIL_REGISTER_KERNEL_CLASS("AveragePool", kRef, AveragePoolKernel);
-ANVIL_REGISTER_KERNEL_CLASS("GlobalAveragePool", kRef, GlobalPoolKernel<false>);
-ANVIL_REGISTER_KERNEL_CLASS("GlobalMaxPool", kRef, GlobalPoolKernel<true>);
+ANVIL_REGISTER_KERNEL_CLASS("GlobalAveragePool", kRef, GlobalPoolKernel<GlobalPool::kAverage>);
+ANVIL_REGISTER_KERNEL_CLASS("GlobalMaxPool", kRef, GlobalPoolKernel<GlobalPool::kMax>);
+// LpPool 1: p a float; 2: an int; 11: auto_pad; 18: ceil_mode, dilations; 22: types.
+ANVIL_REGISTER_OP_VERSIONS("LpPool", 1, 22);
+ANVIL_REGISTER_OP_VERSIONS("GlobalLpPool", 1, 22);
+ANVIL_REGISTER_KERNEL_CLASS("LpPool", kRef, AveragePoolKernel);
+ANVIL_REGISTER_KERNEL_CLASS("GlobalLpPool", kRef, GlobalPoolKernel<GlobalPool::kLp>);
 
 }  // namespace
 }  // namespace anvil::kernels
