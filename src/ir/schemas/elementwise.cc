@@ -147,6 +147,24 @@ void infer_instance_norm(InferContext& ctx) {
   }
 }
 
+// GroupNormalization: Y like X [N, C, D...]; scale and bias are [num_groups]
+// before opset 21, [C] from then on.
+void infer_group_norm(InferContext& ctx) {
+  copy_type(ctx, 0);
+  const SymShape& x = ctx.dims(0);
+  const int64_t groups = ctx.attr_int("num_groups");
+  if (groups < 1) ctx.fail("num_groups must be positive, got {}", groups);
+  if (x.size() < 3) ctx.fail_input("input {} must be [N, C, D1, ...]", dims_str(x));
+  if (x[1].is_known() && x[1].value % groups != 0)
+    ctx.fail_input("{} channels do not split into {} groups", x[1].value, groups);
+  const Dim per = ctx.opset() >= 21 ? x[1] : Dim::known(groups);
+  for (size_t i : {1u, 2u}) {
+    const SymShape& p = ctx.dims(i);
+    if (p.size() != 1 || (p[0].is_known() && per.is_known() && p[0] != per))
+      ctx.fail_input("{} {} must be [{}]", i == 1 ? "scale" : "bias", dims_str(p), per.str());
+  }
+}
+
 void infer_dropout(InferContext& ctx) {
   copy_type(ctx, 0);
   const Type& x = ctx.input(0);
@@ -237,6 +255,12 @@ struct Registrations {
     r.add(OpSchema("BatchNormalization").attr("epsilon", 1e-5f).attr("momentum", 0.9f).infer(infer_batch_norm));
     r.add(OpSchema("Dropout").infer(infer_dropout));
     r.add(OpSchema("InstanceNormalization").inputs({kFloatLike}).attr("epsilon", 1e-5f).infer(infer_instance_norm));
+    r.add(OpSchema("GroupNormalization")
+              .inputs({kFloatLike})
+              .required_attr("num_groups")
+              .attr("epsilon", 1e-5f)
+              .attr("stash_type", int64_t{1})
+              .infer(infer_group_norm));
   }
 };
 const Registrations registrations;

@@ -333,6 +333,47 @@ void infer_grid_sample(InferContext& ctx) {
   ctx.set_output(0, Type::tensor(ctx.dtype(0), out));
 }
 
+// Col2Im: input [N, C * prod(block_shape), L] folds into [N, C, image_shape...].
+void infer_col2im(InferContext& ctx) {
+  ctx.set_output(0, Type::tensor(ctx.dtype(0)));
+  const SymShape& x = ctx.dims(0);
+  if (x.size() != 3) ctx.fail_input("input {} must be [N, C * prod(block_shape), L]", dims_str(x));
+  const auto image = values_as_dims(ctx, 1), block = values_as_dims(ctx, 2);
+  if (!image || !block) return;
+  if (image->size() != block->size() || image->empty())
+    ctx.fail_input("image_shape {} and block_shape {} must have one entry per spatial axis", dims_str(*image),
+                   dims_str(*block));
+  Dim channels = x[1];
+  for (const Dim& b : *block) {
+    if (b.is_known() && b.value < 1) ctx.fail_input("block_shape {} must be positive", dims_str(*block));
+    if (channels.is_known() && b.is_known() && channels.value % b.value != 0)
+      ctx.fail_input("input {} does not split into blocks {}", dims_str(x), dims_str(*block));
+    channels = channels.is_known() && b.is_known() ? Dim::known(channels.value / b.value) : Dim::unknown();
+  }
+  SymShape out{x[0], channels};
+  out.insert(out.end(), image->begin(), image->end());
+  ctx.set_output(0, Type::tensor(ctx.dtype(0), out));
+}
+
+// AffineGrid: theta [N, 2, 3] (or [N, 3, 4]) and size [N, C, H, W] (or [N, C,
+// D, H, W]) give the grid [N, H, W, 2] (or [N, D, H, W, 3]).
+void infer_affine_grid(InferContext& ctx) {
+  const SymShape& theta = ctx.dims(0);
+  if (theta.size() != 3) ctx.fail_input("theta {} must be [N, 2, 3] or [N, 3, 4]", dims_str(theta));
+  ctx.set_output(0, Type::tensor(ctx.dtype(0)));
+  const auto size = values_as_dims(ctx, 1);
+  if (!size) return;
+  const size_t r = size->size() >= 2 ? size->size() - 2 : 0;
+  if ((r != 2 && r != 3) || (theta[1].is_known() && theta[1].value != static_cast<int64_t>(r)) ||
+      (theta[2].is_known() && theta[2].value != static_cast<int64_t>(r + 1)))
+    ctx.fail_input("size {} must be [N, C, H, W] or [N, C, D, H, W] with theta {} [N, {}, {}]", dims_str(*size),
+                   dims_str(theta), r, r + 1);
+  SymShape out{(*size)[0]};
+  out.insert(out.end(), size->begin() + 2, size->end());
+  out.push_back(Dim::known(static_cast<int64_t>(r)));
+  ctx.set_output(0, Type::tensor(ctx.dtype(0), out));
+}
+
 // NegativeLogLikelihoodLoss and SoftmaxCrossEntropyLoss: input [N, C, d...],
 // target [N, d...], weight [C]; the loss is [N, d...] or, reduced, a scalar.
 void infer_loss(InferContext& ctx) {
@@ -498,6 +539,8 @@ struct Registrations {
                 .infer(infer_recurrent));
     r.add(OpSchema("MaxUnpool").required_attr("kernel_shape").infer(infer_max_unpool));
     r.add(OpSchema("GridSample").inputs({kFloatLike, kFloatLike}).infer(infer_grid_sample));
+    r.add(OpSchema("Col2Im").inputs({kAll, dtype_bit(DType::kInt64), dtype_bit(DType::kInt64)}).infer(infer_col2im));
+    r.add(OpSchema("AffineGrid").inputs({kFloatLike, dtype_bit(DType::kInt64)}).attr("align_corners", int64_t{0}).infer(infer_affine_grid));
     r.add(OpSchema("Resize").attr("mode", std::string("nearest")).attr("keep_aspect_ratio_policy", std::string("stretch")).infer(infer_resize));
     r.add(OpSchema("Upsample").attr("mode", std::string("nearest")).infer(infer_resize));
     for (const char* op : {"NegativeLogLikelihoodLoss", "SoftmaxCrossEntropyLoss"})

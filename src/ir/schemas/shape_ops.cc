@@ -548,6 +548,38 @@ void infer_depth_space(InferContext& ctx) {
   ctx.set_output(0, Type::tensor(ctx.dtype(0), out));
 }
 
+// CenterCropPad: the input with the `axes` (all without the attribute) cropped
+// or zero-padded, centred, to the sizes in `shape`.
+void infer_center_crop_pad(InferContext& ctx) {
+  const Type& x = ctx.input(0);
+  ctx.set_output(0, Type::tensor(x.dtype()));
+  if (!x.has_shape()) return;
+  const SymShape& dims = x.dims();
+  const auto rank = static_cast<int64_t>(dims.size());
+  std::vector<int64_t> axes = ctx.attr_ints("axes");
+  if (!ctx.has_attr("axes"))
+    for (int64_t a = 0; a < rank; ++a) axes.push_back(a);
+  std::vector<bool> seen(dims.size(), false);
+  for (int64_t& a : axes) {
+    a = ctx.axis(a, rank);
+    if (seen[static_cast<size_t>(a)]) ctx.fail("axes repeat axis {}", a);
+    seen[static_cast<size_t>(a)] = true;
+  }
+  const auto shape = values_as_dims(ctx, 1);
+  if (!shape) {
+    ctx.set_output(0, Type::tensor(x.dtype(), SymShape(dims.size(), Dim::unknown())));
+    return;
+  }
+  if (shape->size() != axes.size())
+    ctx.fail_input("shape {} needs one size per axis ({})", dims_str(*shape), axes.size());
+  SymShape out = dims;
+  for (size_t i = 0; i < axes.size(); ++i) {
+    if ((*shape)[i].is_known() && (*shape)[i].value < 0) ctx.fail_input("shape {} has a negative size", dims_str(*shape));
+    out[static_cast<size_t>(axes[i])] = (*shape)[i];
+  }
+  ctx.set_output(0, Type::tensor(x.dtype(), out));
+}
+
 struct Registrations {
   Registrations() {
     auto& r = SchemaRegistry::global();
@@ -591,6 +623,7 @@ struct Registrations {
     for (const char* op : {"ScatterElements", "Scatter"})
       r.add(OpSchema(op).inputs({kAll, kInt32And64, kAll}).attr("axis", int64_t{0}).attr("reduction", std::string("none")).infer(infer_scatter_elements));
     r.add(OpSchema("Tile").infer(infer_tile));
+    r.add(OpSchema("CenterCropPad").inputs({kAnyDType, kInt32And64}).infer(infer_center_crop_pad));
     r.add(OpSchema("ConstantOfShape").infer(infer_constant_of_shape));
     r.add(OpSchema("Range").infer(infer_range));
     r.add(OpSchema("Constant").infer(infer_constant));

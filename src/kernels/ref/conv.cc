@@ -238,7 +238,83 @@ class ConvTransposeKernel : public Kernel {
   Geometry3 geo_;
 };
 
+// Col2Im (opset 18): adds each column of [N, C * prod(block), L] back into the
+// image positions its block covered (the inverse of im2col; overlaps sum).
+class Col2ImKernel : public Kernel {
+ public:
+  explicit Col2ImKernel(const ir::Node&) {}
+
+  std::vector<TensorType> prepare(const PrepareContext& ctx) override {
+    image_ = tensor_to_ints(ctx.require_constant(1, "image_shape"));
+    block_ = tensor_to_ints(ctx.require_constant(2, "block_shape"));
+    const size_t r = image_.size();  // the schema checked the sizes against each other and the input
+    dilations_ = ctx.attrs().get_ints("dilations", std::vector<int64_t>(r, 1));
+    strides_ = ctx.attrs().get_ints("strides", std::vector<int64_t>(r, 1));
+    pads_ = ctx.attrs().get_ints("pads", std::vector<int64_t>(2 * r, 0));
+    ANVIL_PREPARE_CHECK(ctx, dilations_.size() == r && strides_.size() == r && pads_.size() == 2 * r,
+                        ErrorKind::kInvalidModel, "dilations, strides and pads must have {}, {} and {} entries", r, r,
+                        2 * r);
+    blocks_.assign(r, 0);
+    int64_t count = 1;
+    for (size_t i = 0; i < r; ++i) {
+      ANVIL_PREPARE_CHECK(ctx, image_[i] > 0 && dilations_[i] > 0 && strides_[i] > 0, ErrorKind::kInvalidArgument,
+                          "image_shape, dilations and strides must be positive");
+      blocks_[i] = (image_[i] + pads_[i] + pads_[i + r] - dilations_[i] * (block_[i] - 1) - 1) / strides_[i] + 1;
+      ANVIL_PREPARE_CHECK(ctx, blocks_[i] >= 1, ErrorKind::kInvalidArgument, "no block fits along axis {}", i);
+      count *= blocks_[i];
+    }
+    ANVIL_PREPARE_CHECK(ctx, ctx.input_shape(0)[2] == count, ErrorKind::kInvalidArgument,
+                        "the input has {} columns; the blocks need {}", ctx.input_shape(0)[2], count);
+    return ctx.output_types();
+  }
+
+  void run(const RunContext& ctx) const override {
+    dispatch_float(ctx.in(0).dtype(), [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      compute<T>(ctx.in(0), ctx.out(0));
+    });
+  }
+
+ private:
+  template <typename T>
+  void compute(const Tensor& in, Tensor& out) const {
+    const size_t r = image_.size();
+    const int64_t taps = shape_numel(block_), columns = shape_numel(blocks_), pixels = shape_numel(image_);
+    const int64_t planes = out.shape()[0] * out.shape()[1];
+    const T* x = in.data<T>();
+    T* y = out.data<T>();
+    std::fill(y, y + planes * pixels, T(0));
+    std::vector<int64_t> tap(r), col(r);
+    for (int64_t p = 0; p < planes; ++p)
+      for (int64_t t = 0; t < taps; ++t) {
+        unravel(t, block_, tap);
+        for (int64_t c = 0; c < columns; ++c) {
+          unravel(c, blocks_, col);
+          int64_t at = 0;
+          bool inside = true;
+          for (size_t i = 0; i < r && inside; ++i) {
+            const int64_t pos = col[i] * strides_[i] - pads_[i] + tap[i] * dilations_[i];
+            inside = pos >= 0 && pos < image_[i];
+            at = at * image_[i] + pos;
+          }
+          if (inside) y[p * pixels + at] += x[(p * taps + t) * columns + c];
+        }
+      }
+  }
+
+  static void unravel(int64_t i, const std::vector<int64_t>& dims, std::vector<int64_t>& index) {
+    for (size_t d = dims.size(); d-- > 0;) {
+      index[d] = i % dims[d];
+      i /= dims[d];
+    }
+  }
+
+  std::vector<int64_t> image_, block_, dilations_, strides_, pads_, blocks_;
+};
+
 ANVIL_REGISTER_KERNEL_CLASS("Conv", kRef, ConvKernel);
+ANVIL_REGISTER_OP_VERSIONS("Col2Im", 18, 18);
+ANVIL_REGISTER_KERNEL_CLASS_TYPED("Col2Im", kRef, Col2ImKernel, {kFloats, dtype_bit(DType::kInt64), dtype_bit(DType::kInt64)});
 ANVIL_REGISTER_KERNEL_CLASS("ConvTranspose", kRef, ConvTransposeKernel);
 
 }  // namespace

@@ -150,6 +150,49 @@ class InstanceNormKernel : public Kernel {
   int64_t planes_ = 0, channels_ = 1, plane_ = 1;
 };
 
+// GroupNormalization: the moments of each group of C / num_groups channels
+// (a contiguous block per batch element); scale and bias are per channel
+// (opset 21) or per group (18).
+class GroupNormKernel : public Kernel {
+ public:
+  explicit GroupNormKernel(const ir::Node& node)
+      : eps_(node.attrs.get_float("epsilon", 1e-5f)), groups_(node.attrs.get_int("num_groups", 1)) {}
+
+  std::vector<TensorType> prepare(const PrepareContext& ctx) override {
+    const Shape& x = ctx.input_shape(0);  // the schema checked the groups, scale and bias
+    batch_ = x[0];
+    channels_ = x[1];
+    plane_ = shape_numel(Shape(x.begin() + 2, x.end()));
+    per_channel_ = ctx.opset() >= 21;
+    return ctx.output_types();
+  }
+
+  void run(const RunContext& ctx) const override {
+    dispatch_float(ctx.in(0).dtype(), [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      const T *x = ctx.in(0).data<T>(), *scale = ctx.in(1).data<T>(), *bias = ctx.in(2).data<T>();
+      T* y = ctx.out(0).data<T>();
+      const int64_t per_group = channels_ / groups_, block = per_group * plane_;
+#pragma omp parallel for if (batch_ * channels_ * plane_ > 32768)
+      for (int64_t bg = 0; bg < batch_ * groups_; ++bg) {
+        const auto [mean, inv] = moments(x + bg * block, block, 1, static_cast<double>(eps_));
+        const int64_t g = bg % groups_;
+        for (int64_t i = 0; i < block; ++i) {
+          const int64_t p = per_channel_ ? g * per_group + i / plane_ : g;
+          y[bg * block + i] = static_cast<T>((static_cast<double>(x[bg * block + i]) - mean) * inv *
+                                                 static_cast<double>(scale[p]) + static_cast<double>(bias[p]));
+        }
+      }
+    });
+  }
+
+ private:
+  float eps_;
+  int64_t groups_;
+  int64_t batch_ = 0, channels_ = 0, plane_ = 1;
+  bool per_channel_ = true;
+};
+
 // (x - mean) / (std + 1e-9) over `axes`, as ONNX's definition and test data compute it.
 class MeanVarianceNormKernel : public Kernel {
  public:
@@ -344,6 +387,9 @@ ANVIL_REGISTER_KERNEL_TYPED("LpNormalization", kRef, [](const ir::Node& n) -> st
   return std::make_unique<NormKernel>(n, false);
 }, {kFloats});
 ANVIL_REGISTER_KERNEL_CLASS_TYPED("InstanceNormalization", kRef, InstanceNormKernel, {kFloats});
+// 18: scale and bias per group; 21: per channel, stash_type (float32 or wider here).
+ANVIL_REGISTER_OP_VERSIONS("GroupNormalization", 18, 21);
+ANVIL_REGISTER_KERNEL_CLASS_TYPED("GroupNormalization", kRef, GroupNormKernel, {kFloats});
 ANVIL_REGISTER_KERNEL_CLASS_TYPED("MeanVarianceNormalization", kRef, MeanVarianceNormKernel, {kFloats});
 ANVIL_REGISTER_KERNEL_CLASS_TYPED("LRN", kRef, LrnKernel, {kFloats});
 

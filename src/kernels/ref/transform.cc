@@ -1,5 +1,5 @@
 // Reference kernels for ops that move data around: Transpose, Concat, Split,
-// Slice, Pad, DepthToSpace, SpaceToDepth and Gather.
+// Slice, Pad, CenterCropPad, DepthToSpace, SpaceToDepth and Gather.
 //
 // None of them looks at values, so they move elements by size
 // (1, 2, 4 or 8 bytes) instead of being instantiated per dtype. Transpose,
@@ -389,6 +389,62 @@ class PadKernel : public Kernel {
 };
 
 // DepthToSpace / SpaceToDepth on [N, C, H, W] as a 6-D strided copy.
+// CenterCropPad (opset 18): each axis cropped or zero-padded to its new size,
+// centred (an odd difference leaves the extra element at the end).
+class CenterCropPadKernel : public Kernel {
+ public:
+  explicit CenterCropPadKernel(const ir::Node&) {}
+  std::vector<TensorType> prepare(const PrepareContext& ctx) override {
+    if (!ctx.output_known(0)) ctx.require_constant(1, "shape");  // the schema reads the sizes from it
+    const Shape& in = ctx.input_shape(0);
+    const Shape& out = ctx.output_shape(0);
+    check_allocation(shape_nbytes(out, ctx.input_dtype(0)), ctx.node().describe() + ": the output");
+    box_.assign(in.size(), 0);
+    src_start_.assign(in.size(), 0);
+    dst_start_.assign(in.size(), 0);
+    for (size_t a = 0; a < in.size(); ++a) {
+      box_[a] = std::min(in[a], out[a]);
+      src_start_[a] = std::max<int64_t>(0, (in[a] - out[a]) / 2);
+      dst_start_[a] = std::max<int64_t>(0, (out[a] - in[a]) / 2);
+    }
+    in_strides_ = contiguous_strides(in);
+    out_strides_ = contiguous_strides(out);
+    elem_ = dtype_size(ctx.input_dtype(0));
+    return ctx.output_types();
+  }
+
+  void run(const RunContext& ctx) const override {
+    Tensor& y = ctx.out(0);
+    if (y.nbytes()) std::memset(y.raw(), 0, y.nbytes());
+    const int64_t count = shape_numel(box_);
+    if (count == 0) return;
+    const auto* src = static_cast<const char*>(ctx.in(0).raw());
+    auto* dst = static_cast<char*>(y.raw());
+    if (box_.empty()) {
+      std::memcpy(dst, src, elem_);
+      return;
+    }
+    const size_t rank = box_.size();
+    const int64_t inner = box_.back(), rows = count / inner;
+    for (int64_t r = 0; r < rows; ++r) {
+      int64_t rem = r, s = src_start_.back(), d = dst_start_.back();
+      for (size_t a = rank - 1; a-- > 0;) {
+        const int64_t i = rem % box_[a];
+        rem /= box_[a];
+        s += (src_start_[a] + i) * in_strides_[a];
+        d += (dst_start_[a] + i) * out_strides_[a];
+      }
+      std::memcpy(dst + static_cast<size_t>(d) * elem_, src + static_cast<size_t>(s) * elem_,
+                  static_cast<size_t>(inner) * elem_);
+    }
+  }
+
+ private:
+  Shape box_;
+  std::vector<int64_t> src_start_, dst_start_, in_strides_, out_strides_;
+  size_t elem_ = 1;
+};
+
 class DepthSpaceKernel : public StridedKernel {
  public:
   DepthSpaceKernel(const ir::Node&, bool to_space) : to_space_(to_space) {}
@@ -487,6 +543,8 @@ ANVIL_REGISTER_KERNEL_CLASS("Split", kRef, SplitKernel);
 ANVIL_REGISTER_KERNEL_CLASS("Slice", kRef, SliceKernel);
 ANVIL_REGISTER_KERNEL_CLASS("Pad", kRef, PadKernel);
 ANVIL_REGISTER_KERNEL_CLASS("Gather", kRef, GatherKernel);
+ANVIL_REGISTER_OP_VERSIONS("CenterCropPad", 18, 18);
+ANVIL_REGISTER_KERNEL_CLASS_TYPED("CenterCropPad", kRef, CenterCropPadKernel, {kAnyDType, kInt32And64});
 // 28: SpaceToDepth gains DCR/CRD modes; both ops take every element type.
 ANVIL_REGISTER_OP_VERSIONS("DepthToSpace", 1, 28);
 ANVIL_REGISTER_OP_VERSIONS("SpaceToDepth", 1, 28);
