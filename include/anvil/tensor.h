@@ -43,6 +43,9 @@ enum class DType : uint8_t {
   kUInt4,
   kInt2,
   kUInt2,
+  // UTF-8 strings: each element a std::string (data<std::string>()). Only the
+  // string kernels see them; the planner gives their outputs no arena memory.
+  kString,
 };
 
 using Shape = std::vector<int64_t>;

@@ -4,7 +4,7 @@ namespace anvil {
 
 std::string dtype_set_names(unsigned set) {
   std::string names;
-  for (unsigned d = 1; d <= static_cast<unsigned>(DType::kUInt2); ++d) {
+  for (unsigned d = 1; d <= static_cast<unsigned>(DType::kString); ++d) {
     if (!dtype_in(static_cast<DType>(d), set)) continue;
     if (!names.empty()) names += "|";
     names += dtype_name(static_cast<DType>(d));
@@ -26,6 +26,7 @@ DType dtype_from_onnx_code(int64_t code) {
     case 11: return DType::kFloat64;
     case 12: return DType::kUInt32;
     case 13: return DType::kUInt64;
+    case 8: return DType::kString;
     case 16: return DType::kBFloat16;
     case 17: return DType::kFloat8E4M3FN;
     case 18: return DType::kFloat8E4M3FNUZ;

@@ -29,9 +29,10 @@ enum DTypeSet : unsigned {
                 dtype_bit(DType::kFloat8E5M2FNUZ) | dtype_bit(DType::kFloat8E8M0) | dtype_bit(DType::kFloat4E2M1),
   kNarrowInts = dtype_bit(DType::kInt4) | dtype_bit(DType::kUInt4) | dtype_bit(DType::kInt2) | dtype_bit(DType::kUInt2),
   kLowPrecision = kMinifloats | kNarrowInts,
-  // Every dtype: for kernels that only move bytes. Kernels registered without
-  // dtype masks take kAll only.
+  // Every dtype but strings: for kernels that only move bytes. Kernels
+  // registered without dtype masks take kAll only.
   kAnyDType = kAll | kLowPrecision,
+  kStringType = dtype_bit(DType::kString),
 };
 
 constexpr bool dtype_in(DType d, unsigned set) { return d != DType::kUndefined && (set & dtype_bit(d)) != 0; }

@@ -23,6 +23,7 @@ size_t dtype_size(DType dtype) {
     case DType::kFloat8E4M3FN: case DType::kFloat8E4M3FNUZ: case DType::kFloat8E5M2: case DType::kFloat8E5M2FNUZ:
     case DType::kFloat8E8M0: case DType::kFloat4E2M1: case DType::kInt4: case DType::kUInt4: case DType::kInt2:
     case DType::kUInt2: return 1;
+    case DType::kString: return sizeof(std::string);
     case DType::kUndefined: return 0;
   }
   return 0;
@@ -53,6 +54,7 @@ const char* dtype_name(DType dtype) {
     case DType::kUInt4: return "uint4";
     case DType::kInt2: return "int2";
     case DType::kUInt2: return "uint2";
+    case DType::kString: return "string";
     case DType::kUndefined: return "undefined";
   }
   return "undefined";
@@ -82,6 +84,7 @@ double element_as_double(const Tensor& t, int64_t i) {
     case DType::kFloat8E4M3FN: case DType::kFloat8E4M3FNUZ: case DType::kFloat8E5M2: case DType::kFloat8E5M2FNUZ:
     case DType::kFloat8E8M0: case DType::kFloat4E2M1:
       return minifloat_to_double(t.dtype(), static_cast<const uint8_t*>(p)[i]);
+    case DType::kString: fail(ErrorKind::kInvalidArgument, "string elements are not numbers");
     case DType::kUndefined: break;
   }
   fail(ErrorKind::kInvalidArgument, "an undefined tensor has no elements");
@@ -158,6 +161,12 @@ Tensor::Tensor(DType dtype, Shape shape) : dtype_(dtype), shape_(std::move(shape
                 shape_str(shape_));
   size_t bytes = shape_nbytes(shape_, dtype_);
   check_allocation(bytes, "a " + std::string(dtype_name(dtype_)) + " tensor of shape " + shape_str(shape_));
+  if (dtype_ == DType::kString) {  // constructed empty strings, destroyed with the tensor
+    auto* strings = new std::string[static_cast<size_t>(std::max<int64_t>(1, shape_numel(shape_)))];
+    owner_ = std::shared_ptr<void>(strings, [](void* q) { delete[] static_cast<std::string*>(q); });
+    data_ = strings;
+    return;
+  }
   size_t padded = (bytes + 63) / 64 * 64;
   if (padded == 0) padded = 64;
   void* p = std::aligned_alloc(64, padded);
@@ -192,7 +201,8 @@ const std::vector<Tensor>& Tensor::items() const {
 Tensor Tensor::clone() const {
   if (is_sequence()) return *this;
   Tensor t(dtype_, shape_);
-  if (nbytes()) std::memcpy(t.data_, data_, nbytes());
+  if (dtype_ == DType::kString) std::copy(data<std::string>(), data<std::string>() + numel(), t.data<std::string>());
+  else if (nbytes()) std::memcpy(t.data_, data_, nbytes());
   return t;
 }
 

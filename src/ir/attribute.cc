@@ -43,6 +43,11 @@ std::vector<float> Attributes::get_floats(const std::string& name, std::vector<f
   return p ? *p : fallback;
 }
 
+std::vector<std::string> Attributes::get_strings(const std::string& name, std::vector<std::string> fallback) const {
+  const auto* p = get_as<std::vector<std::string>>(values_, name, "a list of strings");
+  return p ? *p : fallback;
+}
+
 const Tensor* Attributes::get_tensor(const std::string& name) const {
   return get_as<Tensor>(values_, name, "a tensor");
 }

@@ -32,6 +32,7 @@ class Attributes {
   std::string get_string(const std::string& name, const std::string& fallback) const;
   std::vector<int64_t> get_ints(const std::string& name, std::vector<int64_t> fallback = {}) const;
   std::vector<float> get_floats(const std::string& name, std::vector<float> fallback = {}) const;
+  std::vector<std::string> get_strings(const std::string& name, std::vector<std::string> fallback = {}) const;
   const Tensor* get_tensor(const std::string& name) const;
   // The subgraph attribute `name`, or nullptr.
   Graph* get_graph(const std::string& name) const;

@@ -29,12 +29,6 @@ Type Type::tensor(DType elem, const Shape& shape) {
   return tensor(elem, std::move(dims));
 }
 
-Type Type::string_tensor(SymShape shape) {
-  Type t = tensor(DType::kUndefined, std::move(shape));
-  t.string_ = true;
-  return t;
-}
-
 Type Type::sequence(Type element) {
   Type t;
   t.kind_ = TypeKind::kSequence;
@@ -74,7 +68,7 @@ std::string Type::str() const {
     case TypeKind::kOptional: return "optional(" + element_->str() + ")";
     case TypeKind::kTensor: break;
   }
-  std::string s = string_ ? "string" : dtype_name(dtype_);
+  std::string s = dtype_name(dtype_);
   return s + (has_shape_ ? dims_str(dims_) : "[...]");
 }
 
@@ -87,7 +81,7 @@ std::string dims_str(const SymShape& dims) {
 bool Type::operator==(const Type& o) const {
   if (kind_ != o.kind_) return false;
   if (kind_ == TypeKind::kSequence || kind_ == TypeKind::kOptional) return *element_ == *o.element_;
-  return dtype_ == o.dtype_ && string_ == o.string_ && has_shape_ == o.has_shape_ && dims_ == o.dims_;
+  return dtype_ == o.dtype_ && has_shape_ == o.has_shape_ && dims_ == o.dims_;
 }
 
 }  // namespace anvil::ir

@@ -5,8 +5,6 @@
 //   ir::Type s = ir::Type::sequence(ir::Type::tensor(DType::kFloat32));   // rank unknown
 //   t.is_static()  // false: "batch" and "seq" are bound per run
 //
-// Strings are an element type of their own (kString): the IR carries them so
-// string models import and fail with "unsupported" at the kernel, not earlier.
 #pragma once
 
 #include <memory>
@@ -48,16 +46,15 @@ class Type {
   static Type tensor(DType elem, SymShape shape);
   // A tensor of a concrete shape (-1 entries become unknown dims).
   static Type tensor(DType elem, const Shape& shape);
-  static Type string_tensor(SymShape shape);
   static Type sequence(Type element);
   static Type optional(Type element);
 
   TypeKind kind() const { return kind_; }
   bool is_tensor() const { return kind_ == TypeKind::kTensor; }
   bool defined() const { return kind_ != TypeKind::kUndefined; }
-  // Tensors: the element type (kUndefined for strings, see is_string()).
+  // Tensors: the element type.
   DType dtype() const { return dtype_; }
-  bool is_string() const { return string_; }
+  bool is_string() const { return dtype_ == DType::kString; }
   bool has_shape() const { return has_shape_; }
   const SymShape& dims() const { return dims_; }
   int rank() const { return static_cast<int>(dims_.size()); }
@@ -76,7 +73,6 @@ class Type {
  private:
   TypeKind kind_ = TypeKind::kUndefined;
   DType dtype_ = DType::kUndefined;
-  bool string_ = false;
   bool has_shape_ = false;
   SymShape dims_;
   std::shared_ptr<const Type> element_;

@@ -52,15 +52,14 @@ void check_ops_supported(const onnx::GraphProto& g, const std::map<std::string, 
 std::optional<ir::Type> type_from_onnx(const onnx::TypeProto& type) {
   if (type.has_tensor_type()) {
     const auto& tt = type.tensor_type();
-    const bool is_string = tt.elem_type() == onnx::TensorProto::STRING;
     DType d = dtype_from_onnx(tt.elem_type());
-    if (d == DType::kUndefined && !is_string) return std::nullopt;
-    if (!tt.has_shape()) return is_string ? ir::Type::string_tensor({}) : ir::Type::tensor(d);
+    if (d == DType::kUndefined) return std::nullopt;
+    if (!tt.has_shape()) return ir::Type::tensor(d);
     ir::SymShape dims;
     for (const auto& dim : tt.shape().dim())
       dims.push_back(dim.has_dim_value() ? ir::Dim::known(dim.dim_value())
                                          : dim.has_dim_param() ? ir::Dim::named(dim.dim_param()) : ir::Dim::unknown());
-    return is_string ? ir::Type::string_tensor(std::move(dims)) : ir::Type::tensor(d, std::move(dims));
+    return ir::Type::tensor(d, std::move(dims));
   }
   if (type.has_sequence_type()) {
     auto elem = type_from_onnx(type.sequence_type().elem_type());

@@ -51,13 +51,13 @@ int dtype_to_onnx(DType d) {
     case DType::kFloat8E8M0: return 24;
     case DType::kUInt2: return 25;
     case DType::kInt2: return 26;
+    case DType::kString: return TensorProto::STRING;
     case DType::kUndefined: break;
   }
   return TensorProto::UNDEFINED;
 }
 
 const char* onnx_type_name(int t) {
-  if (t == TensorProto::STRING) return "string";
   if (t == TensorProto::COMPLEX64) return "complex64";
   if (t == TensorProto::COMPLEX128) return "complex128";
   if (t == 27) return "float6e2m3";
@@ -145,6 +145,11 @@ Tensor tensor_from_proto(const TensorProto& p, const std::string& base_dir) {
   Tensor t(dtype, shape);
   const std::string& name = p.name();
 
+  if (dtype == DType::kString) {  // validate_tensor() checked string_data holds one per element
+    auto* out = t.data<std::string>();
+    for (int i = 0; i < p.string_data_size(); ++i) out[i] = p.string_data(i);
+    return t;
+  }
   const size_t file_bytes = file_nbytes(dtype, t.numel());  // packed for the 4- and 2-bit types
   auto* elements = static_cast<uint8_t*>(t.raw());
   if (p.data_location() == TensorProto::EXTERNAL) {
@@ -194,6 +199,10 @@ void tensor_to_proto(const Tensor& t, const std::string& name, TensorProto* p) {
   p->set_name(name);
   p->set_data_type(dtype_to_onnx(t.dtype()));
   for (int64_t d : t.shape()) p->add_dims(d);
+  if (t.dtype() == DType::kString) {
+    for (int64_t i = 0; i < t.numel(); ++i) p->add_string_data(t.data<std::string>()[i]);
+    return;
+  }
   std::string bytes(file_nbytes(t.dtype(), t.numel()), '\0');
   pack_elements(t.dtype(), static_cast<const uint8_t*>(t.raw()), t.numel(), reinterpret_cast<uint8_t*>(bytes.data()));
   p->set_raw_data(std::move(bytes));

@@ -101,7 +101,14 @@ void validate_tensor(const TensorProto& t) {
     numel = *n;
   }
   DType dtype = dtype_from_onnx(type);
-  if (dtype == DType::kUndefined) return;  // strings, complex, float6: refused as unsupported where they are used
+  if (dtype == DType::kUndefined) return;  // complex, float6: refused as unsupported where they are used
+  if (dtype == DType::kString) {
+    ANVIL_CHECK(t.data_location() != TensorProto::EXTERNAL && !t.has_raw_data(), ErrorKind::kInvalidModel,
+                "string tensor '{}' must keep its strings in string_data", name);
+    ANVIL_CHECK(t.string_data_size() == numel, ErrorKind::kInvalidModel,
+                "string tensor '{}' holds {} strings but its dims need {}", name, t.string_data_size(), numel);
+    return;
+  }
   auto nbytes = mul_overflow_free(numel, static_cast<int64_t>(dtype_size(dtype)));
   ANVIL_CHECK(nbytes, ErrorKind::kInvalidModel, "tensor '{}': its byte size overflows int64", name);
   *nbytes = static_cast<int64_t>(file_nbytes(dtype, numel));  // packed 4- and 2-bit types take fewer

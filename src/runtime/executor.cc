@@ -171,7 +171,8 @@ std::vector<Tensor> GraphExecutor::execute(PlanEntry& entry, const std::vector<T
   if (profile) profile->total_us = micros_between(run_start, ProfileClock::now());
   for (const auto& copy : plan.final_copies) {
     const int k = copy.first, slot = copy.second;
-    if (plan.slots[slot].kind == Slot::Kind::kDynamic || views[slot].is_sequence() || views[slot].empty()) {
+    if (plan.slots[slot].kind == Slot::Kind::kDynamic || views[slot].is_sequence() || views[slot].empty() ||
+        views[slot].dtype() == DType::kString) {
       // A tensor the run allocated: handed over, or copied when another output has it already.
       bool shared = std::any_of(outputs.begin(), outputs.end(),
                                 [&](const Tensor& o) { return !o.empty() && o.raw() == views[slot].raw(); });

@@ -188,8 +188,11 @@ class PlanBuilder {
       add_dynamic_step(node, constants, in_slots, index);  // its shapes depend on run-time values
       return;
     }
-    if (prepared.kernel->allocates_outputs()) {
-      add_dynamic_step(node, constants, in_slots, index);  // sequences and optionals: made per run
+    const bool string_outputs = std::any_of(prepared.output_types.begin(), prepared.output_types.end(),
+                                            [](const TensorType& t) { return t.dtype == DType::kString; });
+    if (prepared.kernel->allocates_outputs() || string_outputs) {
+      // Sequences, optionals and strings (objects, not bytes in the arena): made per run.
+      add_dynamic_step(node, constants, in_slots, index);
       return;
     }
     check_output_count(node, prepared);

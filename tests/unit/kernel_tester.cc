@@ -59,7 +59,9 @@ KernelResult run_kernel_full(const std::string& op, const std::vector<Tensor>& i
   result.impl = kernel->impl_name();
   kernels::RunContext rctx;
   for (const Tensor& t : inputs) rctx.inputs.push_back(t.empty() ? nullptr : &t);
-  for (const auto& ot : out_types) result.outputs.emplace_back(ot.dtype, ot.shape);
+  // Kernels that allocate their outputs (data-sized, strings) get empty tensors, as in the executor.
+  for (const auto& ot : out_types)
+    result.outputs.push_back(kernel->allocates_outputs() ? Tensor() : Tensor(ot.dtype, ot.shape));
   for (Tensor& t : result.outputs) rctx.outputs.push_back(&t);
   std::vector<unsigned char> scratch_storage(kernel->scratch_bytes() + 64);
   void* scratch = scratch_storage.data();

@@ -43,6 +43,13 @@ std::string compare(const Tensor& got, const Tensor& want) {
   if (got.dtype() != want.dtype()) return fmt::format("dtype {} != expected {}", dtype_name(got.dtype()), dtype_name(want.dtype()));
   if (got.shape() != want.shape()) return fmt::format("shape {} != expected {}", shape_str(got.shape()), shape_str(want.shape()));
   bool exact = !dtype_is_float(got.dtype());
+  if (got.dtype() == DType::kString) {
+    for (int64_t i = 0; i < got.numel(); ++i)
+      if (got.data<std::string>()[i] != want.data<std::string>()[i])
+        return fmt::format("element {}: got \"{}\" expected \"{}\"", i, got.data<std::string>()[i],
+                           want.data<std::string>()[i]);
+    return "";
+  }
   if (got.dtype() == DType::kInt64 || got.dtype() == DType::kUInt64)
     return std::memcmp(got.raw(), want.raw(), got.nbytes()) == 0 ? "" : "integer values differ";
   for (int64_t i = 0; i < got.numel(); ++i) {

@@ -1,12 +1,18 @@
 // BitCast (opset 26) reinterprets the bits of one type as another of the same
-// width. Cast and CastLike convert among every element type Anvil has: the classic ones
-// through C++ conversions with ONNX's rules spelled out (float to integer
-// truncates, NaN gives 0, integers wrap), and the 8-, 4- and 2-bit types
+// width. Cast and CastLike convert among every element type Anvil has: the
+// classic ones through C++ conversions with ONNX's rules spelled out (float to
+// integer truncates, NaN gives 0, integers wrap); the 8-, 4- and 2-bit types
 // through core/low_precision.h (round to nearest even, `saturate`, E8M0's
-// `round_mode`).
+// `round_mode`); strings: numbers print as numpy prints them (shortest
+// round-trip floats, True and False), and strings parse as decimal or
+// scientific numbers, INF, -INF or NaN in any case (anything else is 0).
+#include <cerrno>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
+
+#include <fmt/format.h>
 
 #include "core/low_precision.h"
 #include "kernels/ref/common.h"
@@ -86,6 +92,28 @@ Scalar read_scalar(const Tensor& t, int64_t at) {
   });
 }
 
+// A string as a number: an integer literal exactly, anything else through strtod.
+Scalar parse_scalar(const std::string& s) {
+  const char* p = s.c_str();
+  char* end = nullptr;
+  errno = 0;
+  const long long i = std::strtoll(p, &end, 10);
+  if (end != p && *end == '\0' && errno == 0) return {Scalar::kSigned, 0, static_cast<int64_t>(i)};
+  const double d = std::strtod(p, &end);
+  return {Scalar::kFloat, end != p ? d : 0.0};
+}
+
+std::string format_scalar(const Tensor& t, int64_t at) {
+  const DType d = t.dtype();
+  if (d == DType::kBool) return t.data<bool>()[at] ? "True" : "False";
+  if (d == DType::kFloat32) return fmt::format("{}", t.data<float>()[at]);
+  if (d == DType::kFloat16 || d == DType::kBFloat16 || dtype_is_float8_or_4(d))
+    return fmt::format("{}", static_cast<float>(element_as_double(t, at)));
+  const Scalar s = read_scalar(t, at);
+  if (s.kind == Scalar::kFloat) return fmt::format("{}", s.f);
+  return s.kind == Scalar::kSigned ? std::to_string(s.i) : std::to_string(s.u);
+}
+
 struct LowPrecisionOptions {
   bool saturate = true;
   RoundMode round = RoundMode::kUp;
@@ -133,7 +161,6 @@ class CastKernel : public Kernel {
     } else {
       ANVIL_PREPARE_CHECK(ctx, ctx.attrs().has("to"), ErrorKind::kInvalidModel, "attribute 'to' is required");
       const int64_t code = ctx.attrs().get_int("to", 0);
-      ANVIL_PREPARE_CHECK(ctx, code != 8, ErrorKind::kUnsupported, "casting to string is not supported");
       to_ = dtype_from_onnx_code(code);
       ANVIL_PREPARE_CHECK(ctx, to_ != DType::kUndefined, ErrorKind::kUnsupported,
                           "casting to ONNX data type {} is not supported", code);
@@ -151,6 +178,14 @@ class CastKernel : public Kernel {
       return;
     }
     const int64_t n = in.numel();
+    if (to_ == DType::kString) {
+      for (int64_t i = 0; i < n; ++i) out.data<std::string>()[i] = format_scalar(in, i);
+      return;
+    }
+    if (from_ == DType::kString) {
+      for (int64_t i = 0; i < n; ++i) write_scalar(out, i, parse_scalar(in.data<std::string>()[i]), options_);
+      return;
+    }
     if (dtype_is_low_precision(from_) || dtype_is_low_precision(to_)) {
       for (int64_t i = 0; i < n; ++i) write_scalar(out, i, read_scalar(in, i), options_);
       return;
@@ -193,9 +228,9 @@ ANVIL_REGISTER_OP_VERSIONS("Cast", 6, 28);
 ANVIL_REGISTER_OP_VERSIONS("CastLike", 15, 25);
 ANVIL_REGISTER_KERNEL_TYPED("Cast", kRef, [](const ir::Node& n) -> std::unique_ptr<Kernel> {
   return std::make_unique<CastKernel>(n, false);
-}, {kAnyDType});
+}, {kAnyDType | kStringType});
 ANVIL_REGISTER_KERNEL_TYPED("CastLike", kRef, [](const ir::Node& n) -> std::unique_ptr<Kernel> {
   return std::make_unique<CastKernel>(n, true);
-}, {kAnyDType, kAnyDType});
+}, {kAnyDType | kStringType, kAnyDType | kStringType});
 
 }  // namespace anvil::kernels
