@@ -100,6 +100,18 @@ TEST(GroupNormalization, PerGroupMomentsPerChannelAffine) {
             ErrorKind::kInvalidArgument);
 }
 
+// Zero offsets are a plain convolution; an offset of half a pixel interpolates.
+TEST(DeformConv, OffsetsShiftTheTaps) {
+  Tensor x = f32({1, 1, 2, 2}, {1, 2, 3, 4}), w = f32({1, 1, 1, 1}, {2});
+  std::vector<Tensor> y = run_kernel("DeformConv", {x, w, f32({1, 2, 2, 2}, {0, 0, 0, 0, 0, 0, 0, 0})}, {}, opset(19));
+  EXPECT_EQ(values<float>(y[0]), (std::vector<float>{2, 4, 6, 8}));
+  // +0.5 along w: (0, 0.5) -> 1.5, (0, 1.5) half outside -> 1, (1, 0.5) -> 3.5, (1, 1.5) -> 2.
+  y = run_kernel("DeformConv", {x, w, f32({1, 2, 2, 2}, {0, 0, 0, 0, 0.5f, 0.5f, 0.5f, 0.5f})}, {}, opset(19));
+  EXPECT_EQ(values<float>(y[0]), (std::vector<float>{3, 2, 7, 4}));
+  EXPECT_EQ(error_kind_of([&] { run_kernel("DeformConv", {x, w, f32({1, 2, 1, 1}, {0, 0})}, {}, opset(19)); }),
+            ErrorKind::kInvalidArgument);
+}
+
 TEST(LpPool, SumsPowersOfTheWindow) {
   ir::Attributes a = attrs({{"kernel_shape", std::vector<int64_t>{2}}, {"p", int64_t{1}}});
   std::vector<Tensor> y = run_kernel("LpPool", {f32({1, 1, 3}, {1, -2, 3})}, a, opset(18));

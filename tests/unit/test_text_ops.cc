@@ -128,6 +128,32 @@ TEST(LabelEncoder, MapsKeysToValuesWithADefault) {
   EXPECT_EQ(error_kind_of([&] { run_kernel("LabelEncoder", {str({1}, {"a"})}, a, ml(4)); }), ErrorKind::kInvalidModel);
 }
 
+// One tree: x0 <= 0.5 goes to the true branch, else to leaf 1 (weight 2, target 1).
+ir::Attributes one_tree(bool true_is_leaf) {
+  Tensor modes = make_tensor<uint8_t>(DType::kUInt8, {1}, {0});
+  return attrs({{"n_targets", int64_t{2}},
+                {"nodes_featureids", std::vector<int64_t>{0}},
+                {"nodes_modes", modes},
+                {"nodes_splits", f32({1}, {0.5f})},
+                {"nodes_truenodeids", std::vector<int64_t>{0}},
+                {"nodes_trueleafs", std::vector<int64_t>{true_is_leaf ? 1 : 0}},
+                {"nodes_falsenodeids", std::vector<int64_t>{1}},
+                {"nodes_falseleafs", std::vector<int64_t>{1}},
+                {"leaf_targetids", std::vector<int64_t>{0, 1}},
+                {"leaf_weights", f32({2}, {1, 2})},
+                {"tree_roots", std::vector<int64_t>{0}}});
+}
+
+TEST(TreeEnsemble, WalksToLeavesAndRefusesCycles) {
+  // The true branch is leaf 0 (weight 1, target 0).
+  std::vector<Tensor> y = run_kernel("TreeEnsemble", {f32({2, 1}, {0.25f, 0.75f})}, one_tree(true), ml(5));
+  EXPECT_EQ(y[0].shape(), (Shape{2, 2}));
+  EXPECT_EQ(values<float>(y[0]), (std::vector<float>{1, 0, 0, 2}));
+  // The true branch is node 0 itself: a row going there never reaches a leaf.
+  EXPECT_EQ(error_kind_of([&] { run_kernel("TreeEnsemble", {f32({1, 1}, {0.25f})}, one_tree(false), ml(5)); }),
+            ErrorKind::kInvalidModel);
+}
+
 TEST(ArrayFeatureExtractor, PicksColumns) {
   std::vector<Tensor> y =
       run_kernel("ArrayFeatureExtractor", {f32({2, 3}, {1, 2, 3, 4, 5, 6}), i64({2}, {2, 0})}, {}, ml(1));

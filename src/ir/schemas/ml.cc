@@ -28,6 +28,12 @@ struct Registrations {
       ctx.set_output(0, Type::tensor(ctx.dtype(0)));
     }));
     r.add(OpSchema("Binarizer", kMl).infer(same_as_input(0)));
+    // TreeEnsemble: [N, n_targets] in X's type.
+    r.add(OpSchema("TreeEnsemble", kMl).infer([](InferContext& ctx) {
+      const SymShape& x = ctx.dims(0);
+      if (x.size() != 2) ctx.fail_input("X {} must be [N, features]", dims_str(x));
+      ctx.set_output(0, Type::tensor(ctx.dtype(0), SymShape{x[0], Dim::known(ctx.attr_int("n_targets"))}));
+    }));
   }
 };
 const Registrations registrations;

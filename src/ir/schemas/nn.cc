@@ -539,6 +539,15 @@ struct Registrations {
                 .infer(infer_recurrent));
     r.add(OpSchema("MaxUnpool").required_attr("kernel_shape").infer(infer_max_unpool));
     r.add(OpSchema("GridSample").inputs({kFloatLike, kFloatLike}).infer(infer_grid_sample));
+    // DeformConv: Y [N, M, offset's spatial dims] like X; the kernel checks the geometry.
+    r.add(OpSchema("DeformConv").inputs({kFloatLike}).infer([](InferContext& ctx) {
+      const SymShape &x = ctx.dims(0), &w = ctx.dims(1), &off = ctx.dims(2);
+      if (x.size() < 3 || w.size() != x.size() || off.size() != x.size())
+        ctx.fail_input("X {}, W {} and offset {} must share a rank >= 3", dims_str(x), dims_str(w), dims_str(off));
+      SymShape out{x[0], w[0]};
+      out.insert(out.end(), off.begin() + 2, off.end());
+      ctx.set_output(0, Type::tensor(ctx.dtype(0), out));
+    }));
     r.add(OpSchema("Col2Im").inputs({kAll, dtype_bit(DType::kInt64), dtype_bit(DType::kInt64)}).infer(infer_col2im));
     r.add(OpSchema("AffineGrid").inputs({kFloatLike, dtype_bit(DType::kInt64)}).attr("align_corners", int64_t{0}).infer(infer_affine_grid));
     r.add(OpSchema("Resize").attr("mode", std::string("nearest")).attr("keep_aspect_ratio_policy", std::string("stretch")).infer(infer_resize));

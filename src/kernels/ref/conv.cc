@@ -312,7 +312,110 @@ class Col2ImKernel : public Kernel {
   std::vector<int64_t> image_, block_, dilations_, strides_, pads_, blocks_;
 };
 
+// DeformConv (opsets 19, 22; 2-D): a convolution whose every tap reads X at
+// its position plus a learned offset (per offset group, tap and output
+// pixel), by bilinear interpolation with zeros outside, scaled by an optional
+// mask. Offsets are [N, offset_group * kH * kW * 2 (h then w), oH, oW].
+class DeformConvKernel : public Kernel {
+ public:
+  explicit DeformConvKernel(const ir::Node& node)
+      : group_(node.attrs.get_int("group", 1)), offset_group_(node.attrs.get_int("offset_group", 1)) {}
+
+  std::vector<TensorType> prepare(const PrepareContext& ctx) override {
+    const Shape &x = ctx.input_shape(0), &w = ctx.input_shape(1), &off = ctx.input_shape(2);
+    ANVIL_PREPARE_CHECK(ctx, x.size() == 4 && w.size() == 4 && off.size() == 4, ErrorKind::kUnsupported,
+                        "only 2-D deformable convolutions are supported (X {}, W {}, offset {})", shape_str(x),
+                        shape_str(w), shape_str(off));
+    ANVIL_PREPARE_CHECK(ctx, group_ > 0 && offset_group_ > 0 && x[1] == w[1] * group_ && w[0] % group_ == 0 &&
+                                 x[1] % offset_group_ == 0,
+                        ErrorKind::kInvalidArgument, "X {} and W {} do not fit group {} and offset_group {}",
+                        shape_str(x), shape_str(w), group_, offset_group_);
+    kernel_ = {w[2], w[3]};
+    strides_ = ctx.attrs().get_ints("strides", {1, 1});
+    dilations_ = ctx.attrs().get_ints("dilations", {1, 1});
+    pads_ = ctx.attrs().get_ints("pads", {0, 0, 0, 0});
+    ANVIL_PREPARE_CHECK(ctx, strides_.size() == 2 && dilations_.size() == 2 && pads_.size() == 4,
+                        ErrorKind::kInvalidModel, "strides, dilations and pads must have 2, 2 and 4 entries");
+    const int64_t taps = kernel_[0] * kernel_[1];
+    Shape out{x[0], w[0], off[2], off[3]};
+    for (int d = 0; d < 2; ++d) {
+      const int64_t span = (kernel_[static_cast<size_t>(d)] - 1) * dilations_[static_cast<size_t>(d)] + 1;
+      const int64_t size = (x[2 + d] + pads_[static_cast<size_t>(d)] + pads_[static_cast<size_t>(d) + 2] - span) /
+                               strides_[static_cast<size_t>(d)] + 1;
+      ANVIL_PREPARE_CHECK(ctx, out[2 + static_cast<size_t>(d)] == size, ErrorKind::kInvalidArgument,
+                          "offset {} does not match the {} output of the convolution", shape_str(off), size);
+    }
+    ANVIL_PREPARE_CHECK(ctx, off[0] == x[0] && off[1] == offset_group_ * taps * 2, ErrorKind::kInvalidArgument,
+                        "offset {} must be [{}, {}, oH, oW]", shape_str(off), x[0], offset_group_ * taps * 2);
+    if (ctx.has_input(3))
+      ANVIL_PREPARE_CHECK(ctx, ctx.input_shape(3) == Shape{w[0]}, ErrorKind::kInvalidArgument, "B {} must be [{}]",
+                          shape_str(ctx.input_shape(3)), w[0]);
+    if (ctx.has_input(4))
+      ANVIL_PREPARE_CHECK(ctx, ctx.input_shape(4) == (Shape{x[0], offset_group_ * taps, off[2], off[3]}),
+                          ErrorKind::kInvalidArgument, "mask {} must be [{}, {}, {}, {}]", shape_str(ctx.input_shape(4)),
+                          x[0], offset_group_ * taps, off[2], off[3]);
+    return {{ctx.input_dtype(0), out}};
+  }
+
+  void run(const RunContext& ctx) const override {
+    dispatch_float(ctx.in(0).dtype(), [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      compute<T>(ctx);
+    });
+  }
+
+ private:
+  template <typename T>
+  static T sample(const T* plane, int64_t h, int64_t w, T y, T x) {
+    const auto y0 = static_cast<int64_t>(std::floor(y)), x0 = static_cast<int64_t>(std::floor(x));
+    const T fy = y - static_cast<T>(y0), fx = x - static_cast<T>(x0);
+    auto at = [&](int64_t r, int64_t c) { return r >= 0 && r < h && c >= 0 && c < w ? plane[r * w + c] : T(0); };
+    return (1 - fy) * ((1 - fx) * at(y0, x0) + fx * at(y0, x0 + 1)) + fy * ((1 - fx) * at(y0 + 1, x0) + fx * at(y0 + 1, x0 + 1));
+  }
+
+  template <typename T>
+  void compute(const RunContext& ctx) const {
+    const Tensor &x = ctx.in(0), &w = ctx.in(1), &off = ctx.in(2);
+    const Tensor* bias = ctx.inputs.size() > 3 ? ctx.inputs[3] : nullptr;
+    const Tensor* mask = ctx.inputs.size() > 4 ? ctx.inputs[4] : nullptr;
+    Tensor& y = ctx.out(0);
+    const int64_t n = x.shape()[0], c = x.shape()[1], h = x.shape()[2], wd = x.shape()[3];
+    const int64_t m = w.shape()[0], cg = w.shape()[1], mg = m / group_, c_per_og = c / offset_group_;
+    const int64_t oh = y.shape()[2], ow = y.shape()[3], kh = kernel_[0], kw = kernel_[1], taps = kh * kw;
+    const T *px = x.data<T>(), *pw = w.data<T>(), *po = off.data<T>();
+    T* py = y.data<T>();
+    for (int64_t b = 0; b < n; ++b)
+      for (int64_t oc = 0; oc < m; ++oc)
+        for (int64_t i = 0; i < oh; ++i)
+          for (int64_t j = 0; j < ow; ++j) {
+            T acc = bias ? bias->data<T>()[oc] : T(0);
+            for (int64_t ci = 0; ci < cg; ++ci) {
+              const int64_t ic = (oc / mg) * cg + ci, og = ic / c_per_og;
+              const T* plane = px + (b * c + ic) * h * wd;
+              for (int64_t t = 0; t < taps; ++t) {
+                const int64_t ki = t / kw, kj = t % kw;
+                const int64_t ch = ((og * taps + t) * 2) * oh * ow + i * ow + j;
+                const T dy = po[b * offset_group_ * taps * 2 * oh * ow + ch];
+                const T dx = po[b * offset_group_ * taps * 2 * oh * ow + ch + oh * ow];
+                const T sy = static_cast<T>(i * strides_[0] - pads_[0] + ki * dilations_[0]) + dy;
+                const T sx = static_cast<T>(j * strides_[1] - pads_[1] + kj * dilations_[1]) + dx;
+                T v = std::isfinite(sy) && std::isfinite(sx) && std::fabs(sy) < T(1e9) && std::fabs(sx) < T(1e9)
+                          ? sample(plane, h, wd, sy, sx) : T(0);
+                if (mask) v *= mask->data<T>()[((b * offset_group_ + og) * taps + t) * oh * ow + i * ow + j];
+                acc += v * pw[(oc * cg + ci) * taps + t];
+              }
+            }
+            py[((b * m + oc) * oh + i) * ow + j] = acc;
+          }
+  }
+
+  int64_t group_, offset_group_;
+  std::vector<int64_t> kernel_, strides_, dilations_, pads_;
+};
+
 ANVIL_REGISTER_KERNEL_CLASS("Conv", kRef, ConvKernel);
+ANVIL_REGISTER_OP_VERSIONS("DeformConv", 19, 22);
+ANVIL_REGISTER_KERNEL_CLASS_TYPED("DeformConv", kRef, DeformConvKernel, {kFloats});
 ANVIL_REGISTER_OP_VERSIONS("Col2Im", 18, 18);
 ANVIL_REGISTER_KERNEL_CLASS_TYPED("Col2Im", kRef, Col2ImKernel, {kFloats, dtype_bit(DType::kInt64), dtype_bit(DType::kInt64)});
 ANVIL_REGISTER_KERNEL_CLASS("ConvTranspose", kRef, ConvTransposeKernel);

@@ -98,7 +98,7 @@ class ReduceKernel : public Kernel {
     DType d = ctx.input_dtype(0);
     const bool bool_extreme =
         d == DType::kBool && ctx.opset() >= 20 && (r_ == Reduction::kMax || r_ == Reduction::kMin);
-    ANVIL_PREPARE_CHECK(ctx, dtype_in(d, kNumeric) || bool_extreme, ErrorKind::kUnsupported,
+    ANVIL_PREPARE_CHECK(ctx, dtype_in(d, kNumeric | kHalfs) || bool_extreme, ErrorKind::kUnsupported,
                         "dtype {} is not supported", dtype_name(d));
     const Shape& x = ctx.input_shape(0);
     const int64_t rank = static_cast<int64_t>(x.size());
@@ -129,6 +129,9 @@ class ReduceKernel : public Kernel {
   }
 
   void run(const RunContext& ctx) const override {
+    if (dtype_in(ctx.in(0).dtype(), kHalfs))  // 16-bit floats: in float32, rounded once
+      return via_float32({&ctx.in(0)}, ctx.out(0),
+                         [&](const auto& w, float* y) { compute<float>(w[0].data(), y, ctx.out(0).numel()); });
     if (ctx.in(0).dtype() == DType::kBool) {  // max/min of bytes 0 and 1; an empty min gives 255: true
       auto* y = static_cast<uint8_t*>(ctx.out(0).raw());
       compute<uint8_t>(static_cast<const uint8_t*>(ctx.in(0).raw()), y, ctx.out(0).numel());

@@ -24,7 +24,8 @@ class SoftmaxKernel : public Kernel {
     ANVIL_PREPARE_CHECK(ctx, ctx.num_inputs() == 1 && ctx.has_input(0), ErrorKind::kInvalidModel,
                         "expects 1 input, got {}", ctx.num_inputs());
     DType d = ctx.input_dtype(0);
-    ANVIL_PREPARE_CHECK(ctx, dtype_in(d, kFloats), ErrorKind::kUnsupported, "dtype {} is not supported", dtype_name(d));
+    ANVIL_PREPARE_CHECK(ctx, dtype_in(d, kFloats | kHalfs), ErrorKind::kUnsupported, "dtype {} is not supported",
+                        dtype_name(d));
     const Shape& x = ctx.input_shape(0);
     const int64_t rank = static_cast<int64_t>(x.size());
     const bool legacy = ctx.opset() < 13;
@@ -49,6 +50,8 @@ class SoftmaxKernel : public Kernel {
   }
 
   void run(const RunContext& ctx) const override {
+    if (dtype_in(ctx.in(0).dtype(), kHalfs))  // 16-bit floats: in float32, rounded once
+      return via_float32({&ctx.in(0)}, ctx.out(0), [&](const auto& w, float* y) { compute<float>(w[0].data(), y); });
     if (ctx.in(0).dtype() == DType::kFloat32) compute<float>(ctx.in(0).data<float>(), ctx.out(0).data<float>());
     else compute<double>(ctx.in(0).data<double>(), ctx.out(0).data<double>());
   }
