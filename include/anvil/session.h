@@ -32,7 +32,8 @@ struct SessionOptions {
 
 struct ValueInfo {
   std::string name;
-  DType dtype = DType::kUndefined;
+  DType dtype = DType::kUndefined;  // of the tensor, or of a sequence's or optional's elements
+  ValueKind kind = ValueKind::kTensor;
   Shape shape;  // -1 for a dimension the model leaves symbolic
   std::vector<std::string> dim_names;  // per dimension: its symbol ("batch"), or "" when it has none
   bool rank_known = true;              // false: neither the model nor inference gives a shape

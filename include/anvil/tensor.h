@@ -104,6 +104,11 @@ class Tensor {
   std::shared_ptr<const std::vector<Tensor>> items_;  // set for a sequence
 };
 
+// What a graph input or output holds: a tensor, a sequence of tensors, or an
+// optional (which may hold nothing: an empty() Tensor) of either.
+enum class ValueKind { kTensor, kSequence, kOptionalTensor, kOptionalSequence };
+const char* value_kind_name(ValueKind kind);
+
 // Element `i` of a dense tensor as a double: every numeric dtype, the 16-, 8-
 // and 4-bit floats decoded, bool as 0 or 1 (64-bit integers beyond 2^53 round).
 double element_as_double(const Tensor& t, int64_t i);

@@ -20,6 +20,13 @@ Tensor parse_tensor_pb(const std::string& bytes, const std::string& label, const
 Tensor parse_tensor_npy(const std::string& bytes, const std::string& label);
 
 void write_tensor_pb(const std::string& path, const Tensor& tensor, const std::string& name);
+
+// A graph input or output of any kind as a .pb file: a TensorProto, a
+// SequenceProto (of tensors) or an OptionalProto, as `kind` says. A sequence
+// read empty takes `elem` as its element type.
+Tensor read_value_pb(const std::string& path, ValueKind kind, DType elem = DType::kUndefined,
+                     std::string* name = nullptr);
+void write_value_pb(const std::string& path, const Tensor& value, const std::string& name, ValueKind kind);
 void write_tensor_npy(const std::string& path, const Tensor& tensor);
 
 }  // namespace anvil

@@ -65,6 +65,16 @@ bool dtype_is_float(DType dtype) {
          dtype == DType::kBFloat16;
 }
 
+const char* value_kind_name(ValueKind kind) {
+  switch (kind) {
+    case ValueKind::kTensor: return "tensor";
+    case ValueKind::kSequence: return "sequence";
+    case ValueKind::kOptionalTensor: return "optional tensor";
+    case ValueKind::kOptionalSequence: return "optional sequence";
+  }
+  return "value";
+}
+
 double element_as_double(const Tensor& t, int64_t i) {
   const void* p = t.raw();
   switch (t.dtype()) {

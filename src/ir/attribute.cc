@@ -52,6 +52,8 @@ const Tensor* Attributes::get_tensor(const std::string& name) const {
   return get_as<Tensor>(values_, name, "a tensor");
 }
 
+const Type* Attributes::get_type(const std::string& name) const { return get_as<Type>(values_, name, "a type"); }
+
 Graph* Attributes::get_graph(const std::string& name) const {
   const GraphPtr* p = get_as<GraphPtr>(values_, name, "a graph");
   return p ? p->get() : nullptr;

@@ -8,16 +8,18 @@
 #include <vector>
 
 #include "anvil/tensor.h"
+#include "ir/type.h"
 
 namespace anvil::ir {
 
 class Graph;
 using GraphPtr = std::shared_ptr<Graph>;
 
-// Graph attributes (If's branches, Loop's and Scan's bodies) own their subgraph.
+// Graph attributes (If's branches, Loop's and Scan's bodies) own their
+// subgraph; type attributes (Optional's `type`) are IR types.
 using AttrValue = std::variant<int64_t, float, std::string, std::vector<int64_t>,
                                std::vector<float>, std::vector<std::string>, Tensor, GraphPtr,
-                               std::vector<GraphPtr>>;
+                               std::vector<GraphPtr>, Type>;
 
 class Attributes {
  public:
@@ -34,6 +36,7 @@ class Attributes {
   std::vector<float> get_floats(const std::string& name, std::vector<float> fallback = {}) const;
   std::vector<std::string> get_strings(const std::string& name, std::vector<std::string> fallback = {}) const;
   const Tensor* get_tensor(const std::string& name) const;
+  const Type* get_type(const std::string& name) const;
   // The subgraph attribute `name`, or nullptr.
   Graph* get_graph(const std::string& name) const;
   // Every subgraph held by these attributes (GRAPH and GRAPHS kinds).

@@ -183,6 +183,12 @@ class GraphImporter {
       case A::STRINGS: return std::vector<std::string>(a.strings().begin(), a.strings().end());
       case A::TENSOR: return tensor_from_proto(a.t(), base_dir_);
       case A::GRAPH: return subgraph(a.g(), graph, node);
+      case A::TYPE_PROTO: {
+        std::optional<ir::Type> type = type_from_onnx(a.tp());
+        ANVIL_CHECK(type.has_value(), ErrorKind::kUnsupported, "node {}: attribute '{}' names a type Anvil does not carry",
+                    node_label(n), a.name());
+        return *type;
+      }
       case A::GRAPHS: {
         std::vector<ir::GraphPtr> graphs;
         for (const auto& g : a.graphs()) graphs.push_back(subgraph(g, graph, node));
@@ -190,7 +196,7 @@ class GraphImporter {
       }
       default:
         fail(ErrorKind::kUnsupported, "node {}: attribute '{}' has a kind Anvil does not support (sparse tensors, "
-             "type protos)", node_label(n), a.name());
+             "lists of types)", node_label(n), a.name());
     }
   }
 

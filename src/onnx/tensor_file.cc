@@ -3,6 +3,7 @@
 #include <fstream>
 #include <sstream>
 
+#include <onnx/onnx-data_pb.h>
 #include <onnx/onnx_pb.h>
 
 #include "anvil/tensor_io.h"
@@ -158,6 +159,79 @@ void write_tensor_pb(const std::string& path, const Tensor& tensor, const std::s
   std::ofstream out(path, std::ios::binary);
   ANVIL_CHECK(out.good(), ErrorKind::kInvalidArgument, "cannot write '{}'", path);
   ANVIL_CHECK(proto.SerializeToOstream(&out), ErrorKind::kInvalidArgument, "cannot write '{}'", path);
+}
+
+namespace {
+
+// SequenceProto / OptionalProto element kinds.
+constexpr int kElemTensor = 1, kElemSequence = 3;
+
+Tensor tensor_in(const onnx::TensorProto& p, const std::string& label, const std::string& dir) {
+  try {
+    return onnx_io::tensor_from_proto(p, dir);
+  } catch (const Error& e) {
+    throw Error(e.kind() == ErrorKind::kOutOfMemory ? e.kind() : ErrorKind::kInvalidArgument, label + ": " + e.what());
+  }
+}
+
+Tensor sequence_in(const onnx::SequenceProto& p, DType elem, const std::string& label, const std::string& dir) {
+  ANVIL_CHECK(p.elem_type() == kElemTensor || (p.elem_type() == 0 && p.tensor_values_size() == 0),
+              ErrorKind::kUnsupported, "'{}': a sequence of element kind {}; Anvil reads sequences of tensors", label,
+              p.elem_type());
+  std::vector<Tensor> items;
+  for (const auto& t : p.tensor_values()) items.push_back(tensor_in(t, label, dir));
+  for (const Tensor& t : items)
+    ANVIL_CHECK(t.dtype() == items[0].dtype(), ErrorKind::kInvalidArgument, "'{}': the sequence mixes {} and {}",
+                label, dtype_name(items[0].dtype()), dtype_name(t.dtype()));
+  return Tensor::sequence(items.empty() ? elem : items[0].dtype(), std::move(items));
+}
+
+void save(const google::protobuf::MessageLite& m, const std::string& path) {
+  std::ofstream out(path, std::ios::binary);
+  ANVIL_CHECK(out.good(), ErrorKind::kInvalidArgument, "cannot write '{}'", path);
+  ANVIL_CHECK(m.SerializeToOstream(&out), ErrorKind::kInvalidArgument, "cannot write '{}'", path);
+}
+
+void sequence_out(const Tensor& value, const std::string& name, onnx::SequenceProto* p) {
+  p->set_name(name);
+  p->set_elem_type(kElemTensor);
+  for (const Tensor& t : value.items()) onnx_io::tensor_to_proto(t, "", p->add_tensor_values());
+}
+
+}  // namespace
+
+Tensor read_value_pb(const std::string& path, ValueKind kind, DType elem, std::string* name) {
+  if (kind == ValueKind::kTensor) return read_tensor_pb(path, name);
+  const std::string dir = std::filesystem::absolute(path).parent_path().string();
+  const std::string bytes = read_file(path);
+  if (kind == ValueKind::kSequence) {
+    onnx::SequenceProto p;
+    ANVIL_CHECK(p.ParseFromString(bytes), ErrorKind::kInvalidArgument, "'{}' is not a SequenceProto (.pb) file", path);
+    if (name) *name = p.name();
+    return sequence_in(p, elem, path, dir);
+  }
+  onnx::OptionalProto p;
+  ANVIL_CHECK(p.ParseFromString(bytes), ErrorKind::kInvalidArgument, "'{}' is not an OptionalProto (.pb) file", path);
+  if (name) *name = p.name();
+  if (p.has_tensor_value()) return tensor_in(p.tensor_value(), path, dir);
+  if (p.has_sequence_value()) return sequence_in(p.sequence_value(), elem, path, dir);
+  return Tensor();  // no value
+}
+
+void write_value_pb(const std::string& path, const Tensor& value, const std::string& name, ValueKind kind) {
+  if (kind == ValueKind::kTensor) return write_tensor_pb(path, value, name);
+  if (kind == ValueKind::kSequence) {
+    ANVIL_CHECK(value.is_sequence(), ErrorKind::kInternal, "'{}': a sequence output holds a tensor", path);
+    onnx::SequenceProto p;
+    sequence_out(value, name, &p);
+    return save(p, path);
+  }
+  onnx::OptionalProto p;
+  p.set_name(name);
+  p.set_elem_type(kind == ValueKind::kOptionalSequence ? kElemSequence : kElemTensor);
+  if (value.is_sequence()) sequence_out(value, "", p.mutable_sequence_value());
+  else if (!value.empty()) onnx_io::tensor_to_proto(value, "", p.mutable_tensor_value());
+  save(p, path);
 }
 
 void write_tensor_npy(const std::string& path, const Tensor& tensor) {

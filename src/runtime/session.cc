@@ -40,9 +40,26 @@ int default_threads() {
 }
 
 ValueInfo info_of(const ir::Value* v) {
-  ValueInfo info{v->name, v->dtype(), v->type.has_shape() ? v->type.shape_or_minus_one() : Shape{}, {}};
-  for (const ir::Dim& d : v->type.dims()) info.dim_names.push_back(d.symbol);
-  info.rank_known = v->type.has_shape();
+  // Sequences and optionals: the kind, and their (innermost) element's type.
+  ir::Type t = v->type;
+  ValueKind kind = ValueKind::kTensor;
+  if (t.kind() == ir::TypeKind::kOptional) {
+    t = t.element();
+    kind = t.kind() == ir::TypeKind::kSequence ? ValueKind::kOptionalSequence : ValueKind::kOptionalTensor;
+  }
+  if (t.kind() == ir::TypeKind::kSequence) {
+    t = t.element();
+    if (kind == ValueKind::kTensor) kind = ValueKind::kSequence;
+  }
+  const bool tensor = kind == ValueKind::kTensor || kind == ValueKind::kOptionalTensor;
+  ValueInfo info;
+  info.name = v->name;
+  info.dtype = t.is_tensor() ? t.dtype() : v->dtype();
+  info.kind = kind;
+  if (tensor && t.has_shape()) info.shape = t.shape_or_minus_one();
+  if (tensor)
+    for (const ir::Dim& d : t.dims()) info.dim_names.push_back(d.symbol);
+  info.rank_known = tensor && t.has_shape();
   return info;
 }
 
@@ -85,10 +102,6 @@ Session Session::from_graph(std::unique_ptr<ir::Graph> graph, const SessionOptio
   for (const auto& n : graph->nodes())
     ANVIL_CHECK(kernels::Registry::global().has_op(n->domain, n->op_type), ErrorKind::kUnsupported,
                 "{}: operator {} is not supported by Anvil", n->describe(), n->op_type);
-  for (const ir::Value* v : graph->inputs())
-    ANVIL_CHECK(v->type.is_tensor() || !v->type.defined(), ErrorKind::kUnsupported,
-                "graph input '{}' has type {}; Anvil takes tensor inputs only (sequences and optionals may flow inside "
-                "the graph)", v->name, v->type.str());
   watch_for_fork();
   if (ir::verification_enabled()) ir::verify(*graph, ErrorKind::kInvalidModel, "on the imported graph");
   auto impl = std::make_unique<Impl>();
@@ -111,6 +124,27 @@ Session Session::from_graph(std::unique_ptr<ir::Graph> graph, const SessionOptio
 const std::vector<ValueInfo>& Session::inputs() const { return impl_->inputs; }
 const std::vector<ValueInfo>& Session::outputs() const { return impl_->outputs; }
 
+namespace {
+
+// A tensor for a tensor input, a sequence (of the input's element type) for a
+// sequence, and either or nothing for an optional.
+void check_kind(const ValueInfo& info, const Tensor& t) {
+  const bool optional = info.kind == ValueKind::kOptionalTensor || info.kind == ValueKind::kOptionalSequence;
+  const bool sequence = info.kind == ValueKind::kSequence || info.kind == ValueKind::kOptionalSequence;
+  if (t.empty()) {
+    ANVIL_CHECK(optional, ErrorKind::kInvalidArgument, "input '{}' ({}) has no value", info.name,
+                value_kind_name(info.kind));
+    return;
+  }
+  ANVIL_CHECK(t.is_sequence() == sequence, ErrorKind::kInvalidArgument, "input '{}' must be a {}, got a {}", info.name,
+              value_kind_name(info.kind), t.is_sequence() ? "sequence" : "tensor");
+  if (sequence && info.dtype != DType::kUndefined)
+    ANVIL_CHECK(t.dtype() == info.dtype, ErrorKind::kInvalidArgument, "input '{}' must be a sequence of {}, got one of {}",
+                info.name, dtype_name(info.dtype), dtype_name(t.dtype()));
+}
+
+}  // namespace
+
 std::vector<Tensor> Session::Impl::order_inputs(const std::map<std::string, Tensor>& given) const {
   for (const auto& given_input : given) {
     const std::string& name = given_input.first;
@@ -126,6 +160,11 @@ std::vector<Tensor> Session::Impl::order_inputs(const std::map<std::string, Tens
     auto it = given.find(info.name);
     ANVIL_CHECK(it != given.end(), ErrorKind::kInvalidArgument, "input '{}' is missing", info.name);
     const Tensor& t = it->second;
+    check_kind(info, t);
+    if (t.empty() || t.is_sequence()) {  // an optional without a value, or a sequence: its items are checked by the ops
+      ordered.push_back(t);
+      continue;
+    }
     ANVIL_CHECK(t.dtype() == info.dtype, ErrorKind::kInvalidArgument, "input '{}' must be {}, got {}", info.name,
                 dtype_name(info.dtype), dtype_name(t.dtype()));
     if (!info.shape.empty() || t.rank() == 0) {

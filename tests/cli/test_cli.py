@@ -272,3 +272,41 @@ def test_bench_profile_and_chrome_trace(anvil, tmp_path):
     for e in nodes:
         assert e["ph"] == "X" and e["dur"] >= 0 and e["name"] == "anvil.FusedConv 'conv0'", e
         assert e["args"]["output_shape"] == "[1,8,8,8]" and e["args"]["impl"], e
+
+
+# --------------------------------------------------------------------------
+# Sequences and optionals as graph inputs and outputs (SequenceProto and
+# OptionalProto files, as ONNX's test data writes them)
+# --------------------------------------------------------------------------
+
+def test_run_reads_and_writes_sequence_and_optional_files(anvil, tmp_path):
+    from onnx import helper, numpy_helper as nh, save
+    seq_f = helper.make_tensor_sequence_value_info("s", TensorProto.FLOAT, None)
+    opt_f = helper.make_value_info("o", helper.make_optional_type_proto(
+        helper.make_tensor_type_proto(TensorProto.FLOAT, None)))
+    graph = helper.make_graph(
+        [helper.make_node("SequenceInsert", ["s", "x"], ["s2"]),
+         helper.make_node("OptionalHasElement", ["o"], ["has"])],
+        "seq_io", [seq_f, helper.make_tensor_value_info("x", TensorProto.FLOAT, [2]), opt_f],
+        [helper.make_tensor_sequence_value_info("s2", TensorProto.FLOAT, None),
+         helper.make_tensor_value_info("has", TensorProto.BOOL, [])])
+    model = tmp_path / "seq_io.onnx"
+    save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), model)
+    case = tmp_path / "case"
+    case.mkdir()
+    items = [np.arange(3, dtype=np.float32), np.ones(1, np.float32)]
+    (case / "input_0.pb").write_bytes(nh.from_list(items, "s").SerializeToString())
+    write_tensor_pb(case / "input_1.pb", np.array([5, 6], np.float32), "x")
+    empty = __import__("onnx").OptionalProto(name="o", elem_type=1)  # an optional tensor without a value
+    (case / "input_2.pb").write_bytes(empty.SerializeToString())
+    out_dir = tmp_path / "out"
+    result = anvil("run", model, "--case", case, "-o", out_dir, timeout=60)
+    assert_ok(result)
+    seq = __import__("onnx").SequenceProto()
+    seq.ParseFromString((out_dir / "0" / "s2.pb").read_bytes())
+    got = nh.to_list(seq)
+    assert len(got) == 3, describe(result)
+    for g, w in zip(got, items + [np.array([5, 6], np.float32)]):
+        np.testing.assert_array_equal(g, w)
+    assert not read_tensor_pb(out_dir / "0" / "has.pb").item(), describe(result)
+    assert "sequence of 3" in result.stdout, describe(result)

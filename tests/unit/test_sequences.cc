@@ -9,6 +9,7 @@
 #include "anvil/error.h"
 #include "anvil/session.h"
 #include "ir/graph.h"
+#include "kernel_tester.h"
 
 namespace anvil {
 namespace {
@@ -209,7 +210,7 @@ TEST(Sequences, EmptyOptionalThroughALoop) {
   auto g = graph17();
   ir::Value* n = g->add_input("n", DType::kInt64, {});
   ir::Node* none = add(*g, "Optional", {});
-  none->attrs.set("type", int64_t{1});
+  none->attrs.set("type", ir::Type::tensor(DType::kFloat32));
   ir::Node* loop = g->add_node("Loop", {n, nullptr, none->output(0)}, 1, "loop");
   loop->opset = 17;
   auto body = std::make_shared<ir::Graph>();
@@ -236,7 +237,7 @@ TEST(Sequences, OptionalsWithAndWithoutAValue) {
   ir::Value* x = g->add_input("x", DType::kFloat32, {2});
   ir::Node* some = add(*g, "Optional", {x});
   ir::Node* none = add(*g, "Optional", {});
-  none->attrs.set("type", int64_t{1});
+  none->attrs.set("type", ir::Type::tensor(DType::kFloat32));
   ir::Node* has_some = add(*g, "OptionalHasElement", {some->output(0)});
   ir::Node* has_none = add(*g, "OptionalHasElement", {none->output(0)});
   ir::Node* get = add(*g, "OptionalGetElement", {some->output(0)});
@@ -252,6 +253,7 @@ TEST(Sequences, GettingFromAnEmptyOptionalIsAnInvalidArgument) {
   auto g = graph17();
   g->add_input("x", DType::kFloat32, {2});
   ir::Node* none = add(*g, "Optional", {});
+  none->attrs.set("type", ir::Type::tensor(DType::kFloat32));
   ir::Node* get = add(*g, "OptionalGetElement", {none->output(0)});
   g->add_output(get->output(0));
   Session s = Session::from_graph(std::move(g));
@@ -263,19 +265,31 @@ TEST(Sequences, GettingFromAnEmptyOptionalIsAnInvalidArgument) {
   }
 }
 
-TEST(Sequences, SequenceGraphInputsAreRefusedClearly) {
+// Sequences and optionals as graph inputs: the kind is checked, the value passed as it is.
+TEST(Sequences, SequenceAndOptionalGraphInputs) {
   auto g = graph17();
   ir::Value* s = g->add_input("s", DType::kUndefined, {});
   s->type = ir::Type::sequence(ir::Type::tensor(DType::kFloat32));
+  ir::Value* o = g->add_input("o", DType::kUndefined, {});
+  o->type = ir::Type::optional(ir::Type::tensor(DType::kFloat32));
   ir::Node* len = add(*g, "SequenceLength", {s});
+  ir::Node* has = add(*g, "OptionalHasElement", {o});
   g->add_output(len->output(0));
-  try {
-    Session::from_graph(std::move(g));
-    FAIL() << "no error";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), ErrorKind::kUnsupported);
-    EXPECT_NE(std::string(e.what()).find("graph input 's' has type seq(float32"), std::string::npos) << e.what();
-  }
+  g->add_output(has->output(0));
+  Session session = Session::from_graph(std::move(g));
+  EXPECT_EQ(session.inputs()[0].kind, ValueKind::kSequence);
+  EXPECT_EQ(session.inputs()[1].kind, ValueKind::kOptionalTensor);
+  Tensor seq = Tensor::sequence(DType::kFloat32, {iota({2}), iota({3}), iota({1})});
+  std::vector<Tensor> out = session.run({{"s", seq}, {"o", Tensor()}});
+  EXPECT_EQ(out[0].data<int64_t>()[0], 3);
+  EXPECT_FALSE(out[1].data<bool>()[0]);
+  out = session.run({{"s", seq}, {"o", iota({2})}});
+  EXPECT_TRUE(out[1].data<bool>()[0]);
+  std::string message;
+  EXPECT_EQ(anvil::testing::error_kind_of([&] { session.run({{"s", iota({2})}, {"o", Tensor()}}); }, &message),
+            ErrorKind::kInvalidArgument);
+  EXPECT_NE(message.find("input 's' must be a sequence"), std::string::npos) << message;
+  EXPECT_EQ(anvil::testing::error_kind_of([&] { session.run({{"s", Tensor()}, {"o", Tensor()}}); }), ErrorKind::kInvalidArgument);
 }
 
 }  // namespace

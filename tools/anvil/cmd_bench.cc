@@ -70,7 +70,7 @@ int bench(const BenchArgs& a) {
   auto t0 = Clock::now();
   Session session = load_session(a.model, opts, a.batch);
   double create_ms = ms_since(t0);
-  std::map<std::string, Tensor> inputs = random_inputs(session, read_inputs(a.inputs), 0, a.batch, a.shapes);
+  std::map<std::string, Tensor> inputs = random_inputs(session, read_inputs(session, a.inputs), 0, a.batch, a.shapes);
 
   t0 = Clock::now();
   session.run(inputs);

@@ -61,6 +61,21 @@ std::string compare(const Tensor& got, const Tensor& want) {
   return "";
 }
 
+// Sequences item by item; optionals: both empty, or their values alike.
+std::string compare_value(const Tensor& got, const Tensor& want) {
+  if (got.empty() || want.empty())
+    return got.empty() == want.empty() ? "" : got.empty() ? "got an optional without a value" : "expected no value";
+  if (got.is_sequence() != want.is_sequence())
+    return got.is_sequence() ? "got a sequence, expected a tensor" : "got a tensor, expected a sequence";
+  if (!got.is_sequence()) return compare(got, want);
+  if (got.items().size() != want.items().size())
+    return fmt::format("a sequence of {} tensors, expected {}", got.items().size(), want.items().size());
+  for (size_t i = 0; i < got.items().size(); ++i)
+    if (std::string diff = compare(got.items()[i], want.items()[i]); !diff.empty())
+      return fmt::format("sequence item {}: {}", i, diff);
+  return "";
+}
+
 // Outputs drawn at random (as ONNX's runner treats them): the same shape and
 // type, finite values, and values within the expected values' range (0
 // included) widened by its width on each side, since another draw keeps other
@@ -117,8 +132,11 @@ CaseResult run_case(const fs::path& dir, int threads) {
       std::vector<fs::path> in_files = sorted_files(set, "input_");
       for (size_t i = 0; i < in_files.size(); ++i) {
         std::string name;
-        Tensor t = read_tensor_pb(in_files[i].string(), &name);
-        if (i < session->inputs().size()) name = session->inputs()[i].name;
+        const bool declared = i < session->inputs().size();
+        const ValueKind kind = declared ? session->inputs()[i].kind : ValueKind::kTensor;
+        Tensor t = read_value_pb(in_files[i].string(), kind, declared ? session->inputs()[i].dtype : DType::kUndefined,
+                                 &name);
+        if (declared) name = session->inputs()[i].name;
         inputs[name] = std::move(t);
       }
       std::vector<Tensor> outputs = session->run(inputs);
@@ -129,8 +147,9 @@ CaseResult run_case(const fs::path& dir, int threads) {
       const bool random = session->draws_random_values();
       bool drawn = false;
       for (size_t i = 0; i < outputs.size(); ++i) {
-        const Tensor want = read_tensor_pb(out_files[i].string());
-        std::string diff = compare(outputs[i], want);
+        const ValueInfo& info = session->outputs()[i];
+        const Tensor want = read_value_pb(out_files[i].string(), info.kind, info.dtype);
+        std::string diff = compare_value(outputs[i], want);
         if (!diff.empty() && random) {
           diff = compare_random(outputs[i], want);
           drawn = true;

@@ -43,10 +43,13 @@ void write_outputs(const Session& session, const std::vector<Tensor>& outputs, c
     std::string where;
     if (!out_dir.empty()) {
       where = (std::filesystem::path(out_dir) / (file_name_for(name) + ".pb")).string();
-      write_tensor_pb(where, outputs[i], name);
+      write_value_pb(where, outputs[i], name, session.outputs()[i].kind);
     }
-    fmt::print("output {:<24} {:<8} {:<20} {}\n", name, dtype_name(outputs[i].dtype()), shape_str(outputs[i].shape()),
-               where);
+    const Tensor& o = outputs[i];
+    const std::string shape = o.empty()         ? "(no value)"
+                              : o.is_sequence() ? fmt::format("sequence of {}", o.items().size())
+                                                : shape_str(o.shape());
+    fmt::print("output {:<24} {:<8} {:<20} {}\n", name, o.empty() ? "-" : dtype_name(o.dtype()), shape, where);
   }
 }
 
@@ -70,7 +73,7 @@ int run(const RunArgs& a) {
   opts.optimization_level = a.opt_level;
   Session session = load_session(a.model, opts);
   if (a.cases.empty()) {
-    double ms = run_once(session, random_inputs(session, read_inputs(a.inputs), a.seed, 1, a.shapes), a.show_plan,
+    double ms = run_once(session, random_inputs(session, read_inputs(session, a.inputs), a.seed, 1, a.shapes), a.show_plan,
                          a.out_dir);
     fmt::print("time: {:.3f} ms (first run, includes planning)\n", ms);
     return 0;
@@ -81,7 +84,7 @@ int run(const RunArgs& a) {
     if (name.empty()) name = std::filesystem::path(a.cases[c]).parent_path().filename().string();
     std::string dir = a.out_dir.empty() ? "" : (std::filesystem::path(a.out_dir) / std::to_string(c)).string();
     fmt::print("case {} ({})\n", c, a.cases[c]);
-    double ms = run_once(session, read_case_inputs(a.cases[c]), a.show_plan, dir);
+    double ms = run_once(session, read_case_inputs(session, a.cases[c]), a.show_plan, dir);
     fmt::print("time: {:.3f} ms\n", ms);
   }
   fmt::print("{} cases, {} plans cached\n", a.cases.size(), session.cached_plans());

@@ -24,7 +24,7 @@ Command add_inspect(CLI::App& app);
 // Shared helpers (common.cc).
 Session load_session(const std::string& model, const SessionOptions& options, int batch = 1);
 // Parses "-i NAME=FILE" arguments and reads the files.
-std::map<std::string, Tensor> read_inputs(const std::vector<std::string>& specs);
+std::map<std::string, Tensor> read_inputs(const Session& session, const std::vector<std::string>& specs);
 // With no inputs given, seeded random tensors for every model input (symbolic dims: 1, or `batch`
 // for dim 0); given inputs are returned as they are, so a missing one is reported by the session.
 // `shapes` ("NAME=1x128", from --shape) fix the shape of named inputs.
@@ -33,7 +33,9 @@ std::map<std::string, Tensor> random_inputs(const Session& session, std::map<std
                                             const std::vector<std::string>& shapes = {});
 // The input tensors of a case folder: NAME.npy, or .pb files named by their
 // TensorProto name (ONNX test_data_set_N folders: input_0.pb, ...).
-std::map<std::string, Tensor> read_case_inputs(const std::string& dir);
+// The inputs of a case folder (.npy, or .pb named input_K.pb like ONNX's test
+// data, read as the model's K-th input's kind: tensor, sequence or optional).
+std::map<std::string, Tensor> read_case_inputs(const Session& session, const std::string& dir);
 std::string format_bytes(size_t bytes);
 // profile.cc: per-node and per-op tables, and a Chrome trace file.
 void print_profile(const std::vector<RunProfile>& runs);

@@ -18,13 +18,19 @@ Session load_session(const std::string& model, const SessionOptions& options, in
   return Session::from_file(model, options);
 }
 
-std::map<std::string, Tensor> read_inputs(const std::vector<std::string>& specs) {
+std::map<std::string, Tensor> read_inputs(const Session& session, const std::vector<std::string>& specs) {
   std::map<std::string, Tensor> inputs;
   for (const std::string& spec : specs) {
     size_t eq = spec.find('=');
     if (eq == std::string::npos || eq == 0 || eq + 1 == spec.size())
       throw Error(ErrorKind::kInvalidArgument, "input '" + spec + "' must be written NAME=FILE");
-    inputs[spec.substr(0, eq)] = read_tensor_file(spec.substr(eq + 1));
+    const std::string name = spec.substr(0, eq), file = spec.substr(eq + 1);
+    // A sequence or optional input reads its .pb as a SequenceProto or OptionalProto.
+    const auto info = std::find_if(session.inputs().begin(), session.inputs().end(),
+                                   [&](const ValueInfo& i) { return i.name == name; });
+    const bool value = info != session.inputs().end() && info->kind != ValueKind::kTensor &&
+                       file.size() > 3 && file.compare(file.size() - 3, 3, ".pb") == 0;
+    inputs[name] = value ? read_value_pb(file, info->kind, info->dtype) : read_tensor_file(file);
   }
   return inputs;
 }
@@ -101,7 +107,7 @@ std::map<std::string, Tensor> random_inputs(const Session& session, std::map<std
   return given;
 }
 
-std::map<std::string, Tensor> read_case_inputs(const std::string& dir) {
+std::map<std::string, Tensor> read_case_inputs(const Session& session, const std::string& dir) {
   namespace fs = std::filesystem;
   std::error_code ec;
   if (!fs::is_directory(dir, ec))
@@ -115,7 +121,17 @@ std::map<std::string, Tensor> read_case_inputs(const std::string& dir) {
   std::map<std::string, Tensor> inputs;
   for (const fs::path& f : files) {
     std::string name = f.stem().string();
-    Tensor t = f.extension() == ".pb" ? read_tensor_pb(f.string(), &name) : read_tensor_npy(f.string());
+    // input_K.pb: the K-th input, of its kind (ONNX's test data leaves sequences and optionals unnamed).
+    const ValueInfo* info = nullptr;
+    if (name.rfind("input_", 0) == 0 && name.size() > 6 &&
+        name.find_first_not_of("0123456789", 6) == std::string::npos && name.size() < 12) {
+      const size_t k = std::stoul(name.substr(6));
+      if (k < session.inputs().size()) info = &session.inputs()[k];
+    }
+    Tensor t = f.extension() != ".pb" ? read_tensor_npy(f.string())
+               : info ? read_value_pb(f.string(), info->kind, info->dtype, &name)
+                      : read_tensor_pb(f.string(), &name);
+    if (name.empty() && info) name = info->name;
     if (name.empty()) name = f.stem().string();
     if (!inputs.emplace(name, std::move(t)).second)
       throw Error(ErrorKind::kInvalidArgument, "case folder '" + dir + "' holds input '" + name + "' twice");

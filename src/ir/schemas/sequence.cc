@@ -41,7 +41,10 @@ struct Registrations {
       ctx.set_output(0, t.kind() == TypeKind::kOptional ? t.element() : t);
     }));
     r.add(OpSchema("Optional").infer([](InferContext& ctx) {
-      if (ctx.has_input(0)) ctx.set_output(0, Type::optional(ctx.input(0)));
+      if (ctx.has_input(0)) return ctx.set_output(0, Type::optional(ctx.input(0)));
+      const Type* type = ctx.node().attrs.get_type("type");
+      if (!type) ctx.fail("Optional needs an input or a 'type' attribute");
+      ctx.set_output(0, Type::optional(*type));
     }));
   }
 };
