@@ -3,10 +3,12 @@
 #include <filesystem>
 #include <fstream>
 #include <optional>
+#include <set>
 #include <sstream>
 
 #include <onnx/onnx_pb.h>
 
+#include "anvil/model_info.h"
 #include "core/check.h"
 #include "onnx/tensor_proto.h"
 #include "onnx/validate.h"
@@ -230,7 +232,10 @@ std::unique_ptr<ir::Graph> import_model_bytes(const std::string& bytes, const st
   return build_graph(model, std::move(opsets), base_dir);
 }
 
-std::unique_ptr<ir::Graph> import_model_file(const std::string& path, const OpSupported& supported) {
+namespace {
+
+// The bytes of a model file, or an error naming what is wrong with the path.
+std::string read_model_file(const std::string& path) {
   namespace fs = std::filesystem;
   std::error_code ec;
   ANVIL_CHECK(fs::exists(path, ec), ErrorKind::kInvalidArgument, "model file '{}' does not exist", path);
@@ -239,12 +244,51 @@ std::unique_ptr<ir::Graph> import_model_file(const std::string& path, const OpSu
   ANVIL_CHECK(in.good(), ErrorKind::kInvalidArgument, "cannot read model file '{}'", path);
   std::ostringstream ss;
   ss << in.rdbuf();
-  std::string dir = fs::absolute(path).parent_path().string();
+  return ss.str();
+}
+
+void collect_operators(const onnx::GraphProto& g, std::set<std::string>& ops) {
+  for (const auto& n : g.node()) {
+    const std::string domain = normalize_domain(n.domain());
+    ops.insert(domain.empty() ? n.op_type() : domain + "." + n.op_type());
+    for (const auto& a : n.attribute()) {
+      if (a.has_g()) collect_operators(a.g(), ops);
+      for (const auto& sub : a.graphs()) collect_operators(sub, ops);
+    }
+  }
+}
+
+}  // namespace
+
+std::unique_ptr<ir::Graph> import_model_file(const std::string& path, const OpSupported& supported) {
+  const std::string bytes = read_model_file(path);
+  const std::string dir = std::filesystem::absolute(path).parent_path().string();
   try {
-    return import_model_bytes(ss.str(), dir, supported);
+    return import_model_bytes(bytes, dir, supported);
   } catch (const Error& e) {
     throw Error(e.kind(), path + ": " + e.what());
   }
 }
 
+std::vector<std::string> operators_of_model_file(const std::string& path) {
+  onnx::ModelProto model;
+  const std::string bytes = read_model_file(path);
+  ANVIL_CHECK(!bytes.empty() && model.ParseFromString(bytes), ErrorKind::kInvalidModel,
+              "{}: not an ONNX model (the file does not parse as a ModelProto)", path);
+  try {
+    validate_model(model);
+  } catch (const Error& e) {
+    throw Error(e.kind(), path + ": " + e.what());
+  }
+  std::set<std::string> ops;
+  collect_operators(model.graph(), ops);
+  return {ops.begin(), ops.end()};
+}
+
 }  // namespace anvil::onnx_io
+
+namespace anvil {
+
+std::vector<std::string> model_operators(const std::string& path) { return onnx_io::operators_of_model_file(path); }
+
+}  // namespace anvil

@@ -6,6 +6,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "anvil/error.h"
 #include "ir/graph.h"
@@ -33,5 +34,8 @@ std::unique_ptr<ir::Graph> import_model_file(const std::string& path, const OpSu
 // Same for bytes in memory; `base_dir` is used for external data ("" forbids it).
 std::unique_ptr<ir::Graph> import_model_bytes(const std::string& bytes, const std::string& base_dir,
                                               const OpSupported& supported);
+
+// The distinct "domain.Op" names of a model file (anvil::model_operators).
+std::vector<std::string> operators_of_model_file(const std::string& path);
 
 }  // namespace anvil::onnx_io

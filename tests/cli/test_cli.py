@@ -246,6 +246,30 @@ def test_conformance_reports_a_wrong_output(anvil, tmp_path):
     assert "test_relu_wrong" in result.stdout + result.stderr, describe(result)
 
 
+@pytest.mark.skipif(not RELU_CASE.is_dir(), reason="libonnx-testdata is not installed")
+def test_conformance_summary_counts_folders_and_operators(anvil, tmp_path):
+    """--summary counts each case once per folder and once per operator its model uses."""
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    shutil.copytree(RELU_CASE, suite / "test_relu")
+    shutil.copytree(TESTDATA / "test_add", suite / "test_add")
+    wrong = suite / "test_relu_wrong"
+    shutil.copytree(RELU_CASE, wrong)
+    expected = wrong / "test_data_set_0" / "output_0.pb"
+    original = TensorProto()
+    original.ParseFromString(expected.read_bytes())
+    write_tensor_pb(expected, numpy_helper.to_array(original) + 1.0, original.name)
+    report = tmp_path / "report.json"
+    result = anvil("conformance", suite, "--summary", "--json", report, timeout=120)
+    assert result.returncode == 1, describe(result)
+    doc = json.loads(report.read_text())
+    assert doc["per_folder"]["suite"] == {"cases": 3, "pass": 2, "fail": 1, "error": 0, "unsupported": 0,
+                                          "invalid": 0}, doc
+    assert doc["per_op"]["Relu"]["cases"] == 2 and doc["per_op"]["Relu"]["fail"] == 1, doc
+    assert doc["per_op"]["Add"] == {"cases": 1, "pass": 1, "fail": 0, "error": 0, "unsupported": 0, "invalid": 0}, doc
+    assert re.search(r"^Relu\s+2\s+1\s+1\s", result.stdout, re.M), describe(result)
+
+
 def test_bench_profile_and_chrome_trace(anvil, tmp_path):
     """--profile prints one row per kernel and a summary by op type; --profile-json
     writes a Chrome trace whose events are those kernels."""

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "anvil/error.h"
+#include "anvil/model_info.h"
 #include "anvil/tensor_io.h"
 #include "commands.h"
 
@@ -27,7 +28,33 @@ struct ConformanceArgs {
   std::string expect, json;
   int threads = 1;
   bool quiet = false;
+  bool summary = false;
 };
+
+// Case counts by status: pass (random outputs included), fail, error, unsupported, invalid.
+struct Tally {
+  int cases = 0, pass = 0, fail = 0, error = 0, unsupported = 0, invalid = 0;
+  void add(const std::string& status) {
+    ++cases;
+    if (status == "pass" || status == "pass-random") ++pass;
+    else if (status == "fail") ++fail;
+    else if (status == "error") ++error;
+    else if (status == "unsupported") ++unsupported;
+    else ++invalid;
+  }
+  nlohmann::json json() const {
+    return {{"cases", cases}, {"pass", pass}, {"fail", fail}, {"error", error}, {"unsupported", unsupported},
+            {"invalid", invalid}};
+  }
+};
+
+void print_tallies(const char* title, const std::map<std::string, Tally>& tallies) {
+  fmt::print("\n{:<40} {:>6} {:>6} {:>6} {:>6} {:>11} {:>7}\n", title, "cases", "pass", "fail", "error",
+             "unsupported", "invalid");
+  for (const auto& [name, t] : tallies)
+    fmt::print("{:<40} {:>6} {:>6} {:>6} {:>6} {:>11} {:>7}\n", name, t.cases, t.pass, t.fail, t.error, t.unsupported,
+               t.invalid);
+}
 
 struct CaseResult {
   std::string status;  // pass, fail, error, unsupported, invalid
@@ -203,11 +230,20 @@ int conformance(const ConformanceArgs& a) {
   std::map<std::string, int> counts;
   nlohmann::json report = nlohmann::json::object();
   std::vector<std::string> regressions, newly_passing;
+  std::map<std::string, Tally> per_folder, per_op;
   for (const fs::path& dir : cases) {
     std::string name = dir.filename().string();
     CaseResult r = run_case(dir, a.threads);
     ++counts[r.status];
     report[name] = r.status;
+    if (a.summary) {
+      per_folder[dir.parent_path().filename().string()].add(r.status);
+      try {
+        for (const std::string& op : model_operators((dir / "model.onnx").string())) per_op[op].add(r.status);
+      } catch (const Error&) {
+        per_op["(unreadable model)"].add(r.status);
+      }
+    }
     const bool passed = r.status == "pass" || r.status == "pass-random";
     if (!a.quiet || !passed)
       fmt::print("{:<11} {}{}\n", r.status.c_str(), name, r.detail.empty() ? "" : "  (" + r.detail + ")");
@@ -222,10 +258,18 @@ int conformance(const ConformanceArgs& a) {
              "{} unsupported, {} invalid\n",
              cases.size(), passes, counts["pass-random"], counts["fail"], counts["error"], counts["unsupported"],
              counts["invalid"]);
+  nlohmann::json doc{{"cases", report}};
+  if (a.summary) {
+    // A case counts once per folder, and once for every operator its model uses.
+    print_tallies("folder", per_folder);
+    print_tallies("operator (cases using it)", per_op);
+    for (const auto& [name, t] : per_folder) doc["per_folder"][name] = t.json();
+    for (const auto& [name, t] : per_op) doc["per_op"][name] = t.json();
+  }
   if (!a.json.empty()) {
     std::ofstream out(a.json);
     if (!out) throw Error(ErrorKind::kInvalidArgument, "cannot write '" + a.json + "'");
-    out << nlohmann::json{{"cases", report}}.dump(1) << "\n";
+    out << doc.dump(1) << "\n";
   }
   if (a.expect.empty()) {
     fmt::print("{} passed, {} failed\n", passes, failed);
@@ -248,6 +292,7 @@ Command add_conformance(CLI::App& app) {
   app.add_option("--json", a->json, "write {case: status} as JSON to FILE");
   app.add_option("-t,--threads", a->threads, "threads per case")->check(CLI::Range(1, 4096));
   app.add_flag("-q,--quiet", a->quiet, "print only the cases that do not pass");
+  app.add_flag("--summary", a->summary, "print (and add to --json) the counts per folder and per operator");
   return [a] { return conformance(*a); };
 }
 
