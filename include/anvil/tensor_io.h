@@ -26,6 +26,8 @@ void write_tensor_pb(const std::string& path, const Tensor& tensor, const std::s
 // read empty takes `elem` as its element type.
 Tensor read_value_pb(const std::string& path, ValueKind kind, DType elem = DType::kUndefined,
                      std::string* name = nullptr);
+Tensor parse_value_pb(const std::string& bytes, const std::string& label, ValueKind kind, DType elem = DType::kUndefined,
+                      const std::string& base_dir = "", std::string* name = nullptr);
 void write_value_pb(const std::string& path, const Tensor& value, const std::string& name, ValueKind kind);
 void write_tensor_npy(const std::string& path, const Tensor& tensor);
 

@@ -202,8 +202,12 @@ void sequence_out(const Tensor& value, const std::string& name, onnx::SequencePr
 
 Tensor read_value_pb(const std::string& path, ValueKind kind, DType elem, std::string* name) {
   if (kind == ValueKind::kTensor) return read_tensor_pb(path, name);
-  const std::string dir = std::filesystem::absolute(path).parent_path().string();
-  const std::string bytes = read_file(path);
+  return parse_value_pb(read_file(path), path, kind, elem, std::filesystem::absolute(path).parent_path().string(), name);
+}
+
+Tensor parse_value_pb(const std::string& bytes, const std::string& path, ValueKind kind, DType elem,
+                      const std::string& dir, std::string* name) {
+  if (kind == ValueKind::kTensor) return parse_tensor_pb(bytes, path, dir, name);
   if (kind == ValueKind::kSequence) {
     onnx::SequenceProto p;
     ANVIL_CHECK(p.ParseFromString(bytes), ErrorKind::kInvalidArgument, "'{}' is not a SequenceProto (.pb) file", path);

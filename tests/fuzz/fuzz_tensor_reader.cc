@@ -1,5 +1,5 @@
-// libFuzzer target: the .pb (TensorProto) and .npy tensor readers on
-// arbitrary bytes. Each must return a tensor or throw anvil::Error.
+// libFuzzer target: the .pb (TensorProto, SequenceProto, OptionalProto) and
+// .npy readers on arbitrary bytes. Each must return a value or throw anvil::Error.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -25,6 +25,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {
     anvil::parse_tensor_pb(bytes, "fuzz.pb");
   } catch (const anvil::Error&) {
+  }
+  for (anvil::ValueKind kind : {anvil::ValueKind::kSequence, anvil::ValueKind::kOptionalSequence}) {
+    try {
+      anvil::parse_value_pb(bytes, "fuzz.pb", kind, anvil::DType::kFloat32);
+    } catch (const anvil::Error&) {
+    }
   }
   return 0;
 }

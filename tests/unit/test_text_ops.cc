@@ -24,6 +24,12 @@ using Strings = std::vector<std::string>;
 
 Tensor str(Shape shape, const Strings& v) { return make_tensor<std::string>(DType::kString, std::move(shape), v); }
 
+testing::KernelOptions ml(int version) {
+  testing::KernelOptions o = opset(version);
+  o.domain = "ai.onnx.ml";
+  return o;
+}
+
 TEST(StringTensor, ClonesAndRoundTripsThroughTensorProto) {
   Tensor t = str({2}, {"héllo", ""});
   Tensor c = t.clone();
@@ -81,6 +87,17 @@ TEST(RegexFullMatch, MatchesWholeStringsAndRefusesBadPatterns) {
             ErrorKind::kInvalidModel);
 }
 
+// Strings are objects: a cast between string tensors copies them (a byte copy
+// freed them twice; found by the model-loader fuzzer).
+TEST(CastLike, StringToStringCopiesTheStrings) {
+  Tensor x = str({2}, {"a long string that does not fit the small-string buffer", "b"});
+  std::vector<Tensor> y = run_kernel("CastLike", {x, str({1}, {""})}, {}, opset(15));
+  x.data<std::string>()[0] = "changed";
+  EXPECT_EQ(values<std::string>(y[0]), (Strings{"a long string that does not fit the small-string buffer", "b"}));
+  y = run_kernel("ArrayFeatureExtractor", {str({1, 2}, {"p", "q"}), i64({1}, {1})}, {}, ml(1));
+  EXPECT_EQ(values<std::string>(y[0]), (Strings{"q"}));
+}
+
 TEST(Equal, Strings) {
   std::vector<Tensor> y = run_kernel("Equal", {str({3}, {"a", "b", "c"}), str({1}, {"b"})}, {}, opset(19));
   EXPECT_EQ(values<bool>(y[0]), (std::vector<bool>{false, true, false}));
@@ -106,12 +123,6 @@ TEST(TfIdfVectorizer, CountsNgramsWithSkips) {
   EXPECT_EQ(values<float>(y[0]), (std::vector<float>{0, 0, 0, 0, 1, 3, 1}));
   a.set("ngram_counts", std::vector<int64_t>{0, 3});  // 3 unigram items leave an odd number of bigram items
   EXPECT_EQ(error_kind_of([&] { run_kernel("TfIdfVectorizer", {x}, a, opset(9)); }), ErrorKind::kInvalidModel);
-}
-
-testing::KernelOptions ml(int version) {
-  testing::KernelOptions o = opset(version);
-  o.domain = "ai.onnx.ml";
-  return o;
 }
 
 TEST(LabelEncoder, MapsKeysToValuesWithADefault) {

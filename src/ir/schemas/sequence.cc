@@ -40,6 +40,17 @@ struct Registrations {
       const Type& t = ctx.input(0);
       ctx.set_output(0, t.kind() == TypeKind::kOptional ? t.element() : t);
     }));
+    // SequenceMap: a sequence of each body output's type.
+    r.add(OpSchema("SequenceMap").infer([](InferContext& ctx) {
+      const Graph* body = ctx.node().attrs.get_graph("body");
+      if (!body) ctx.fail("SequenceMap needs a body");
+      if (body->outputs().size() != ctx.num_outputs())
+        ctx.fail("the body has {} outputs for the node's {}", body->outputs().size(), ctx.num_outputs());
+      for (size_t o = 0; o < ctx.num_outputs(); ++o) {
+        const Type& t = body->outputs()[o]->type;
+        ctx.set_output(o, Type::sequence(t.is_tensor() ? Type::tensor(t.dtype()) : Type()));
+      }
+    }));
     r.add(OpSchema("Optional").infer([](InferContext& ctx) {
       if (ctx.has_input(0)) return ctx.set_output(0, Type::optional(ctx.input(0)));
       const Type* type = ctx.node().attrs.get_type("type");

@@ -1,5 +1,6 @@
 // Schemas of the signal ops: the window functions (a [size] tensor in
-// output_datatype) and MelWeightMatrix ([dft_length / 2 + 1, num_mel_bins]).
+// output_datatype), MelWeightMatrix ([dft_length / 2 + 1, num_mel_bins]), and
+// DFT and STFT (the kernels size their outputs from the lengths given).
 #include "ir/schemas/common.h"
 
 namespace anvil::ir::schemas {
@@ -28,6 +29,19 @@ void infer_mel_weight_matrix(InferContext& ctx) {
 struct Registrations {
   Registrations() {
     auto& r = SchemaRegistry::global();
+    for (const char* op : {"DFT", "STFT"})
+      r.add(OpSchema(op)
+                .inputs(std::string(op) == "DFT"
+                            ? std::vector<unsigned>{kFloats | kHalfs, kInt32And64, kInt32And64}
+                            : std::vector<unsigned>{kFloats | kHalfs, kInt32And64, kFloats | kHalfs, kInt32And64})
+                .attr("inverse", int64_t{0})
+                .infer([](InferContext& ctx) {
+        const Type& x = ctx.input(0);
+        if (x.has_shape() && x.rank() < 2) ctx.fail_input("the signal {} needs a last axis of 1 or 2", dims_str(x.dims()));
+        const bool stft = ctx.node().op_type == "STFT";
+        ctx.set_output(0, x.has_shape() && !stft ? Type::tensor(x.dtype(), SymShape(x.dims().size(), Dim::unknown()))
+                          : stft ? Type::tensor(x.dtype(), SymShape(4, Dim::unknown())) : Type::tensor(x.dtype()));
+      }));
     r.add(OpSchema("MelWeightMatrix")
               .inputs({kInt32And64, kInt32And64, kInt32And64, kFloats | kHalfs, kFloats | kHalfs})
               .attr("output_datatype", int64_t{1})

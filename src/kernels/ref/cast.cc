@@ -173,6 +173,10 @@ class CastKernel : public Kernel {
   void run(const RunContext& ctx) const override {
     const Tensor& in = ctx.in(0);
     Tensor& out = ctx.out(0);
+    if (from_ == to_ && from_ == DType::kString) {  // objects, not bytes
+      std::copy(in.data<std::string>(), in.data<std::string>() + in.numel(), out.data<std::string>());
+      return;
+    }
     if (from_ == to_) {
       if (in.raw() != out.raw() && in.nbytes()) std::memcpy(out.raw(), in.raw(), in.nbytes());
       return;

@@ -124,8 +124,12 @@ class ArrayFeatureExtractorKernel : public Kernel {
       const int64_t c = idx.data<int64_t>()[k];
       ANVIL_CHECK(c >= 0 && c < width, ErrorKind::kInvalidArgument,
                   "ArrayFeatureExtractor: index {} is outside the last axis of {}", c, width);
-      for (int64_t r = 0; r < rows; ++r)
-        std::memcpy(dst + static_cast<size_t>(r * picks + k) * elem, src + static_cast<size_t>(r * width + c) * elem, elem);
+      for (int64_t r = 0; r < rows; ++r) {
+        if (x.dtype() == DType::kString)  // objects, not bytes
+          ctx.out(0).data<std::string>()[r * picks + k] = x.data<std::string>()[r * width + c];
+        else
+          std::memcpy(dst + static_cast<size_t>(r * picks + k) * elem, src + static_cast<size_t>(r * width + c) * elem, elem);
+      }
     }
   }
 };
