@@ -121,6 +121,16 @@ TEST(BitShift, SignedShiftsAreArithmetic) {
             (std::vector<int8_t>{-16, 0, -56, 0, 40}));
 }
 
+// SwiGLU: A * sigmoid(alpha A) * B; sigmoid(0) = 1/2, and alpha 0 makes it A / 2 * B.
+TEST(SwiGLU, GatesBByTheSwishOfA) {
+  std::vector<Tensor> y = run_kernel("SwiGLU", {f32({2}, {0, 2}), f32({2}, {5, 3})}, attrs({{"alpha", 0.f}}), opset(28));
+  EXPECT_EQ(values<float>(y[0]), (std::vector<float>{0, 3}));
+  y = run_kernel("SwiGLU", {f32({1}, {1}), f32({1}, {2})}, {}, opset(28));
+  EXPECT_NEAR(values<float>(y[0])[0], 2.f / (1.f + std::exp(-1.f)), 1e-6f);
+  EXPECT_EQ(error_kind_of([&] { run_kernel("SwiGLU", {f32({2}, {0, 2}), f32({1}, {5})}, {}, opset(28)); }),
+            ErrorKind::kInvalidArgument);
+}
+
 // --- Size, ArgMax/ArgMin, TopK, Hardmax --------------------------------------------------------------------------
 
 TEST(Size, CountsElements) {
@@ -212,6 +222,9 @@ TEST(ScatterND, UpdatesAndReductions) {
   EXPECT_EQ(values<float>(run_kernel("ScatterND", {data, idx, upd}, attrs({{"reduction", std::string("mul")}}),
                                      opset(16))[0]),
             (std::vector<float>{20, 2, 3, 40}));
+  // Scalar indices hold no index tuple: the caller's error, not a read before the shape (found by the fuzzer).
+  EXPECT_EQ(error_kind_of([&] { run_kernel("ScatterND", {data, i64({}, {0}), f32({}, {1})}, {}, opset(16)); }),
+            ErrorKind::kInvalidArgument);
 }
 
 TEST(ScatterElements, AlongAnAxisWithAdd) {

@@ -205,6 +205,18 @@ struct Registrations {
     for (const char* op : {"CumSum", "CumProd"})
       r.add(OpSchema(op).attr("exclusive", int64_t{0}).attr("reverse", int64_t{0}).infer(same_as_input(0)));
     r.add(OpSchema("Swish").inputs({kFloatLike}).attr("alpha", 1.f).infer(same_as_input(0)));
+    // SwiGLU: A and B of one type and one shape (no broadcasting); Y like A.
+    r.add(OpSchema("SwiGLU").inputs({kFloatLike, kFloatLike}).attr("alpha", 1.f).infer([](InferContext& ctx) {
+      copy_type(ctx, 0);
+      if (ctx.dtype(0) != ctx.dtype(1))
+        ctx.fail("A is {} but B is {}", dtype_name(ctx.dtype(0)), dtype_name(ctx.dtype(1)));
+      const Type &a = ctx.input(0), &b = ctx.input(1);
+      if (!a.has_shape() || !b.has_shape()) return;
+      bool same = a.rank() == b.rank();
+      for (size_t i = 0; same && i < a.dims().size(); ++i)
+        same = !a.dims()[i].is_known() || !b.dims()[i].is_known() || a.dims()[i] == b.dims()[i];
+      if (!same) ctx.fail_input("A {} and B {} must have one shape", dims_str(a.dims()), dims_str(b.dims()));
+    }));
     r.add(OpSchema("BitwiseNot").inputs({kSignedInts | kUnsignedInts}).infer(same_as_input(0)));
     for (const char* op : {"BitwiseAnd", "BitwiseOr", "BitwiseXor"})
       r.add(OpSchema(op).inputs({kSignedInts | kUnsignedInts}).infer(infer_arith));

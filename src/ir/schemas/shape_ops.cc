@@ -368,7 +368,8 @@ void infer_scatter_nd(InferContext& ctx) {
   check_scatter_reduction(ctx);
   copy_type(ctx, 0);
   const SymShape &data = ctx.dims(0), &idx = ctx.dims(1), &upd = ctx.dims(2);
-  if (idx.empty() || !idx.back().is_known()) return;
+  if (idx.empty()) ctx.fail_input("indices must have rank >= 1 (index tuples on the last axis), got a scalar");
+  if (!idx.back().is_known()) return;
   const int64_t k = idx.back().value;
   if (k < 1 || k > static_cast<int64_t>(data.size()))
     ctx.fail_input("index tuples of {} entries do not fit data {}", k, dims_str(data));

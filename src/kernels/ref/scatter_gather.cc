@@ -113,6 +113,7 @@ class ScatterNDKernel : public Kernel {
 
   std::vector<TensorType> prepare(const PrepareContext& ctx) override {
     const Shape& data = ctx.input_shape(0);
+    ANVIL_PREPARE_CHECK(ctx, !ctx.input_shape(1).empty(), ErrorKind::kInvalidArgument, "indices must have rank >= 1");
     const int64_t k = ctx.input_shape(1).back();  // the schema checked k <= rank and the updates' shape
     slice_ = shape_numel(Shape(data.begin() + k, data.end()));
     return ctx.output_types();

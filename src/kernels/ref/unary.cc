@@ -285,9 +285,42 @@ class ClipKernel : public Kernel {
   float lo_, hi_;
 };
 
+// SwiGLU (opset 28): Y = Swish_alpha(A) * B = A * sigmoid(alpha * A) * B, A and B of one shape.
+class SwiGluKernel : public Kernel {
+ public:
+  explicit SwiGluKernel(const ir::Node& node) : alpha_(node.attrs.get_float("alpha", 1.f)) {}
+  std::vector<TensorType> prepare(const PrepareContext& ctx) override {
+    ANVIL_PREPARE_CHECK(ctx, ctx.input_shape(0) == ctx.input_shape(1) && ctx.input_dtype(0) == ctx.input_dtype(1),
+                        ErrorKind::kInvalidArgument, "A {} and B {} must have one shape and type",
+                        shape_str(ctx.input_shape(0)), shape_str(ctx.input_shape(1)));
+    return ctx.output_types();
+  }
+  void run(const RunContext& ctx) const override {
+    if (dtype_in(ctx.in(0).dtype(), kHalfs))  // 16-bit floats: in float32, rounded once
+      return via_float32({&ctx.in(0), &ctx.in(1)}, ctx.out(0), [&](const auto& w, float* y) {
+        for (size_t i = 0; i < w[0].size(); ++i) y[i] = gate(w[0][i]) * w[1][i];
+      });
+    dispatch_float(ctx.in(0).dtype(), [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      const T *a = ctx.in(0).data<T>(), *b = ctx.in(1).data<T>();
+      T* y = ctx.out(0).data<T>();
+      for (int64_t i = 0; i < ctx.in(0).numel(); ++i) y[i] = gate(a[i]) * b[i];
+    });
+  }
+
+ private:
+  template <typename T>
+  T gate(T a) const {
+    return a / (T(1) + std::exp(-static_cast<T>(alpha_) * a));
+  }
+  float alpha_;
+};
+
 // --- registration --------------------------------------------------------------
 
 ANVIL_REGISTER_KERNEL_CLASS("Clip", kRef, ClipKernel);
+ANVIL_REGISTER_OP_VERSIONS("SwiGLU", 28, 28);
+ANVIL_REGISTER_KERNEL_CLASS_TYPED("SwiGLU", kRef, SwiGluKernel, {kFloats | kHalfs, kFloats | kHalfs});
 ANVIL_REGISTER_KERNEL_TYPED("IsNaN", kRef, [](const ir::Node& n) -> std::unique_ptr<Kernel> {
   return std::make_unique<FloatClassKernel>(n, true);
 }, {kFloats | kHalfs | kMinifloats});
