@@ -50,8 +50,17 @@ class SoftmaxKernel : public Kernel {
   }
 
   void run(const RunContext& ctx) const override {
-    if (dtype_in(ctx.in(0).dtype(), kHalfs))  // 16-bit floats: in float32, rounded once
-      return via_float32({&ctx.in(0)}, ctx.out(0), [&](const auto& w, float* y) { compute<float>(w[0].data(), y); });
+    // 16-bit floats: in float32, with the stored intermediates (the shifted
+    // inputs, their exponentials and the sum, accumulated in float32) rounded
+    // to the 16-bit type, as ONNX's reference and ONNX Runtime compute them.
+    if (ctx.in(0).dtype() == DType::kFloat16)
+      return via_float32({&ctx.in(0)}, ctx.out(0), [&](const auto& w, float* y) {
+        compute<float>(w[0].data(), y, [](float v) { return static_cast<float>(Half(v)); });
+      });
+    if (ctx.in(0).dtype() == DType::kBFloat16)
+      return via_float32({&ctx.in(0)}, ctx.out(0), [&](const auto& w, float* y) {
+        compute<float>(w[0].data(), y, [](float v) { return static_cast<float>(BFloat16(v)); });
+      });
     if (ctx.in(0).dtype() == DType::kFloat32) compute<float>(ctx.in(0).data<float>(), ctx.out(0).data<float>());
     else compute<double>(ctx.in(0).data<double>(), ctx.out(0).data<double>());
   }
@@ -61,8 +70,10 @@ class SoftmaxKernel : public Kernel {
  private:
   // One lane is the `dim_` elements normalised together, `inner_` apart. It
   // reads each element before overwriting it, so x and y may alias.
-  template <typename T>
-  void compute(const T* x, T* y) const {
+  // `round` stores an intermediate in the data's type (identity for float32/64).
+  template <typename T, typename Round = T (*)(T)>
+  void compute(const T* x, T* y, Round round = [](T v) { return v; }) const {
+    const bool rounds = !std::is_same_v<Round, T (*)(T)>;
     const int64_t lanes = outer_ * inner_;
     if (lanes == 0 || dim_ == 0) return;
 #pragma omp parallel for if (lanes * dim_ > 32768)
@@ -88,9 +99,14 @@ class SoftmaxKernel : public Kernel {
         for (int64_t k = 0; k < dim_; ++k) py[k * inner_] = (px[k * inner_] - m) - log_sum;
       } else {
         for (int64_t k = 0; k < dim_; ++k) {
-          T e = std::exp(px[k * inner_] - m);
+          T e = round(std::exp(round(px[k * inner_] - m)));
           py[k * inner_] = e;
           sum += e;
+        }
+        if (rounds) {
+          sum = round(sum);
+          for (int64_t k = 0; k < dim_; ++k) py[k * inner_] /= sum;
+          continue;
         }
         const T inv = T(1) / sum;
         for (int64_t k = 0; k < dim_; ++k) py[k * inner_] *= inv;
