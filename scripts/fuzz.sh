@@ -47,6 +47,26 @@ if [ -d "$current/node" ] && [ ! -e "$corpus/.current-suite" ]; then
   for t in "$current"/node/*/test_data_set_0/*.pb; do
     cp "$t" "$corpus/tensors/current_$((i++)).pb"
   done
+  # ImageDecoder on constant bytes: the fuzzer then mutates the encoded images
+  # (a graph input would only ever hold the harness's zeros).
+  "${ANVIL_PYTHON:-python3}" - "$current/node" "$corpus/models" <<'PY'
+import glob, os, sys
+import onnx
+from onnx import helper, TensorProto
+src, out = sys.argv[1], sys.argv[2]
+for i, case in enumerate(sorted(glob.glob(os.path.join(src, "test_image_decoder_*")))):
+    data = TensorProto()
+    with open(os.path.join(case, "test_data_set_0", "input_0.pb"), "rb") as f:
+        data.ParseFromString(f.read())
+    data.name = "bytes"
+    fmt = "Grayscale" if "grayscale" in case else "RGB"
+    graph = helper.make_graph([helper.make_node("Constant", [], ["x"], value=data),
+                               helper.make_node("ImageDecoder", ["x"], ["y"], pixel_format=fmt)],
+                              "image", [], [helper.make_tensor_value_info("y", TensorProto.UINT8, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])
+    with open(os.path.join(out, f"image_{i}.onnx"), "wb") as f:
+        f.write(model.SerializeToString())
+PY
   touch "$corpus/.current-suite"
 fi
 

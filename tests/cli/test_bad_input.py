@@ -149,14 +149,13 @@ def test_model_path_is_a_directory(anvil, cases):
 # --------------------------------------------------------------------------
 
 def test_unsupported_op(anvil, command, cases):
-    """ImageDecoder is valid ONNX that Anvil does not implement (yet)."""
+    """MaxRoiPool is valid ONNX that Anvil does not implement (yet)."""
     graph = helper.make_graph(
-        [helper.make_node("ImageDecoder", ["x"], ["y"], name="decode0")],
-        "decode", [helper.make_tensor_value_info("x", TensorProto.UINT8, [16])],
-        [helper.make_tensor_value_info("y", TensorProto.UINT8, None)])
-    model = save_model(graph, cases / "decode.onnx", opset=20, check=False)
+        [helper.make_node("MaxRoiPool", ["x", "rois"], ["y"], pooled_shape=[2, 2], name="roipool0")],
+        "roipool", [float_info("x", (1, 3, 4, 4)), float_info("rois", (1, 5))], [float_info("y", (1, 3, 2, 2))])
+    model = save_model(graph, cases / "roipool.onnx", opset=17, check=False)
     check_error(anvil_model(anvil, command, model), EXIT_UNSUPPORTED,
-                r"ImageDecoder", r"decode0", strip=(cases,))
+                r"MaxRoiPool", r"roipool0", strip=(cases,))
 
 
 def test_unsupported_custom_domain_op(anvil, command, cases):

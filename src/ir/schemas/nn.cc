@@ -548,6 +548,14 @@ struct Registrations {
       out.insert(out.end(), off.begin() + 2, off.end());
       ctx.set_output(0, Type::tensor(ctx.dtype(0), out));
     }));
+    // ImageDecoder: 1-D encoded bytes to [H, W, 3] (RGB, BGR) or [H, W, 1] (Grayscale); H and W are in the bytes.
+    r.add(OpSchema("ImageDecoder").inputs({dtype_bit(DType::kUInt8)}).attr("pixel_format", std::string("RGB")).infer([](InferContext& ctx) {
+      const std::string format = ctx.attr_string("pixel_format");
+      if (format != "RGB" && format != "BGR" && format != "Grayscale")
+        ctx.fail("pixel_format '{}' is not RGB, BGR or Grayscale", format);
+      ctx.set_output(0, Type::tensor(DType::kUInt8, SymShape{Dim::unknown(), Dim::unknown(),
+                                                             Dim::known(format == "Grayscale" ? 1 : 3)}));
+    }));
     r.add(OpSchema("Col2Im").inputs({kAll, dtype_bit(DType::kInt64), dtype_bit(DType::kInt64)}).infer(infer_col2im));
     r.add(OpSchema("AffineGrid").inputs({kFloatLike, dtype_bit(DType::kInt64)}).attr("align_corners", int64_t{0}).infer(infer_affine_grid));
     r.add(OpSchema("Resize").attr("mode", std::string("nearest")).attr("keep_aspect_ratio_policy", std::string("stretch")).infer(infer_resize));
