@@ -241,6 +241,29 @@ TEST(GridSample, BilinearCentreAndZeroPaddedCorner) {
   EXPECT_EQ(values<float>(run_kernel("GridSample", {x, grid}, border, opset(16))[0]), (std::vector<float>{2.5f, 1.f}));
 }
 
+// Multinomial draws classes by the softmax of the logits: with probabilities
+// 1/4 and 3/4 over 4,000 draws, class 1's share is 0.75 within 0.03 (about
+// five standard deviations); a class of logit -inf is never drawn.
+TEST(Multinomial, DrawsBySoftmaxProbabilities) {
+  Tensor logits = f32({2, 3}, {std::log(0.25f), std::log(0.75f), -INFINITY, -INFINITY, 0.f, -INFINITY});
+  ir::Attributes a = attrs({{"sample_size", int64_t{4000}}, {"seed", 3.f}, {"dtype", int64_t{7}}});
+  std::vector<Tensor> y = run_kernel("Multinomial", {logits}, a, opset(7));
+  ASSERT_EQ(y[0].shape(), (Shape{2, 4000}));
+  const std::vector<int64_t> v = values<int64_t>(y[0]);
+  int64_t ones = 0;
+  for (int64_t i = 0; i < 4000; ++i) {
+    EXPECT_TRUE(v[static_cast<size_t>(i)] == 0 || v[static_cast<size_t>(i)] == 1);
+    ones += v[static_cast<size_t>(i)];
+    EXPECT_EQ(v[static_cast<size_t>(4000 + i)], 1);
+  }
+  EXPECT_NEAR(static_cast<double>(ones) / 4000, 0.75, 0.03);
+  EXPECT_EQ(values<int64_t>(run_kernel("Multinomial", {logits}, a, opset(7))[0]), v);  // the seed repeats the draws
+  EXPECT_EQ(error_kind_of([&] {
+              run_kernel("Multinomial", {f32({1, 2}, {-INFINITY, -INFINITY})}, attrs({{"seed", 1.f}}), opset(7));
+            }),
+            ErrorKind::kInvalidArgument);
+}
+
 TEST(Random, UniformNormalAndBernoulliDrawWithinTheirLaws) {
   ir::Attributes uni = attrs({{"shape", std::vector<int64_t>{10000}}, {"low", 2.f}, {"high", 3.f}, {"seed", 3.f}});
   std::vector<float> u = values<float>(run_kernel("RandomUniform", {}, uni)[0]);

@@ -27,6 +27,16 @@ struct Registrations {
     for (const char* op : {"RandomNormal", "RandomUniform"})
       r.add(OpSchema(op).attr("dtype", int64_t{1}).required_attr("shape").infer(infer_random));
     for (const char* op : {"RandomNormalLike", "RandomUniformLike", "Bernoulli"}) r.add(OpSchema(op).infer(infer_random_like));
+    // Multinomial: [batch, sample_size] class indices in int32 (the default) or int64.
+    r.add(OpSchema("Multinomial").attr("dtype", int64_t{6}).attr("sample_size", int64_t{1}).infer([](InferContext& ctx) {
+      const DType dtype = dtype_from_onnx_code(ctx.attr_int("dtype"));
+      if (dtype != DType::kInt32 && dtype != DType::kInt64) ctx.fail("dtype must be int32 or int64");
+      const int64_t samples = ctx.attr_int("sample_size");
+      if (samples < 1 || samples > (int64_t{1} << 30)) ctx.fail("sample_size {} must be positive", samples);
+      const Type& x = ctx.input(0);
+      ctx.set_output(0, x.has_shape() && x.rank() == 2 ? Type::tensor(dtype, SymShape{x.dims()[0], Dim::known(samples)})
+                                                       : Type::tensor(dtype));
+    }));
   }
 };
 const Registrations registrations;

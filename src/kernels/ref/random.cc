@@ -3,6 +3,7 @@
 // dtype unless `dtype` says otherwise) and Bernoulli (1 with the input's
 // probability). Never folded into constants (ir::is_random_op); each run
 // draws anew (kernels/ref/random.h).
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -74,6 +75,53 @@ class RandomKernel : public Kernel {
   double a_, b_;
 };
 
+// Multinomial: sample_size draws per row of [batch, classes] unnormalized
+// log-probabilities (softmax), by inverting the cumulative distribution.
+class MultinomialKernel : public Kernel {
+ public:
+  explicit MultinomialKernel(const ir::Node& node)
+      : seeds_(seed_of(node)), samples_(node.attrs.get_int("sample_size", 1)) {}
+
+  std::vector<TensorType> prepare(const PrepareContext& ctx) override {
+    const Shape& x = ctx.input_shape(0);
+    ANVIL_PREPARE_CHECK(ctx, x.size() == 2 && x[1] >= 1, ErrorKind::kInvalidArgument,
+                        "the input {} must be [batch, classes] with classes >= 1", shape_str(x));
+    return ctx.output_types();  // the schema checked sample_size and dtype
+  }
+
+  void run(const RunContext& ctx) const override {
+    std::mt19937_64 rng = seeds_.next();
+    std::uniform_real_distribution<double> uniform(0.0, 1.0);
+    const Tensor& x = ctx.in(0);
+    const int64_t batch = x.shape()[0], classes = x.shape()[1];
+    std::vector<double> cdf(static_cast<size_t>(classes));
+    Tensor& y = ctx.out(0);
+    for (int64_t b = 0; b < batch; ++b) {
+      double top = -INFINITY;
+      for (int64_t c = 0; c < classes; ++c) top = std::max(top, element_as_double(x, b * classes + c));
+      double sum = 0;
+      for (int64_t c = 0; c < classes; ++c) {
+        const double logit = element_as_double(x, b * classes + c);
+        sum += std::isfinite(top) ? std::exp(logit - top) : 0.0;
+        cdf[static_cast<size_t>(c)] = sum;
+      }
+      ANVIL_CHECK(sum > 0 && std::isfinite(sum), ErrorKind::kInvalidArgument,
+                  "Multinomial: row {} has no finite log-probability to sample from", b);
+      for (int64_t s = 0; s < samples_; ++s) {
+        const double u = uniform(rng) * sum;
+        const auto pick = std::upper_bound(cdf.begin(), cdf.end(), u) - cdf.begin();
+        const int64_t k = std::min<int64_t>(pick, classes - 1);
+        if (y.dtype() == DType::kInt32) y.data<int32_t>()[b * samples_ + s] = static_cast<int32_t>(k);
+        else y.data<int64_t>()[b * samples_ + s] = k;
+      }
+    }
+  }
+
+ private:
+  RunSeeds seeds_;
+  int64_t samples_;
+};
+
 KernelFactory random_factory(Draw d) {
   return [d](const ir::Node& n) -> std::unique_ptr<Kernel> { return std::make_unique<RandomKernel>(n, d); };
 }
@@ -84,6 +132,8 @@ ANVIL_REGISTER_KERNEL("RandomNormal", kRef, random_factory(Draw::kNormal));
 ANVIL_REGISTER_KERNEL("RandomUniform", kRef, random_factory(Draw::kUniform));
 ANVIL_REGISTER_KERNEL("RandomNormalLike", kRef, random_factory(Draw::kNormal));
 ANVIL_REGISTER_KERNEL("RandomUniformLike", kRef, random_factory(Draw::kUniform));
+ANVIL_REGISTER_OP_VERSIONS("Multinomial", 7, 22);  // 22 adds element types
+ANVIL_REGISTER_KERNEL_CLASS_TYPED("Multinomial", kRef, MultinomialKernel, {kFloats | kHalfs});
 ANVIL_REGISTER_OP_VERSIONS("Bernoulli", 15, 21);
 ANVIL_REGISTER_KERNEL_TYPED("Bernoulli", kRef, random_factory(Draw::kBernoulli), {kFloats});
 
