@@ -195,6 +195,27 @@ def check_bench_json(report: dict, cycles: int, threads=None, batch: int = 1) ->
     assert report["peak_rss_bytes"] >= max(report["arena_bytes"], 1 << 20), "implausible peak RSS"
 
 
+def test_bench_peak_rss_is_its_own_not_the_launchers(anvil, add_model, tmp_path):
+    """peak_rss_bytes is the process's own high-water mark (VmHWM): a launcher
+    that holds 600 MiB when it starts anvil must not show in the figure
+    (getrusage's ru_maxrss carries the parent's across fork and exec)."""
+    out = tmp_path / "bench.json"
+    launcher = (
+        "import subprocess, sys\n"
+        "hog = bytearray(600 << 20)\n"
+        "for i in range(0, len(hog), 4096): hog[i] = 1\n"
+        "sys.exit(subprocess.run(sys.argv[1:]).returncode)\n")
+    import subprocess
+    import sys
+    from anvil_testing import anvil_bin
+    result = subprocess.run([sys.executable, "-c", launcher, str(anvil_bin()), "bench", str(add_model), "--cycles",
+                             "1", "--iters", "2", "--warmup", "0", "--json", str(out)],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    rss = json.loads(out.read_text())["peak_rss_bytes"]
+    assert (1 << 20) <= rss < (400 << 20), f"peak RSS {rss >> 20} MiB includes the launcher's 600 MiB"
+
+
 def test_bench_zoo_resnet18(anvil, tmp_path):
     out = tmp_path / "out.json"
     result = anvil("bench", "zoo:resnet18", "--cycles", "1", "--iters", "3", "--warmup", "1",

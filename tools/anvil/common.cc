@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
 #include <random>
 
 #include <fmt/format.h>
@@ -146,8 +147,14 @@ std::string format_bytes(size_t bytes) {
   return fmt::format("{} B", bytes);
 }
 
+// The process's own resident high-water mark (VmHWM in /proc/self/status).
+// getrusage's ru_maxrss is not used: across fork and exec it keeps the
+// launcher's figure when that is larger (a Python harness holding a model).
 size_t peak_rss_bytes() {
-  struct rusage ru{};
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);)
+    if (line.rfind("VmHWM:", 0) == 0) return static_cast<size_t>(std::strtoull(line.c_str() + 6, nullptr, 10)) * 1024;
+  struct rusage ru{};  // no /proc: the best figure left
   getrusage(RUSAGE_SELF, &ru);
   return static_cast<size_t>(ru.ru_maxrss) * 1024;
 }
