@@ -138,7 +138,8 @@ class StringNormalizerKernel : public Kernel {
 
 // Python's str.split: without a delimiter, runs of whitespace separate and
 // the ends are stripped; with one, every occurrence separates. At most
-// `maxsplit` splits when it is >= 0.
+// `maxsplit` splits when it is >= 0 (the unsplit rest keeps its trailing
+// whitespace, as in Python).
 std::vector<std::string> split(const std::string& s, const std::string& delimiter, int64_t maxsplit) {
   std::vector<std::string> parts;
   if (!delimiter.empty()) {
@@ -156,9 +157,7 @@ std::vector<std::string> split(const std::string& s, const std::string& delimite
     while (i < s.size() && space(s[i])) ++i;
     if (i == s.size()) break;
     if (maxsplit >= 0 && static_cast<int64_t>(parts.size()) == maxsplit) {
-      size_t end = s.size();
-      while (end > i && space(s[end - 1])) --end;
-      parts.push_back(s.substr(i, end - i));
+      parts.push_back(s.substr(i));  // the rest as it is, trailing whitespace included (as Python does)
       break;
     }
     size_t j = i;
