@@ -29,18 +29,11 @@ Q saturate(double v) {
   return static_cast<Q>(std::clamp(v, lo, hi));
 }
 
-double as_double(const Tensor& t, int64_t i) {
-  return dispatch_dtype(t.dtype(), [&](auto tag) -> double {
-    using T = typename decltype(tag)::type;
-    if constexpr (std::is_class_v<T>) return static_cast<double>(static_cast<float>(t.data<T>()[i]));
-    else return static_cast<double>(t.data<T>()[i]);
-  });
-}
 
 // A quantized tensor's elements as int32.
 std::vector<int32_t> widen(const Tensor& t) {
   std::vector<int32_t> v(static_cast<size_t>(t.numel()));
-  for (int64_t i = 0; i < t.numel(); ++i) v[static_cast<size_t>(i)] = static_cast<int32_t>(as_double(t, i));
+  for (int64_t i = 0; i < t.numel(); ++i) v[static_cast<size_t>(i)] = static_cast<int32_t>(element_as_double(t, i));
   return v;
 }
 
@@ -280,7 +273,7 @@ class IntegerMatMulKernel : public Kernel {
     if (!t) return v;
     ANVIL_CHECK(t->numel() == 1 || t->numel() == n, ErrorKind::kInvalidArgument,
                 "a zero point has {} values for {} rows or columns", t->numel(), n);
-    for (int64_t i = 0; i < n; ++i) v[static_cast<size_t>(i)] = static_cast<int32_t>(as_double(*t, t->numel() == 1 ? 0 : i));
+    for (int64_t i = 0; i < n; ++i) v[static_cast<size_t>(i)] = static_cast<int32_t>(element_as_double(*t, t->numel() == 1 ? 0 : i));
     return v;
   }
 
@@ -292,9 +285,9 @@ class IntegerMatMulKernel : public Kernel {
       return;
     }
     // real = acc * a_scale * b_scale; y = saturate(round(real / y_scale) + y_zero_point).
-    const float multiplier = static_cast<float>(as_double(ctx.in(1), 0)) * static_cast<float>(as_double(ctx.in(4), 0)) /
-                             static_cast<float>(as_double(ctx.in(6), 0));
-    const double yzp = as_double(ctx.in(7), 0);
+    const float multiplier = static_cast<float>(element_as_double(ctx.in(1), 0)) * static_cast<float>(element_as_double(ctx.in(4), 0)) /
+                             static_cast<float>(element_as_double(ctx.in(6), 0));
+    const double yzp = element_as_double(ctx.in(7), 0);
     dispatch_dtype(y.dtype(), [&](auto tag) {
       using Y = typename decltype(tag)::type;
       if constexpr (std::is_same_v<Y, uint8_t> || std::is_same_v<Y, int8_t>)
@@ -333,16 +326,16 @@ class IntegerConvKernel : public Kernel {
     const std::vector<int32_t> x = widen(ctx.in(0)), w = widen(ctx.in(w_at()));
     const Tensor* xzp = input(ctx, 2);
     const Tensor* wzp = input(ctx, requantize_ ? 5 : 3);
-    const int32_t zx = xzp ? static_cast<int32_t>(as_double(*xzp, 0)) : 0;
+    const int32_t zx = xzp ? static_cast<int32_t>(element_as_double(*xzp, 0)) : 0;
     const Geometry3& g = geo_;
     const int64_t cg = c_ / group_, mg = m_ / group_, taps = g.taps(), in_plane = g.in_plane(), out_plane = g.out_plane();
     const Tensor* bias = requantize_ ? input(ctx, 8) : nullptr;
     double multiplier = 1;
     if (requantize_)
-      multiplier = static_cast<double>(static_cast<float>(as_double(ctx.in(1), 0)) / static_cast<float>(as_double(ctx.in(6), 0)));
+      multiplier = static_cast<double>(static_cast<float>(element_as_double(ctx.in(1), 0)) / static_cast<float>(element_as_double(ctx.in(6), 0)));
     for (int64_t b = 0; b < n_; ++b)
       for (int64_t m = 0; m < m_; ++m) {
-        const int32_t zw = wzp ? static_cast<int32_t>(as_double(*wzp, wzp->numel() > 1 ? m : 0)) : 0;
+        const int32_t zw = wzp ? static_cast<int32_t>(element_as_double(*wzp, wzp->numel() > 1 ? m : 0)) : 0;
         const int64_t first_c = (m / mg) * cg;
         for (int64_t o = 0; o < out_plane; ++o) {
           const int64_t od = o / (g.out[1] * g.out[2]), oh = (o / g.out[2]) % g.out[1], ow = o % g.out[2];
@@ -362,8 +355,8 @@ class IntegerConvKernel : public Kernel {
             ctx.out(0).data<int32_t>()[at] = static_cast<int32_t>(static_cast<uint32_t>(acc));
             continue;
           }
-          const double scale = multiplier * static_cast<double>(static_cast<float>(as_double(ctx.in(4), ctx.in(4).numel() > 1 ? m : 0)));
-          const double y = std::nearbyint(static_cast<double>(acc) * scale) + as_double(ctx.in(7), 0);
+          const double scale = multiplier * static_cast<double>(static_cast<float>(element_as_double(ctx.in(4), ctx.in(4).numel() > 1 ? m : 0)));
+          const double y = std::nearbyint(static_cast<double>(acc) * scale) + element_as_double(ctx.in(7), 0);
           if (ctx.out(0).dtype() == DType::kUInt8) ctx.out(0).data<uint8_t>()[at] = saturate<uint8_t>(y);
           else ctx.out(0).data<int8_t>()[at] = saturate<int8_t>(y);
         }

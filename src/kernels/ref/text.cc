@@ -227,26 +227,20 @@ class StringConcatKernel : public Kernel {
  public:
   explicit StringConcatKernel(const ir::Node&) {}
   bool allocates_outputs() const override { return true; }
-  std::vector<TensorType> prepare(const PrepareContext& ctx) override { return ctx.output_types(); }
+  std::vector<TensorType> prepare(const PrepareContext& ctx) override {
+    out_shape_ = ctx.output_shape(0);  // the schema's broadcast of the two shapes
+    return ctx.output_types();
+  }
   void run(const RunContext& ctx) const override {
     const Tensor &a = ctx.in(0), &b = ctx.in(1);
-    const Shape out = broadcast_shape(a.shape(), b.shape());
-    Tensor y(DType::kString, out);
-    broadcast_pairs(a.shape(), b.shape(), out,
+    Tensor y(DType::kString, out_shape_);
+    broadcast_pairs(a.shape(), b.shape(), out_shape_,
                     [&](int64_t i, int64_t ai, int64_t bi) { y.data<std::string>()[i] = strings(a)[ai] + strings(b)[bi]; });
     *ctx.outputs[0] = std::move(y);
   }
 
  private:
-  static Shape broadcast_shape(const Shape& a, const Shape& b) {
-    Shape out(std::max(a.size(), b.size()), 1);
-    for (size_t i = 0; i < out.size(); ++i) {
-      const int64_t da = i < out.size() - a.size() ? 1 : a[i - (out.size() - a.size())];
-      const int64_t db = i < out.size() - b.size() ? 1 : b[i - (out.size() - b.size())];
-      out[i] = da == 1 ? db : da;
-    }
-    return out;
-  }
+  Shape out_shape_;
 };
 
 class StringEqualKernel : public Kernel {

@@ -52,8 +52,6 @@ KernelFactory window_factory(Window w) {
   return [w](const ir::Node& n) -> std::unique_ptr<Kernel> { return std::make_unique<WindowKernel>(n, w); };
 }
 
-double scalar_of(const Tensor& t) { return element_as_double(t, 0); }
-
 class MelWeightMatrixKernel : public Kernel {
  public:
   explicit MelWeightMatrixKernel(const ir::Node&) {}
@@ -64,7 +62,7 @@ class MelWeightMatrixKernel : public Kernel {
       const Tensor& t = ctx.require_constant(i, "a MelWeightMatrix parameter");
       ANVIL_PREPARE_CHECK(ctx, t.numel() == 1, ErrorKind::kInvalidArgument, "input {} must be a scalar, got {}", i,
                           shape_str(t.shape()));
-      v[i] = scalar_of(t);
+      v[i] = element_as_double(t, 0);
     }
     const auto mel_bins = static_cast<int64_t>(v[0]), dft = static_cast<int64_t>(v[1]), rate = static_cast<int64_t>(v[2]);
     ANVIL_PREPARE_CHECK(ctx, mel_bins > 0 && mel_bins < (int64_t{1} << 24) && dft > 0 && dft < (int64_t{1} << 30) && rate > 0,
