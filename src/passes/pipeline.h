@@ -1,7 +1,8 @@
 // The optimization levels and the passes each one runs.
 //   0: nothing
 //   1: cleanup — identity elimination, constant folding, dead code
-//   2: + fusions — Conv+BatchNorm, Conv+Add+activation (oneDNN post-ops)
+//   2: + fusions — Conv+BatchNorm, GELU, Conv/MatMul + bias + residual Add +
+//      activation (oneDNN post-ops)
 #pragma once
 
 #include <memory>
@@ -20,5 +21,7 @@ std::unique_ptr<Pass> make_fold_constants(ConstantEvaluator evaluator);
 std::unique_ptr<Pass> make_dead_code();
 std::unique_ptr<Pass> make_fuse_conv_batchnorm();
 std::unique_ptr<Pass> make_fuse_conv_activation();
+std::unique_ptr<Pass> make_fuse_gelu();
+std::unique_ptr<Pass> make_fuse_matmul();
 
 }  // namespace anvil::passes

@@ -113,6 +113,54 @@ TEST(DnnlFusedConv, ResidualAndRelu) {
   }
 }
 
+// FusedMatMul = MatMul + bias along the last dim + residual, then the activation,
+// on both backends against that sum computed here from the reference MatMul.
+void expect_fused_matmul(const std::string& activation, float (*act)(float), Shape a_shape, bool with_sum) {
+  const int64_t n = 6;
+  Shape y_shape = a_shape;
+  y_shape.back() = n;
+  std::vector<Tensor> in = {random_f32(a_shape, 70), random_f32({a_shape.back(), n}, 71), random_f32({n}, 72),
+                            with_sum ? random_f32(y_shape, 73) : Tensor()};
+  Tensor expected = run_kernel("MatMul", {in[0], in[1]})[0];
+  for (int64_t i = 0; i < expected.numel(); ++i) {
+    float v = expected.data<float>()[i] + in[2].data<float>()[i % n] + (with_sum ? in[3].data<float>()[i] : 0.f);
+    expected.data<float>()[i] = act(v);
+  }
+  ir::Attributes a;
+  a.set("activation", activation);
+  a.set("activation_alpha", 0.f);
+  a.set("activation_beta", 0.f);
+  for (Backend backend : {Backend::kDnnl, Backend::kRef}) {
+    KernelOptions o;
+    o.domain = "anvil";
+    o.backend = backend;
+    o.constant_inputs = {false, true, true, false};
+    KernelResult got = run_kernel_full("FusedMatMul", in, a, o);
+    if (backend == Backend::kDnnl) EXPECT_EQ(got.impl.rfind("dnnl:", 0), 0u) << got.impl;
+    EXPECT_LE(max_abs_diff(got.outputs[0], expected), 1e-5f) << activation << (backend == Backend::kDnnl ? " dnnl" : " ref");
+  }
+}
+
+TEST(DnnlFusedMatMul, BiasResidualAndActivations) {
+  expect_fused_matmul("", [](float x) { return x; }, {2, 3, 5}, false);
+  expect_fused_matmul("Relu", [](float x) { return x > 0 ? x : 0; }, {2, 3, 5}, true);
+  expect_fused_matmul("Gelu", [](float x) { return 0.5f * x * (1 + std::erf(x / std::sqrt(2.f))); }, {7, 5}, false);
+  expect_fused_matmul("GeluTanh", [](float x) {
+    return 0.5f * x * (1 + std::tanh(std::sqrt(2.f / static_cast<float>(M_PI)) * (x + 0.044715f * x * x * x)));
+  }, {1, 4, 5}, true);
+}
+
+TEST(DnnlFusedMatMul, ResidualOfAnotherShapeIsRefused) {
+  std::vector<Tensor> in = {random_f32({2, 5}, 74), random_f32({5, 6}, 75), Tensor(), random_f32({1, 6}, 76)};
+  for (Backend backend : {Backend::kDnnl, Backend::kRef}) {
+    KernelOptions o;
+    o.domain = "anvil";
+    o.backend = backend;
+    o.constant_inputs = {false, true, false, false};
+    EXPECT_EQ(error_kind_of([&] { run_kernel("FusedMatMul", in, {}, o); }), ErrorKind::kInvalidArgument);
+  }
+}
+
 TEST(DnnlPool, MaxAndAverage) {
   ir::Attributes m;
   m.set("kernel_shape", std::vector<int64_t>{3, 3});
@@ -166,6 +214,15 @@ TEST(DnnlEltwise, MatchesReference) {
   ir::Attributes alpha;
   alpha.set("alpha", 0.3f);
   expect_backends_agree("LeakyRelu", {x}, alpha, {false}, 1e-6f);
+  for (const char* approximate : {"none", "tanh"}) {
+    ir::Attributes gelu;
+    gelu.set("approximate", std::string(approximate));
+    KernelOptions ref_opts = opset(20), dnnl_opts = opset(20);
+    dnnl_opts.backend = Backend::kDnnl;
+    KernelResult ref = run_kernel_full("Gelu", {x}, gelu, ref_opts), dnnl = run_kernel_full("Gelu", {x}, gelu, dnnl_opts);
+    EXPECT_EQ(dnnl.impl.rfind("dnnl:", 0), 0u) << dnnl.impl;
+    EXPECT_LE(max_abs_diff(ref.outputs[0], dnnl.outputs[0]), 1e-6f) << approximate;
+  }
 }
 
 TEST(DnnlEltwise, ClipWithConstantBounds) {

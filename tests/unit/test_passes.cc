@@ -6,6 +6,7 @@
 
 #include "anvil/session.h"
 #include "ir/builder.h"
+#include "ir/schema.h"
 #include "passes/pipeline.h"
 #include "runtime/constant_evaluator.h"
 
@@ -106,6 +107,158 @@ TEST(Passes, ConvBatchNormFoldsIntoWeights) {
   for (int i = 0; i < 4; ++i) EXPECT_NEAR(y.data<float>()[i], 3.f * xs[i] + 0.5f, 1e-5f);
   PlanStats stats = s.plan_stats({{"x", in}});
   EXPECT_EQ(stats.num_steps - stats.reorders, 1u);  // one conv (and the layout reorders it asks for)
+}
+
+ir::Value* scalar_f32(ir::Graph& g, const std::string& name, float v) {
+  Tensor t(DType::kFloat32, {});
+  *t.data<float>() = v;
+  return g.add_constant(name, t);
+}
+
+Tensor ramp(Shape shape, float start, float step) {
+  Tensor t(DType::kFloat32, std::move(shape));
+  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = start + step * static_cast<float>(i);
+  return t;
+}
+
+ir::Value* mul(ir::Graph& g, ir::Value* a, ir::Value* b) { return g.add_node("Mul", {a, b}, 1)->output(0); }
+
+// GELU as PyTorch exports it: x * (1 + erf(x / sqrt(2))) * 0.5, with `one` in place of the 1.
+std::unique_ptr<ir::Graph> gelu_erf_graph(float one = 1.f, bool erf_is_output = false) {
+  auto g = std::make_unique<ir::Graph>();
+  g->opsets[""] = 13;
+  ir::Value* x = g->add_input("x", DType::kFloat32, {2, 5});
+  ir::Value* scaled = g->add_node("Div", {x, scalar_f32(*g, "sqrt2", 1.4142135f)}, 1)->output(0);
+  ir::Value* erf = g->add_node("Erf", {scaled}, 1)->output(0);
+  ir::Value* sum = g->add_node("Add", {erf, scalar_f32(*g, "one", one)}, 1)->output(0);
+  g->add_output(mul(*g, mul(*g, x, sum), scalar_f32(*g, "half", 0.5f)));
+  if (erf_is_output) g->add_output(erf);
+  return g;
+}
+
+// The tanh form: (0.5 * x) * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x * (x * x)))).
+std::unique_ptr<ir::Graph> gelu_tanh_graph() {
+  auto g = std::make_unique<ir::Graph>();
+  g->opsets[""] = 13;
+  ir::Value* x = g->add_input("x", DType::kFloat32, {2, 5});
+  ir::Value* cube = mul(*g, x, mul(*g, x, x));
+  ir::Value* inner = g->add_node("Add", {x, mul(*g, scalar_f32(*g, "c", 0.044715f), cube)}, 1)->output(0);
+  ir::Value* t = g->add_node("Tanh", {mul(*g, inner, scalar_f32(*g, "k", 0.7978845608f))}, 1)->output(0);
+  ir::Value* sum = g->add_node("Add", {t, scalar_f32(*g, "one", 1.f)}, 1)->output(0);
+  g->add_output(mul(*g, mul(*g, x, scalar_f32(*g, "half", 0.5f)), sum));
+  return g;
+}
+
+void expect_gelu_values(std::unique_ptr<ir::Graph> g, bool tanh) {
+  Session s = Session::from_graph(std::move(g));
+  Tensor x = ramp({2, 5}, -3.f, 0.6f);
+  Tensor y = s.run({{"x", x}})[0];
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    const double v = x.data<float>()[i];
+    const double expected = tanh ? 0.5 * v * (1 + std::tanh(std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v)))
+                                 : 0.5 * v * (1 + std::erf(v / std::sqrt(2.0)));
+    EXPECT_NEAR(y.data<float>()[i], expected, 1e-5) << "x = " << v;
+  }
+}
+
+TEST(Passes, GeluErfFormBecomesOneGelu) {
+  auto g = gelu_erf_graph();
+  passes::optimize(*g, 2, runtime::reference_evaluator());
+  ASSERT_EQ(g->nodes().size(), 1u);
+  EXPECT_EQ(g->nodes()[0]->op_type, "Gelu");
+  EXPECT_EQ(g->nodes()[0]->attrs.get_string("approximate", ""), "none");
+  expect_gelu_values(gelu_erf_graph(), false);
+}
+
+TEST(Passes, GeluTanhFormBecomesOneGelu) {
+  auto g = gelu_tanh_graph();
+  passes::optimize(*g, 2, runtime::reference_evaluator());
+  ASSERT_EQ(g->nodes().size(), 1u);
+  EXPECT_EQ(g->nodes()[0]->op_type, "Gelu");
+  EXPECT_EQ(g->nodes()[0]->attrs.get_string("approximate", ""), "tanh");
+  expect_gelu_values(gelu_tanh_graph(), true);
+}
+
+TEST(Passes, GeluLookalikesAreLeftAlone) {
+  auto other_constant = gelu_erf_graph(2.f);  // 1 + erf replaced by 2 + erf
+  passes::optimize(*other_constant, 2, runtime::reference_evaluator());
+  EXPECT_EQ(count_ops(*other_constant, "Gelu"), 0u);
+  EXPECT_EQ(count_ops(*other_constant, "Erf"), 1u);
+  auto shared = gelu_erf_graph(1.f, true);  // erf(...) is also a graph output
+  passes::optimize(*shared, 2, runtime::reference_evaluator());
+  EXPECT_EQ(count_ops(*shared, "Gelu"), 0u);
+}
+
+// y = [relu](x W + b [+ r]): x [2, 4] ramp, W [4, 3] ramp, b [3]; r is an input of shape r_shape.
+std::unique_ptr<ir::Graph> linear_graph(bool relu, Shape r_shape) {
+  auto g = std::make_unique<ir::Graph>();
+  g->opsets[""] = 13;
+  ir::Value* x = g->add_input("x", DType::kFloat32, {2, 4});
+  ir::Value* y = g->add_node("MatMul", {x, g->add_constant("w", ramp({4, 3}, -1.f, 0.25f))}, 1)->output(0);
+  y = g->add_node("Add", {g->add_constant("b", ramp({3}, 0.5f, -1.f)), y}, 1)->output(0);
+  if (!r_shape.empty()) y = g->add_node("Add", {y, g->add_input("r", DType::kFloat32, r_shape)}, 1)->output(0);
+  if (relu) y = g->add_node("Relu", {y}, 1)->output(0);
+  g->add_output(y);
+  return g;
+}
+
+std::vector<float> linear_expected(bool relu, const Tensor* r) {
+  Tensor x = ramp({2, 4}, 0.f, 0.5f), w = ramp({4, 3}, -1.f, 0.25f), b = ramp({3}, 0.5f, -1.f);
+  std::vector<float> out;
+  for (int i = 0; i < 2; ++i)
+    for (int j = 0; j < 3; ++j) {
+      float v = b.data<float>()[j];
+      for (int k = 0; k < 4; ++k) v += x.data<float>()[i * 4 + k] * w.data<float>()[k * 3 + j];
+      if (r) v += r->data<float>()[r->numel() == 6 ? i * 3 + j : j];
+      out.push_back(relu && v < 0 ? 0.f : v);
+    }
+  return out;
+}
+
+void expect_linear_values(std::unique_ptr<ir::Graph> g, bool relu, const Tensor* r) {
+  Session s = Session::from_graph(std::move(g));
+  std::map<std::string, Tensor> in = {{"x", ramp({2, 4}, 0.f, 0.5f)}};
+  if (r) in["r"] = *r;
+  Tensor y = s.run(in)[0];
+  std::vector<float> expected = linear_expected(relu, r);
+  ASSERT_EQ(y.numel(), 6);
+  for (int i = 0; i < 6; ++i) EXPECT_NEAR(y.data<float>()[i], expected[i], 1e-5f) << i;
+}
+
+TEST(Passes, MatMulBiasResidualReluBecomeOneFusedMatMul) {
+  auto g = linear_graph(true, {2, 3});
+  ir::infer_types(*g);  // as the session does before optimizing
+  passes::optimize(*g, 2, runtime::reference_evaluator());
+  ASSERT_EQ(g->nodes().size(), 1u);
+  const ir::Node& fused = *g->nodes()[0];
+  EXPECT_EQ(fused.op_type, "FusedMatMul");
+  EXPECT_TRUE(fused.input(2) && fused.input(2)->is_constant());  // the bias
+  EXPECT_EQ(fused.input(3), g->find_value("r"));                 // the residual
+  EXPECT_EQ(fused.attrs.get_string("activation", ""), "Relu");
+  Tensor r = ramp({2, 3}, 1.f, -0.75f);
+  expect_linear_values(linear_graph(true, {2, 3}), true, &r);
+}
+
+TEST(Passes, BroadcastingAddIsNotFusedAsResidual) {
+  auto g = linear_graph(false, {1, 3});  // r broadcasts over the rows: not a residual
+  ir::infer_types(*g);  // as the session does before optimizing
+  passes::optimize(*g, 2, runtime::reference_evaluator());
+  EXPECT_EQ(count_ops(*g, "FusedMatMul"), 1u);
+  EXPECT_EQ(count_ops(*g, "Add"), 1u);
+  EXPECT_EQ(g->nodes()[0]->input(3), nullptr);
+  Tensor r = ramp({1, 3}, 2.f, 1.f);
+  expect_linear_values(linear_graph(false, {1, 3}), false, &r);
+}
+
+TEST(Passes, MatMulWithNonConstantAddendKeepsItsAdd) {
+  auto g = std::make_unique<ir::Graph>();
+  g->opsets[""] = 13;
+  ir::Value* x = g->add_input("x", DType::kFloat32, {2, 4});
+  ir::Value* y = g->add_node("MatMul", {x, g->add_constant("w", ramp({4, 3}, -1.f, 0.25f))}, 1)->output(0);
+  g->add_output(g->add_node("Add", {y, g->add_input("b", DType::kFloat32, {3})}, 1)->output(0));
+  passes::optimize(*g, 2, runtime::reference_evaluator());
+  EXPECT_EQ(count_ops(*g, "MatMul"), 1u);
+  EXPECT_EQ(count_ops(*g, "FusedMatMul"), 0u);
 }
 
 }  // namespace

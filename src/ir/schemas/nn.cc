@@ -17,6 +17,27 @@ void infer_matmul(InferContext& ctx) {
   ctx.set_output(0, Type::tensor(ctx.dtype(0), matmul_dims(ctx, ctx.dims(0), ctx.dims(1))));
 }
 
+// anvil.FusedMatMul (passes/fuse_matmul.cc): MatMul's output; the bias runs
+// along its last dimension and the residual has its shape.
+void infer_fused_matmul(InferContext& ctx) {
+  const SymShape y = matmul_dims(ctx, ctx.dims(0), ctx.dims(1));
+  ctx.set_output(0, Type::tensor(ctx.dtype(0), y));
+  if (y.empty()) return;
+  const Dim& n = y.back();
+  if (ctx.has_input(2)) {
+    const SymShape& bias = ctx.dims(2);
+    bool ok = !bias.empty() && bias.size() <= y.size() && (!n.is_known() || !bias.back().is_known() || bias.back() == n);
+    for (size_t i = 0; ok && i + 1 < bias.size(); ++i) ok = !bias[i].is_known() || bias[i].value == 1;
+    if (!ok) ctx.fail_input("bias {} does not run along the last dimension of {}", dims_str(bias), dims_str(y));
+  }
+  if (ctx.has_input(3)) {
+    const SymShape& sum = ctx.dims(3);
+    bool ok = sum.size() == y.size();
+    for (size_t i = 0; ok && i < y.size(); ++i) ok = !sum[i].is_known() || !y[i].is_known() || sum[i] == y[i];
+    if (!ok) ctx.fail_input("residual {} does not have the output's shape {}", dims_str(sum), dims_str(y));
+  }
+}
+
 void infer_gemm(InferContext& ctx) {
   ctx.set_output(0, Type::tensor(ctx.dtype(0)));
   const SymShape &a = ctx.dims(0), &b = ctx.dims(1);
@@ -493,6 +514,7 @@ struct Registrations {
   Registrations() {
     auto& r = SchemaRegistry::global();
     r.add(OpSchema("MatMul").inputs({kNumeric | kHalfs}).infer(infer_matmul));
+    r.add(OpSchema("FusedMatMul", "anvil").inputs({kFloatLike}).infer(infer_fused_matmul));
     r.add(OpSchema("Gemm")
               .inputs({kNumeric | kHalfs})
               .attr("alpha", 1.f)

@@ -65,6 +65,8 @@ bool append_activation(dnnl::post_ops& ops, const std::string& act, float alpha,
   else if (act == "Sigmoid") ops.append_eltwise(1.f, alg::eltwise_logistic, 0.f, 0.f);
   else if (act == "Tanh") ops.append_eltwise(1.f, alg::eltwise_tanh, 0.f, 0.f);
   else if (act == "HardSwish") ops.append_eltwise(1.f, alg::eltwise_hardswish, 0.f, 0.f);
+  else if (act == "Gelu") ops.append_eltwise(1.f, alg::eltwise_gelu_erf, 0.f, 0.f);
+  else if (act == "GeluTanh") ops.append_eltwise(1.f, alg::eltwise_gelu_tanh, 0.f, 0.f);
   else if (act == "HardSigmoid") {
     ops.append_eltwise(1.f, alg::eltwise_linear, alpha, beta);
     ops.append_eltwise(1.f, alg::eltwise_clip, 0.f, 1.f);

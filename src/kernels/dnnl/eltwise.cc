@@ -57,7 +57,16 @@ class DnnlEltwise : public du::PrimitiveKernel {
     if (op == "Abs") return {algorithm::eltwise_abs, 0.f, 0.f};
     if (op == "Neg") return {algorithm::eltwise_linear, -1.f, 0.f};
     if (op == "Clip") return clip_spec(ctx);
+    if (op == "Gelu") return gelu_spec(ctx);
     ctx.fail(ErrorKind::kUnsupported, "no oneDNN eltwise for {}", op);
+  }
+
+  EltwiseSpec gelu_spec(const PrepareContext& ctx) const {
+    const std::string approximate = node_.attrs.get_string("approximate", "none");
+    if (approximate == "tanh") return {algorithm::eltwise_gelu_tanh, 0.f, 0.f};
+    ANVIL_PREPARE_CHECK(ctx, approximate == "none", ErrorKind::kInvalidModel, "approximate '{}' is not none or tanh",
+                        approximate);
+    return {algorithm::eltwise_gelu_erf, 0.f, 0.f};
   }
 
   // Clip's bounds: attributes before opset 11, constant scalar inputs after.
@@ -96,6 +105,7 @@ ANVIL_DNNL_ELTWISE("Exp");
 ANVIL_DNNL_ELTWISE("Abs");
 ANVIL_DNNL_ELTWISE("Neg");
 ANVIL_DNNL_ELTWISE("Clip");
+ANVIL_DNNL_ELTWISE("Gelu");
 #undef ANVIL_DNNL_ELTWISE
 
 }  // namespace anvil::kernels

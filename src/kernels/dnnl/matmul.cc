@@ -1,4 +1,8 @@
-// MatMul (numpy semantics, batched, broadcasting) and Gemm on oneDNN's matmul (float32).
+// MatMul (numpy semantics, batched, broadcasting), anvil.FusedMatMul (MatMul
+// with a bias, a residual sum and an activation as post-ops) and Gemm on
+// oneDNN's matmul (float32).
+#include <cstring>
+
 #include "kernels/dnnl/common.h"
 #include "kernels/ref/common.h"
 #include "kernels/registry.h"
@@ -29,7 +33,11 @@ class DnnlMatMulBase : public Kernel {
   size_t scratch_bytes() const override { return scratch_; }
   std::string impl_name() const override { return impl_; }
 
+  int inplace_input() const override { return has_sum_ ? 3 : -1; }
+
   void run(const RunContext& ctx) const override {
+    if (has_sum_ && ctx.in(3).raw() != ctx.out(0).raw())  // the sum post-op adds to what dst holds
+      std::memcpy(ctx.out(0).raw(), ctx.in(3).raw(), ctx.out(0).nbytes());
     std::unordered_map<int, memory> args;
     args[DNNL_ARG_SRC] = du::wrap(src_md_, ctx.in(0).raw());
     args[DNNL_ARG_WEIGHTS] = packed_b_ ? packed_.memory : du::wrap(weights_md_, ctx.in(1).raw());
@@ -53,7 +61,9 @@ class DnnlMatMulBase : public Kernel {
     try {
       dnnl::matmul::desc desc = has_bias_ ? dnnl::matmul::desc(src_md_, b_any, bias_md_, dst_md_)
                                           : dnnl::matmul::desc(src_md_, b_any, dst_md_);
-      dnnl::matmul::primitive_desc pd(desc, du::user_scratchpad_attr(), du::engine());
+      dnnl::primitive_attr attr = du::user_scratchpad_attr();
+      if (post_ops_.len() > 0) attr.set_post_ops(post_ops_);
+      dnnl::matmul::primitive_desc pd(desc, attr, du::engine());
       primitive_ = dnnl::matmul(pd);
       scratchpad_md_ = pd.scratchpad_desc();
       scratch_ = scratchpad_md_.get_size();
@@ -69,6 +79,8 @@ class DnnlMatMulBase : public Kernel {
   }
 
   dnnl::primitive primitive_;
+  dnnl::post_ops post_ops_;
+  bool has_sum_ = false;
   memory::desc src_md_, weights_md_, bias_md_, dst_md_, scratchpad_md_;
   du::PackedWeights packed_;
   bool packed_b_ = false;
@@ -78,6 +90,9 @@ class DnnlMatMulBase : public Kernel {
   std::string impl_;
 };
 
+// MatMul, and FusedMatMul: its bias (input 2, along the last dimension), its
+// residual (input 3, the output's shape) and its activation become the
+// matmul's bias and post-ops.
 class DnnlMatMul : public DnnlMatMulBase {
  public:
   explicit DnnlMatMul(const ir::Node&) {}
@@ -95,9 +110,32 @@ class DnnlMatMul : public DnnlMatMulBase {
     for (size_t i = 0; i + 2 < rank; ++i) c[i] = a[i] == 1 ? b[i] : a[i];
     c[rank - 2] = a[rank - 2];
     c[rank - 1] = b[rank - 1];
+    prepare_fusion(ctx, rank);
     const Tensor* bconst = ctx.constant(1);
     build(ctx, contiguous(a), contiguous(b), contiguous(c), bconst ? bconst->raw() : nullptr, bconst);
     return ctx.output_types();  // without the dimensions 1-D operands gained
+  }
+
+ private:
+  void prepare_fusion(const PrepareContext& ctx, size_t rank) {
+    if (ctx.has_input(2)) {  // [N] or [1, ..., N]: the schema checked it
+      Shape bias(rank, 1);
+      bias.back() = ctx.input_shape(2).back();
+      bias_md_ = contiguous(bias).desc();
+      has_bias_ = true;
+      if (const Tensor* c = ctx.constant(2)) bias_const_ = *c;
+    }
+    if (ctx.has_input(3)) {
+      ANVIL_PREPARE_CHECK(ctx, ctx.input_shape(3) == ctx.output_shape(0), ErrorKind::kInvalidArgument,
+                          "residual {} must have the output's shape {}", shape_str(ctx.input_shape(3)),
+                          shape_str(ctx.output_shape(0)));
+      post_ops_.append_sum(1.f);
+      has_sum_ = true;
+    }
+    const std::string act = ctx.attrs().get_string("activation", "");
+    ANVIL_PREPARE_CHECK(ctx, du::append_activation(post_ops_, act, ctx.attrs().get_float("activation_alpha", 0.f),
+                                                   ctx.attrs().get_float("activation_beta", 0.f)),
+                        ErrorKind::kUnsupported, "activation '{}' has no oneDNN post-op", act);
   }
 };
 
@@ -144,6 +182,7 @@ class DnnlGemm : public DnnlMatMulBase {
 
 ANVIL_REGISTER_KERNEL_CLASS_TYPED("MatMul", kDnnl, DnnlMatMul, {kFloat32Only});
 ANVIL_REGISTER_KERNEL_CLASS_TYPED("Gemm", kDnnl, DnnlGemm, {kFloat32Only});
+static Registrar fused_matmul_dnnl("FusedMatMul", Backend::kDnnl, factory_of<DnnlMatMul>(), "anvil", {{kFloat32Only}});
 
 }  // namespace
 

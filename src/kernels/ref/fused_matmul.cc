@@ -1,0 +1,87 @@
+// Reference anvil.FusedMatMul: the reference MatMul, then the bias along the
+// last dimension, the residual add and the activation — the oracle for the
+// oneDNN post-op path (passes/fuse_matmul.cc describes the op).
+#include <vector>
+
+#include "kernels/activation.h"
+#include "kernels/registry.h"
+
+namespace anvil::kernels {
+
+namespace {
+
+class RefFusedMatMul : public Kernel {
+ public:
+  explicit RefFusedMatMul(const ir::Node& node) : matmul_node_(node) {
+    matmul_node_.op_type = "MatMul";
+    matmul_node_.domain = "";
+    matmul_node_.inputs.resize(2);
+    activation_ = node.attrs.get_string("activation", "");
+    alpha_ = node.attrs.get_float("activation_alpha", 0.f);
+    beta_ = node.attrs.get_float("activation_beta", 0.f);
+    for (const char* a : {"activation", "activation_alpha", "activation_beta"}) matmul_node_.attrs.erase(a);
+  }
+
+  std::vector<TensorType> prepare(const PrepareContext& ctx) override {
+    ANVIL_PREPARE_CHECK(ctx, is_known_activation(activation_), ErrorKind::kInvalidModel, "unknown activation '{}'",
+                        activation_);
+    ANVIL_PREPARE_CHECK(ctx, ctx.input_type(0).dtype == DType::kFloat32, ErrorKind::kUnsupported,
+                        "fused matmul is float32 only");
+    for (const KernelEntry* e : Registry::global().find("", "MatMul"))
+      if (e->backend == Backend::kRef) matmul_ = e->factory(matmul_node_);
+    ANVIL_INTERNAL_CHECK(matmul_);
+    PrepareContext mm_ctx(matmul_node_, {ctx.input_type(0), ctx.input_type(1)}, {ctx.constant(0), ctx.constant(1)},
+                          ctx.num_threads());
+    std::vector<TensorType> out = matmul_->prepare(mm_ctx);
+    has_bias_ = ctx.has_input(2);
+    has_sum_ = ctx.has_input(3);
+    ANVIL_PREPARE_CHECK(ctx, !has_sum_ || ctx.input_shape(3) == out[0].shape, ErrorKind::kInvalidArgument,
+                        "residual {} must have the output's shape {}", shape_str(ctx.input_shape(3)),
+                        shape_str(out[0].shape));
+    return out;
+  }
+
+  size_t scratch_bytes() const override { return matmul_->scratch_bytes(); }
+  int inplace_input() const override { return has_sum_ ? 3 : -1; }
+
+  void run(const RunContext& ctx) const override {
+    Tensor& y = ctx.out(0);
+    const int64_t total = y.numel();
+    // The residual may share memory with y (in place): save it before the matmul overwrites y.
+    const float* sum = has_sum_ ? ctx.in(3).data<float>() : nullptr;
+    std::vector<float> saved;
+    if (sum && static_cast<const void*>(sum) == y.raw()) {
+      saved.assign(sum, sum + total);
+      sum = saved.data();
+    }
+    RunContext mm_ctx;
+    mm_ctx.inputs = {ctx.inputs[0], ctx.inputs[1]};
+    mm_ctx.outputs = {&y};
+    mm_ctx.scratch = ctx.scratch;
+    matmul_->run(mm_ctx);
+    float* out = y.data<float>();
+    if (has_bias_) {
+      const float* bias = ctx.in(2).data<float>();
+      const int64_t n = ctx.in(2).numel();
+      for (int64_t i = 0; i < total; ++i) out[i] += bias[i % n];
+    }
+    if (sum)
+      for (int64_t i = 0; i < total; ++i) out[i] += sum[i];
+    apply_activation(out, total, activation_, alpha_, beta_);
+  }
+
+ private:
+  ir::Node matmul_node_;
+  std::unique_ptr<Kernel> matmul_;
+  std::string activation_;
+  float alpha_ = 0, beta_ = 0;
+  bool has_bias_ = false, has_sum_ = false;
+};
+
+static Registrar fused_matmul_ref(
+    "FusedMatMul", Backend::kRef,
+    [](const ir::Node& n) -> std::unique_ptr<Kernel> { return std::make_unique<RefFusedMatMul>(n); }, "anvil");
+
+}  // namespace
+
+}  // namespace anvil::kernels

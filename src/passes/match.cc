@@ -1,0 +1,94 @@
+#include "passes/match.h"
+
+#include <cmath>
+#include <limits>
+
+namespace anvil::passes {
+
+bool is_op(const ir::Node* n, const char* op) { return n && !n->dead && n->domain.empty() && n->op_type == op; }
+
+ir::Node* producer_op(const ir::Value* v, const char* op) {
+  return v && is_op(v->producer, op) ? v->producer : nullptr;
+}
+
+std::optional<double> scalar_value(const ir::Value* v) {
+  if (!v || !v->is_constant() || v->constant->numel() != 1) return std::nullopt;
+  if (v->constant->dtype() == DType::kFloat32) return *v->constant->data<float>();
+  if (v->constant->dtype() == DType::kFloat64) return *v->constant->data<double>();
+  return std::nullopt;
+}
+
+bool is_scalar(const ir::Value* v, double expected, double rel_tol) {
+  std::optional<double> x = scalar_value(v);
+  return x && std::fabs(*x - expected) <= rel_tol * std::fabs(expected);
+}
+
+ir::Value* other_operand(const ir::Node& n, const ir::Value* v) {
+  if (n.num_inputs() != 2) return nullptr;
+  if (n.input(0) == v) return n.input(1);
+  if (n.input(1) == v) return n.input(0);
+  return nullptr;
+}
+
+bool is_float_constant(const ir::Value* v) { return v && v->is_constant() && v->constant->dtype() == DType::kFloat32; }
+
+namespace {
+
+// A Clip bound (opset 11+: an optional constant input); false when not constant.
+bool clip_bound(const ir::Value* v, float fallback, float* out) {
+  if (!v) {
+    *out = fallback;
+    return true;
+  }
+  std::optional<double> x = scalar_value(v);
+  if (!x || v->constant->dtype() != DType::kFloat32) return false;
+  *out = static_cast<float>(*x);
+  return true;
+}
+
+}  // namespace
+
+std::optional<FusedActivation> fusable_activation(const ir::Node& act) {
+  if (act.dead || !act.domain.empty()) return std::nullopt;
+  const std::string& op = act.op_type;
+  FusedActivation f{op};
+  if (op == "Relu" || op == "Sigmoid" || op == "Tanh" || op == "HardSwish") return f;
+  if (op == "LeakyRelu") f.alpha = act.attrs.get_float("alpha", 0.01f);
+  else if (op == "Elu") f.alpha = act.attrs.get_float("alpha", 1.0f);
+  else if (op == "HardSigmoid") {
+    f.alpha = act.attrs.get_float("alpha", 0.2f);
+    f.beta = act.attrs.get_float("beta", 0.5f);
+  } else if (op == "Gelu") {
+    const std::string approximate = act.attrs.get_string("approximate", "none");
+    if (approximate != "none" && approximate != "tanh") return std::nullopt;
+    if (approximate == "tanh") f.name = "GeluTanh";
+  } else if (op == "Clip") {
+    constexpr float lowest = std::numeric_limits<float>::lowest(), highest = std::numeric_limits<float>::max();
+    if (act.opset < 11) {
+      f.alpha = act.attrs.get_float("min", lowest);
+      f.beta = act.attrs.get_float("max", highest);
+    } else if (!clip_bound(act.input(1), lowest, &f.alpha) || !clip_bound(act.input(2), highest, &f.beta)) {
+      return std::nullopt;
+    }
+  } else {
+    return std::nullopt;
+  }
+  return f;
+}
+
+void set_activation(ir::Node& fused, const FusedActivation& act) {
+  fused.attrs.set("activation", act.name);
+  fused.attrs.set("activation_alpha", act.alpha);
+  fused.attrs.set("activation_beta", act.beta);
+}
+
+bool surely_same_shape(const ir::Type& a, const ir::Type& b) {
+  if (!a.is_tensor() || !b.is_tensor() || !a.has_shape() || !b.has_shape() || a.dtype() != b.dtype()) return false;
+  const ir::SymShape &x = a.dims(), &y = b.dims();
+  if (x.size() != y.size()) return false;
+  for (size_t i = 0; i < x.size(); ++i)
+    if (!(x[i].is_known() || x[i].is_symbol()) || x[i] != y[i]) return false;
+  return true;
+}
+
+}  // namespace anvil::passes

@@ -1,0 +1,43 @@
+// Pattern-matching helpers shared by the fusion passes: they read the graph
+// and never change it, so a pass can test a whole pattern before rewriting.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "ir/graph.h"
+
+namespace anvil::passes {
+
+// `n` is live, in the default domain, and of type `op`.
+bool is_op(const ir::Node* n, const char* op);
+// The live producer of `v` when it is an `op` node, else nullptr.
+ir::Node* producer_op(const ir::Value* v, const char* op);
+// The value of a constant float32/float64 tensor with one element.
+std::optional<double> scalar_value(const ir::Value* v);
+// `v` is a one-element float constant within `rel_tol` of `expected`.
+bool is_scalar(const ir::Value* v, double expected, double rel_tol = 1e-4);
+// For a two-input node: the operand that is not `v` (nullptr when `v` is not an operand).
+ir::Value* other_operand(const ir::Node& n, const ir::Value* v);
+// `v` is a float32 constant.
+bool is_float_constant(const ir::Value* v);
+
+// An activation a fused node applies as its last step (a oneDNN eltwise
+// post-op): "Relu", "LeakyRelu", "Elu", "Clip", "Sigmoid", "Tanh",
+// "HardSigmoid", "HardSwish", "Gelu" (erf) or "GeluTanh", with its
+// parameters (LeakyRelu/Elu: alpha; HardSigmoid: alpha, beta; Clip: min, max).
+struct FusedActivation {
+  std::string name;
+  float alpha = 0.f, beta = 0.f;
+};
+// The activation node `act` as a fusable one; nullopt when it is not one, or
+// its parameters are not constants.
+std::optional<FusedActivation> fusable_activation(const ir::Node& act);
+// Sets the activation, activation_alpha and activation_beta attributes.
+void set_activation(ir::Node& fused, const FusedActivation& act);
+
+// Both types have the same rank and every dimension is the same number or the
+// same named symbol: equal at run time, whatever the inputs.
+bool surely_same_shape(const ir::Type& a, const ir::Type& b);
+
+}  // namespace anvil::passes
