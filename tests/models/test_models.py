@@ -6,7 +6,9 @@ into the cache ($ANVIL_MODEL_CACHE, else build/models), run with
 
     max |anvil - reference| <= 1e-4 * max |reference|
 
-for reference = the PyTorch eval-mode output and the ONNX Runtime output.
+for reference = the PyTorch eval-mode output and the ONNX Runtime output,
+at optimization level 0 (the graph as exported) and 3 (the default: fusions
+and blocked layouts).
 """
 
 from __future__ import annotations
@@ -28,15 +30,16 @@ def model_cache():
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("opt", ["0", "3"])
 @pytest.mark.parametrize("name", export_models.MODEL_NAMES)
-def test_model_matches_torch_and_ort(name, anvil, model_cache, tmp_path):
+def test_model_matches_torch_and_ort(name, opt, anvil, model_cache, tmp_path):
     files = export_models.export_model(name, model_cache)
     model = onnx.load(str(files.onnx), load_external_data=False)
     (input_info,) = model_inputs(model)
     (output_info,) = model.graph.output
 
     result = anvil("run", files.onnx, "-i", f"{input_info.name}={files.input}",
-                   "-o", tmp_path, "--threads", "2", timeout=RUN_TIMEOUT_S)
+                   "-o", tmp_path, "--threads", "2", "-O", opt, timeout=RUN_TIMEOUT_S)
     assert_ok(result)
     out_path = tmp_path / output_file_name(output_info.name)
     assert out_path.is_file(), f"anvil wrote no {out_path.name}; files: {sorted(p.name for p in tmp_path.iterdir())}"
@@ -51,4 +54,4 @@ def test_model_matches_torch_and_ort(name, anvil, model_cache, tmp_path):
     diffs = {"PyTorch": relative_diff(actual, torch_out), "ONNX Runtime": relative_diff(actual, ort_out)}
     report = ", ".join(f"vs {k}: {v:.3g}" for k, v in diffs.items())
     assert all(d <= RELATIVE_TOLERANCE for d in diffs.values()), (
-        f"{name}: max|diff|/max|ref| {report} (limit {RELATIVE_TOLERANCE:g})")
+        f"{name} -O {opt}: max|diff|/max|ref| {report} (limit {RELATIVE_TOLERANCE:g})")

@@ -6,7 +6,8 @@ every output matches PyTorch's and ONNX Runtime's:
 
 The run goes through `anvil run MODEL --case DIR...`, which runs every case on
 one session; the session must end with one cached plan per shape (plans are
-keyed by shapes, never by the token values).
+keyed by shapes, never by the token values). Both at optimization level 0
+(the graph as exported) and 3 (the default: fusions).
 """
 
 from __future__ import annotations
@@ -25,11 +26,12 @@ RUN_TIMEOUT_S = 600
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("opt", ["0", "3"])
 @pytest.mark.parametrize("name", seq.MODEL_NAMES)
-def test_sequence_model_matches_torch_and_ort_at_three_shapes(name, anvil, tmp_path):
+def test_sequence_model_matches_torch_and_ort_at_three_shapes(name, opt, anvil, tmp_path):
     model = seq.export_model(name)
     cases = seq.case_dirs(name)
-    args = ["run", model, "--threads", "2", "-o", tmp_path]
+    args = ["run", model, "--threads", "2", "-O", opt, "-o", tmp_path]
     for case in cases:
         args += ["--case", case]
     result = anvil(*args, timeout=RUN_TIMEOUT_S)
@@ -46,7 +48,7 @@ def test_sequence_model_matches_torch_and_ort_at_three_shapes(name, anvil, tmp_p
         diffs = {"PyTorch": relative_diff(actual, torch_out), "ONNX Runtime": relative_diff(actual, ort_out)}
         report = ", ".join(f"vs {ref}: {d:.3g}" for ref, d in diffs.items())
         assert all(d <= RELATIVE_TOLERANCE for d in diffs.values()), (
-            f"{name} case {k} {actual.shape}: max|diff|/max|ref| {report} (limit {RELATIVE_TOLERANCE:g})")
+            f"{name} -O {opt} case {k} {actual.shape}: max|diff|/max|ref| {report} (limit {RELATIVE_TOLERANCE:g})")
 
 
 def _declared_type(value) -> str:

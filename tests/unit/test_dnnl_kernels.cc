@@ -161,6 +161,17 @@ TEST(DnnlFusedMatMul, ResidualOfAnotherShapeIsRefused) {
   }
 }
 
+TEST(DnnlLayerNorm, MatchesReferenceOverTrailingAxes) {
+  ir::Attributes last;
+  last.set("epsilon", 1e-3f);
+  expect_backends_agree("LayerNormalization", {random_f32({2, 3, 16}, 80), random_f32({16}, 81), random_f32({16}, 82)},
+                        last, {false, true, true}, 1e-5f);
+  ir::Attributes from1;
+  from1.set("axis", int64_t{1});
+  expect_backends_agree("LayerNormalization", {random_f32({4, 3, 5}, 83), random_f32({3, 5}, 84)}, from1,
+                        {false, false}, 1e-5f);  // no bias, scale not constant
+}
+
 TEST(DnnlPool, MaxAndAverage) {
   ir::Attributes m;
   m.set("kernel_shape", std::vector<int64_t>{3, 3});

@@ -100,6 +100,7 @@ class DnnlMatMul : public DnnlMatMulBase {
   std::vector<TensorType> prepare(const PrepareContext& ctx) override {
     // The schema has checked the operands; 1-D ones gain a dimension here, as in numpy.
     Shape a = ctx.input_shape(0), b = ctx.input_shape(1);
+    if (b.size() == 2 && a.size() > 2) a = {shape_numel(a) / a.back(), a.back()};  // one 2-D matmul: faster than batched
     if (a.size() == 1) a.insert(a.begin(), 1);
     if (b.size() == 1) b.push_back(1);
     size_t rank = std::max(a.size(), b.size());
