@@ -1,11 +1,16 @@
 #include "onnx/importer.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <filesystem>
 #include <fstream>
 #include <optional>
 #include <set>
 #include <sstream>
 
+#include <google/protobuf/io/zero_copy_stream_impl.h>
 #include <onnx/onnx_pb.h>
 
 #include "anvil/model_info.h"
@@ -94,14 +99,19 @@ class GraphImporter {
   GraphImporter(const std::map<std::string, int>& opsets, const std::string& base_dir)
       : opsets_(opsets), base_dir_(base_dir) {}
 
-  void build(const onnx::GraphProto& g, ir::Graph& graph, bool is_main) {
+  // `release` (the main graph of a model the importer owns): each
+  // initializer's bytes are freed once converted, so that the model's weights
+  // are held once, not twice, while the graph is built.
+  void build(const onnx::GraphProto& g, ir::Graph& graph, bool is_main, onnx::GraphProto* release = nullptr) {
     graph.name = g.name();
     graph.opsets = opsets_;
-    for (const auto& init : g.initializer()) {
+    for (int i = 0; i < g.initializer_size(); ++i) {
+      const onnx::TensorProto& init = g.initializer(i);
       ANVIL_CHECK(!init.name().empty(), ErrorKind::kInvalidModel, "an initializer has no name");
       ANVIL_CHECK(!graph.find_value(init.name()), ErrorKind::kInvalidModel, "initializer '{}' is defined twice",
                   init.name());
       graph.add_constant(init.name(), tensor_from_proto(init, base_dir_));
+      if (release) std::string().swap(*release->mutable_initializer(i)->mutable_raw_data());  // frees the capacity
     }
     for (const auto& in : g.input()) {
       if (graph.find_value(in.name())) continue;  // an input with an initializer is a constant here
@@ -206,22 +216,23 @@ class GraphImporter {
   const std::string& base_dir_;
 };
 
-std::unique_ptr<ir::Graph> build_graph(const onnx::ModelProto& model, std::map<std::string, int> opsets,
+// Consumes the model's initializer bytes (see GraphImporter::build).
+std::unique_ptr<ir::Graph> build_graph(onnx::ModelProto& model, std::map<std::string, int> opsets,
                                        const std::string& base_dir) {
   auto graph = std::make_unique<ir::Graph>();
-  GraphImporter(opsets, base_dir).build(model.graph(), *graph, /*is_main=*/true);
+  GraphImporter(opsets, base_dir).build(model.graph(), *graph, /*is_main=*/true, model.mutable_graph());
   graph->opsets = std::move(opsets);
   return graph;
 }
 
 }  // namespace
 
-std::unique_ptr<ir::Graph> import_model_bytes(const std::string& bytes, const std::string& base_dir,
-                                              const OpSupported& supported) {
-  onnx::ModelProto model;
-  ANVIL_CHECK(!bytes.empty(), ErrorKind::kInvalidModel, "the model file is empty");
-  ANVIL_CHECK(model.ParseFromString(bytes), ErrorKind::kInvalidModel,
-              "not an ONNX model: the file does not parse as a ModelProto (truncated or not ONNX)");
+namespace {
+
+constexpr const char* kNotOnnx = "not an ONNX model: the file does not parse as a ModelProto (truncated or not ONNX)";
+
+std::unique_ptr<ir::Graph> import_parsed(onnx::ModelProto& model, const std::string& base_dir,
+                                         const OpSupported& supported) {
   // The file is untrusted: every size is checked before anything allocates.
   // libonnx's checker and shape inference are not run at all; they crash on
   // hostile input, and Anvil's planner infers every shape itself.
@@ -230,6 +241,16 @@ std::unique_ptr<ir::Graph> import_model_bytes(const std::string& bytes, const st
   check_opsets(model, opsets);
   check_ops_supported(model.graph(), opsets, supported);
   return build_graph(model, std::move(opsets), base_dir);
+}
+
+}  // namespace
+
+std::unique_ptr<ir::Graph> import_model_bytes(const std::string& bytes, const std::string& base_dir,
+                                              const OpSupported& supported) {
+  onnx::ModelProto model;
+  ANVIL_CHECK(!bytes.empty(), ErrorKind::kInvalidModel, "the model file is empty");
+  ANVIL_CHECK(model.ParseFromString(bytes), ErrorKind::kInvalidModel, kNotOnnx);
+  return import_parsed(model, base_dir, supported);
 }
 
 namespace {
@@ -247,6 +268,26 @@ std::string read_model_file(const std::string& path) {
   return ss.str();
 }
 
+// Parses the file at `path` into `model` through a buffered stream.
+void parse_model_file(const std::string& path, onnx::ModelProto& model) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  ANVIL_CHECK(fs::exists(path, ec), ErrorKind::kInvalidArgument, "model file '{}' does not exist", path);
+  ANVIL_CHECK(!fs::is_directory(path, ec), ErrorKind::kInvalidArgument, "model path '{}' is a directory", path);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  ANVIL_CHECK(fd >= 0, ErrorKind::kInvalidArgument, "cannot read model file '{}'", path);
+  struct stat st {};
+  const bool empty = ::fstat(fd, &st) == 0 && st.st_size == 0;
+  bool parsed = false;
+  if (!empty) {
+    google::protobuf::io::FileInputStream stream(fd);
+    parsed = model.ParseFromZeroCopyStream(&stream);
+  }
+  ::close(fd);
+  ANVIL_CHECK(!empty, ErrorKind::kInvalidModel, "the model file is empty");
+  ANVIL_CHECK(parsed, ErrorKind::kInvalidModel, kNotOnnx);
+}
+
 void collect_operators(const onnx::GraphProto& g, std::set<std::string>& ops) {
   for (const auto& n : g.node()) {
     const std::string domain = normalize_domain(n.domain());
@@ -261,10 +302,13 @@ void collect_operators(const onnx::GraphProto& g, std::set<std::string>& ops) {
 }  // namespace
 
 std::unique_ptr<ir::Graph> import_model_file(const std::string& path, const OpSupported& supported) {
-  const std::string bytes = read_model_file(path);
   const std::string dir = std::filesystem::absolute(path).parent_path().string();
   try {
-    return import_model_bytes(bytes, dir, supported);
+    // Parsed as a stream from the file: the file's bytes are never all in
+    // memory next to the parsed model (BERT-base: 420 MiB less at the peak).
+    onnx::ModelProto model;
+    parse_model_file(path, model);
+    return import_parsed(model, dir, supported);
   } catch (const Error& e) {
     throw Error(e.kind(), path + ": " + e.what());
   }
