@@ -41,7 +41,7 @@ struct ValueInfo {
 
 struct PlanStats {
   size_t arena_bytes = 0;    // planned activation arena of one run
-  size_t weight_bytes = 0;   // constants, and the weights packed for oneDNN (shared by every plan)
+  size_t weight_bytes = 0;   // resident weights: constants (less the originals dropped for packed copies) and packed copies
   size_t num_steps = 0;      // kernels executed per run
   size_t dynamic_steps = 0;  // steps prepared at run time (shapes depend on values)
   size_t reorders = 0;       // layout conversions the planner inserted between nodes (included in num_steps)

@@ -198,6 +198,11 @@ class Kernel {
   // The layout run() reads input i in (after prepare()); null: plain. The
   // planner reorders the producer's output into it when they differ.
   virtual Layout input_layout(size_t) const { return nullptr; }
+  // True when the kernel reads constant input i only through a packed copy
+  // from the session's weight cache (WeightCache::get), in prepare() and
+  // run() alike. Asked before prepare(); the session may then drop the
+  // original's pages (WeightCache::release).
+  virtual bool reads_input_packed_only(size_t) const { return false; }
   // Name of the implementation, for plan listings ("ref", "dnnl:jit:avx2"...).
   virtual std::string impl_name() const { return "ref"; }
   // Activation layout the kernel computes in, for plans and profiles: "plain",

@@ -6,6 +6,12 @@
 // Entries are keyed by the source tensor's address and the packed layout, and
 // keep the source alive so that its address cannot be reused by another
 // tensor while the entry exists. Thread-safe.
+//
+// One copy of each weight: once every reader of a constant reads only its
+// packed copies, the session release()s the original, whose pages go back to
+// the system (the tensor keeps its address, its bytes read as zeros). Before
+// anything else reads it, restore() rebuilds it from a packed copy with the
+// entry's unpack function (a exact reorder back to the plain layout).
 #pragma once
 
 #include <functional>
@@ -20,18 +26,33 @@ namespace anvil::kernels {
 
 class WeightCache {
  public:
-  // The packed form of `source` for `layout_key`; `pack` makes it on the first request.
-  Tensor get(const Tensor& source, const std::string& layout_key, const std::function<Tensor()>& pack);
+  // Writes the plain bytes of a packed tensor to `dst` (source.nbytes() bytes).
+  using Unpack = std::function<void(const Tensor& packed, void* dst)>;
+
+  // The packed form of `source` for `layout_key`; `pack` makes it on the first
+  // request (restoring a released source first); `unpack` undoes it.
+  Tensor get(const Tensor& source, const std::string& layout_key, const std::function<Tensor()>& pack,
+             Unpack unpack = nullptr);
+  // Drops the pages of `source` when it has a packed copy that can be unpacked
+  // and is large enough to be worth it; returns the bytes dropped (0: kept).
+  size_t release(const Tensor& source);
+  // Rebuilds a released `source` (a no-op otherwise).
+  void restore(const Tensor& source);
   size_t packed_bytes() const;
+  size_t released_bytes() const;
   size_t size() const;
 
  private:
   struct Entry {
     Tensor source;
     Tensor packed;
+    Unpack unpack;
   };
+  void restore_locked(const Tensor& source);
+
   mutable std::mutex mutex_;
   std::map<std::pair<const void*, std::string>, Entry> entries_;
+  std::map<const void*, size_t> released_;  // source address -> bytes dropped
 };
 
 }  // namespace anvil::kernels

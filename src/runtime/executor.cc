@@ -1,5 +1,7 @@
 #include "runtime/executor.h"
 
+#include <map>
+
 #include <omp.h>
 
 #include <algorithm>
@@ -77,8 +79,9 @@ void record_step(RunProfile& profile, const Step& step, const std::vector<Tensor
 }  // namespace
 
 GraphExecutor::GraphExecutor(const ir::Graph& graph, kernels::WeightCache* weights, size_t plan_cache_size,
-                             bool blocked_layouts)
-    : graph_(graph), weights_(weights), blocked_layouts_(blocked_layouts), plans_(plan_cache_size) {}
+                             bool blocked_layouts, bool release_weights)
+    : graph_(graph), weights_(weights), blocked_layouts_(blocked_layouts),
+      release_weights_(release_weights && weights), plans_(plan_cache_size) {}
 
 GraphExecutor::~GraphExecutor() = default;
 
@@ -112,11 +115,62 @@ std::shared_ptr<PlanEntry> GraphExecutor::plan_for(const std::vector<Tensor>& or
   // that miss together both build; the first to finish is kept.
   omp_set_num_threads(threads);
   auto entry = std::make_shared<PlanEntry>();
-  entry->plan = build_plan(graph_, types, {.num_threads = threads, .weights = weights_, .blocked_layouts = blocked_layouts_});
-  std::lock_guard<std::mutex> lock(plans_mutex_);
-  if (auto existing = plans_.find(key)) return existing;
-  plans_.insert(key, entry);
+  PlanOptions options{.num_threads = threads, .weights = weights_, .blocked_layouts = blocked_layouts_};
+  {
+    // The first plan is built alone and releases weights as it packs them;
+    // later ones are built side by side and release afterwards.
+    std::shared_lock<std::shared_mutex> building(release_mutex_, std::defer_lock);
+    std::unique_lock<std::shared_mutex> first(release_mutex_, std::defer_lock);
+    if (release_weights_) {
+      first.lock();
+      std::lock_guard<std::mutex> lock(plans_mutex_);
+      options.release_weights_early = plans_.size() == 0;
+    }
+    if (!options.release_weights_early) {
+      if (first.owns_lock()) first.unlock();
+      building.lock();
+    }
+    entry->plan = build_plan(graph_, types, options);
+    std::lock_guard<std::mutex> lock(plans_mutex_);
+    if (auto existing = plans_.find(key)) return existing;
+    plans_.insert(key, entry);
+  }
+  if (release_weights_) release_packed_weights();
   return entry;
+}
+
+void GraphExecutor::release_packed_weights() const {
+  std::unique_lock<std::shared_mutex> exclusive(release_mutex_);
+  // Byte ranges some step reads unpacked (by address: a folded view may share a constant's bytes).
+  std::vector<std::pair<uintptr_t, uintptr_t>> unpacked;
+  auto read_unpacked = [&](const Tensor* t) {
+    const auto begin = reinterpret_cast<uintptr_t>(t->raw());
+    unpacked.emplace_back(begin, begin + t->nbytes());
+  };
+  {
+    std::lock_guard<std::mutex> lock(plans_mutex_);
+    plans_.for_each([&](const std::shared_ptr<PlanEntry>& entry) {
+      const Plan& plan = *entry->plan;
+      for (const Step& step : plan.steps)
+        for (size_t i = 0; i < step.inputs.size(); ++i) {
+          if (step.inputs[i] < 0) continue;
+          const Slot& slot = plan.slots[static_cast<size_t>(step.inputs[i])];
+          if (slot.kind == Slot::Kind::kConstant && !(step.kernel && step.kernel->reads_input_packed_only(i)))
+            read_unpacked(slot.constant);
+        }
+      for (const auto& [output, source] : plan.final_copies)
+        if (plan.slots[static_cast<size_t>(source)].kind == Slot::Kind::kConstant)
+          read_unpacked(plan.slots[static_cast<size_t>(source)].constant);
+    });
+  }
+  for (const auto& v : graph_.values()) {
+    if (!v->is_constant() || v->is_graph_output) continue;
+    const auto begin = reinterpret_cast<uintptr_t>(v->constant->raw());
+    const uintptr_t end = begin + v->constant->nbytes();
+    const bool overlaps = std::any_of(unpacked.begin(), unpacked.end(),
+                                      [&](const auto& r) { return r.first < end && begin < r.second; });
+    if (!overlaps) weights_->release(*v->constant);  // kept unless it has a packed copy (WeightCache::release)
+  }
 }
 
 std::vector<Tensor> GraphExecutor::execute(PlanEntry& entry, const std::vector<Tensor>& inputs, int threads,

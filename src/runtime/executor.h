@@ -6,6 +6,7 @@
 
 #include <memory>
 #include <mutex>
+#include <shared_mutex>
 #include <string>
 #include <vector>
 
@@ -23,8 +24,10 @@ class GraphExecutor {
  public:
   // `graph` and `weights` must outlive the executor.
   // `blocked_layouts`: see PlanOptions.
+  // `release_weights`: after each new plan, drop the pages of the graph's
+  // constants that every cached plan reads only packed (WeightCache::release).
   GraphExecutor(const ir::Graph& graph, kernels::WeightCache* weights, size_t plan_cache_size = 16,
-                bool blocked_layouts = false);
+                bool blocked_layouts = false, bool release_weights = false);
   ~GraphExecutor();
 
   // `inputs`: one tensor per graph input, then one per capture (subgraphs),
@@ -40,10 +43,16 @@ class GraphExecutor {
   std::vector<Tensor> execute(PlanEntry& entry, const std::vector<Tensor>& inputs, int threads,
                               RunProfile* profile) const;
   void run_dynamic_step(const Step& step, kernels::RunContext& ctx, std::vector<Tensor>& views) const;
+  // Releases the constants that no step of any cached plan reads except packed.
+  void release_packed_weights() const;
 
   const ir::Graph& graph_;
   kernels::WeightCache* weights_;
   bool blocked_layouts_;
+  bool release_weights_;
+  // Plan builds hold it shared, the release of weights exclusively: no
+  // kernel reads a constant while its pages are being dropped.
+  mutable std::shared_mutex release_mutex_;
   mutable std::mutex plans_mutex_;
   mutable LruCache<std::shared_ptr<PlanEntry>> plans_;
 };

@@ -63,6 +63,11 @@ struct PlanOptions {
   // reordering only where a producer and a consumer disagree, and to plain at
   // graph outputs and dynamic steps. Off: every value between nodes is plain.
   bool blocked_layouts = false;
+  // Drop each constant's pages as soon as every node reading it has been
+  // prepared with a kernel that reads it only packed (WeightCache::release),
+  // so that the originals and their packed copies never all coexist. Only
+  // while no other plan of the graph exists or is being built.
+  bool release_weights_early = false;
 };
 
 // A plan is made for the shapes of the graph inputs, never their values:

@@ -1,11 +1,13 @@
 #include <algorithm>
 #include <climits>
 #include <map>
+#include <set>
 
 #include "core/check.h"
 #include "core/checked.h"
 #include "kernels/registry.h"
 #include "runtime/memory_plan.h"
+#include "kernels/weight_cache.h"
 #include "runtime/plan.h"
 
 namespace anvil::runtime {
@@ -40,6 +42,9 @@ PreparedKernel prepare_kernel(const ir::Node& node, const std::vector<TensorType
     if (ref_only && entry->backend != kernels::Backend::kRef) continue;
     std::unique_ptr<kernels::Kernel> kernel = entry->factory(node);
     if (!kernel) continue;
+    if (weights)  // a weight whose pages the session dropped is rebuilt before a kernel reads it
+      for (size_t i = 0; i < constants.size(); ++i)
+        if (constants[i] && !kernel->reads_input_packed_only(i)) weights->restore(*constants[i]);
     try {
       std::vector<TensorType> out = kernel->prepare(ctx);
       for (const TensorType& t : out)
@@ -82,6 +87,7 @@ class PlanBuilder {
         threads_(options.num_threads),
         weights_(options.weights),
         blocked_layouts_(options.blocked_layouts),
+        release_early_(options.release_weights_early && options.weights),
         plan_(std::make_unique<Plan>()) {}
 
   std::unique_ptr<Plan> build() {
@@ -99,7 +105,10 @@ class PlanBuilder {
     const auto& nodes = graph_.nodes();
     for (size_t i = 0; i < nodes.size(); ++i)
       for (const ir::Value* v : nodes[i]->inputs)
-        if (v) last_use_[v] = std::max(last_use_[v], static_cast<int>(i));
+        if (v) {
+          last_use_[v] = std::max(last_use_[v], static_cast<int>(i));
+          if (v->is_constant()) ++constant_reads_left_[v];
+        }
     for (size_t k = 0; k < graph_.outputs().size(); ++k) {
       last_use_[graph_.outputs()[k]] = kForever;
       output_index_.emplace(graph_.outputs()[k], static_cast<int>(k));  // first occurrence wins
@@ -172,6 +181,7 @@ class PlanBuilder {
     }
     // Control flow runs its bodies at run time; values from dynamic steps have no plan-time shape.
     if (reads_dynamic || node.has_subgraphs()) {
+      note_constant_reads(node, nullptr, in_slots);
       add_dynamic_step(node, constants, in_slots, index);
       return;
     }
@@ -185,6 +195,7 @@ class PlanBuilder {
     try {
       prepared = prepare_kernel(node, types, constants, threads_, /*ref_only=*/fold, nullptr, weights_, &layouts);
     } catch (const kernels::ValueNeeded&) {
+      note_constant_reads(node, nullptr, in_slots);
       add_dynamic_step(node, constants, in_slots, index);  // its shapes depend on run-time values
       return;
     }
@@ -192,10 +203,12 @@ class PlanBuilder {
                                             [](const TensorType& t) { return t.dtype == DType::kString; });
     if (prepared.kernel->allocates_outputs() || string_outputs) {
       // Sequences, optionals and strings (objects, not bytes in the arena): made per run.
+      note_constant_reads(node, nullptr, in_slots);
       add_dynamic_step(node, constants, in_slots, index);
       return;
     }
     check_output_count(node, prepared);
+    if (fold || prepared.kernel->reads_only_input_types()) note_constant_reads(node, nullptr, in_slots);
     if (fold) {
       fold_node(node, prepared, constants);
       return;
@@ -209,8 +222,10 @@ class PlanBuilder {
       fold_node(node, prepared, ptrs);
       return;
     }
+    const std::vector<int> plain_slots = in_slots;
     for (size_t i = 0; i < in_slots.size(); ++i)
       if (in_slots[i] >= 0) in_slots[i] = in_layout(in_slots[i], node.inputs[i], prepared.kernel->input_layout(i), index);
+    note_constant_reads(node, in_slots == plain_slots ? prepared.kernel.get() : nullptr, in_slots);
     Step step;
     step.node = &node;
     step.inputs = in_slots;
@@ -227,6 +242,20 @@ class PlanBuilder {
     if (size_t scratch = prepared.kernel->scratch_bytes()) step.scratch_offset = scratch_buffer(scratch, index);
     step.kernel = std::move(prepared.kernel);
     plan_->steps.push_back(std::move(step));
+  }
+
+  // Counts the reads of the node's constant inputs (`kernel`: the one that
+  // runs it, null when the node is folded, dynamic or reordered); a constant
+  // whose reads are all packed ones is released once the last is prepared.
+  void note_constant_reads(const ir::Node& node, const kernels::Kernel* kernel, const std::vector<int>& in_slots) {
+    if (!release_early_) return;
+    for (size_t i = 0; i < node.inputs.size(); ++i) {
+      const ir::Value* v = node.inputs[i];
+      if (!v || !v->is_constant() || v->is_graph_output) continue;
+      const bool packed = kernel && i < in_slots.size() && in_slots[i] >= 0 && kernel->reads_input_packed_only(i);
+      if (!packed) unreleasable_.insert(v);
+      if (--constant_reads_left_[v] == 0 && !unreleasable_.count(v)) weights_->release(*v->constant);
+    }
   }
 
   // The slot holding `value` (now in `slot`) in layout `to`: `slot` itself, or
@@ -419,6 +448,9 @@ class PlanBuilder {
   int threads_;
   kernels::WeightCache* weights_;
   bool blocked_layouts_;
+  bool release_early_;
+  std::map<const ir::Value*, int> constant_reads_left_;
+  std::set<const ir::Value*> unreleasable_;
   std::unique_ptr<Plan> plan_;
   std::map<int, std::vector<std::pair<kernels::Layout, int>>> reorders_;  // slot -> (layout, reordered slot)
   std::map<const ir::Value*, int> slot_of_;

@@ -117,7 +117,8 @@ Session Session::from_graph(std::unique_ptr<ir::Graph> graph, const SessionOptio
   passes::optimize(*graph, options.optimization_level, runtime::reference_evaluator());
   impl->graph = std::move(graph);
   impl->executor = std::make_unique<runtime::GraphExecutor>(
-      *impl->graph, &impl->weights, static_cast<size_t>(options.plan_cache_size), options.optimization_level >= 3);
+      *impl->graph, &impl->weights, static_cast<size_t>(options.plan_cache_size), options.optimization_level >= 3,
+      /*release_weights=*/true);
   return Session(std::move(impl));
 }
 
@@ -186,8 +187,9 @@ std::vector<Tensor> Session::run(const std::map<std::string, Tensor>& inputs, Ru
 
 PlanStats Session::plan_stats(const std::map<std::string, Tensor>& inputs) const {
   const runtime::Plan& plan = impl_->executor->plan_of(*impl_->plan_for(inputs));
-  return {plan.arena_bytes, plan.weight_bytes + impl_->weights.packed_bytes(), plan.steps.size(), plan.dynamic_steps,
-          plan.reorders};
+  // Resident weights: the constants, less the pages dropped for packed copies, plus the packed copies.
+  const size_t weights = plan.weight_bytes - impl_->weights.released_bytes() + impl_->weights.packed_bytes();
+  return {plan.arena_bytes, weights, plan.steps.size(), plan.dynamic_steps, plan.reorders};
 }
 
 size_t Session::cached_plans() const { return impl_->executor->cached_plans(); }

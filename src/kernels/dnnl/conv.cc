@@ -36,6 +36,7 @@ memory::desc activation_desc(const Shape& shape) {
 // What Conv and ConvTranspose share: input checks, weights handling, execution.
 class DnnlConvBase : public Kernel {
  public:
+  bool reads_input_packed_only(size_t i) const override { return i == 1; }  // constant weights are packed
   size_t scratch_bytes() const override { return scratch_; }
   std::string impl_name() const override { return impl_; }
   std::string layout_name() const override { return io_.name(); }

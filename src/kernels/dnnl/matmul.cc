@@ -96,6 +96,7 @@ class DnnlMatMulBase : public Kernel {
 class DnnlMatMul : public DnnlMatMulBase {
  public:
   explicit DnnlMatMul(const ir::Node&) {}
+  bool reads_input_packed_only(size_t i) const override { return i == 1; }  // a constant B is packed
 
   std::vector<TensorType> prepare(const PrepareContext& ctx) override {
     // The schema has checked the operands; 1-D ones gain a dimension here, as in numpy.
@@ -142,7 +143,9 @@ class DnnlMatMul : public DnnlMatMulBase {
 
 class DnnlGemm : public DnnlMatMulBase {
  public:
-  explicit DnnlGemm(const ir::Node&) {}
+  explicit DnnlGemm(const ir::Node& node) : unscaled_b_(node.attrs.get_float("alpha", 1.f) == 1.f) {}
+  // A constant B is packed as it is, unless alpha scales it first.
+  bool reads_input_packed_only(size_t i) const override { return i == 1 && unscaled_b_; }
 
   std::vector<TensorType> prepare(const PrepareContext& ctx) override {
     const Shape& a = ctx.input_shape(0);
@@ -179,6 +182,8 @@ class DnnlGemm : public DnnlMatMulBase {
     bias_md_ = contiguous(c).desc();
     has_bias_ = true;
   }
+
+  bool unscaled_b_;
 };
 
 ANVIL_REGISTER_KERNEL_CLASS_TYPED("MatMul", kDnnl, DnnlMatMul, {kFloat32Only});
