@@ -2,7 +2,7 @@
 //   0: nothing
 //   1: cleanup — identity elimination, constant folding, dead code
 //   2: + fusions — Conv+BatchNorm, GELU, Conv/MatMul + bias + residual Add +
-//      activation (oneDNN post-ops)
+//      activation (oneDNN post-ops), multi-head attention
 #pragma once
 
 #include <memory>
@@ -23,5 +23,6 @@ std::unique_ptr<Pass> make_fuse_conv_batchnorm();
 std::unique_ptr<Pass> make_fuse_conv_activation();
 std::unique_ptr<Pass> make_fuse_gelu();
 std::unique_ptr<Pass> make_fuse_matmul();
+std::unique_ptr<Pass> make_fuse_attention();
 
 }  // namespace anvil::passes

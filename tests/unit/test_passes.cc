@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 
 #include "anvil/session.h"
 #include "ir/builder.h"
@@ -259,6 +260,133 @@ TEST(Passes, MatMulWithNonConstantAddendKeepsItsAdd) {
   passes::optimize(*g, 2, runtime::reference_evaluator());
   EXPECT_EQ(count_ops(*g, "MatMul"), 1u);
   EXPECT_EQ(count_ops(*g, "FusedMatMul"), 0u);
+}
+
+// Multi-head attention as PyTorch exports it: Q, K, V [2, 5, 8] (2 heads of 4),
+// scores / 2 + mask (float [2, 1, 1, 5]) or, GPT-style, Where(buffer[:5, :5],
+// scores / 2, fill) with `buffer` a registered [8, 8] lower-triangular bool.
+struct AttentionGraphOptions {
+  bool causal_where = false;
+  bool upper_triangular = false;  // the buffer is not causal
+  float fill = -1e4f;
+  int64_t softmax_axis = -1;
+  bool scores_are_output = false;
+};
+
+std::unique_ptr<ir::Graph> attention_graph(const AttentionGraphOptions& o = {}) {
+  auto g = std::make_unique<ir::Graph>();
+  g->opsets[""] = 17;
+  auto heads = [&](const char* name, std::vector<int64_t> perm) {
+    ir::Value* x = g->add_input(name, DType::kFloat32, {2, 5, 8});
+    ir::Value* r = g->add_node("Reshape", {x, g->add_constant(std::string(name) + "_shape", ints({4}, {2, 5, 2, 4}))}, 1)->output(0);
+    ir::Node* t = g->add_node("Transpose", {r}, 1);
+    t->attrs.set("perm", perm);
+    return t->output(0);
+  };
+  ir::Value* q = heads("q", {0, 2, 1, 3});
+  ir::Value* k = heads("k", {0, 2, 3, 1});
+  ir::Value* v = heads("v", {0, 2, 1, 3});
+  ir::Value* s = g->add_node("MatMul", {q, k}, 1)->output(0);
+  ir::Value* scaled = g->add_node("Div", {s, scalar_f32(*g, "two", 2.f)}, 1)->output(0);
+  ir::Value* masked;
+  if (o.causal_where) {
+    Tensor buffer(DType::kBool, {8, 8});
+    for (int64_t i = 0; i < 8; ++i)
+      for (int64_t j = 0; j < 8; ++j) buffer.data<bool>()[i * 8 + j] = o.upper_triangular ? j >= i : j <= i;
+    ir::Value* cond = g->add_node("Slice", {g->add_constant("causal", buffer), g->add_constant("starts", ints({2}, {0, 0})),
+                                            g->add_constant("ends", ints({2}, {5, 5})), g->add_constant("axes", ints({2}, {0, 1}))}, 1)->output(0);
+    masked = g->add_node("Where", {cond, scaled, scalar_f32(*g, "fill", o.fill)}, 1)->output(0);
+  } else {
+    masked = g->add_node("Add", {scaled, g->add_input("mask", DType::kFloat32, {2, 1, 1, 5})}, 1)->output(0);
+  }
+  ir::Node* sm = g->add_node("Softmax", {masked}, 1);
+  sm->attrs.set("axis", o.softmax_axis);
+  ir::Value* o4 = g->add_node("MatMul", {sm->output(0), v}, 1)->output(0);
+  ir::Node* t = g->add_node("Transpose", {o4}, 1);
+  t->attrs.set("perm", std::vector<int64_t>{0, 2, 1, 3});
+  g->add_output(g->add_node("Reshape", {t->output(0), g->add_constant("y_shape", ints({3}, {2, 5, 8}))}, 1)->output(0));
+  if (o.scores_are_output) g->add_output(s);
+  ir::infer_types(*g);
+  return g;
+}
+
+// softmax(Q_h K_h^T / 2 + mask) V_h per batch and head, computed here in double.
+std::vector<float> attention_expected(const Tensor& q, const Tensor& k, const Tensor& v,
+                                      const std::function<double(int64_t b, int64_t i, int64_t j)>& mask) {
+  std::vector<float> y(2 * 5 * 8);
+  for (int64_t b = 0; b < 2; ++b)
+    for (int64_t h = 0; h < 2; ++h)
+      for (int64_t i = 0; i < 5; ++i) {
+        double s[5], mx = -INFINITY, sum = 0;
+        for (int64_t j = 0; j < 5; ++j) {
+          double dot = 0;
+          for (int64_t d = 0; d < 4; ++d)
+            dot += double(q.data<float>()[(b * 5 + i) * 8 + h * 4 + d]) * k.data<float>()[(b * 5 + j) * 8 + h * 4 + d];
+          s[j] = dot / 2 + mask(b, i, j);
+          mx = std::max(mx, s[j]);
+        }
+        for (double& x : s) sum += x = std::exp(x - mx);
+        for (int64_t d = 0; d < 4; ++d) {
+          double acc = 0;
+          for (int64_t j = 0; j < 5; ++j) acc += s[j] / sum * v.data<float>()[(b * 5 + j) * 8 + h * 4 + d];
+          y[static_cast<size_t>((b * 5 + i) * 8 + h * 4 + d)] = static_cast<float>(acc);
+        }
+      }
+  return y;
+}
+
+TEST(Passes, AttentionWithFloatMaskBecomesOneAttention) {
+  auto g = attention_graph();
+  passes::optimize(*g, 2, runtime::reference_evaluator());
+  ASSERT_EQ(count_ops(*g, "Attention"), 1u);
+  EXPECT_EQ(g->nodes().size(), 1u);
+  const ir::Node& att = *g->nodes()[0];
+  EXPECT_EQ(att.attrs.get_int("q_num_heads", 0), 2);
+  EXPECT_FLOAT_EQ(att.attrs.get_float("scale", 0.f), 0.5f);
+  EXPECT_EQ(att.input(3), g->find_value("mask"));
+
+  Tensor q = ramp({2, 5, 8}, -1.f, 0.03f), k = ramp({2, 5, 8}, 0.7f, -0.02f), v = ramp({2, 5, 8}, -2.f, 0.05f);
+  Tensor mask(DType::kFloat32, {2, 1, 1, 5});
+  for (int64_t i = 0; i < 10; ++i) mask.data<float>()[i] = i % 5 == 3 ? -10000.f : 0.1f * float(i);
+  Session s = Session::from_graph(attention_graph());
+  Tensor y = s.run({{"q", q}, {"k", k}, {"v", v}, {"mask", mask}})[0];
+  std::vector<float> want = attention_expected(q, k, v, [&](int64_t b, int64_t, int64_t j) {
+    return double(mask.data<float>()[b * 5 + j]);
+  });
+  ASSERT_EQ(y.numel(), 80);
+  for (int64_t i = 0; i < 80; ++i) EXPECT_NEAR(y.data<float>()[i], want[static_cast<size_t>(i)], 1e-5f) << i;
+}
+
+TEST(Passes, CausalWhereBecomesIsCausal) {
+  auto g = attention_graph({.causal_where = true});
+  passes::optimize(*g, 2, runtime::reference_evaluator());
+  ASSERT_EQ(g->nodes().size(), 1u);
+  const ir::Node& att = *g->nodes()[0];
+  EXPECT_EQ(att.op_type, "Attention");
+  EXPECT_EQ(att.attrs.get_int("is_causal", 0), 1);
+  EXPECT_EQ(att.input(3), nullptr);
+
+  Tensor q = ramp({2, 5, 8}, 0.5f, -0.04f), k = ramp({2, 5, 8}, -0.3f, 0.02f), v = ramp({2, 5, 8}, 1.f, -0.03f);
+  Session s = Session::from_graph(attention_graph({.causal_where = true}));
+  Tensor y = s.run({{"q", q}, {"k", k}, {"v", v}})[0];
+  std::vector<float> want = attention_expected(q, k, v, [](int64_t, int64_t i, int64_t j) { return j <= i ? 0.0 : -INFINITY; });
+  for (int64_t i = 0; i < 80; ++i) EXPECT_NEAR(y.data<float>()[i], want[static_cast<size_t>(i)], 1e-5f) << i;
+}
+
+TEST(Passes, AttentionLookalikesAreLeftAlone) {
+  auto over_queries = attention_graph({.softmax_axis = 2});  // normalized over the queries, not the keys
+  passes::optimize(*over_queries, 2, runtime::reference_evaluator());
+  EXPECT_EQ(count_ops(*over_queries, "Attention"), 0u);
+  auto not_causal = attention_graph({.causal_where = true, .upper_triangular = true});
+  passes::optimize(*not_causal, 2, runtime::reference_evaluator());
+  EXPECT_EQ(count_ops(*not_causal, "Attention"), 0u);
+  auto mild_fill = attention_graph({.causal_where = true, .fill = -10.f});  // masked keys would still weigh
+  passes::optimize(*mild_fill, 2, runtime::reference_evaluator());
+  EXPECT_EQ(count_ops(*mild_fill, "Attention"), 0u);
+  auto shared = attention_graph({.scores_are_output = true});  // the raw scores are a graph output
+  passes::optimize(*shared, 2, runtime::reference_evaluator());
+  EXPECT_EQ(count_ops(*shared, "Attention"), 0u);
+  EXPECT_EQ(count_ops(*shared, "Softmax"), 1u);
 }
 
 }  // namespace

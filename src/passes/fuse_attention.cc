@@ -1,0 +1,258 @@
+// Multi-head attention as PyTorch exports it becomes one ONNX Attention node
+// (opset 23, 3-D inputs), which a fused kernel runs (dnnl/attention.cc):
+//
+//   Qh = Transpose(Reshape(Q, [b, s, h, d]), 0213)     Q, K, V: [b, s, h*d]
+//   Kt = Transpose(Reshape(K, [b, s, h, d]), 0231)
+//   Vh = Transpose(Reshape(V, [b, s, h, d]), 0213)
+//   S  = MatMul(Qh, Kt) [/ c | * c] [+ mask | Where(causal, ., fill)]
+//   Y  = Reshape(Transpose(MatMul(Softmax(S, -1), Vh), 0213), [b, s, h*d])
+//
+// becomes Attention(Q, K, V, mask, q_num_heads = kv_num_heads = h,
+// scale = 1/c | c | 1, is_causal). A float mask is added as Attention's float
+// attn_mask is. Where(causal, S, fill) becomes is_causal = 1 when `causal` is
+// a slice from the origin of a lower-triangular bool constant (the buffer
+// GPT-style models register) and fill <= -1e4: masked keys then weigh
+// exp(fill - max) = 0 in float32, as with is_causal (for scores above
+// -9900), and no row is masked in full. (A slice longer than the buffer, an
+// error in the original graph, is not one here.) Every intermediate must feed only
+// the pattern (but for the Shape nodes that size the merging Reshape), and
+// the head reshapes must split exactly the last dimension.
+#include <cmath>
+#include <map>
+#include <vector>
+
+#include "passes/match.h"
+#include "passes/pipeline.h"
+
+namespace anvil::passes {
+
+namespace {
+
+struct Attention {
+  ir::Value *q = nullptr, *k = nullptr, *v = nullptr, *mask = nullptr;
+  int64_t heads = 0;
+  double scale = 1.0;
+  bool causal = false;
+  ir::Node* last = nullptr;  // its output becomes the Attention's
+  std::vector<ir::Node*> nodes;
+};
+
+bool has_perm(const ir::Node* n, std::vector<int64_t> perm) {
+  return is_op(n, "Transpose") && n->attrs.get_ints("perm") == perm;
+}
+
+ir::Node* single(const ir::Graph& g, const ir::Value* v, const char* op) {
+  ir::Node* n = single_consumer(g, v);
+  return is_op(n, op) ? n : nullptr;
+}
+
+bool known(const ir::Dim& d) { return d.is_known() || d.is_symbol(); }
+
+// x [b, s, h*d] -> Reshape [b, s, h, d] -> Transpose(perm): the transpose's
+// input chain, checked; returns x and the head count and size.
+ir::Value* split_heads(const ir::Graph& g, const ir::Value* t_out, std::vector<int64_t> perm, int64_t* heads,
+                       int64_t* size, std::vector<ir::Node*>& nodes) {
+  ir::Node* t = t_out->producer;
+  if (!has_perm(t, perm) || !used_once(g, t_out)) return nullptr;
+  ir::Node* r = producer_op(t->input(0), "Reshape");
+  if (!r || !used_once(g, r->output(0))) return nullptr;
+  ir::Value* x = r->input(0);
+  const ir::Type &in = x->type, &out = r->output(0)->type;
+  if (!in.has_shape() || !out.has_shape() || in.rank() != 3 || out.rank() != 4) return nullptr;
+  const ir::SymShape &a = in.dims(), &b = out.dims();
+  if (!b[2].is_known() || !b[3].is_known() || !a[2].is_known() || a[2].value != b[2].value * b[3].value) return nullptr;
+  if (!known(a[0]) || !known(a[1]) || a[0] != b[0] || a[1] != b[1]) return nullptr;
+  *heads = b[2].value;
+  *size = b[3].value;
+  nodes.insert(nodes.end(), {t, r});
+  return x;
+}
+
+// Where(causal, S, fill) masks like is_causal when exp(fill - row max)
+// underflows to 0 in float32: any fill at most -1e4 with scores above -9900.
+constexpr double kMaskedFill = -1e4;
+
+// A bool constant whose last two dims are lower-triangular (key j visible to
+// query i when j <= i) and whose other dims are 1.
+bool is_lower_triangular(const ir::Value* v) {
+  if (!v || !v->is_constant() || v->constant->dtype() != DType::kBool || v->constant->rank() < 2) return false;
+  const Shape& s = v->constant->shape();
+  for (size_t i = 0; i + 2 < s.size(); ++i)
+    if (s[i] != 1) return false;
+  const int64_t rows = s[s.size() - 2], cols = s.back();
+  const bool* c = v->constant->data<bool>();
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < cols; ++j)
+      if (c[i * cols + j] != (j <= i)) return false;
+  return true;
+}
+
+// Slices from the origin (starts 0, steps 1) of a lower-triangular constant:
+// a causal mask for any query and key lengths. The slices join the pattern
+// when nothing else reads them.
+bool is_causal_cond(const ir::Graph& g, const ir::Value* cond, std::vector<ir::Node*>& nodes) {
+  while (ir::Node* slice = producer_op(cond, "Slice")) {
+    if (slice->opset < 10 || !slice->input(1) || !slice->input(1)->is_constant()) return false;
+    const Tensor& starts = *slice->input(1)->constant;
+    for (int64_t i = 0; i < starts.numel(); ++i)
+      if (element_as_double(starts, i) != 0) return false;
+    if (const ir::Value* steps = slice->input(4)) {
+      if (!steps->is_constant()) return false;
+      for (int64_t i = 0; i < steps->constant->numel(); ++i)
+        if (element_as_double(*steps->constant, i) != 1) return false;
+    }
+    if (used_once(g, cond)) nodes.push_back(slice);
+    cond = slice->input(0);
+  }
+  return is_lower_triangular(cond);
+}
+
+// `v` is a MatMul's output, or one scaled by a scalar Div or Mul.
+bool reaches_matmul(const ir::Value* v) {
+  if (producer_op(v, "MatMul")) return true;
+  if (ir::Node* div = producer_op(v, "Div")) return scalar_value(div->input(1)) && producer_op(div->input(0), "MatMul");
+  if (ir::Node* mul = producer_op(v, "Mul"))
+    return (scalar_value(mul->input(1)) && producer_op(mul->input(0), "MatMul")) ||
+           (scalar_value(mul->input(0)) && producer_op(mul->input(1), "MatMul"));
+  return false;
+}
+
+// The scores S with their scale and mask: from the Softmax's input back to the MatMul.
+ir::Node* scores(const ir::Graph& g, ir::Value* x, Attention& m) {
+  if (ir::Node* add = producer_op(x, "Add"); add && used_once(g, x)) {
+    for (int i = 0; i < 2 && !m.mask; ++i)
+      if (reaches_matmul(add->input(i))) {
+        m.mask = add->input(1 - i);
+        x = add->input(i);
+      }
+    if (!m.mask || m.mask->dtype() != DType::kFloat32) return nullptr;
+    m.nodes.push_back(add);
+  } else if (ir::Node* where = producer_op(x, "Where"); where && used_once(g, x)) {
+    std::optional<double> fill = scalar_value(where->input(2));
+    if (!fill || *fill > kMaskedFill || !is_causal_cond(g, where->input(0), m.nodes)) return nullptr;
+    m.causal = true;
+    x = where->input(1);
+    m.nodes.push_back(where);
+  }
+  if (!used_once(g, x)) return nullptr;
+  if (ir::Node* div = producer_op(x, "Div"); div && scalar_value(div->input(1))) {
+    m.scale = 1.0 / *scalar_value(div->input(1));
+    m.nodes.push_back(div);
+    x = div->input(0);
+  } else if (ir::Node* mul = producer_op(x, "Mul"); mul && (scalar_value(mul->input(1)) || scalar_value(mul->input(0)))) {
+    const bool right = scalar_value(mul->input(1)).has_value();
+    m.scale = *scalar_value(mul->input(right ? 1 : 0));
+    m.nodes.push_back(mul);
+    x = mul->input(right ? 0 : 1);
+  }
+  ir::Node* qk = producer_op(x, "MatMul");
+  return qk && used_once(g, x) ? qk : nullptr;
+}
+
+// True when every use of `v` leads only into `sink` (the merge Reshape, whose
+// target shape exporters compute from the attention output's Shape): those
+// nodes die with the pattern and are added to `cone`.
+bool feeds_only(const std::map<const ir::Value*, std::vector<ir::Node*>>& uses, const ir::Value* v,
+                const ir::Node* sink, std::vector<ir::Node*>& cone, int depth = 0) {
+  if (v->is_graph_output || depth > 8) return false;
+  auto it = uses.find(v);
+  if (it == uses.end()) return true;
+  for (ir::Node* n : it->second) {
+    if (n == sink || n->dead) continue;
+    for (const ir::Value* o : n->outputs)
+      if (o && !feeds_only(uses, o, sink, cone, depth + 1)) return false;
+    cone.push_back(n);
+  }
+  return true;
+}
+
+// P V's output goes to the head-merging Transpose, and otherwise only to
+// Shape nodes that size the merge Reshape.
+ir::Node* merge_transpose(const ir::Graph& g, const ir::Value* pv_out, std::vector<ir::Node*>& cone) {
+  if (pv_out->is_graph_output) return nullptr;
+  const auto uses = g.consumers();
+  ir::Node* transpose = nullptr;
+  std::vector<ir::Node*> shapes;
+  for (ir::Node* n : uses.at(pv_out)) {
+    if (n->dead) continue;
+    if (has_perm(n, {0, 2, 1, 3}) && !transpose) transpose = n;
+    else if (is_op(n, "Shape")) shapes.push_back(n);
+    else return nullptr;
+  }
+  if (!transpose) return nullptr;
+  ir::Node* reshape = single(g, transpose->output(0), "Reshape");
+  if (!reshape || reshape->input(0) != transpose->output(0)) return nullptr;
+  for (ir::Node* shape : shapes) {
+    if (!feeds_only(uses, shape->output(0), reshape, cone)) return nullptr;
+    cone.push_back(shape);
+  }
+  return transpose;
+}
+
+bool match(const ir::Graph& g, ir::Node* softmax, Attention& m) {
+  const ir::Type& st = softmax->output(0)->type;
+  if (!st.has_shape() || st.rank() != 4 || st.dtype() != DType::kFloat32) return false;
+  const int64_t axis = softmax->attrs.get_int("axis", -1);
+  if ((axis != -1 && axis != 3) || softmax->opset < 13) return false;
+  m.nodes.push_back(softmax);
+  ir::Node* qk = scores(g, softmax->input(0), m);
+  if (!qk) return false;
+  m.nodes.push_back(qk);
+  // After the softmax: P V, heads merged back.
+  ir::Node* pv = single(g, softmax->output(0), "MatMul");
+  if (!pv || pv->input(0) != softmax->output(0)) return false;
+  ir::Node* merge_t = merge_transpose(g, pv->output(0), m.nodes);
+  if (!merge_t) return false;
+  ir::Node* merge_r = single_consumer(g, merge_t->output(0));
+  m.nodes.insert(m.nodes.end(), {pv, merge_t, merge_r});
+  int64_t qh = 0, qd = 0, kh = 0, kd = 0, vh = 0, vd = 0;
+  m.q = split_heads(g, qk->input(0), {0, 2, 1, 3}, &qh, &qd, m.nodes);
+  m.k = split_heads(g, qk->input(1), {0, 2, 3, 1}, &kh, &kd, m.nodes);
+  m.v = split_heads(g, pv->input(1), {0, 2, 1, 3}, &vh, &vd, m.nodes);
+  if (!m.q || !m.k || !m.v || qh != kh || qh != vh || qd != kd) return false;
+  const ir::Type& y = merge_r->output(0)->type;
+  if (!y.has_shape() || y.rank() != 3 || !y.dims()[2].is_known() || y.dims()[2].value != vh * vd) return false;
+  if (y.dims()[0] != m.q->type.dims()[0] || y.dims()[1] != m.q->type.dims()[1] || !known(y.dims()[0]) ||
+      !known(y.dims()[1]))
+    return false;
+  m.heads = qh;
+  m.last = merge_r;
+  return true;
+}
+
+class FuseAttention : public Pass {
+ public:
+  std::string name() const override { return "fuse_attention"; }
+  bool run(ir::Graph& graph) override {
+    bool changed = false;
+    const size_t count = graph.nodes().size();  // rewriting appends nodes
+    for (size_t i = 0; i < count; ++i) {
+      ir::Node* n = graph.nodes()[i].get();
+      Attention m;
+      if (!is_op(n, "Softmax") || !match(graph, n, m)) continue;
+      rewrite(graph, m);
+      changed = true;
+    }
+    return changed;
+  }
+
+ private:
+  static void rewrite(ir::Graph& graph, const Attention& m) {
+    ir::Value* y = m.last->output(0);
+    for (ir::Node* n : m.nodes) n->dead = true;
+    std::vector<ir::Value*> inputs{m.q, m.k, m.v};
+    if (m.mask) inputs.push_back(m.mask);
+    ir::Node* att = graph.add_node_with_outputs("Attention", inputs, {y}, m.last->name);
+    att->opset = 23;  // Attention's first version, whatever the model's opset
+    att->attrs.set("q_num_heads", m.heads);
+    att->attrs.set("kv_num_heads", m.heads);
+    att->attrs.set("scale", static_cast<float>(m.scale));
+    if (m.causal) att->attrs.set("is_causal", int64_t{1});
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Pass> make_fuse_attention() { return std::make_unique<FuseAttention>(); }
+
+}  // namespace anvil::passes
