@@ -35,6 +35,7 @@ std::vector<std::unique_ptr<Pass>> passes_for_level(int level, const ConstantEva
   }
   if (level >= 2) {
     passes.push_back(make_fuse_conv_batchnorm());
+    passes.push_back(make_fuse_layer_norm());
     passes.push_back(make_fuse_gelu());  // before the fusions that take it as a post-op
     passes.push_back(make_fuse_conv_activation());
     passes.push_back(make_fuse_matmul());

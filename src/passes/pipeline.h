@@ -2,7 +2,7 @@
 //   0: nothing
 //   1: cleanup — identity elimination, constant folding, dead code
 //   2: + fusions — Conv+BatchNorm, GELU, Conv/MatMul + bias + residual Add +
-//      activation (oneDNN post-ops), multi-head attention
+//      activation (oneDNN post-ops), multi-head attention, LayerNormalization
 #pragma once
 
 #include <memory>
@@ -24,5 +24,6 @@ std::unique_ptr<Pass> make_fuse_conv_activation();
 std::unique_ptr<Pass> make_fuse_gelu();
 std::unique_ptr<Pass> make_fuse_matmul();
 std::unique_ptr<Pass> make_fuse_attention();
+std::unique_ptr<Pass> make_fuse_layer_norm();
 
 }  // namespace anvil::passes

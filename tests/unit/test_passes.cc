@@ -389,5 +389,69 @@ TEST(Passes, AttentionLookalikesAreLeftAlone) {
   EXPECT_EQ(count_ops(*shared, "Softmax"), 1u);
 }
 
+// LayerNorm as exporters wrote it before opset 17, over the trailing `axes` of x [2, 3, 4].
+std::unique_ptr<ir::Graph> layer_norm_graph(std::vector<int64_t> axes, bool affine, bool square_by_mul) {
+  auto g = std::make_unique<ir::Graph>();
+  g->opsets[""] = 13;
+  ir::Value* x = g->add_input("x", DType::kFloat32, {2, 3, 4});
+  auto mean_of = [&](ir::Value* v) {
+    ir::Node* n = g->add_node("ReduceMean", {v}, 1);
+    n->attrs.set("axes", axes);
+    return n->output(0);
+  };
+  ir::Value* d = g->add_node("Sub", {x, mean_of(x)}, 1)->output(0);
+  ir::Value* sq = square_by_mul ? mul(*g, d, d) : g->add_node("Pow", {d, scalar_f32(*g, "two", 2.f)}, 1)->output(0);
+  ir::Value* var = g->add_node("Add", {mean_of(sq), scalar_f32(*g, "eps", 1e-3f)}, 1)->output(0);
+  ir::Value* y = g->add_node("Div", {d, g->add_node("Sqrt", {var}, 1)->output(0)}, 1)->output(0);
+  if (affine) {
+    y = mul(*g, y, g->add_constant("gamma", ramp({4}, 0.5f, 0.25f)));
+    y = g->add_node("Add", {y, g->add_constant("beta", ramp({4}, -1.f, 0.5f))}, 1)->output(0);
+  }
+  g->add_output(y);
+  ir::infer_types(*g);
+  return g;
+}
+
+void expect_layer_norm_values(std::unique_ptr<ir::Graph> g, int64_t row, bool affine) {
+  Session s = Session::from_graph(std::move(g));
+  Tensor x = ramp({2, 3, 4}, -2.f, 0.37f);
+  for (int64_t i = 0; i < 24; i += 5) x.data<float>()[i] *= 3.f;  // uneven rows
+  Tensor y = s.run({{"x", x}})[0];
+  for (int64_t r = 0; r < 24 / row; ++r) {
+    double mean = 0, var = 0;
+    for (int64_t i = 0; i < row; ++i) mean += x.data<float>()[r * row + i] / double(row);
+    for (int64_t i = 0; i < row; ++i) var += std::pow(x.data<float>()[r * row + i] - mean, 2) / double(row);
+    for (int64_t i = 0; i < row; ++i) {
+      double want = (x.data<float>()[r * row + i] - mean) / std::sqrt(var + 1e-3);
+      if (affine) want = want * (0.5 + 0.25 * double(i % 4)) + (-1.0 + 0.5 * double(i % 4));
+      EXPECT_NEAR(y.data<float>()[r * row + i], want, 1e-5) << r << "," << i;
+    }
+  }
+}
+
+TEST(Passes, DecomposedLayerNormBecomesOneNode) {
+  auto g = layer_norm_graph({-1}, true, false);
+  passes::optimize(*g, 2, runtime::reference_evaluator());
+  ASSERT_EQ(g->nodes().size(), 1u);
+  const ir::Node& ln = *g->nodes()[0];
+  EXPECT_EQ(ln.op_type, "LayerNormalization");
+  EXPECT_EQ(ln.attrs.get_int("axis", 0), 2);
+  EXPECT_FLOAT_EQ(ln.attrs.get_float("epsilon", 0.f), 1e-3f);
+  expect_layer_norm_values(layer_norm_graph({-1}, true, false), 4, true);
+  // Over the last two axes, squared by Mul, without gamma and beta (a scale of ones is made).
+  auto plain = layer_norm_graph({1, 2}, false, true);
+  passes::optimize(*plain, 2, runtime::reference_evaluator());
+  ASSERT_EQ(count_ops(*plain, "LayerNormalization"), 1u);
+  EXPECT_EQ(plain->nodes()[0]->attrs.get_int("axis", 0), 1);
+  expect_layer_norm_values(layer_norm_graph({1, 2}, false, true), 12, false);
+}
+
+TEST(Passes, LayerNormLookalikesAreLeftAlone) {
+  auto leading = layer_norm_graph({0}, true, false);  // statistics over the batch, not a row
+  passes::optimize(*leading, 2, runtime::reference_evaluator());
+  EXPECT_EQ(count_ops(*leading, "LayerNormalization"), 0u);
+  EXPECT_EQ(count_ops(*leading, "ReduceMean"), 2u);
+}
+
 }  // namespace
 }  // namespace anvil
