@@ -15,6 +15,7 @@
 
 #include "anvil/model_info.h"
 #include "core/check.h"
+#include "onnx/anvil_domain.h"
 #include "onnx/tensor_proto.h"
 #include "onnx/validate.h"
 
@@ -46,7 +47,15 @@ void check_ops_supported(const onnx::GraphProto& g, const std::map<std::string, 
     std::string domain = normalize_domain(n.domain());
     ANVIL_CHECK(opsets.count(domain), ErrorKind::kInvalidModel, "node {} uses domain '{}' that the model does not import",
                 node_label(n), domain);
-    if (std::optional<OpProblem> problem = supported(domain, n.op_type(), opsets.at(domain)))
+    int opset = opsets.at(domain);
+    if (domain == kAnvilOnnxDomain) {
+      std::optional<AnvilDomainOp> op = anvil_domain_op(n.op_type());
+      ANVIL_CHECK(op, ErrorKind::kUnsupported, "node {}: {} has no op {} (its ops: the fused ones `anvil optimize` writes)",
+                  node_label(n), kAnvilOnnxDomain, n.op_type());
+      domain = op->domain;
+      opset = domain.empty() ? op->opset : (opsets.count("") ? opsets.at("") : 1);
+    }
+    if (std::optional<OpProblem> problem = supported(domain, n.op_type(), opset))
       throw Error(problem->kind, "node " + node_label(n) + ": " + problem->message);
     for (const auto& a : n.attribute()) {
       if (a.has_g()) check_ops_supported(a.g(), opsets, supported);
@@ -169,10 +178,20 @@ class GraphImporter {
     ANVIL_CHECK(opset != opsets_.end(), ErrorKind::kInvalidModel, "node {} uses domain '{}' that the model does not import",
                 node_label(n), node->domain);
     node->opset = opset->second;
+    if (node->domain == kAnvilOnnxDomain) as_anvil_op(*node);
     for (const auto& a : n.attribute()) {
       if (!a.ref_attr_name().empty()) continue;  // only meaningful inside functions
       node->attrs.set(a.name(), convert_attribute(a, n, graph, node));
     }
+  }
+
+  // A com.anvil node (as `anvil optimize` writes them) becomes the IR node it was written from.
+  void as_anvil_op(ir::Node& node) const {
+    std::optional<AnvilDomainOp> op = anvil_domain_op(node.op_type);
+    ANVIL_INTERNAL_CHECK(op);  // check_ops_supported refused the others
+    node.domain = op->domain;
+    if (node.domain.empty()) node.opset = op->opset;  // the ONNX op at the version it was written as
+    else if (auto it = opsets_.find(""); it != opsets_.end()) node.opset = it->second;
   }
 
   ir::GraphPtr subgraph(const onnx::GraphProto& g, ir::Graph& parent, ir::Node* owner) {

@@ -20,6 +20,7 @@ Command add_run(CLI::App& app);
 Command add_bench(CLI::App& app);
 Command add_conformance(CLI::App& app);
 Command add_inspect(CLI::App& app);
+Command add_optimize(CLI::App& app);
 
 // Shared helpers (common.cc).
 Session load_session(const std::string& model, const SessionOptions& options, int batch = 1);

@@ -19,6 +19,7 @@ int main(int argc, char** argv) {
   add("bench", "measure latency, throughput and memory of a model", anvil::cli::add_bench);
   add("conformance", "run ONNX backend test cases", anvil::cli::add_conformance);
   add("inspect", "a model's inputs and outputs with their inferred (symbolic) types", anvil::cli::add_inspect);
+  add("optimize", "write the graph after Anvil's passes as an ONNX file", anvil::cli::add_optimize);
 
   auto known = [&](const std::string& name) {
     for (const auto& c : commands)
@@ -26,7 +27,7 @@ int main(int argc, char** argv) {
     return false;
   };
   if (argc > 1 && argv[1][0] != '-' && !known(argv[1])) {
-    std::fprintf(stderr, "anvil: error: unknown command '%s' (commands: info, run, bench, conformance, inspect)\n", argv[1]);
+    std::fprintf(stderr, "anvil: error: unknown command '%s' (commands: info, run, bench, conformance, inspect, optimize)\n", argv[1]);
     return 1;
   }
   try {

@@ -1,0 +1,130 @@
+"""`anvil optimize IN OUT [-O N]`: the fused graph written as ONNX, read back by
+Anvil with the same outputs; at level 0 a plain ONNX file ONNX Runtime runs.
+
+The model: y = GELU(x W + b) + r, then LayerNorm written out, as exporters
+before opset 17 emit it. Expected values are computed here with numpy."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from anvil_testing import assert_ok, describe, output_file_name, read_tensor_pb
+from test_bad_input import check_error
+from anvil_testing import EXIT_INVALID_ARGUMENT, EXIT_UNSUPPORTED, EXIT_USAGE
+
+TIMEOUT_S = 60
+K, N = 8, 6
+
+
+def make_model(path):
+    rng = np.random.default_rng(7)
+    w = rng.standard_normal((K, N)).astype(np.float32)
+    b = rng.standard_normal(N).astype(np.float32)
+    inits = [numpy_helper.from_array(w, "W"), numpy_helper.from_array(b, "B")]
+    c = lambda name, v: inits.append(numpy_helper.from_array(np.array(v, np.float32), name))
+    for name, v in [("sqrt2", math.sqrt(2)), ("one", 1.0), ("half", 0.5), ("two", 2.0), ("eps", 1e-5)]:
+        c(name, v)
+    nodes = [
+        helper.make_node("MatMul", ["x", "W"], ["xw"]),
+        helper.make_node("Add", ["xw", "B"], ["h"]),
+        # GELU, erf form
+        helper.make_node("Div", ["h", "sqrt2"], ["hs"]),
+        helper.make_node("Erf", ["hs"], ["e"]),
+        helper.make_node("Add", ["e", "one"], ["e1"]),
+        helper.make_node("Mul", ["h", "e1"], ["he"]),
+        helper.make_node("Mul", ["he", "half"], ["g"]),
+        helper.make_node("Add", ["g", "r"], ["s"]),
+        # LayerNorm over the last axis, without gamma and beta
+        helper.make_node("ReduceMean", ["s"], ["m"], axes=[-1]),
+        helper.make_node("Sub", ["s", "m"], ["d"]),
+        helper.make_node("Pow", ["d", "two"], ["d2"]),
+        helper.make_node("ReduceMean", ["d2"], ["v"], axes=[-1]),
+        helper.make_node("Add", ["v", "eps"], ["ve"]),
+        helper.make_node("Sqrt", ["ve"], ["sd"]),
+        helper.make_node("Div", ["d", "sd"], ["y"]),
+    ]
+    graph = helper.make_graph(nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, K]),
+                                             helper.make_tensor_value_info("r", TensorProto.FLOAT, [3, N])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, N])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 7
+    onnx.save(model, str(path))
+    return w, b
+
+
+def expected(x, r, w, b):
+    h = x @ w + b
+    g = 0.5 * h * (1 + np.vectorize(math.erf)(h / math.sqrt(2)))
+    s = g + r
+    d = s - s.mean(-1, keepdims=True)
+    return d / np.sqrt((d * d).mean(-1, keepdims=True) + 1e-5)
+
+
+@pytest.fixture
+def inputs(tmp_path):
+    rng = np.random.default_rng(3)
+    x, r = rng.standard_normal((3, K)).astype(np.float32), rng.standard_normal((3, N)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    np.save(tmp_path / "r.npy", r)
+    return x, r
+
+
+def run_model(anvil, model, tmp_path, tag, *extra):
+    out = tmp_path / f"out_{tag}"
+    result = anvil("run", model, "-i", f"x={tmp_path / 'x.npy'}", "-i", f"r={tmp_path / 'r.npy'}", "-o", out,
+                   *extra, timeout=TIMEOUT_S)
+    assert_ok(result)
+    return read_tensor_pb(out / output_file_name("y"))
+
+
+def test_optimize_writes_fused_ops_that_anvil_reads_back(anvil, tmp_path, inputs):
+    w, b = make_model(tmp_path / "mlp.onnx")
+    result = anvil("optimize", tmp_path / "mlp.onnx", tmp_path / "opt.onnx", timeout=TIMEOUT_S)
+    assert_ok(result)
+    assert "15 nodes -> 3 nodes" in result.stdout, result.stdout
+    opt = onnx.load(str(tmp_path / "opt.onnx"))
+    ops = sorted((n.domain, n.op_type) for n in opt.graph.node)
+    # MatMul + bias + GELU in one node (the residual comes after the activation: its own Add);
+    # LayerNorm (opset 17) written in com.anvil in an opset-13 model
+    assert ops == [("", "Add"), ("com.anvil", "FusedMatMul"), ("com.anvil", "LayerNormalization")], ops
+    assert {(o.domain, o.version) for o in opt.opset_import} == {("", 13), ("com.anvil", 1)}
+    onnx.checker.check_model(opt)
+    want = expected(*inputs, w, b)
+    for model, opt_level in [(tmp_path / "mlp.onnx", "0"), (tmp_path / "opt.onnx", "0"), (tmp_path / "opt.onnx", "3")]:
+        got = run_model(anvil, model, tmp_path, f"{model.stem}{opt_level}", "-O", opt_level)
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4, err_msg=f"{model.name} -O {opt_level}")
+
+
+def test_optimize_level_0_is_plain_onnx_that_onnxruntime_runs(anvil, tmp_path, inputs):
+    ort = pytest.importorskip("onnxruntime")
+    w, b = make_model(tmp_path / "mlp.onnx")
+    assert_ok(anvil("optimize", tmp_path / "mlp.onnx", tmp_path / "same.onnx", "-O", "0", timeout=TIMEOUT_S))
+    opt = onnx.load(str(tmp_path / "same.onnx"))
+    assert all(n.domain == "" for n in opt.graph.node) and len(opt.graph.node) == 15
+    session = ort.InferenceSession(str(tmp_path / "same.onnx"), providers=["CPUExecutionProvider"])
+    got = session.run(None, {"x": inputs[0], "r": inputs[1]})[0]
+    np.testing.assert_allclose(got, expected(*inputs, w, b), rtol=1e-4, atol=1e-4)
+
+
+def test_optimize_bad_arguments(anvil, tmp_path):
+    make_model(tmp_path / "mlp.onnx")
+    check_error(anvil("optimize", tmp_path / "absent.onnx", tmp_path / "o.onnx", timeout=TIMEOUT_S),
+                EXIT_INVALID_ARGUMENT, r"absent\.onnx")
+    check_error(anvil("optimize", tmp_path / "mlp.onnx", tmp_path / "no_dir" / "o.onnx", timeout=TIMEOUT_S),
+                EXIT_INVALID_ARGUMENT, r"cannot write")
+    check_error(anvil("optimize", tmp_path / "mlp.onnx", tmp_path / "o.onnx", "-O", "5", timeout=TIMEOUT_S), EXIT_USAGE)
+    check_error(anvil("optimize", tmp_path / "mlp.onnx", timeout=TIMEOUT_S), EXIT_USAGE)
+
+
+def test_unknown_com_anvil_op_is_unsupported(anvil, tmp_path):
+    node = helper.make_node("Teleport", ["x"], ["y"], domain="com.anvil")
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid("com.anvil", 1)])
+    onnx.save(model, str(tmp_path / "t.onnx"))
+    check_error(anvil("run", tmp_path / "t.onnx", timeout=TIMEOUT_S), EXIT_UNSUPPORTED, r"com\.anvil.*Teleport")
