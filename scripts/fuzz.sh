@@ -70,6 +70,45 @@ PY
   touch "$corpus/.current-suite"
 fi
 
+# Models as `anvil optimize` writes them: com.anvil nodes (FusedMatMul with a
+# GELU post-op, FusedConv with a residual, LayerNormalization in an opset-13
+# model), once, when the release build's anvil is there.
+if [ -x build/bin/anvil ] && [ ! -e "$corpus/.optimized" ]; then
+  "${ANVIL_PYTHON:-python3}" - "$corpus" <<'PY'
+import math, os, sys
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper, TensorProto as T
+out = sys.argv[1]
+rng = np.random.default_rng(0)
+def const(name, a): return numpy_helper.from_array(np.asarray(a, np.float32), name)
+def save(name, nodes, inputs, output, inits):
+    g = helper.make_graph(nodes, name, [helper.make_tensor_value_info(n, T.FLOAT, s) for n, s in inputs],
+                          [helper.make_tensor_value_info(output, T.FLOAT, None)], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 7
+    onnx.save(m, os.path.join(out, name + ".onnx"))
+save("mlp", [helper.make_node("MatMul", ["x", "W"], ["a"]), helper.make_node("Add", ["a", "B"], ["h"]),
+             helper.make_node("Div", ["h", "s2"], ["d"]), helper.make_node("Erf", ["d"], ["e"]),
+             helper.make_node("Add", ["e", "one"], ["e1"]), helper.make_node("Mul", ["h", "e1"], ["m"]),
+             helper.make_node("Mul", ["m", "half"], ["g"]),
+             helper.make_node("ReduceMean", ["g"], ["mu"], axes=[-1]), helper.make_node("Sub", ["g", "mu"], ["c"]),
+             helper.make_node("Mul", ["c", "c"], ["c2"]), helper.make_node("ReduceMean", ["c2"], ["v"], axes=[-1]),
+             helper.make_node("Add", ["v", "eps"], ["ve"]), helper.make_node("Sqrt", ["ve"], ["sd"]),
+             helper.make_node("Div", ["c", "sd"], ["y"])],
+     [("x", [2, 4])], "y", [const("W", rng.standard_normal((4, 6))), const("B", rng.standard_normal(6)),
+                            const("s2", math.sqrt(2)), const("one", 1), const("half", 0.5), const("eps", 1e-5)])
+save("conv", [helper.make_node("Conv", ["x", "W", "B"], ["c"], pads=[1, 1, 1, 1]), helper.make_node("Add", ["c", "x"], ["s"]),
+              helper.make_node("Relu", ["s"], ["y"])],
+     [("x", [1, 2, 5, 5])], "y", [const("W", rng.standard_normal((2, 2, 3, 3))), const("B", rng.standard_normal(2))])
+PY
+  for m in mlp conv; do
+    build/bin/anvil optimize "$corpus/$m.onnx" "$corpus/models/optimized_$m.onnx" >/dev/null || echo "fuzz: no optimized $m seed" >&2
+    rm -f "$corpus/$m.onnx"
+  done
+  touch "$corpus/.optimized"
+fi
+
 # ASan's leak checker and UBSan stop at the first report; libFuzzer counts it as a crash.
 export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:allocator_may_return_null=1}"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
