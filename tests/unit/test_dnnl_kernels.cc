@@ -20,7 +20,9 @@ void expect_backends_agree(const std::string& op, const std::vector<Tensor>& inp
   dnnl_opts.backend = Backend::kDnnl;
   KernelResult ref = run_kernel_full(op, inputs, attrs, ref_opts);
   KernelResult dnnl = run_kernel_full(op, inputs, attrs, dnnl_opts);
-  if (expect_dnnl) EXPECT_EQ(dnnl.impl.rfind("dnnl:", 0), 0u) << dnnl.impl;
+  if (expect_dnnl) {
+    EXPECT_EQ(dnnl.impl.rfind("dnnl:", 0), 0u) << dnnl.impl;
+  }
   ASSERT_EQ(ref.outputs[0].shape(), dnnl.outputs[0].shape());
   EXPECT_LE(max_abs_diff(ref.outputs[0], dnnl.outputs[0]), tol) << op;
 }
@@ -136,7 +138,9 @@ void expect_fused_matmul(const std::string& activation, float (*act)(float), Sha
     o.backend = backend;
     o.constant_inputs = {false, true, true, false};
     KernelResult got = run_kernel_full("FusedMatMul", in, a, o);
-    if (backend == Backend::kDnnl) EXPECT_EQ(got.impl.rfind("dnnl:", 0), 0u) << got.impl;
+    if (backend == Backend::kDnnl) {
+      EXPECT_EQ(got.impl.rfind("dnnl:", 0), 0u) << got.impl;
+    }
     EXPECT_LE(max_abs_diff(got.outputs[0], expected), 1e-5f) << activation << (backend == Backend::kDnnl ? " dnnl" : " ref");
   }
 }
