@@ -91,6 +91,10 @@ class Tensor {
   template <typename T> T* data() { return static_cast<T*>(data_); }
   template <typename T> const T* data() const { return static_cast<const T*>(data_); }
 
+  // How many tensors share this one's bytes (itself, its copies and views);
+  // 0 for a view of memory the tensor does not own.
+  long use_count() const { return owner_.use_count(); }
+
   // A deep copy of a tensor; a sequence shares its (immutable) items.
   Tensor clone() const;
   // Same buffer, new shape with the same element count.

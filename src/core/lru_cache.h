@@ -28,12 +28,6 @@ class LruCache {
     return it->second->second;
   }
 
-  // Calls f(value) for every entry, most recently used first.
-  template <typename F>
-  void for_each(F f) const {
-    for (const auto& [key, value] : order_) f(value);
-  }
-
   void insert(const std::string& key, V value) {
     if (auto it = index_.find(key); it != index_.end()) {
       it->second->second = std::move(value);

@@ -41,9 +41,14 @@ size_t WeightCache::release(const Tensor& source) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (released_.count(source.raw()) || source.nbytes() < kMinReleaseBytes) return 0;
   bool unpackable = false;
-  for (auto it = entries_.lower_bound({source.raw(), std::string()}); it != entries_.end() && it->first.first == source.raw(); ++it)
+  long entries = 0;
+  for (auto it = entries_.lower_bound({source.raw(), std::string()}); it != entries_.end() && it->first.first == source.raw(); ++it) {
     unpackable |= static_cast<bool>(it->second.unpack);
-  if (!unpackable) return 0;
+    ++entries;
+  }
+  // Only bytes the session alone holds: `source` and the entries' copies of it,
+  // never a caller's tensor or a view shared with another value.
+  if (!unpackable || source.use_count() != 1 + entries) return 0;
   auto [first, length] = inner_pages(source.raw(), source.nbytes());
   if (length == 0 || ::madvise(reinterpret_cast<void*>(first), length, MADV_DONTNEED) != 0) return 0;
   released_[source.raw()] = length;

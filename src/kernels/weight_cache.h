@@ -33,8 +33,9 @@ class WeightCache {
   // request (restoring a released source first); `unpack` undoes it.
   Tensor get(const Tensor& source, const std::string& layout_key, const std::function<Tensor()>& pack,
              Unpack unpack = nullptr);
-  // Drops the pages of `source` when it has a packed copy that can be unpacked
-  // and is large enough to be worth it; returns the bytes dropped (0: kept).
+  // Drops the pages of `source` when it has a packed copy that can be unpacked,
+  // is large enough to be worth it, and no tensor but `source` and this
+  // cache's entries holds its bytes; returns the bytes dropped (0: kept).
   size_t release(const Tensor& source);
   // Rebuilds a released `source` (a no-op otherwise).
   void restore(const Tensor& source);

@@ -13,8 +13,10 @@
 // a slice from the origin of a lower-triangular bool constant (the buffer
 // GPT-style models register) and fill <= -1e4: masked keys then weigh
 // exp(fill - max) = 0 in float32, as with is_causal (for scores above
-// -9900), and no row is masked in full. (A slice longer than the buffer, an
-// error in the original graph, is not one here.) Every intermediate must feed only
+// -9900), and no row is masked in full. The slice must be known to span the
+// scores' queries and keys (a single row would be broadcast to every query),
+// so a buffer sliced to a symbolic length (GPT-style exports: min(sequence,
+// buffer size)) is left alone. Every intermediate must feed only
 // the pattern (but for the Shape nodes that size the merging Reshape), and
 // the head reshapes must split exactly the last dimension.
 #include <cmath>
@@ -91,6 +93,7 @@ bool is_lower_triangular(const ir::Value* v) {
 // a causal mask for any query and key lengths. The slices join the pattern
 // when nothing else reads them.
 bool is_causal_cond(const ir::Graph& g, const ir::Value* cond, std::vector<ir::Node*>& nodes) {
+  bool private_chain = true;  // a slice joins the pattern only if it and every slice after it feed only it
   while (ir::Node* slice = producer_op(cond, "Slice")) {
     if (slice->opset < 10 || !slice->input(1) || !slice->input(1)->is_constant()) return false;
     const Tensor& starts = *slice->input(1)->constant;
@@ -101,10 +104,21 @@ bool is_causal_cond(const ir::Graph& g, const ir::Value* cond, std::vector<ir::N
       for (int64_t i = 0; i < steps->constant->numel(); ++i)
         if (element_as_double(*steps->constant, i) != 1) return false;
     }
-    if (used_once(g, cond)) nodes.push_back(slice);
+    private_chain = private_chain && used_once(g, cond);
+    if (private_chain) nodes.push_back(slice);
     cond = slice->input(0);
   }
   return is_lower_triangular(cond);
+}
+
+// The mask has one entry per key (a shorter Attention mask would mean
+// "masked", not "broadcast"); a causal condition also one row per query (row
+// 0 of the triangle for every query is not causal).
+bool mask_fits(const ir::Type& mask, const ir::Type& scores, bool causal) {
+  if (!mask.has_shape() || mask.rank() < (causal ? 2 : 1) || mask.rank() > 4) return false;
+  const ir::SymShape &md = mask.dims(), &sd = scores.dims();
+  auto same = [](const ir::Dim& a, const ir::Dim& b) { return (a.is_known() || a.is_symbol()) && a == b; };
+  return same(md.back(), sd[3]) && (!causal || same(md[md.size() - 2], sd[2]));
 }
 
 // `v` is a MatMul's output, or one scaled by a scalar Div or Mul.
@@ -117,8 +131,9 @@ bool reaches_matmul(const ir::Value* v) {
   return false;
 }
 
-// The scores S with their scale and mask: from the Softmax's input back to the MatMul.
-ir::Node* scores(const ir::Graph& g, ir::Value* x, Attention& m) {
+// The scores S with their scale and mask: from the Softmax's input back to the
+// MatMul. `mask_value` gets the float mask or the causal condition.
+ir::Node* scores(const ir::Graph& g, ir::Value* x, Attention& m, const ir::Value*& mask_value) {
   if (ir::Node* add = producer_op(x, "Add"); add && used_once(g, x)) {
     for (int i = 0; i < 2 && !m.mask; ++i)
       if (reaches_matmul(add->input(i))) {
@@ -127,10 +142,12 @@ ir::Node* scores(const ir::Graph& g, ir::Value* x, Attention& m) {
       }
     if (!m.mask || m.mask->dtype() != DType::kFloat32) return nullptr;
     m.nodes.push_back(add);
+    mask_value = m.mask;
   } else if (ir::Node* where = producer_op(x, "Where"); where && used_once(g, x)) {
     std::optional<double> fill = scalar_value(where->input(2));
     if (!fill || *fill > kMaskedFill || !is_causal_cond(g, where->input(0), m.nodes)) return nullptr;
     m.causal = true;
+    mask_value = where->input(0);
     x = where->input(1);
     m.nodes.push_back(where);
   }
@@ -173,7 +190,9 @@ ir::Node* merge_transpose(const ir::Graph& g, const ir::Value* pv_out, std::vect
   const auto uses = g.consumers();
   ir::Node* transpose = nullptr;
   std::vector<ir::Node*> shapes;
-  for (ir::Node* n : uses.at(pv_out)) {
+  auto pv_uses = uses.find(pv_out);
+  if (pv_uses == uses.end()) return nullptr;
+  for (ir::Node* n : pv_uses->second) {
     if (n->dead) continue;
     if (has_perm(n, {0, 2, 1, 3}) && !transpose) transpose = n;
     else if (is_op(n, "Shape")) shapes.push_back(n);
@@ -195,8 +214,10 @@ bool match(const ir::Graph& g, ir::Node* softmax, Attention& m) {
   const int64_t axis = softmax->attrs.get_int("axis", -1);
   if ((axis != -1 && axis != 3) || softmax->opset < 13) return false;
   m.nodes.push_back(softmax);
-  ir::Node* qk = scores(g, softmax->input(0), m);
-  if (!qk) return false;
+  const ir::Value* mask = nullptr;
+  ir::Node* qk = scores(g, softmax->input(0), m, mask);
+  if (!qk || m.scale == 0) return false;  // a scale of 0 would mean Attention's default
+  if (mask && !mask_fits(mask->type, st, m.causal)) return false;
   m.nodes.push_back(qk);
   // After the softmax: P V, heads merged back.
   ir::Node* pv = single(g, softmax->output(0), "MatMul");
@@ -210,6 +231,9 @@ bool match(const ir::Graph& g, ir::Node* softmax, Attention& m) {
   m.k = split_heads(g, qk->input(1), {0, 2, 3, 1}, &kh, &kd, m.nodes);
   m.v = split_heads(g, pv->input(1), {0, 2, 1, 3}, &vh, &vd, m.nodes);
   if (!m.q || !m.k || !m.v || qh != kh || qh != vh || qd != kd) return false;
+  // One batch for Q, K and V (MatMul would broadcast a batch of 1; Attention does not).
+  const ir::Dim &qb = m.q->type.dims()[0], &kb = m.k->type.dims()[0], &vb = m.v->type.dims()[0];
+  if (!known(qb) || qb != kb || qb != vb) return false;
   const ir::Type& y = merge_r->output(0)->type;
   if (!y.has_shape() || y.rank() != 3 || !y.dims()[2].is_known() || y.dims()[2].value != vh * vd) return false;
   if (y.dims()[0] != m.q->type.dims()[0] || y.dims()[1] != m.q->type.dims()[1] || !known(y.dims()[0]) ||

@@ -4,6 +4,8 @@
 // FusedConv: inputs X, W, B (may be omitted), Sum (may be omitted: added to the
 // conv result, same shape); the Conv attributes plus
 //   activation, activation_alpha, activation_beta: see FusedActivation (passes/match.h).
+#include <algorithm>
+
 #include "passes/match.h"
 #include "passes/pipeline.h"
 
@@ -64,6 +66,7 @@ class FuseConvActivation : public Pass {
     if (other == out || !other || !surely_same_shape(other->type, out->type) || other->dtype() != DType::kFloat32)
       return false;
     make_fused(conv);
+    conv.inputs.resize(std::max<size_t>(conv.inputs.size(), 4), nullptr);  // one read from a file may have fewer
     conv.inputs[3] = other;
     absorb(conv, add);
     return true;

@@ -127,7 +127,8 @@ class FuseGelu : public Pass {
       Match m;
       const bool erf = is_op(n, "Erf");
       if (!(erf ? match_erf(graph, n, m) : is_op(n, "Tanh") && match_tanh(graph, n, m))) continue;
-      if (!m.x || !is_float(m.x->dtype())) continue;
+      // A rank-0 x would become [1] through a [1]-shaped constant: only x of rank >= 1.
+      if (!m.x || !is_float(m.x->dtype()) || !m.x->type.has_shape() || m.x->type.rank() < 1) continue;
       rewrite(graph, m, erf ? "none" : "tanh");
       changed = true;
     }

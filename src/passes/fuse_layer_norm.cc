@@ -53,8 +53,20 @@ std::optional<int64_t> trailing_axis(const ir::Node& mean, int rank) {
   return first;
 }
 
-// A float constant with one value per normalized element.
-bool per_element(const ir::Value* v, int64_t size) { return is_float_constant(v) && v->constant->numel() == size; }
+// A float constant shaped like the normalized dims (leading 1s allowed): it
+// broadcasts one value per normalized element, as LayerNormalization's scale does.
+bool per_element(const ir::Value* v, const ir::SymShape& x, int64_t axis, int64_t size) {
+  if (!is_float_constant(v) || v->constant->numel() != size) return false;
+  const Shape& s = v->constant->shape();
+  const size_t normalized = x.size() - static_cast<size_t>(axis);
+  if (s.size() > x.size()) return false;
+  for (size_t i = 0; i < s.size(); ++i) {
+    const size_t from_end = s.size() - i;  // 1 for the last dim
+    const int64_t want = from_end <= normalized ? x[x.size() - from_end].value : 1;
+    if (s[i] != want) return false;
+  }
+  return true;
+}
 
 bool match(const ir::Graph& g, ir::Node* mean, LayerNorm& m) {
   m.x = mean->input(0);
@@ -74,7 +86,9 @@ bool match(const ir::Graph& g, ir::Node* mean, LayerNorm& m) {
   ir::Node *square = nullptr, *div = nullptr;
   if (d->is_graph_output) return false;
   const auto uses = g.consumers();
-  for (ir::Node* n : uses.at(d)) {
+  auto d_uses = uses.find(d);
+  if (d_uses == uses.end()) return false;
+  for (ir::Node* n : d_uses->second) {
     if (n->dead || n == square || n == div) continue;  // d * d lists the Mul twice
     if (!square && ((is_op(n, "Pow") && n->input(0) == d && is_scalar(n->input(1), 2.0)) ||
                     (is_op(n, "Mul") && n->input(0) == d && n->input(1) == d)))
@@ -93,12 +107,12 @@ bool match(const ir::Graph& g, ir::Node* mean, LayerNorm& m) {
   if (!is_op(sqrt, "Sqrt") || !used_once(g, sqrt->output(0)) || div->input(1) != sqrt->output(0)) return false;
   m.nodes = {mean, sub, square, var, add_eps, sqrt, div};
   m.last = div;
-  if (ir::Node* mul = single_consumer(g, div->output(0)); is_op(mul, "Mul") && per_element(other_operand(*mul, div->output(0)), m.size)) {
+  if (ir::Node* mul = single_consumer(g, div->output(0)); is_op(mul, "Mul") && per_element(other_operand(*mul, div->output(0)), xt.dims(), m.axis, m.size)) {
     m.gamma = other_operand(*mul, div->output(0));
     m.nodes.push_back(mul);
     m.last = mul;
   }
-  if (ir::Node* add = single_consumer(g, m.last->output(0)); is_op(add, "Add") && per_element(other_operand(*add, m.last->output(0)), m.size)) {
+  if (ir::Node* add = single_consumer(g, m.last->output(0)); is_op(add, "Add") && per_element(other_operand(*add, m.last->output(0)), xt.dims(), m.axis, m.size)) {
     m.beta = other_operand(*add, m.last->output(0));
     m.nodes.push_back(add);
     m.last = add;

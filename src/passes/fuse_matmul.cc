@@ -7,6 +7,8 @@
 // output's shape); attributes activation, activation_alpha, activation_beta
 // (passes/match.h). B must be a matrix (the weights of a linear layer), so
 // the batch dimensions of the output are A's.
+#include <algorithm>
+
 #include "passes/match.h"
 #include "passes/pipeline.h"
 
@@ -76,6 +78,7 @@ class FuseMatMul : public Pass {
     if (is_op(next, "Add") && !fm.input(3)) {
       ir::Value* other = other_operand(*next, y);
       if (!other || other == y || !surely_same_shape(other->type, y->type)) return false;
+      fm.inputs.resize(std::max<size_t>(fm.inputs.size(), 4), nullptr);  // one read from a file may have fewer
       fm.inputs[3] = other;
       absorb(fm, *next);
       return true;

@@ -12,7 +12,8 @@ ir::Node* producer_op(const ir::Value* v, const char* op) {
 }
 
 std::optional<double> scalar_value(const ir::Value* v) {
-  if (!v || !v->is_constant() || v->constant->numel() != 1) return std::nullopt;
+  // Rank <= 1: a one-element tensor of higher rank would raise its operand's rank by broadcasting.
+  if (!v || !v->is_constant() || v->constant->numel() != 1 || v->constant->rank() > 1) return std::nullopt;
   if (v->constant->dtype() == DType::kFloat32) return *v->constant->data<float>();
   if (v->constant->dtype() == DType::kFloat64) return *v->constant->data<double>();
   return std::nullopt;

@@ -13,7 +13,7 @@ namespace anvil::passes {
 bool is_op(const ir::Node* n, const char* op);
 // The live producer of `v` when it is an `op` node, else nullptr.
 ir::Node* producer_op(const ir::Value* v, const char* op);
-// The value of a constant float32/float64 tensor with one element.
+// The value of a constant float32/float64 tensor with one element, of rank 0 or 1.
 std::optional<double> scalar_value(const ir::Value* v);
 // `v` is a one-element float constant within `rel_tol` of `expected`.
 bool is_scalar(const ir::Value* v, double expected, double rel_tol = 1e-4);

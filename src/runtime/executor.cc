@@ -131,6 +131,7 @@ std::shared_ptr<PlanEntry> GraphExecutor::plan_for(const std::vector<Tensor>& or
       building.lock();
     }
     entry->plan = build_plan(graph_, types, options);
+    if (release_weights_) pin_unpacked_reads(*entry->plan);  // before anything can run it
     std::lock_guard<std::mutex> lock(plans_mutex_);
     if (auto existing = plans_.find(key)) return existing;
     plans_.insert(key, entry);
@@ -139,37 +140,36 @@ std::shared_ptr<PlanEntry> GraphExecutor::plan_for(const std::vector<Tensor>& or
   return entry;
 }
 
+void GraphExecutor::pin_unpacked_reads(const Plan& plan) const {
+  // Every plan ever built counts, not only the cached ones: a run may still
+  // hold a plan the cache has evicted.
+  std::lock_guard<std::mutex> lock(pinned_mutex_);
+  auto pin = [&](const Tensor* t) {
+    const auto begin = reinterpret_cast<uintptr_t>(t->raw());
+    pinned_.emplace_back(begin, begin + t->nbytes());
+  };
+  for (const Step& step : plan.steps)
+    for (size_t i = 0; i < step.inputs.size(); ++i) {
+      if (step.inputs[i] < 0) continue;
+      const Slot& slot = plan.slots[static_cast<size_t>(step.inputs[i])];
+      if (slot.kind == Slot::Kind::kConstant && !(step.kernel && step.kernel->reads_input_packed_only(i)))
+        pin(slot.constant);
+    }
+  for (const auto& [output, source] : plan.final_copies)
+    if (plan.slots[static_cast<size_t>(source)].kind == Slot::Kind::kConstant)
+      pin(plan.slots[static_cast<size_t>(source)].constant);
+}
+
 void GraphExecutor::release_packed_weights() const {
   std::unique_lock<std::shared_mutex> exclusive(release_mutex_);
-  // Byte ranges some step reads unpacked (by address: a folded view may share a constant's bytes).
-  std::vector<std::pair<uintptr_t, uintptr_t>> unpacked;
-  auto read_unpacked = [&](const Tensor* t) {
-    const auto begin = reinterpret_cast<uintptr_t>(t->raw());
-    unpacked.emplace_back(begin, begin + t->nbytes());
-  };
-  {
-    std::lock_guard<std::mutex> lock(plans_mutex_);
-    plans_.for_each([&](const std::shared_ptr<PlanEntry>& entry) {
-      const Plan& plan = *entry->plan;
-      for (const Step& step : plan.steps)
-        for (size_t i = 0; i < step.inputs.size(); ++i) {
-          if (step.inputs[i] < 0) continue;
-          const Slot& slot = plan.slots[static_cast<size_t>(step.inputs[i])];
-          if (slot.kind == Slot::Kind::kConstant && !(step.kernel && step.kernel->reads_input_packed_only(i)))
-            read_unpacked(slot.constant);
-        }
-      for (const auto& [output, source] : plan.final_copies)
-        if (plan.slots[static_cast<size_t>(source)].kind == Slot::Kind::kConstant)
-          read_unpacked(plan.slots[static_cast<size_t>(source)].constant);
-    });
-  }
+  std::lock_guard<std::mutex> lock(pinned_mutex_);
   for (const auto& v : graph_.values()) {
     if (!v->is_constant() || v->is_graph_output) continue;
     const auto begin = reinterpret_cast<uintptr_t>(v->constant->raw());
     const uintptr_t end = begin + v->constant->nbytes();
-    const bool overlaps = std::any_of(unpacked.begin(), unpacked.end(),
-                                      [&](const auto& r) { return r.first < end && begin < r.second; });
-    if (!overlaps) weights_->release(*v->constant);  // kept unless it has a packed copy (WeightCache::release)
+    const bool pinned = std::any_of(pinned_.begin(), pinned_.end(),
+                                    [&](const auto& r) { return r.first < end && begin < r.second; });
+    if (!pinned) weights_->release(*v->constant);  // kept unless it has a packed copy (WeightCache::release)
   }
 }
 

@@ -4,6 +4,7 @@
 // one; control-flow kernels (If, Loop, Scan) run their bodies with others.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <shared_mutex>
@@ -43,7 +44,9 @@ class GraphExecutor {
   std::vector<Tensor> execute(PlanEntry& entry, const std::vector<Tensor>& inputs, int threads,
                               RunProfile* profile) const;
   void run_dynamic_step(const Step& step, kernels::RunContext& ctx, std::vector<Tensor>& views) const;
-  // Releases the constants that no step of any cached plan reads except packed.
+  // Records the byte ranges of the constants `plan` reads unpacked: never released.
+  void pin_unpacked_reads(const Plan& plan) const;
+  // Releases the graph's constants that no plan ever built reads except packed.
   void release_packed_weights() const;
 
   const ir::Graph& graph_;
@@ -53,6 +56,8 @@ class GraphExecutor {
   // Plan builds hold it shared, the release of weights exclusively: no
   // kernel reads a constant while its pages are being dropped.
   mutable std::shared_mutex release_mutex_;
+  mutable std::mutex pinned_mutex_;
+  mutable std::vector<std::pair<uintptr_t, uintptr_t>> pinned_;  // byte ranges read unpacked
   mutable std::mutex plans_mutex_;
   mutable LruCache<std::shared_ptr<PlanEntry>> plans_;
 };

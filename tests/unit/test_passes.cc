@@ -271,6 +271,7 @@ struct AttentionGraphOptions {
   float fill = -1e4f;
   int64_t softmax_axis = -1;
   bool scores_are_output = false;
+  Shape mask_shape = {2, 1, 1, 5};
 };
 
 std::unique_ptr<ir::Graph> attention_graph(const AttentionGraphOptions& o = {}) {
@@ -297,7 +298,7 @@ std::unique_ptr<ir::Graph> attention_graph(const AttentionGraphOptions& o = {}) 
                                             g->add_constant("ends", ints({2}, {5, 5})), g->add_constant("axes", ints({2}, {0, 1}))}, 1)->output(0);
     masked = g->add_node("Where", {cond, scaled, scalar_f32(*g, "fill", o.fill)}, 1)->output(0);
   } else {
-    masked = g->add_node("Add", {scaled, g->add_input("mask", DType::kFloat32, {2, 1, 1, 5})}, 1)->output(0);
+    masked = g->add_node("Add", {scaled, g->add_input("mask", DType::kFloat32, o.mask_shape)}, 1)->output(0);
   }
   ir::Node* sm = g->add_node("Softmax", {masked}, 1);
   sm->attrs.set("axis", o.softmax_axis);
@@ -383,6 +384,9 @@ TEST(Passes, AttentionLookalikesAreLeftAlone) {
   auto mild_fill = attention_graph({.causal_where = true, .fill = -10.f});  // masked keys would still weigh
   passes::optimize(*mild_fill, 2, runtime::reference_evaluator());
   EXPECT_EQ(count_ops(*mild_fill, "Attention"), 0u);
+  auto per_query = attention_graph({.mask_shape = {2, 1, 5, 1}});  // one value per query, broadcast over the keys
+  passes::optimize(*per_query, 2, runtime::reference_evaluator());
+  EXPECT_EQ(count_ops(*per_query, "Attention"), 0u);
   auto shared = attention_graph({.scores_are_output = true});  // the raw scores are a graph output
   passes::optimize(*shared, 2, runtime::reference_evaluator());
   EXPECT_EQ(count_ops(*shared, "Attention"), 0u);
@@ -390,7 +394,8 @@ TEST(Passes, AttentionLookalikesAreLeftAlone) {
 }
 
 // LayerNorm as exporters wrote it before opset 17, over the trailing `axes` of x [2, 3, 4].
-std::unique_ptr<ir::Graph> layer_norm_graph(std::vector<int64_t> axes, bool affine, bool square_by_mul) {
+std::unique_ptr<ir::Graph> layer_norm_graph(std::vector<int64_t> axes, bool affine, bool square_by_mul,
+                                            Shape gamma_shape = {4}) {
   auto g = std::make_unique<ir::Graph>();
   g->opsets[""] = 13;
   ir::Value* x = g->add_input("x", DType::kFloat32, {2, 3, 4});
@@ -404,7 +409,7 @@ std::unique_ptr<ir::Graph> layer_norm_graph(std::vector<int64_t> axes, bool affi
   ir::Value* var = g->add_node("Add", {mean_of(sq), scalar_f32(*g, "eps", 1e-3f)}, 1)->output(0);
   ir::Value* y = g->add_node("Div", {d, g->add_node("Sqrt", {var}, 1)->output(0)}, 1)->output(0);
   if (affine) {
-    y = mul(*g, y, g->add_constant("gamma", ramp({4}, 0.5f, 0.25f)));
+    y = mul(*g, y, g->add_constant("gamma", ramp(gamma_shape, 0.5f, 0.25f)));
     y = g->add_node("Add", {y, g->add_constant("beta", ramp({4}, -1.f, 0.5f))}, 1)->output(0);
   }
   g->add_output(y);
@@ -451,6 +456,30 @@ TEST(Passes, LayerNormLookalikesAreLeftAlone) {
   passes::optimize(*leading, 2, runtime::reference_evaluator());
   EXPECT_EQ(count_ops(*leading, "LayerNormalization"), 0u);
   EXPECT_EQ(count_ops(*leading, "ReduceMean"), 2u);
+  // gamma of 2 values for rows of 4: not one per normalized element, so it stays a Mul.
+  auto halves = layer_norm_graph({-1}, true, false, {2, 1, 1});
+  passes::optimize(*halves, 2, runtime::reference_evaluator());
+  EXPECT_EQ(count_ops(*halves, "LayerNormalization"), 1u);
+  EXPECT_EQ(count_ops(*halves, "Mul"), 1u);
+  // Leading 1s are fine: [1, 4] is one value per element.
+  auto leading_ones = layer_norm_graph({-1}, true, false, {1, 4});
+  passes::optimize(*leading_ones, 2, runtime::reference_evaluator());
+  EXPECT_EQ(leading_ones->nodes().size(), 1u);
+}
+
+TEST(Passes, ResidualJoinsAFusedMatMulReadFromAFile) {
+  // anvil optimize writes FusedMatMul with three inputs; a later residual Add must not write past them.
+  auto g = std::make_unique<ir::Graph>();
+  g->opsets[""] = 13;
+  ir::Value* x = g->add_input("x", DType::kFloat32, {2, 4});
+  ir::Node* fm = g->add_node("FusedMatMul", {x, g->add_constant("w", ramp({4, 3}, -1.f, 0.25f)),
+                                             g->add_constant("b", ramp({3}, 0.5f, -1.f))}, 1);
+  fm->domain = "anvil";
+  g->add_output(g->add_node("Add", {fm->output(0), g->add_input("r", DType::kFloat32, {2, 3})}, 1)->output(0));
+  ir::infer_types(*g);
+  passes::optimize(*g, 2, runtime::reference_evaluator());
+  ASSERT_EQ(g->nodes().size(), 1u);
+  EXPECT_EQ(g->nodes()[0]->input(3), g->find_value("r"));
 }
 
 }  // namespace

@@ -82,6 +82,19 @@ TEST(WeightRelease, WeightAlsoReadUnpackedIsKept) {
   EXPECT_GE(s.plan_stats({{"x", x}}).weight_bytes, static_cast<size_t>(2 * w.nbytes()));
 }
 
+TEST(WeightRelease, CallersTensorIsNeverReleased) {
+  // The graph shares the caller's bytes (Tensor copies are shallow): they must stay intact.
+  const Tensor w = weight(), original = w.clone();
+  auto g = std::make_unique<ir::Graph>();
+  g->opsets[""] = 13;
+  ir::Value* x = g->add_input("x", DType::kFloat32, {-1, kK});
+  g->add_output(g->add_node("MatMul", {x, g->add_constant("w", w)}, 1)->output(0));
+  Session s = Session::from_graph(std::move(g));
+  Tensor in = rows(3);
+  expect_close(s.run({{"x", in}})[0], expected(in, original, false));
+  EXPECT_EQ(std::memcmp(w.raw(), original.raw(), original.nbytes()), 0);
+}
+
 TEST(WeightRelease, CacheRestoresReleasedBytesExactly) {
   kernels::WeightCache cache;
   Tensor source = weight();

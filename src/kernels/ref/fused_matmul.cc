@@ -25,8 +25,9 @@ class RefFusedMatMul : public Kernel {
   std::vector<TensorType> prepare(const PrepareContext& ctx) override {
     ANVIL_PREPARE_CHECK(ctx, is_known_activation(activation_), ErrorKind::kInvalidModel, "unknown activation '{}'",
                         activation_);
-    ANVIL_PREPARE_CHECK(ctx, ctx.input_type(0).dtype == DType::kFloat32, ErrorKind::kUnsupported,
-                        "fused matmul is float32 only");
+    for (size_t i = 0; i < ctx.num_inputs(); ++i)
+      ANVIL_PREPARE_CHECK(ctx, !ctx.has_input(i) || ctx.input_dtype(i) == DType::kFloat32, ErrorKind::kUnsupported,
+                          "fused matmul is float32 only (input {} is {})", i, dtype_name(ctx.input_dtype(i)));
     for (const KernelEntry* e : Registry::global().find("", "MatMul"))
       if (e->backend == Backend::kRef) matmul_ = e->factory(matmul_node_);
     ANVIL_INTERNAL_CHECK(matmul_);
