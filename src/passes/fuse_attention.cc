@@ -8,17 +8,19 @@
 //   Y  = Reshape(Transpose(MatMul(Softmax(S, -1), Vh), 0213), [b, s, h*d])
 //
 // becomes Attention(Q, K, V, mask, q_num_heads = kv_num_heads = h,
-// scale = 1/c | c | 1, is_causal). A float mask is added as Attention's float
-// attn_mask is. Where(causal, S, fill) becomes is_causal = 1 when `causal` is
-// a slice from the origin of a lower-triangular bool constant (the buffer
-// GPT-style models register) and fill <= -1e4: masked keys then weigh
-// exp(fill - max) = 0 in float32, as with is_causal (for scores above
-// -9900), and no row is masked in full. The slice must be known to span the
-// scores' queries and keys (a single row would be broadcast to every query),
-// so a buffer sliced to a symbolic length (GPT-style exports: min(sequence,
-// buffer size)) is left alone. Every intermediate must feed only
-// the pattern (but for the Shape nodes that size the merging Reshape), and
-// the head reshapes must split exactly the last dimension.
+// scale = 1/c | c | 1). A float mask is added as Attention's float attn_mask
+// is (it must have one entry per key: a shorter Attention mask would mean
+// "masked", not "broadcast"). Where(cond, S, fill) becomes a boolean
+// attn_mask when `cond` is a slice from the origin of a lower-triangular bool
+// constant (the buffer GPT-style models register) and fill <= -1e4:
+//  - the mask is Expand(cond, [Sq, Skv]) (from Q's and K's shapes), which
+//    broadcasts exactly as Where does, and fails where Where fails;
+//  - masked keys weigh exp(fill - max) = 0 in float32 either way (for scores
+//    above -9900), and no row is masked in full (key 0 is visible from every
+//    row of such a triangle), where the two would differ.
+// Every intermediate must feed only the pattern (but for the Shape nodes
+// that size the merging Reshape), and the head reshapes must split exactly
+// the last dimension.
 #include <cmath>
 #include <map>
 #include <vector>
@@ -32,9 +34,9 @@ namespace {
 
 struct Attention {
   ir::Value *q = nullptr, *k = nullptr, *v = nullptr, *mask = nullptr;
+  ir::Value* causal_cond = nullptr;  // Where's condition, expanded into the boolean mask
   int64_t heads = 0;
   double scale = 1.0;
-  bool causal = false;
   ir::Node* last = nullptr;  // its output becomes the Attention's
   std::vector<ir::Node*> nodes;
 };
@@ -89,11 +91,9 @@ bool is_lower_triangular(const ir::Value* v) {
   return true;
 }
 
-// Slices from the origin (starts 0, steps 1) of a lower-triangular constant:
-// a causal mask for any query and key lengths. The slices join the pattern
-// when nothing else reads them.
-bool is_causal_cond(const ir::Graph& g, const ir::Value* cond, std::vector<ir::Node*>& nodes) {
-  bool private_chain = true;  // a slice joins the pattern only if it and every slice after it feed only it
+// Slices from the origin (starts 0, steps 1) of a lower-triangular constant
+// (they stay: the expanded mask reads them).
+bool is_causal_cond(const ir::Value* cond) {
   while (ir::Node* slice = producer_op(cond, "Slice")) {
     if (slice->opset < 10 || !slice->input(1) || !slice->input(1)->is_constant()) return false;
     const Tensor& starts = *slice->input(1)->constant;
@@ -104,21 +104,17 @@ bool is_causal_cond(const ir::Graph& g, const ir::Value* cond, std::vector<ir::N
       for (int64_t i = 0; i < steps->constant->numel(); ++i)
         if (element_as_double(*steps->constant, i) != 1) return false;
     }
-    private_chain = private_chain && used_once(g, cond);
-    if (private_chain) nodes.push_back(slice);
     cond = slice->input(0);
   }
   return is_lower_triangular(cond);
 }
 
-// The mask has one entry per key (a shorter Attention mask would mean
-// "masked", not "broadcast"); a causal condition also one row per query (row
-// 0 of the triangle for every query is not causal).
-bool mask_fits(const ir::Type& mask, const ir::Type& scores, bool causal) {
-  if (!mask.has_shape() || mask.rank() < (causal ? 2 : 1) || mask.rank() > 4) return false;
-  const ir::SymShape &md = mask.dims(), &sd = scores.dims();
-  auto same = [](const ir::Dim& a, const ir::Dim& b) { return (a.is_known() || a.is_symbol()) && a == b; };
-  return same(md.back(), sd[3]) && (!causal || same(md[md.size() - 2], sd[2]));
+// A float mask has one entry per key: a shorter Attention mask would mean
+// "masked", not "broadcast".
+bool mask_fits(const ir::Type& mask, const ir::Type& scores) {
+  if (!mask.has_shape() || mask.rank() < 1 || mask.rank() > 4) return false;
+  const ir::Dim &keys = mask.dims().back(), &want = scores.dims()[3];
+  return (keys.is_known() || keys.is_symbol()) && keys == want;
 }
 
 // `v` is a MatMul's output, or one scaled by a scalar Div or Mul.
@@ -131,9 +127,8 @@ bool reaches_matmul(const ir::Value* v) {
   return false;
 }
 
-// The scores S with their scale and mask: from the Softmax's input back to the
-// MatMul. `mask_value` gets the float mask or the causal condition.
-ir::Node* scores(const ir::Graph& g, ir::Value* x, Attention& m, const ir::Value*& mask_value) {
+// The scores S with their scale and mask: from the Softmax's input back to the MatMul.
+ir::Node* scores(const ir::Graph& g, ir::Value* x, Attention& m) {
   if (ir::Node* add = producer_op(x, "Add"); add && used_once(g, x)) {
     for (int i = 0; i < 2 && !m.mask; ++i)
       if (reaches_matmul(add->input(i))) {
@@ -142,12 +137,12 @@ ir::Node* scores(const ir::Graph& g, ir::Value* x, Attention& m, const ir::Value
       }
     if (!m.mask || m.mask->dtype() != DType::kFloat32) return nullptr;
     m.nodes.push_back(add);
-    mask_value = m.mask;
   } else if (ir::Node* where = producer_op(x, "Where"); where && used_once(g, x)) {
     std::optional<double> fill = scalar_value(where->input(2));
-    if (!fill || *fill > kMaskedFill || !is_causal_cond(g, where->input(0), m.nodes)) return nullptr;
-    m.causal = true;
-    mask_value = where->input(0);
+    if (!fill || *fill > kMaskedFill || !is_causal_cond(where->input(0))) return nullptr;
+    auto opset = g.opsets.find("");
+    if (opset == g.opsets.end() || opset->second < 10) return nullptr;  // Slice with inputs, for the expansion
+    m.causal_cond = where->input(0);
     x = where->input(1);
     m.nodes.push_back(where);
   }
@@ -214,10 +209,9 @@ bool match(const ir::Graph& g, ir::Node* softmax, Attention& m) {
   const int64_t axis = softmax->attrs.get_int("axis", -1);
   if ((axis != -1 && axis != 3) || softmax->opset < 13) return false;
   m.nodes.push_back(softmax);
-  const ir::Value* mask = nullptr;
-  ir::Node* qk = scores(g, softmax->input(0), m, mask);
+  ir::Node* qk = scores(g, softmax->input(0), m);
   if (!qk || m.scale == 0) return false;  // a scale of 0 would mean Attention's default
-  if (mask && !mask_fits(mask->type, st, m.causal)) return false;
+  if (m.mask && !mask_fits(m.mask->type, st)) return false;
   m.nodes.push_back(qk);
   // After the softmax: P V, heads merged back.
   ir::Node* pv = single(g, softmax->output(0), "MatMul");
@@ -261,17 +255,42 @@ class FuseAttention : public Pass {
   }
 
  private:
+  static ir::Value* int64s(ir::Graph& graph, const std::string& name, int64_t v) {
+    Tensor t(DType::kInt64, {1});
+    *t.data<int64_t>() = v;
+    return graph.add_constant(graph.unique_name(name), t);
+  }
+
+  // Expand(cond, [Sq, Skv]), with Sq and Skv read from Q's and K's shapes at run time.
+  static ir::Value* expanded_mask(ir::Graph& graph, const Attention& m) {
+    const std::string base = m.last->name + "/causal";
+    auto length = [&](ir::Value* x) {
+      ir::Value* shape = graph.add_node("Shape", {x}, 1, base + "/shape")->output(0);
+      shape->type = ir::Type::tensor(DType::kInt64, Shape{3});
+      ir::Value* len = graph.add_node("Slice", {shape, int64s(graph, base + "/one", 1), int64s(graph, base + "/two", 2),
+                                                int64s(graph, base + "/zero", 0)}, 1, base + "/length")->output(0);
+      len->type = ir::Type::tensor(DType::kInt64, Shape{1});
+      return len;
+    };
+    ir::Node* dims = graph.add_node("Concat", {length(m.q), length(m.k)}, 1, base + "/dims");
+    dims->attrs.set("axis", int64_t{0});
+    dims->output(0)->type = ir::Type::tensor(DType::kInt64, Shape{2});
+    ir::Value* mask = graph.add_node("Expand", {m.causal_cond, dims->output(0)}, 1, base + "/mask")->output(0);
+    mask->type = ir::Type::tensor(DType::kBool);
+    return mask;
+  }
+
   static void rewrite(ir::Graph& graph, const Attention& m) {
     ir::Value* y = m.last->output(0);
     for (ir::Node* n : m.nodes) n->dead = true;
     std::vector<ir::Value*> inputs{m.q, m.k, m.v};
     if (m.mask) inputs.push_back(m.mask);
+    if (m.causal_cond) inputs.push_back(expanded_mask(graph, m));
     ir::Node* att = graph.add_node_with_outputs("Attention", inputs, {y}, m.last->name);
     att->opset = 23;  // Attention's first version, whatever the model's opset
     att->attrs.set("q_num_heads", m.heads);
     att->attrs.set("kv_num_heads", m.heads);
     att->attrs.set("scale", static_cast<float>(m.scale));
-    if (m.causal) att->attrs.set("is_causal", int64_t{1});
   }
 };
 
