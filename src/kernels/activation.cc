@@ -10,6 +10,13 @@ bool is_known_activation(const std::string& n) {
          n == "Tanh" || n == "HardSigmoid" || n == "HardSwish" || n == "Gelu" || n == "GeluTanh";
 }
 
+FusedActivationSpec take_activation(ir::Node& node) {
+  FusedActivationSpec spec{node.attrs.get_string("activation", ""), node.attrs.get_float("activation_alpha", 0.f),
+                           node.attrs.get_float("activation_beta", 0.f)};
+  for (const char* a : {"activation", "activation_alpha", "activation_beta"}) node.attrs.erase(a);
+  return spec;
+}
+
 namespace {
 template <typename F>
 void apply(float* d, int64_t n, F f) {

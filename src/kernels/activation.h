@@ -4,9 +4,19 @@
 #include <cstdint>
 #include <string>
 
+#include "ir/graph.h"
+
 namespace anvil::kernels {
 
 bool is_known_activation(const std::string& name);
+
+// The activation attributes of a fused node (activation, activation_alpha,
+// activation_beta), removed from `node` so that it reads as the plain op.
+struct FusedActivationSpec {
+  std::string name;
+  float alpha = 0.f, beta = 0.f;
+};
+FusedActivationSpec take_activation(ir::Node& node);
 // name as the fusion pass writes it ("Relu", "Clip", ...); "" is a no-op.
 void apply_activation(float* data, int64_t n, const std::string& name, float alpha, float beta);
 

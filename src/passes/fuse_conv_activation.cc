@@ -24,14 +24,6 @@ void make_fused(ir::Node& conv) {
   conv.inputs.resize(4, nullptr);
 }
 
-// Moves `next`'s output onto `conv` and kills `next`.
-void absorb(ir::Node& conv, ir::Node& next) {
-  ir::Value* y = next.output(0);
-  conv.outputs[0] = y;
-  y->producer = &conv;
-  next.dead = true;
-}
-
 class FuseConvActivation : public Pass {
  public:
   std::string name() const override { return "fuse_conv_activation"; }

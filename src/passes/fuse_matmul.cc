@@ -28,14 +28,6 @@ bool is_bias(const ir::Value* v, int64_t n, int rank) {
   return true;
 }
 
-// Moves `next`'s output onto `node` and kills `next`.
-void absorb(ir::Node& node, ir::Node& next) {
-  ir::Value* y = next.output(0);
-  node.outputs[0] = y;
-  y->producer = &node;
-  next.dead = true;
-}
-
 class FuseMatMul : public Pass {
  public:
   std::string name() const override { return "fuse_matmul"; }

@@ -83,6 +83,13 @@ void set_activation(ir::Node& fused, const FusedActivation& act) {
   fused.attrs.set("activation_beta", act.beta);
 }
 
+void absorb(ir::Node& fused, ir::Node& next) {
+  ir::Value* y = next.output(0);
+  fused.outputs[0] = y;
+  y->producer = &fused;
+  next.dead = true;
+}
+
 bool surely_same_shape(const ir::Type& a, const ir::Type& b) {
   if (!a.is_tensor() || !b.is_tensor() || !a.has_shape() || !b.has_shape() || a.dtype() != b.dtype()) return false;
   const ir::SymShape &x = a.dims(), &y = b.dims();

@@ -36,6 +36,9 @@ std::optional<FusedActivation> fusable_activation(const ir::Node& act);
 // Sets the activation, activation_alpha and activation_beta attributes.
 void set_activation(ir::Node& fused, const FusedActivation& act);
 
+// Moves `next`'s output onto `fused` (which now computes it) and kills `next`.
+void absorb(ir::Node& fused, ir::Node& next);
+
 // Both types have the same rank and every dimension is the same number or the
 // same named symbol: equal at run time, whatever the inputs.
 bool surely_same_shape(const ir::Type& a, const ir::Type& b);

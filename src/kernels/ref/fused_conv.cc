@@ -15,10 +15,10 @@ class RefFusedConv : public Kernel {
     conv_node_.op_type = "Conv";
     conv_node_.domain = "";
     conv_node_.inputs.resize(3, nullptr);
-    activation_ = node.attrs.get_string("activation", "");
-    alpha_ = node.attrs.get_float("activation_alpha", 0.f);
-    beta_ = node.attrs.get_float("activation_beta", 0.f);
-    for (const char* a : {"activation", "activation_alpha", "activation_beta"}) conv_node_.attrs.erase(a);
+    const FusedActivationSpec act = take_activation(conv_node_);
+    activation_ = act.name;
+    alpha_ = act.alpha;
+    beta_ = act.beta;
   }
 
   std::vector<TensorType> prepare(const PrepareContext& ctx) override {

@@ -16,10 +16,10 @@ class RefFusedMatMul : public Kernel {
     matmul_node_.op_type = "MatMul";
     matmul_node_.domain = "";
     matmul_node_.inputs.resize(2);
-    activation_ = node.attrs.get_string("activation", "");
-    alpha_ = node.attrs.get_float("activation_alpha", 0.f);
-    beta_ = node.attrs.get_float("activation_beta", 0.f);
-    for (const char* a : {"activation", "activation_alpha", "activation_beta"}) matmul_node_.attrs.erase(a);
+    const FusedActivationSpec act = take_activation(matmul_node_);
+    activation_ = act.name;
+    alpha_ = act.alpha;
+    beta_ = act.beta;
   }
 
   std::vector<TensorType> prepare(const PrepareContext& ctx) override {
