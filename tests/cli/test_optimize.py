@@ -128,3 +128,12 @@ def test_unknown_com_anvil_op_is_unsupported(anvil, tmp_path):
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid("com.anvil", 1)])
     onnx.save(model, str(tmp_path / "t.onnx"))
     check_error(anvil("run", tmp_path / "t.onnx", timeout=TIMEOUT_S), EXIT_UNSUPPORTED, r"com\.anvil.*Teleport")
+
+
+def test_unknown_com_anvil_version_is_unsupported(anvil, tmp_path):
+    node = helper.make_node("FusedMatMul", ["x", "x"], ["y"], domain="com.anvil")
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 2])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 2])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid("com.anvil", 7)])
+    onnx.save(model, str(tmp_path / "v7.onnx"))
+    check_error(anvil("run", tmp_path / "v7.onnx", timeout=TIMEOUT_S), EXIT_UNSUPPORTED, r"com\.anvil version 7")
