@@ -6,9 +6,13 @@
 //   std::vector<anvil::Tensor> out = s.run({{"input", x}});
 //
 // run() may be called from several threads at once: each call takes its own
-// activation arena; weights and prepared kernels are shared.
+// activation arena; weights and prepared kernels are shared. run_async()
+// queues a request for the session's streams (see ExecutionMode).
 #pragma once
 
+#include <exception>
+#include <functional>
+#include <future>
 #include <map>
 #include <memory>
 #include <string>
@@ -20,6 +24,17 @@ namespace anvil {
 
 namespace ir { class Graph; }
 
+// How a session spends its threads.
+enum class ExecutionMode {
+  // One request at a time on all num_threads threads: the lowest latency.
+  kLatency,
+  // `streams` requests at once, each on its own thread with an OpenMP team of
+  // num_threads / streams threads: the most requests per second. run() from
+  // several threads gets the same split (each call uses a stream's team size).
+  kThroughput,
+};
+const char* execution_mode_name(ExecutionMode mode);
+
 struct SessionOptions {
   int num_threads = 0;        // 0: all cores of the machine
   // 0: none, 1: basic cleanup, 2: fusions, 3: fusions and activations kept in
@@ -28,7 +43,17 @@ struct SessionOptions {
   // Plans kept for distinct input shapes (least recently used dropped first).
   // A plan holds its arena pool and per-shape kernels; weights are shared.
   int plan_cache_size = 16;
+  ExecutionMode mode = ExecutionMode::kLatency;
+  // Throughput mode: concurrent requests (at most num_threads). 0 picks by
+  // the cores and the model's weight size (Session::streams() tells).
+  int streams = 0;
 };
+
+// Called on a stream's thread when an asynchronous run ends: the outputs, or
+// the error (an anvil::Error for a bad input) and no outputs. It must not
+// throw (what it throws is dropped) and should return quickly: the stream
+// waits for it.
+using RunCallback = std::function<void(std::vector<Tensor> outputs, std::exception_ptr error)>;
 
 struct ValueInfo {
   std::string name;
@@ -66,6 +91,8 @@ struct RunProfile {
 class Session {
  public:
   static Session from_file(const std::string& path, const SessionOptions& options = {});
+  // A model serialized in memory (a ModelProto); it cannot use external data.
+  static Session from_bytes(const std::string& bytes, const SessionOptions& options = {});
   static Session from_graph(std::unique_ptr<ir::Graph> graph, const SessionOptions& options = {});
   Session(Session&&) noexcept;
   Session& operator=(Session&&) noexcept;
@@ -79,6 +106,17 @@ class Session {
   std::vector<Tensor> run(const std::map<std::string, Tensor>& inputs) const;
   // The same, recording each step's time into `profile` (when not null).
   std::vector<Tensor> run(const std::map<std::string, Tensor>& inputs, RunProfile* profile) const;
+
+  // Queues a run for the session's streams and returns at once; inputs are
+  // checked before it returns (a bad input throws here). Tensors that are
+  // views must stay alive until the run ends. Runs start in queue order.
+  std::future<std::vector<Tensor>> run_async(const std::map<std::string, Tensor>& inputs) const;
+  void run_async(const std::map<std::string, Tensor>& inputs, RunCallback done) const;
+  // Concurrent requests of run_async (1 in latency mode) and the threads of each.
+  int streams() const;
+  int threads_per_stream() const;
+  // Requests queued by run_async that no stream has started yet.
+  size_t queued_requests() const;
 
   // Statistics of the plan for the given input shapes (plans if needed).
   PlanStats plan_stats(const std::map<std::string, Tensor>& inputs) const;

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <mutex>
 
 #include "core/check.h"
 #include "ir/schema.h"
@@ -15,6 +16,7 @@
 #include "passes/pipeline.h"
 #include "runtime/constant_evaluator.h"
 #include "runtime/executor.h"
+#include "runtime/stream_pool.h"
 #include "runtime/type_propagation.h"
 
 namespace anvil {
@@ -63,22 +65,57 @@ ValueInfo info_of(const ir::Value* v) {
   return info;
 }
 
+size_t constant_bytes(const ir::Graph& graph) {
+  size_t bytes = 0;
+  for (const auto& v : graph.values())
+    if (v->is_constant() && !v->constant->is_sequence()) bytes += v->constant->nbytes();
+  return bytes;
+}
+
+// Throughput streams when the caller leaves the choice to us. One thread per
+// stream keeps every core busy without the synchronisation of a team; on
+// more than 4 cores a model with large weights gets teams of two, which halves
+// the arenas and keeps more of its weights in the caches. (Measured on 2
+// cores only; see docs/serving.md.)
+int auto_streams(int cores, size_t weight_bytes) {
+  const int per_stream = cores > 4 && weight_bytes > (size_t{64} << 20) ? 2 : 1;
+  return std::max(1, cores / per_stream);
+}
+
 }  // namespace
+
+const char* execution_mode_name(ExecutionMode mode) {
+  return mode == ExecutionMode::kThroughput ? "throughput" : "latency";
+}
 
 struct Session::Impl {
   std::unique_ptr<ir::Graph> graph;
   SessionOptions options;
-  int threads = 1;
+  int threads = 1;             // all the session's threads
+  int streams = 1;             // concurrent requests of run_async
+  int threads_per_stream = 1;  // threads of one request
   std::vector<ValueInfo> inputs, outputs;
   // Declared before the executor: its plans' kernels hold packed weights from it.
   kernels::WeightCache weights;
   std::unique_ptr<runtime::GraphExecutor> executor;
+  // Started by the first run_async; declared last, so it finishes its queue
+  // while the executor and weights still exist.
+  mutable std::once_flag pool_started;
+  mutable std::unique_ptr<runtime::StreamPool> pool;
+  mutable std::atomic<const runtime::StreamPool*> started_pool{nullptr};  // for queued_requests()
 
   std::vector<Tensor> order_inputs(const std::map<std::string, Tensor>& given) const;
   std::shared_ptr<runtime::PlanEntry> plan_for(const std::map<std::string, Tensor>& inputs) const {
     return executor->plan_for(order_inputs(inputs), effective_threads());
   }
-  int effective_threads() const { return g_in_forked_child ? 1 : threads; }
+  int effective_threads() const { return g_in_forked_child ? 1 : threads_per_stream; }
+  runtime::StreamPool& stream_pool() const {
+    std::call_once(pool_started, [this] {
+      pool = std::make_unique<runtime::StreamPool>(g_in_forked_child ? 1 : streams, effective_threads());
+      started_pool = pool.get();
+    });
+    return *pool;
+  }
 };
 
 Session::Session(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -86,14 +123,22 @@ Session::Session(Session&&) noexcept = default;
 Session& Session::operator=(Session&&) noexcept = default;
 Session::~Session() = default;
 
+namespace {
+
+std::optional<onnx_io::OpProblem> kernel_support(const std::string& domain, const std::string& op, int opset) {
+  auto problem = kernels::Registry::global().check_support(domain, op, opset);
+  if (!problem) return std::nullopt;
+  return onnx_io::OpProblem{problem->kind, problem->message};
+}
+
+}  // namespace
+
 Session Session::from_file(const std::string& path, const SessionOptions& options) {
-  auto supported = [](const std::string& domain, const std::string& op,
-                      int opset) -> std::optional<onnx_io::OpProblem> {
-    auto problem = kernels::Registry::global().check_support(domain, op, opset);
-    if (!problem) return std::nullopt;
-    return onnx_io::OpProblem{problem->kind, problem->message};
-  };
-  return from_graph(onnx_io::import_model_file(path, supported), options);
+  return from_graph(onnx_io::import_model_file(path, kernel_support), options);
+}
+
+Session Session::from_bytes(const std::string& bytes, const SessionOptions& options) {
+  return from_graph(onnx_io::import_model_bytes(bytes, /*base_dir=*/"", kernel_support), options);
 }
 
 Session Session::from_graph(std::unique_ptr<ir::Graph> graph, const SessionOptions& options) {
@@ -109,6 +154,14 @@ Session Session::from_graph(std::unique_ptr<ir::Graph> graph, const SessionOptio
               options.plan_cache_size);
   impl->options = options;
   impl->threads = options.num_threads > 0 ? options.num_threads : default_threads();
+  ANVIL_CHECK(options.streams >= 0 && options.streams <= impl->threads, ErrorKind::kInvalidArgument,
+              "streams must be between 0 (auto) and the thread count {}, got {}", impl->threads, options.streams);
+  if (options.mode == ExecutionMode::kThroughput) {
+    impl->streams = options.streams > 0 ? options.streams : auto_streams(impl->threads, constant_bytes(*graph));
+    impl->threads_per_stream = std::max(1, impl->threads / impl->streams);
+  } else {
+    impl->threads_per_stream = impl->threads;
+  }
   ir::infer_types(*graph);  // schemas: symbolic dims and shape values, refining the declared types
   // Names and types as the model declares (and inference refines) them, before passes rewrite values.
   for (const ir::Value* v : graph->inputs()) impl->inputs.push_back(info_of(v));
@@ -183,6 +236,45 @@ std::vector<Tensor> Session::run(const std::map<std::string, Tensor>& inputs) co
 
 std::vector<Tensor> Session::run(const std::map<std::string, Tensor>& inputs, RunProfile* profile) const {
   return impl_->executor->run(impl_->order_inputs(inputs), impl_->effective_threads(), profile);
+}
+
+std::future<std::vector<Tensor>> Session::run_async(const std::map<std::string, Tensor>& inputs) const {
+  auto promise = std::make_shared<std::promise<std::vector<Tensor>>>();
+  std::future<std::vector<Tensor>> result = promise->get_future();
+  run_async(inputs, [promise](std::vector<Tensor> outputs, std::exception_ptr error) {
+    if (error)
+      promise->set_exception(error);
+    else
+      promise->set_value(std::move(outputs));
+  });
+  return result;
+}
+
+void Session::run_async(const std::map<std::string, Tensor>& inputs, RunCallback done) const {
+  ANVIL_CHECK(done != nullptr, ErrorKind::kInvalidArgument, "run_async needs a callback");
+  std::vector<Tensor> ordered = impl_->order_inputs(inputs);
+  const Impl* impl = impl_.get();
+  impl->stream_pool().submit([impl, ordered = std::move(ordered), done = std::move(done)] {
+    std::vector<Tensor> outputs;
+    std::exception_ptr error;
+    try {
+      outputs = impl->executor->run(ordered, impl->effective_threads(), nullptr);
+    } catch (...) {
+      error = std::current_exception();
+    }
+    try {
+      done(std::move(outputs), error);
+    } catch (...) {
+      // RunCallback must not throw; dropping what it threw keeps the stream serving.
+    }
+  });
+}
+
+int Session::streams() const { return impl_->streams; }
+int Session::threads_per_stream() const { return impl_->threads_per_stream; }
+size_t Session::queued_requests() const {
+  const runtime::StreamPool* pool = impl_->started_pool.load();
+  return pool ? pool->queued() : 0;
 }
 
 PlanStats Session::plan_stats(const std::map<std::string, Tensor>& inputs) const {

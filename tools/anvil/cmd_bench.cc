@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <fstream>
+#include <mutex>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -28,6 +30,10 @@ struct BenchArgs {
   bool profile = false;
   std::string profile_json;
   int profile_runs = 20;
+  std::string mode = "latency";  // latency | throughput | async
+  std::string streams = "auto";
+  int requests = 0;  // per cycle in throughput/async mode (0: 50 per stream)
+  int inflight = 0;  // requests kept queued or running (0: streams, 2 in async mode)
 };
 
 struct Stats {
@@ -62,11 +68,114 @@ void print_row(const std::string& label, const Stats& s) {
 
 double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
 
+// One cycle of `requests` runs through run_async, `inflight` of them queued or
+// running at any time (each completion submits the next). Returns the wall
+// time; each request's latency (submission to completion) goes to `latencies`.
+double async_cycle(const Session& session, const std::map<std::string, Tensor>& inputs, int requests, int inflight,
+                   std::vector<double>& latencies) {
+  std::mutex m;
+  std::condition_variable all_done;
+  int submitted = 0, finished = 0;
+  std::exception_ptr failure;
+  std::function<void()> submit_next;
+  submit_next = [&] {  // called with `m` held
+    ++submitted;
+    const auto start = Clock::now();
+    session.run_async(inputs, [&, start](std::vector<Tensor>, std::exception_ptr error) {
+      const double ms = ms_since(start);
+      std::lock_guard<std::mutex> lock(m);
+      latencies.push_back(ms);
+      if (error && !failure) failure = error;
+      if (++finished == requests) all_done.notify_all();
+      if (submitted < requests) submit_next();
+    });
+  };
+  const auto t0 = Clock::now();
+  {
+    std::unique_lock<std::mutex> lock(m);
+    for (int i = 0; i < std::min(inflight, requests); ++i) submit_next();
+    all_done.wait(lock, [&] { return finished == requests; });
+  }
+  if (failure) std::rethrow_exception(failure);
+  return ms_since(t0);
+}
+
+int bench_async(const BenchArgs& a, Session& session, const std::map<std::string, Tensor>& inputs, double create_ms,
+                double first_ms, const PlanStats& plan) {
+  const int requests = a.requests > 0 ? a.requests : 50 * session.streams();
+  const int inflight = a.inflight > 0 ? a.inflight : (a.mode == "async" ? 2 : session.streams());
+  std::vector<double> warm;
+  async_cycle(session, inputs, std::max(a.warmup, 1) * session.streams(), inflight, warm);
+  std::vector<double> throughputs, latencies;
+  for (int c = 0; c < a.cycles; ++c) {
+    std::vector<double> cycle_latencies;
+    const double wall_ms = async_cycle(session, inputs, requests, inflight, cycle_latencies);
+    throughputs.push_back(requests * a.batch * 1000.0 / wall_ms);
+    latencies.insert(latencies.end(), cycle_latencies.begin(), cycle_latencies.end());
+    if (isatty(STDERR_FILENO)) fmt::print(stderr, "\rcycle {}/{}  {:.1f} inferences/s   ", c + 1, a.cycles, throughputs.back());
+  }
+  if (isatty(STDERR_FILENO)) fmt::print(stderr, "\r{:60}\r", "");
+  std::vector<double> sorted = throughputs;
+  std::sort(sorted.begin(), sorted.end());
+  const double median_throughput = percentile(sorted, 0.5);
+  const Stats latency = stats_of(latencies);
+  const size_t rss = peak_rss_bytes();
+  const int threads = session.streams() * session.threads_per_stream();
+
+  fmt::print("model {}  mode {}  streams {} x {} threads  batch {}  {} in flight\n", a.model, a.mode,
+             session.streams(), session.threads_per_stream(), a.batch, inflight);
+  fmt::print("session creation {:.1f} ms, first run {:.1f} ms (plans the model)\n", create_ms, first_ms);
+  for (size_t c = 0; c < throughputs.size(); ++c)
+    fmt::print("cycle {}: {:.1f} inferences/s ({} requests)\n", c + 1, throughputs[c], requests);
+  fmt::print("throughput {:.1f} inferences/s (median of {} cycles)\n", median_throughput, throughputs.size());
+  fmt::print("latency ms: median {:.3f}  p90 {:.3f}  p99 {:.3f}  max {:.3f}\n", latency.median, latency.p90,
+             latency.p99, latency.max);
+  fmt::print("peak RSS {}, planned arena {} per stream, weights {}\n", format_bytes(rss),
+             format_bytes(plan.arena_bytes), format_bytes(plan.weight_bytes));
+  if (!a.json.empty()) {
+    nlohmann::json j = {{"model", a.model},
+                        {"mode", a.mode},
+                        {"threads", threads},
+                        {"streams", session.streams()},
+                        {"threads_per_stream", session.threads_per_stream()},
+                        {"inflight", inflight},
+                        {"requests_per_cycle", requests},
+                        {"batch", a.batch},
+                        {"session_create_ms", create_ms},
+                        {"first_run_ms", first_ms},
+                        {"cycle_throughputs_per_s", throughputs},
+                        {"throughput_per_s", median_throughput},
+                        {"latency", to_json(latency)},
+                        {"peak_rss_bytes", rss},
+                        {"arena_bytes", plan.arena_bytes},
+                        {"weight_bytes", plan.weight_bytes}};
+    std::ofstream out(a.json);
+    if (!out) throw Error(ErrorKind::kInvalidArgument, "cannot write '" + a.json + "'");
+    out << j.dump(2) << "\n";
+  }
+  return 0;
+}
+
+int parse_streams(const std::string& text) {
+  if (text == "auto") return 0;
+  try {
+    size_t used = 0;
+    int n = std::stoi(text, &used);
+    if (used == text.size() && n >= 1) return n;
+  } catch (const std::exception&) {
+  }
+  throw Error(ErrorKind::kInvalidArgument, "--streams must be 'auto' or a positive count, got '" + text + "'");
+}
+
 int bench(const BenchArgs& a) {
   bool tty = isatty(STDERR_FILENO);
   SessionOptions opts;
   opts.num_threads = a.threads;
   opts.optimization_level = a.opt_level;
+  if (a.mode == "throughput") opts.mode = ExecutionMode::kThroughput;
+  opts.streams = parse_streams(a.streams);
+  if (a.mode != "throughput" && opts.streams > 0)
+    throw Error(ErrorKind::kInvalidArgument, "--streams needs --mode throughput");
   auto t0 = Clock::now();
   Session session = load_session(a.model, opts, a.batch);
   double create_ms = ms_since(t0);
@@ -76,6 +185,7 @@ int bench(const BenchArgs& a) {
   session.run(inputs);
   double first_ms = ms_since(t0);
   PlanStats plan = session.plan_stats(inputs);
+  if (a.mode != "latency") return bench_async(a, session, inputs, create_ms, first_ms, plan);
   for (int i = 0; i < a.warmup; ++i) session.run(inputs);
 
   std::vector<Stats> cycles;
@@ -156,6 +266,15 @@ Command add_bench(CLI::App& app) {
   app.add_flag("--profile", a->profile, "print the time of every node and of every op type");
   app.add_option("--profile-json", a->profile_json, "write a Chrome trace (Perfetto) of the profiled runs to FILE");
   app.add_option("--profile-runs", a->profile_runs, "profiled runs after the timed cycles")->check(CLI::Range(1, 100000));
+  app.add_option("--mode", a->mode,
+                 "latency: one run at a time on all threads; throughput: concurrent streams; async: run_async "
+                 "with requests queued behind the running one")
+      ->check(CLI::IsMember({"latency", "throughput", "async"}));
+  app.add_option("--streams", a->streams, "throughput mode: concurrent streams, or auto (by cores and model size)");
+  app.add_option("--requests", a->requests, "requests per cycle in throughput/async mode (default 50 per stream)")
+      ->check(CLI::Range(1, 100000000));
+  app.add_option("--inflight", a->inflight, "requests queued or running at once (default: streams; async: 2)")
+      ->check(CLI::Range(1, 1000000));
   return [a] { return bench(*a); };
 }
 
