@@ -5,7 +5,7 @@ JOBS ?= $(shell nproc)
 VENV := $(BUILD)/venv
 ANVIL := $(BUILD)/bin/anvil
 
-.PHONY: all setup build bench test test-fast test-asan test-tsan fuzz clean
+.PHONY: all setup build bench test test-fast test-asan test-tsan test-pip fuzz clean
 
 all: build
 
@@ -46,6 +46,15 @@ test-tsan: setup
 	cmake -S . -B build-tsan $(SANITIZE_CMAKE) -DANVIL_SANITIZE=thread
 	cmake --build build-tsan -j $(JOBS) --target anvil_unit_tests
 	cd build-tsan && OMP_NUM_THREADS=1 TSAN_OPTIONS="halt_on_error=1 suppressions=$(abspath tests/tsan.supp)" ctest --output-on-failure --no-tests=error -L tsan
+
+# `pip install .` into a fresh venv (a full Release build in build/pip), then
+# the Python tests against the installed module instead of build/python.
+PIP_VENV := $(BUILD)/venv-pip
+test-pip: build
+	rm -rf $(PIP_VENV) && /usr/bin/python3 -m venv --system-site-packages $(PIP_VENV)
+	$(PIP_VENV)/bin/python -m pip install -q --disable-pip-version-check . pytest "onnxruntime>=1.30" "numpy<2"
+	cd /tmp && $(abspath $(PIP_VENV))/bin/python -c "import anvil; assert 'site-packages' in anvil.__file__, anvil.__file__"
+	ANVIL_BIN=$(abspath $(ANVIL)) ANVIL_MODEL_CACHE=$(abspath $(BUILD))/models $(PIP_VENV)/bin/python -m pytest tests/python -q
 
 # libFuzzer targets (clang, ASan + UBSan) for FUZZ_SECONDS each.
 FUZZ_SECONDS ?= 600

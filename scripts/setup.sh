@@ -19,7 +19,7 @@ debian_packages=(
   build-essential cmake ninja-build pkg-config
   libdnnl-dev libonnx-dev libprotobuf-dev protobuf-compiler
   libcli11-dev nlohmann-json3-dev libfmt-dev libgtest-dev libgmock-dev libbenchmark-dev libre2-dev locales
-  pybind11-dev python3-dev
+  pybind11-dev python3-dev libcpp-httplib-dev wrk curl
   libjpeg62-turbo-dev libpng-dev libtiff-dev libwebp-dev libopenjp2-7-dev
   libonnx-testdata
   python3 python3-venv python3-pip python3-numpy python3-torch python3-torchvision python3-onnx

@@ -107,6 +107,10 @@ class Session {
   // The same, recording each step's time into `profile` (when not null).
   std::vector<Tensor> run(const std::map<std::string, Tensor>& inputs, RunProfile* profile) const;
 
+  // Checks inputs as run() does (names, kinds, dtypes, declared dimensions)
+  // without running; throws anvil::Error (invalid argument).
+  void check_inputs(const std::map<std::string, Tensor>& inputs) const;
+
   // Queues a run for the session's streams and returns at once; inputs are
   // checked before it returns (a bad input throws here). Tensors that are
   // views must stay alive until the run ends. Runs start in queue order.

@@ -205,7 +205,11 @@ std::vector<Tensor> Session::Impl::order_inputs(const std::map<std::string, Tens
     bool known = std::any_of(inputs.begin(), inputs.end(), [&](const ValueInfo& i) { return i.name == name; });
     if (!known) {
       std::string names;
-      for (const auto& i : inputs) names += (names.empty() ? "'" : ", '") + i.name + "'";
+      for (const auto& i : inputs) {  // appended piece by piece: GCC 12 warns falsely about operator+ here
+        names += names.empty() ? "'" : ", '";
+        names += i.name;
+        names += "'";
+      }
       fail(ErrorKind::kInvalidArgument, "the model has no input named '{}' (its inputs: {})", name, names);
     }
   }
@@ -237,6 +241,8 @@ std::vector<Tensor> Session::run(const std::map<std::string, Tensor>& inputs) co
 std::vector<Tensor> Session::run(const std::map<std::string, Tensor>& inputs, RunProfile* profile) const {
   return impl_->executor->run(impl_->order_inputs(inputs), impl_->effective_threads(), profile);
 }
+
+void Session::check_inputs(const std::map<std::string, Tensor>& inputs) const { impl_->order_inputs(inputs); }
 
 std::future<std::vector<Tensor>> Session::run_async(const std::map<std::string, Tensor>& inputs) const {
   auto promise = std::make_shared<std::promise<std::vector<Tensor>>>();
@@ -311,7 +317,7 @@ std::vector<std::string> Session::describe_plan(const std::map<std::string, Tens
       if (s >= 0) out += shape_str(plan.slots[s].type.shape);
     std::string impl = step.dynamic ? "dynamic (prepared per run)" : step.kernel->impl_name();
     std::string layout = step.dynamic ? "plain" : step.kernel->layout_name();
-    if (step.dynamic) out = "?";
+    if (step.dynamic) out.assign(1, '?');  // not = "?": GCC 12 warns falsely (-Wrestrict)
     lines.push_back(fmt::format("{:<40} {:<28} {:<18} {}", step.node->describe(), impl, layout, out));
   }
   return lines;

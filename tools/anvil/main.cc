@@ -20,6 +20,7 @@ int main(int argc, char** argv) {
   add("conformance", "run ONNX backend test cases", anvil::cli::add_conformance);
   add("inspect", "a model's inputs and outputs with their inferred (symbolic) types", anvil::cli::add_inspect);
   add("optimize", "write the graph after Anvil's passes as an ONNX file", anvil::cli::add_optimize);
+  add("serve", "serve models over HTTP (KServe v2 protocol)", anvil::cli::add_serve);
 
   auto known = [&](const std::string& name) {
     for (const auto& c : commands)
@@ -27,7 +28,7 @@ int main(int argc, char** argv) {
     return false;
   };
   if (argc > 1 && argv[1][0] != '-' && !known(argv[1])) {
-    std::fprintf(stderr, "anvil: error: unknown command '%s' (commands: info, run, bench, conformance, inspect, optimize)\n", argv[1]);
+    std::fprintf(stderr, "anvil: error: unknown command '%s' (commands: info, run, bench, conformance, inspect, optimize, serve)\n", argv[1]);
     return 1;
   }
   try {

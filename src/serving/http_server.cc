@@ -1,0 +1,219 @@
+#include "serving/http_server.h"
+
+#include <httplib.h>
+
+#include <charconv>
+#include <optional>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "anvil/error.h"
+#include "serving/kserve.h"
+
+namespace anvil::serving {
+
+namespace {
+
+constexpr const char* kJson = "application/json";
+
+void reply_error(httplib::Response& res, int status, const std::string& message) {
+  res.status = status;
+  res.set_content(error_json(message), kJson);
+}
+
+int status_of(const Error& e) { return e.kind() == ErrorKind::kInvalidArgument ? 400 : 500; }
+
+// "/v2/models/NAME[/versions/V][/ACTION]" -> NAME and ACTION ("" for metadata); false otherwise.
+bool parse_model_path(const std::string& path, std::string& name, std::string& action) {
+  std::vector<std::string> parts;
+  size_t start = 1;
+  while (start <= path.size()) {
+    size_t end = path.find('/', start);
+    if (end == std::string::npos) end = path.size();
+    parts.push_back(path.substr(start, end - start));
+    start = end + 1;
+  }
+  if (parts.size() < 3 || parts[0] != "v2" || parts[1] != "models" || parts[2].empty()) return false;
+  name = parts[2];
+  size_t next = 3;
+  if (parts.size() >= 5 && parts[3] == "versions") next = 5;
+  if (parts.size() == next) {
+    action = "";
+    return true;
+  }
+  if (parts.size() == next + 1 && !parts[next].empty()) {
+    action = parts[next];
+    return true;
+  }
+  return false;
+}
+
+std::optional<size_t> header_length_of(const httplib::Request& req) {
+  if (!req.has_header("Inference-Header-Content-Length")) return std::nullopt;
+  const std::string text = req.get_header_value("Inference-Header-Content-Length");
+  size_t value = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() || end != text.data() + text.size())
+    throw Error(ErrorKind::kInvalidArgument, "Inference-Header-Content-Length must be a byte count, got '" + text + "'");
+  return value;
+}
+
+void check_requested_outputs(const InferRequest& request, const Session& session) {
+  for (const RequestedOutput& o : request.outputs) {
+    bool known = false;
+    for (const ValueInfo& v : session.outputs()) known = known || v.name == o.name;
+    if (!known) throw Error(ErrorKind::kInvalidArgument, "the model has no output named '" + o.name + "'");
+  }
+}
+
+std::map<std::string, Tensor> input_map(InferRequest& request) {
+  std::map<std::string, Tensor> inputs;
+  for (InferInput& in : request.inputs)
+    if (!inputs.emplace(in.name, std::move(in.tensor)).second)
+      throw Error(ErrorKind::kInvalidArgument, "input '" + in.name + "' is given twice");
+  return inputs;
+}
+
+}  // namespace
+
+HttpServer::HttpServer(const HttpOptions& options, std::vector<ModelRunner*> models, Metrics* metrics)
+    : options_(options), metrics_(metrics), http_(std::make_unique<httplib::Server>()) {
+  for (ModelRunner* m : models)
+    if (!models_.emplace(m->name(), m).second)
+      throw Error(ErrorKind::kInvalidArgument, "two models are named '" + m->name() + "'");
+  const int threads = options.http_threads;
+  http_->new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
+  http_->set_payload_max_length(options.max_request_bytes);
+  http_->set_keep_alive_max_count(1000);
+  http_->set_read_timeout(30, 0);
+  http_->set_error_handler([](const httplib::Request&, httplib::Response& res) {
+    if (res.body.empty()) {
+      const char* reason = res.status == 404   ? "no such endpoint"
+                           : res.status == 413 ? "the request body is larger than the server's limit"
+                                               : "bad request";
+      res.set_content(error_json(reason), kJson);
+    }
+  });
+  http_->set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr) {
+    reply_error(res, 500, "internal error");
+  });
+  add_routes();
+}
+
+HttpServer::~HttpServer() = default;
+
+ModelRunner* HttpServer::find_model(const std::string& name) const {
+  auto it = models_.find(name);
+  return it == models_.end() ? nullptr : it->second;
+}
+
+void HttpServer::bind() {
+  if (options_.port == 0) {
+    port_ = http_->bind_to_any_port(options_.host);
+  } else {
+    port_ = http_->bind_to_port(options_.host, options_.port) ? options_.port : -1;
+  }
+  if (port_ <= 0)
+    throw Error(ErrorKind::kInvalidArgument,
+                fmt::format("cannot listen on {}:{} (address in use, or not this machine's)", options_.host,
+                            options_.port));
+}
+
+void HttpServer::serve() {
+  ready_ = true;
+  http_->listen_after_bind();
+  ready_ = false;
+}
+
+void HttpServer::stop() {
+  ready_ = false;
+  http_->stop();
+}
+
+void HttpServer::add_routes() {
+  http_->Get("/v2/health/live", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content(R"({"live":true})", kJson);
+  });
+  http_->Get("/v2/health/ready", [this](const httplib::Request&, httplib::Response& res) {
+    res.status = ready_ ? 200 : 503;
+    res.set_content(ready_ ? R"({"ready":true})" : R"({"ready":false})", kJson);
+  });
+  http_->Get("/v2", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content(nlohmann::json{{"name", "anvil"}, {"version", ANVIL_VERSION},
+                                   {"extensions", {"binary_tensor_data"}}}.dump(), kJson);
+  });
+  http_->Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+    res.set_content(metrics_->prometheus_text(), "text/plain; version=0.0.4");
+  });
+
+  auto model_route = [this](const httplib::Request& req, httplib::Response& res, bool post) {
+    std::string name, action;
+    if (!parse_model_path(req.path, name, action) || (post != (action == "infer")) ||
+        !(action.empty() || action == "ready" || action == "infer")) {
+      reply_error(res, 404, "no such endpoint: " + escape_control(req.path.substr(0, 200)));
+      return;
+    }
+    ModelRunner* model = find_model(name);
+    if (!model) {
+      std::string served;
+      for (const auto& m : models_) served += (served.empty() ? "" : ", ") + m.first;
+      reply_error(res, 404, fmt::format("model '{}' is not served (served: {})", escape_control(name.substr(0, 200)),
+                                        served));
+      return;
+    }
+    if (action.empty()) {
+      res.set_content(model_metadata_json(name, model->session().inputs(), model->session().outputs()), kJson);
+    } else if (action == "ready") {
+      res.status = ready_ ? 200 : 503;
+      res.set_content(nlohmann::json{{"name", name}, {"ready", ready_.load()}}.dump(), kJson);
+    } else {
+      infer(*model, req, res);
+    }
+  };
+  http_->Get(R"(/v2/models/.+)", [model_route](const httplib::Request& req, httplib::Response& res) {
+    model_route(req, res, false);
+  });
+  http_->Post(R"(/v2/models/.+)", [model_route](const httplib::Request& req, httplib::Response& res) {
+    model_route(req, res, true);
+  });
+}
+
+void HttpServer::infer(ModelRunner& model, const httplib::Request& req, httplib::Response& res) {
+  if (!ready_) {
+    reply_error(res, 503, "the server is shutting down");
+    return;
+  }
+  InferRequest request;
+  std::future<std::vector<Tensor>> pending;
+  try {
+    request = parse_infer_request(req.body, header_length_of(req));
+    check_requested_outputs(request, model.session());
+    pending = model.submit(input_map(request));
+  } catch (const QueueFull& e) {
+    metrics_->record_rejection(model.name());
+    reply_error(res, 503, e.what());
+    return;
+  } catch (const Error& e) {
+    metrics_->record_failure(model.name());
+    reply_error(res, status_of(e), e.what());
+    return;
+  }
+  try {
+    std::vector<Tensor> outputs = pending.get();
+    EncodedResponse response =
+        encode_infer_response(model.name(), request.id, model.session().outputs(), outputs, request);
+    if (response.header_length) {
+      res.set_header("Inference-Header-Content-Length", std::to_string(*response.header_length));
+      res.set_content(std::move(response.body), "application/octet-stream");
+    } else {
+      res.set_content(std::move(response.body), kJson);
+    }
+  } catch (const Error& e) {
+    reply_error(res, status_of(e), e.what());
+  } catch (const std::bad_alloc&) {
+    reply_error(res, 503, "out of memory");
+  }
+}
+
+}  // namespace anvil::serving
