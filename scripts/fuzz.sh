@@ -13,7 +13,29 @@ seconds="${2:?usage: fuzz.sh BUILD_DIR SECONDS}"
 testdata=/usr/share/libonnx-testdata/data
 corpus="$build/fuzz-corpus"
 findings="$build/fuzz-findings"
-mkdir -p "$corpus/models" "$corpus/tensors" "$findings"
+mkdir -p "$corpus/models" "$corpus/tensors" "$corpus/requests" "$findings"
+
+# KServe v2 requests: JSON tensors of each datatype, nested data, the binary
+# extension (the target reads the JSON header's length from the first two bytes).
+if [ -z "$(ls -A "$corpus/requests")" ]; then
+  "${ANVIL_PYTHON:-python3}" - "$corpus/requests" <<'PY'
+import json, struct, sys
+out = sys.argv[1]
+def save(i, body): open(f"{out}/seed_{i}", "wb").write(body)
+types = {"FP32": [1.5, -2], "INT64": [1, -2], "BOOL": [True, False], "BYTES": ["a", "bc"], "UINT8": [0, 255],
+         "FP16": [0.5, 1], "INT8": [-128, 127], "FP64": [1e300, 0]}
+for i, (t, data) in enumerate(types.items()):
+    body = {"id": str(i), "inputs": [{"name": "x", "datatype": t, "shape": [2], "data": data}],
+            "outputs": [{"name": "y", "parameters": {"binary_data": True}}]}
+    save(i, b"\0\0" + json.dumps(body).encode())
+nested = {"inputs": [{"name": "x", "datatype": "FP32", "shape": [2, 2], "data": [[1, 2], [3, 4]]}]}
+save(20, b"\0\0" + json.dumps(nested).encode())
+header = json.dumps({"inputs": [{"name": "x", "datatype": "FP32", "shape": [2], "parameters": {"binary_data_size": 8}},
+                                {"name": "s", "datatype": "BYTES", "shape": [1], "parameters": {"binary_data_size": 6}}],
+                     "parameters": {"binary_data_output": True}}).encode()
+save(21, struct.pack(">H", len(header)) + header + struct.pack("<2f", 1, 2) + struct.pack("<I", 2) + b"ab")
+PY
+fi
 
 # Seeds: every backend test model and its input/output tensors (copied once;
 # libFuzzer adds what it finds to the same folders).
@@ -113,7 +135,7 @@ fi
 export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:allocator_may_return_null=1}"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
 status=0
-for target in model_loader:models tensor_reader:tensors; do
+for target in model_loader:models tensor_reader:tensors kserve_request:requests; do
   name="${target%%:*}"
   dir="$corpus/${target##*:}"
   log="$build/fuzz-$name.log"

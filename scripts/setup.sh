@@ -54,8 +54,9 @@ fi
 pip=("$venv/bin/python" -m pip install -q --disable-pip-version-check)
 # numpy stays below 2: Debian's torch 1.13 was built against numpy 1.x.
 numpy_pin="numpy<2"
-"$venv/bin/python" -c "import onnxruntime, pytest, numpy, sys; sys.exit(int(numpy.__version__.split('.')[0]) >= 2)" 2>/dev/null \
-  || "${pip[@]}" "onnxruntime>=1.30" pytest "$numpy_pin"
+# tritonclient[http]: the KServe v2 client the server tests use.
+"$venv/bin/python" -c "import onnxruntime, pytest, numpy, tritonclient.http, sys; sys.exit(int(numpy.__version__.split('.')[0]) >= 2)" 2>/dev/null \
+  || "${pip[@]}" "onnxruntime>=1.30" pytest "tritonclient[http]" "$numpy_pin"
 if [ "$peers" = 1 ]; then
   "$venv/bin/python" -c "import openvino" 2>/dev/null || "${pip[@]}" openvino "$numpy_pin"
   "$venv/bin/python" -c "import tvm" 2>/dev/null || "${pip[@]}" apache-tvm "$numpy_pin" \

@@ -1,6 +1,7 @@
 #include "serving/http_server.h"
 
 #include <httplib.h>
+#include <sys/socket.h>
 
 #include <charconv>
 #include <optional>
@@ -85,15 +86,24 @@ HttpServer::HttpServer(const HttpOptions& options, std::vector<ModelRunner*> mod
   const int threads = options.http_threads;
   http_->new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
   http_->set_payload_max_length(options.max_request_bytes);
+  // SO_REUSEADDR only: cpp-httplib's default also sets SO_REUSEPORT, which lets a
+  // second server bind a port in use and silently take half its connections.
+  http_->set_socket_options([](socket_t sock) {
+    int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+  });
   http_->set_keep_alive_max_count(1000);
   http_->set_read_timeout(30, 0);
-  http_->set_error_handler([](const httplib::Request&, httplib::Response& res) {
-    if (res.body.empty()) {
-      const char* reason = res.status == 404   ? "no such endpoint"
-                           : res.status == 413 ? "the request body is larger than the server's limit"
-                                               : "bad request";
-      res.set_content(error_json(reason), kJson);
+  http_->set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+    if (!res.body.empty()) return;
+    std::string reason = res.status == 404 ? "no such endpoint" : "bad request";
+    if (res.status == 413) {
+      // cpp-httplib caps form-encoded bodies at 8 KiB whatever the limit: what `curl -d` sends by default.
+      reason = req.get_header_value("Content-Type") == "application/x-www-form-urlencoded"
+                   ? "a form-encoded body is limited to 8 KiB: send the request with Content-Type: application/json"
+                   : "the request body is larger than the server's limit (--max-request-mb)";
     }
+    res.set_content(error_json(reason), kJson);
   });
   http_->set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr) {
     reply_error(res, 500, "internal error");
