@@ -144,9 +144,14 @@ std::vector<std::shared_ptr<ModelRunner::Request>> ModelRunner::take_batch(std::
   std::vector<std::shared_ptr<Request>> batch{queue_.front()};
   queue_.pop_front();
   int64_t rows = batch[0]->rows;
-  const int64_t limit = max_batch();
   const Clock::time_point deadline = batch[0]->arrived + options_.max_queue_delay;
-  while (rows < limit) {
+  for (;;) {
+    // A fair share of what waits: a batch that took the whole queue would leave
+    // the next stream to free up idle while this one works through it.
+    int64_t waiting = rows;
+    for (const auto& r : queue_) waiting += r->rows;
+    const int64_t streams = session_.streams();
+    const int64_t limit = std::min<int64_t>(max_batch(), std::max<int64_t>(1, (waiting + streams - 1) / streams));
     for (auto it = queue_.begin(); it != queue_.end() && rows < limit;) {
       if ((*it)->key == batch[0]->key && rows + (*it)->rows <= limit) {
         rows += (*it)->rows;
@@ -156,7 +161,7 @@ std::vector<std::shared_ptr<ModelRunner::Request>> ModelRunner::take_batch(std::
         ++it;
       }
     }
-    if (rows >= limit || stopping_ || Clock::now() >= deadline) break;
+    if (rows >= max_batch() || stopping_ || Clock::now() >= deadline) break;
     wake_.wait_until(lock, deadline);
   }
   return batch;

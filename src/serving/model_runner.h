@@ -4,8 +4,10 @@
 //
 // A batch is formed only when a stream is free, so under light load a request
 // runs at once (alone), and under load requests gather into larger batches
-// while the streams are busy. It waits for more requests up to
-// max_queue_delay after its first request arrived, or until max_batch rows.
+// while the streams are busy. A batch takes at most its fair share of the
+// waiting rows (waiting / streams, at most max_batch), so that the next stream
+// to free up finds work too. Below max_batch rows it waits for more requests
+// until max_queue_delay after its first request arrived (0: it never waits).
 #pragma once
 
 #include <chrono>
