@@ -121,6 +121,11 @@ class Session {
   int threads_per_stream() const;
   // Requests queued by run_async that no stream has started yet.
   size_t queued_requests() const;
+  // Blocks until every request queued by run_async has finished.
+  void wait_idle() const;
+  // True on a stream's thread (inside a RunCallback). A session must not be
+  // destroyed there: its destructor waits for its streams, this one included.
+  static bool on_stream_thread();
 
   // Statistics of the plan for the given input shapes (plans if needed).
   PlanStats plan_stats(const std::map<std::string, Tensor>& inputs) const;

@@ -10,12 +10,14 @@ What differs from onnxruntime, and what Anvil adds (execution modes, streams,
 ``run_async`` futures, per-node profiles), is in docs/python.md.
 """
 
+import atexit
 import concurrent.futures
 import enum
 import json
 import os
 import threading
 import time
+import weakref
 
 from ._anvil import (  # noqa: F401  (re-exported)
     Error,
@@ -36,6 +38,16 @@ __all__ = [
 ]
 
 _PROVIDERS = ["CPUExecutionProvider"]
+
+# Sessions with run_async requests possibly in flight: at exit each waits for
+# them, so no stream calls back into an interpreter that is shutting down.
+_async_sessions = weakref.WeakSet()
+
+
+@atexit.register
+def _finish_async_runs():
+    for session in list(_async_sessions):
+        session._session.wait_idle()
 
 
 class GraphOptimizationLevel(enum.IntEnum):
@@ -286,6 +298,7 @@ class InferenceSession:
         indices = self._indices(output_names)
         if callback is not None and not callable(callback):
             raise InvalidArgument(f"callback must be callable, got {type(callback).__name__}")
+        _async_sessions.add(self)
         if callback is None:
             future = concurrent.futures.Future()
             future.set_running_or_notify_cancel()

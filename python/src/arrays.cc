@@ -112,7 +112,11 @@ Tensor array_tensor(DType expected, py::handle obj, const std::string& name, std
     if (a.dtype().kind() == 'O' || a.dtype().kind() == 'U' || a.dtype().kind() == 'S') return string_tensor(a, name);
   }
   const bool native = a.dtype().attr("isnative").cast<bool>();
-  if (!native || !(a.flags() & py::array::c_style)) {
+  const bool aligned = a.flags() & py::detail::npy_api::NPY_ARRAY_ALIGNED_;
+  if (dtype == DType::kBool) {
+    // numpy bools may hold any byte (a uint8 array viewed as bool): kernels read 0 or 1.
+    a = py::reinterpret_borrow<py::array>(keep.emplace_back(np.attr("not_equal")(a, false)));
+  } else if (!native || !aligned || !(a.flags() & py::array::c_style)) {
     py::object target = native ? py::object(a.dtype()) : a.dtype().attr("newbyteorder")("=");
     a = py::reinterpret_borrow<py::array>(keep.emplace_back(np.attr("ascontiguousarray")(a, target)));
   } else {

@@ -10,6 +10,7 @@
 #include <mutex>
 #include <new>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "anvil/cpu.h"
@@ -23,9 +24,16 @@ namespace {
 
 [[noreturn]] void invalid(const std::string& message) { throw Error(ErrorKind::kInvalidArgument, message); }
 
+// A str from bytes a model file gave (invalid UTF-8 replaced, never an error).
+py::str text_of(const std::string& s) {
+  PyObject* text = PyUnicode_DecodeUTF8(s.data(), static_cast<py::ssize_t>(s.size()), "replace");
+  if (!text) throw py::error_already_set();
+  return py::reinterpret_steal<py::str>(text);
+}
+
 py::object dim_of(const ValueInfo& info, size_t d) {
   if (info.shape[d] >= 0) return py::int_(info.shape[d]);
-  if (d < info.dim_names.size() && !info.dim_names[d].empty()) return py::str(info.dim_names[d]);
+  if (d < info.dim_names.size() && !info.dim_names[d].empty()) return text_of(info.dim_names[d]);
   return py::none();
 }
 
@@ -38,14 +46,14 @@ py::tuple describe(const ValueInfo& info) {
     for (size_t d = 0; d < info.shape.size(); ++d) dims.append(dim_of(info, d));
     shape = dims;
   }
-  return py::make_tuple(info.name, dtype_name(info.dtype), value_kind_name(info.kind), shape);
+  return py::make_tuple(text_of(info.name), dtype_name(info.dtype), value_kind_name(info.kind), shape);
 }
 
 py::dict profile_to_python(const RunProfile& run) {
   py::list nodes;
   for (const NodeProfile& n : run.nodes) {
     py::dict d;
-    d["node"] = n.node;
+    d["node"] = text_of(n.node);
     d["op"] = n.op;
     d["impl"] = n.impl;
     d["layout"] = n.layout;
@@ -86,7 +94,7 @@ class PySession {
       std::string bytes = py::module_::import("builtins").attr("bytes")(model).cast<std::string>();
       session_ = std::make_unique<Session>(load_bytes(std::move(bytes), options));
     } else if (py::isinstance<py::str>(model) || py::hasattr(model, "__fspath__")) {
-      std::string path = py::str(py::module_::import("os").attr("fspath")(model));
+      std::string path = py::module_::import("os").attr("fsencode")(model).cast<std::string>();
       py::gil_scoped_release nogil;
       session_ = std::make_unique<Session>(Session::from_file(path, options));
     } else {
@@ -96,9 +104,21 @@ class PySession {
   }
 
   ~PySession() {
+    if (Session::on_stream_thread()) {
+      // The last reference went inside a run_async callback, on one of this
+      // session's streams: its destructor would wait for this very thread.
+      std::thread([s = std::move(session_)]() mutable { s.reset(); }).detach();
+      return;
+    }
     // The streams may be waiting for the GIL to call back into Python.
     py::gil_scoped_release nogil;
     session_.reset();
+  }
+
+  // Waits (without the GIL) until every run_async request has finished.
+  void wait_idle() {
+    py::gil_scoped_release nogil;
+    session_->wait_idle();
   }
 
   py::list inputs() const { return describe_all(session_->inputs()); }
@@ -132,16 +152,26 @@ class PySession {
     session_->run_async(inputs, [call](std::vector<Tensor> outputs, std::exception_ptr error) {
       py::gil_scoped_acquire gil;
       try {
+        py::object results = py::none();
+        if (!error) {
+          try {
+            results = pick(std::move(outputs), call->selected);
+          } catch (...) {  // e.g. an output numpy has no type for: the callback gets that error
+            error = std::current_exception();
+          }
+        }
         if (error) {
           try {
             std::rethrow_exception(error);
+          } catch (py::error_already_set& e) {
+            e.restore();
           } catch (...) {
             translate_current_exception();
           }
           py::error_already_set raised;  // fetches the exception just set
           call->callback(py::none(), raised.value());
         } else {
-          call->callback(pick(std::move(outputs), call->selected), py::none());
+          call->callback(results, py::none());
         }
       } catch (py::error_already_set& e) {
         e.discard_as_unraisable("anvil run_async callback");
@@ -301,6 +331,9 @@ PYBIND11_MODULE(_anvil, m) {
       std::rethrow_exception(p);
     } catch (const py::error_already_set&) {
       throw;  // a Python exception passing through: pybind11 restores it
+    } catch (const py::cast_error& e) {
+      // Our own conversions of the caller's objects (e.g. a str that is not valid UTF-8).
+      PyErr_SetString(g_invalid_argument.ptr(), (std::string("cannot convert an argument: ") + e.what()).c_str());
     } catch (const py::builtin_exception&) {
       throw;
     } catch (...) {
@@ -316,6 +349,7 @@ PYBIND11_MODULE(_anvil, m) {
       .def("run", &PySession::run, py::arg("feed"), py::arg("output_indices"), py::arg("profile"))
       .def("run_async", &PySession::run_async, py::arg("feed"), py::arg("output_indices"), py::arg("callback"))
       .def("take_profiles", &PySession::take_profiles)
+      .def("wait_idle", &PySession::wait_idle)
       .def_property_readonly("streams", &PySession::streams)
       .def_property_readonly("threads_per_stream", &PySession::threads_per_stream);
   m.def("cpu_info", &cpu_summary, "The CPU and what Anvil uses of it (as `anvil info` prints).");

@@ -3,6 +3,8 @@
 #include <omp.h>
 #include <pthread.h>
 
+#include <cxxabi.h>
+
 #include <algorithm>
 #include <atomic>
 #include <mutex>
@@ -270,6 +272,8 @@ void Session::run_async(const std::map<std::string, Tensor>& inputs, RunCallback
     }
     try {
       done(std::move(outputs), error);
+    } catch (abi::__forced_unwind&) {
+      throw;  // thread cancellation (e.g. Python finalizing) must unwind on
     } catch (...) {
       // RunCallback must not throw; dropping what it threw keeps the stream serving.
     }
@@ -278,6 +282,13 @@ void Session::run_async(const std::map<std::string, Tensor>& inputs, RunCallback
 
 int Session::streams() const { return impl_->streams; }
 int Session::threads_per_stream() const { return impl_->threads_per_stream; }
+void Session::wait_idle() const {
+  const runtime::StreamPool* pool = impl_->started_pool.load();
+  if (pool) pool->wait_idle();
+}
+
+bool Session::on_stream_thread() { return runtime::StreamPool::on_stream_thread(); }
+
 size_t Session::queued_requests() const {
   const runtime::StreamPool* pool = impl_->started_pool.load();
   return pool ? pool->queued() : 0;

@@ -28,14 +28,22 @@ class StreamPool {
   int threads_per_stream() const { return threads_per_stream_; }
   // Jobs waiting for a stream (not counting those running).
   size_t queued() const;
+  // Blocks until no job is queued or running.
+  void wait_idle() const;
+  // True on a thread of any StreamPool (inside a job).
+  static bool on_stream_thread();
 
  private:
   void serve();
 
   int threads_per_stream_;
+  void stop_and_join();
+
   mutable std::mutex mutex_;
   std::condition_variable wake_;
+  mutable std::condition_variable idle_;
   std::deque<Job> queue_;
+  int running_ = 0;
   bool stopping_ = false;
   std::vector<std::thread> workers_;
 };

@@ -4,7 +4,9 @@
 #include <sys/socket.h>
 
 #include <charconv>
+#include <chrono>
 #include <optional>
+#include <thread>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -23,7 +25,35 @@ void reply_error(httplib::Response& res, int status, const std::string& message)
   res.set_content(error_json(message), kJson);
 }
 
-int status_of(const Error& e) { return e.kind() == ErrorKind::kInvalidArgument ? 400 : 500; }
+int status_of(const Error& e) {
+  switch (e.kind()) {
+    case ErrorKind::kInvalidArgument: case ErrorKind::kUnsupported: return 400;
+    case ErrorKind::kOutOfMemory: return 503;
+    default: return 500;
+  }
+}
+
+// Bodies are read only when their size is declared: cpp-httplib checks its
+// limit against Content-Length, but would read a chunked body, or inflate a
+// compressed one, without bound.
+bool refuse_unbounded_body(const httplib::Request& req, httplib::Response& res) {
+  if (req.method != "POST" && req.method != "PUT") return false;
+  if (req.has_header("Transfer-Encoding")) {
+    reply_error(res, 411, "chunked bodies are not accepted: send Content-Length");
+    return true;
+  }
+  if (!req.has_header("Content-Length")) {
+    reply_error(res, 411, "the request needs a Content-Length");
+    return true;
+  }
+  const std::string encoding = req.get_header_value("Content-Encoding");
+  if (!encoding.empty() && encoding != "identity") {
+    reply_error(res, 415, "compressed bodies (Content-Encoding: " + escape_control(encoding.substr(0, 40)) +
+                              ") are not accepted");
+    return true;
+  }
+  return false;
+}
 
 // "/v2/models/NAME[/versions/V][/ACTION]" -> NAME and ACTION ("" for metadata); false otherwise.
 bool parse_model_path(const std::string& path, std::string& name, std::string& action) {
@@ -105,6 +135,10 @@ HttpServer::HttpServer(const HttpOptions& options, std::vector<ModelRunner*> mod
     }
     res.set_content(error_json(reason), kJson);
   });
+  http_->set_pre_routing_handler([](const httplib::Request& req, httplib::Response& res) {
+    return refuse_unbounded_body(req, res) ? httplib::Server::HandlerResponse::Handled
+                                           : httplib::Server::HandlerResponse::Unhandled;
+  });
   http_->set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr) {
     reply_error(res, 500, "internal error");
   });
@@ -112,6 +146,26 @@ HttpServer::HttpServer(const HttpOptions& options, std::vector<ModelRunner*> mod
 }
 
 HttpServer::~HttpServer() = default;
+
+// Holds one of the large-parse slots (when `large`) for its lifetime.
+class HttpServer::ParseSlot {
+ public:
+  ParseSlot(HttpServer& server, bool large) : server_(large ? &server : nullptr) {
+    if (!server_) return;
+    std::unique_lock<std::mutex> lock(server_->parse_mutex_);
+    server_->parse_free_.wait(lock, [this] { return server_->large_parses_ < kMaxLargeParses; });
+    ++server_->large_parses_;
+  }
+  ~ParseSlot() {
+    if (!server_) return;
+    std::lock_guard<std::mutex> lock(server_->parse_mutex_);
+    --server_->large_parses_;
+    server_->parse_free_.notify_one();
+  }
+
+ private:
+  HttpServer* server_;
+};
 
 ModelRunner* HttpServer::find_model(const std::string& name) const {
   auto it = models_.find(name);
@@ -131,14 +185,23 @@ void HttpServer::bind() {
 }
 
 void HttpServer::serve() {
-  ready_ = true;
-  http_->listen_after_bind();
+  state_ = kServing;
+  if (!stop_requested_) {
+    ready_ = true;
+    http_->listen_after_bind();
+  }
   ready_ = false;
+  state_ = kStopped;
 }
 
 void HttpServer::stop() {
+  stop_requested_ = true;
   ready_ = false;
-  http_->stop();
+  // cpp-httplib's stop() does nothing before its listen loop runs: wait for that
+  // (serve() may be between its start and the loop), unless serve() is not
+  // running at all, in which case it will see stop_requested_.
+  while (state_ == kServing && !http_->is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  if (state_ == kServing) http_->stop();
 }
 
 void HttpServer::add_routes() {
@@ -197,7 +260,11 @@ void HttpServer::infer(ModelRunner& model, const httplib::Request& req, httplib:
   InferRequest request;
   std::future<std::vector<Tensor>> pending;
   try {
-    request = parse_infer_request(req.body, header_length_of(req));
+    {
+      // A parsed JSON document takes ~20x its text: few large ones at a time.
+      ParseSlot slot(*this, req.body.size() > kLargeBody);
+      request = parse_infer_request(req.body, header_length_of(req));
+    }
     check_requested_outputs(request, model.session());
     pending = model.submit(input_map(request));
   } catch (const QueueFull& e) {
@@ -207,6 +274,10 @@ void HttpServer::infer(ModelRunner& model, const httplib::Request& req, httplib:
   } catch (const Error& e) {
     metrics_->record_failure(model.name());
     reply_error(res, status_of(e), e.what());
+    return;
+  } catch (const std::bad_alloc&) {
+    metrics_->record_failure(model.name());
+    reply_error(res, 503, "out of memory");
     return;
   }
   try {

@@ -11,6 +11,8 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
+#include <mutex>
 #include <map>
 #include <memory>
 #include <string>
@@ -31,7 +33,7 @@ struct HttpOptions {
   std::string host = "127.0.0.1";
   int port = 8000;                             // 0: any free port (port() tells)
   int http_threads = 32;                       // connections served at once
-  size_t max_request_bytes = size_t{64} << 20; // larger bodies get 413
+  size_t max_request_bytes = size_t{32} << 20; // larger bodies get 413
 };
 
 class HttpServer {
@@ -53,12 +55,22 @@ class HttpServer {
   ModelRunner* find_model(const std::string& name) const;
   void infer(ModelRunner& model, const httplib::Request& req, httplib::Response& res);
 
+  class ParseSlot;
+  static constexpr size_t kLargeBody = size_t{1} << 20;
+  static constexpr int kMaxLargeParses = 2;
+  enum State { kIdle, kServing, kStopped };
+
   HttpOptions options_;
   std::map<std::string, ModelRunner*> models_;
   Metrics* metrics_;
   std::unique_ptr<httplib::Server> http_;
   std::atomic<bool> ready_{false};
+  std::atomic<bool> stop_requested_{false};
+  std::atomic<State> state_{kIdle};
   int port_ = 0;
+  std::mutex parse_mutex_;
+  std::condition_variable parse_free_;
+  int large_parses_ = 0;
 };
 
 }  // namespace anvil::serving

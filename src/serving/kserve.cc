@@ -1,5 +1,6 @@
 #include "serving/kserve.h"
 
+#include <cmath>
 #include <cstring>
 #include <limits>
 
@@ -78,6 +79,10 @@ Shape parse_shape(const json& input, const std::string& where, const RequestLimi
     ANVIL_CHECK(d.is_number_integer() && d.get<int64_t>() >= 0, ErrorKind::kInvalidArgument,
                 "\"shape\" of {} must hold non-negative integers, got {}", where, d.dump());
     dims.push_back(d.get<int64_t>());
+    // Each dimension bounded too: with a 0 among them, the product says nothing about the others.
+    ANVIL_CHECK(dims.back() <= limits.max_elements, ErrorKind::kInvalidArgument,
+                "\"shape\" of {} has a dimension of {}, more than the {} elements allowed", where, dims.back(),
+                limits.max_elements);
     count = checked_mul(count, dims.back(), "the element count");
   }
   ANVIL_CHECK(count <= limits.max_elements, ErrorKind::kInvalidArgument,
@@ -123,12 +128,20 @@ double float_value(const json& v, const std::string& where) {
   return v.get<double>();
 }
 
+// A JSON number as a float; out of float's range is an error (the conversion would be undefined).
+float float32_value(const json& v, const std::string& where) {
+  const double d = float_value(v, where);
+  ANVIL_CHECK(std::fabs(d) <= std::numeric_limits<float>::max(), ErrorKind::kInvalidArgument,
+              "{} holds {}, out of range for its datatype", where, d);
+  return static_cast<float>(d);
+}
+
 void store_json_element(Tensor& t, int64_t i, const json& v, const std::string& where) {
   switch (t.dtype()) {
-    case DType::kFloat32: t.data<float>()[i] = static_cast<float>(float_value(v, where)); return;
+    case DType::kFloat32: t.data<float>()[i] = float32_value(v, where); return;
     case DType::kFloat64: t.data<double>()[i] = float_value(v, where); return;
-    case DType::kFloat16: t.data<uint16_t>()[i] = Half::from_float(static_cast<float>(float_value(v, where))); return;
-    case DType::kBFloat16: t.data<BFloat16>()[i] = BFloat16(static_cast<float>(float_value(v, where))); return;
+    case DType::kFloat16: t.data<uint16_t>()[i] = Half::from_float(float32_value(v, where)); return;
+    case DType::kBFloat16: t.data<BFloat16>()[i] = BFloat16(float32_value(v, where)); return;
     case DType::kInt8: t.data<int8_t>()[i] = integer_value<int8_t>(v, where); return;
     case DType::kInt16: t.data<int16_t>()[i] = integer_value<int16_t>(v, where); return;
     case DType::kInt32: t.data<int32_t>()[i] = integer_value<int32_t>(v, where); return;
@@ -152,18 +165,23 @@ void store_json_element(Tensor& t, int64_t i, const json& v, const std::string& 
 }
 
 Tensor tensor_from_json(DType dtype, const Shape& shape, const json& data, const std::string& where) {
-  Tensor t(dtype, shape);
+  // The values first (their count is bounded by the body's size), the tensor once they match its shape.
+  const int64_t count = shape_numel(shape);
   std::vector<const json*> values;
-  flatten(data, values, t.numel(), where);
-  ANVIL_CHECK(static_cast<int64_t>(values.size()) == t.numel(), ErrorKind::kInvalidArgument,
-              "\"data\" of {} has {} elements, its shape {} needs {}", where, values.size(), shape_str(shape),
-              t.numel());
+  flatten(data, values, count, where);
+  ANVIL_CHECK(static_cast<int64_t>(values.size()) == count, ErrorKind::kInvalidArgument,
+              "\"data\" of {} has {} elements, its shape {} needs {}", where, values.size(), shape_str(shape), count);
+  Tensor t(dtype, shape);
   for (int64_t i = 0; i < t.numel(); ++i) store_json_element(t, i, *values[static_cast<size_t>(i)], where);
   return t;
 }
 
 // BYTES in the binary extension: each element a 4-byte little-endian length, then its bytes.
 Tensor strings_from_binary(const Shape& shape, const char* p, size_t size, const std::string& where) {
+  // Every element takes at least its 4-byte length: check before allocating the strings.
+  const int64_t count = shape_numel(shape);
+  ANVIL_CHECK(static_cast<uint64_t>(count) <= size / 4, ErrorKind::kInvalidArgument,
+              "binary data of {} has {} bytes, too few for {} strings", where, size, count);
   Tensor t(DType::kString, shape);
   size_t pos = 0;
   for (int64_t i = 0; i < t.numel(); ++i) {

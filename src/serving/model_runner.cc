@@ -193,23 +193,29 @@ void ModelRunner::launch(std::vector<std::shared_ptr<Request>> batch) {
     }
     int64_t at = 0;
     for (const auto& r : batch) {
-      if (error) {
-        r->promise.set_exception(error);
-      } else if (batch.size() == 1) {
-        r->promise.set_value(outputs);
-      } else {
-        std::vector<Tensor> mine;
-        for (const Tensor& t : outputs) mine.push_back(slice_rows(t, at, r->rows));
-        r->promise.set_value(std::move(mine));
+      bool ok = !error;
+      try {
+        if (error) {
+          r->promise.set_exception(error);
+        } else if (batch.size() == 1) {
+          r->promise.set_value(outputs);
+        } else {
+          std::vector<Tensor> mine;
+          for (const Tensor& t : outputs) mine.push_back(slice_rows(t, at, r->rows));
+          r->promise.set_value(std::move(mine));
+        }
+      } catch (...) {  // slicing ran out of memory: this request fails, the others go on
+        ok = false;
+        r->promise.set_exception(std::current_exception());
       }
       at += r->rows;
-      if (metrics_) metrics_->record_request(name_, !error, seconds_between(r->arrived, started),
+      if (metrics_) metrics_->record_request(name_, ok, seconds_between(r->arrived, started),
                                              seconds_between(started, ended));
     }
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      --running_batches_;
-    }
+    // Notified under the lock: once it is released the batcher may return and
+    // the runner be destroyed, so nothing of it may be touched after.
+    std::lock_guard<std::mutex> lock(mutex_);
+    --running_batches_;
     wake_.notify_all();
   };
   try {

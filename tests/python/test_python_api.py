@@ -111,6 +111,42 @@ def test_strided_and_byte_swapped_inputs_are_copied_correctly(relu_model):
     np.testing.assert_array_equal(y, [[0, 2, 0], [4, 0, 6]])
 
 
+def test_misaligned_and_odd_bool_inputs_are_read_correctly(tmp_path, relu_model):
+    s = rt.InferenceSession(str(relu_model))
+    raw = np.array([-1, 2, -3, 4, -5, 6], dtype=np.float32).tobytes()
+    misaligned = np.frombuffer(b"\0" + raw, dtype=np.float32, offset=1).reshape(2, 3)
+    assert not misaligned.flags["ALIGNED"]
+    (y,) = s.run(None, {"x": misaligned})
+    np.testing.assert_array_equal(y, [[0, 2, 0], [4, 0, 6]])
+    graph = helper.make_graph([helper.make_node("Not", ["b"], ["n"])], "not",
+                              [helper.make_tensor_value_info("b", TensorProto.BOOL, [4])],
+                              [helper.make_tensor_value_info("n", TensorProto.BOOL, [4])])
+    s = rt.InferenceSession(str(save_model(graph, tmp_path / "not.onnx")))
+    odd = np.array([0, 2, 1, 255], dtype=np.uint8).view(np.bool_)  # bytes other than 0 and 1
+    (n,) = s.run(None, {"b": odd})
+    np.testing.assert_array_equal(n, [True, False, False, False])
+
+
+def test_a_session_dropped_inside_its_own_callback_is_released_safely(relu_model):
+    done = threading.Event()
+    results = []
+
+    def start():
+        s = rt.InferenceSession(str(relu_model))
+
+        def callback(outputs, session, error):
+            results.append(outputs[0][0, 1])
+            done.set()
+
+        # The callback's user_data holds the only reference once start() returns.
+        s.run_async(None, {"x": np.ones((2, 3), np.float32)}, callback, s)
+
+    start()
+    assert done.wait(30)
+    time.sleep(0.2)  # the session is destroyed on another thread, after the callback
+    assert results == [1.0]
+
+
 def test_model_bytes_load_like_a_path(relu_model):
     s = rt.InferenceSession(relu_model.read_bytes())
     (y,) = s.run(None, {"x": -np.ones((2, 3), np.float32)})
@@ -140,6 +176,8 @@ def test_strings_and_integers_round_trip(tmp_path):
     assert list(t) == ["a", "b"]
     raises(rt.InvalidArgument, lambda: s.run(None, {"s": np.array([1, "b"], dtype=object), "i": np.zeros(3, np.int64)}),
            "int where a string")
+    raises(rt.InvalidArgument, lambda: s.run(None, {"s": np.array(["\udc80", "b"]), "i": np.zeros(3, np.int64)}),
+           "convert")
 
 
 # --- errors: one exception class per kind, never another exception ---------------------------------

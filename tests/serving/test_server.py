@@ -181,6 +181,20 @@ def test_malformed_requests_get_4xx_json(server):
                                     {"Content-Type": "application/x-www-form-urlencoded"})
     assert status == 413 and "Content-Type: application/json" in json.loads(raw)["error"]
 
+    # Bodies whose size is not declared, or compressed ones, are not read at all.
+    import http.client
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
+    conn.putrequest("POST", "/v2/models/add_one/infer")
+    conn.putheader("Transfer-Encoding", "chunked")
+    conn.putheader("Content-Type", "application/json")
+    conn.endheaders()
+    conn.send(b"5\r\n{\"inp\r\n0\r\n\r\n")
+    reply = conn.getresponse()
+    assert reply.status == 411 and "Content-Length" in json.loads(reply.read())["error"]
+    conn.close()
+    status, raw, _ = server.request("/v2/models/add_one/infer", json.dumps(good).encode(), {"Content-Encoding": "gzip"})
+    assert status == 415 and "compressed" in json.loads(raw)["error"]
+
     status, doc = server.json("/v2/models/add_one/infer", good)  # still serving
     assert status == 200 and doc["outputs"][0]["data"] == [1.0] * 4
 

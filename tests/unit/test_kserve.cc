@@ -81,9 +81,22 @@ TEST(KServe, MalformedRequestsAreRefused) {
             std::string::npos);
   EXPECT_NE(refusal(R"({"inputs":[{"name":"x","datatype":"FP32","shape":[-1],"data":[]}]})").find("non-negative"),
             std::string::npos);
-  EXPECT_NE(refusal(R"({"inputs":[{"name":"x","datatype":"FP32","shape":[4294967296,4294967296,4],"data":[]}]})")
+  EXPECT_NE(refusal(R"({"inputs":[{"name":"x","datatype":"FP32","shape":[1073741824,1073741824,1073741824],"data":[]}]})")
                 .find("overflows"),
             std::string::npos);
+  // A zero among the dimensions does not let the others grow without bound.
+  EXPECT_NE(refusal(R"({"inputs":[{"name":"x","datatype":"FP32","shape":[0,4611686018427387904],"data":[]}]})")
+                .find("dimension of"),
+            std::string::npos);
+  // 2^29 floats claimed by two values: refused by counting, before 2 GiB are allocated.
+  EXPECT_NE(refusal(R"({"inputs":[{"name":"x","datatype":"FP32","shape":[536870912],"data":[1,2]}]})").find("needs"),
+            std::string::npos);
+  EXPECT_NE(refusal(R"({"inputs":[{"name":"x","datatype":"FP32","shape":[1],"data":[1e300]}]})").find("out of range"),
+            std::string::npos);
+  // 2^29 strings claimed by 8 bytes: too few for their lengths, refused before allocating.
+  const std::string strings = R"({"inputs":[{"name":"s","datatype":"BYTES","shape":[536870912],)"
+                              R"("parameters":{"binary_data_size":8}}]})";
+  EXPECT_NE(refusal(strings + std::string(8, '\0'), strings.size()).find("too few"), std::string::npos);
   RequestLimits small;
   small.max_elements = 100;
   EXPECT_NE(refusal(R"({"inputs":[{"name":"x","datatype":"FP32","shape":[1000],"data":[]}]})", std::nullopt, small)

@@ -29,7 +29,7 @@ struct ServeArgs {
   int max_batch = 1;
   int max_queue_delay_us = 0;
   int max_queue = 64;
-  double max_request_mb = 64;
+  double max_request_mb = 32;
   int http_threads = 32;
 };
 
@@ -62,6 +62,7 @@ int serve(const ServeArgs& a) {
   sigemptyset(&stop_signals);
   sigaddset(&stop_signals, SIGTERM);
   sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGUSR1);  // how serve() ending on its own wakes the watcher
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
   SessionOptions options;
@@ -106,8 +107,7 @@ int serve(const ServeArgs& a) {
   fmt::print("listening on http://{}:{}\n", a.host, server.port());
   std::fflush(stdout);
   server.serve();
-  sigaddset(&stop_signals, SIGUSR1);
-  pthread_kill(watcher.native_handle(), SIGUSR1);
+  pthread_kill(watcher.native_handle(), SIGUSR1);  // a no-op for a watcher that has returned
   watcher.join();
   runners.clear();  // answers every queued request, then stops the streams
   fmt::print(stderr, "anvil serve: stopped\n");
