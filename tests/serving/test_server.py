@@ -235,6 +235,28 @@ def test_concurrent_requests_are_batched_and_each_gets_its_rows(server):
         assert f'{name}{{model="add_one"' in text, name
 
 
+def test_a_bounded_load_with_wrk_gets_no_errors(server, tmp_path):
+    """wrk on loopback for 3 s, 16 connections: every request answered 200, throughput and latency reported."""
+    body = tmp_path / "body.json"
+    body.write_text(json.dumps(infer_body(np.arange(8, dtype=np.float32).reshape(2, 4))))
+    script = tmp_path / "post.lua"
+    script.write_text(
+        'wrk.method = "POST"\n'
+        f'local f = assert(io.open("{body}", "rb")); wrk.body = f:read("*a"); f:close()\n'
+        'wrk.headers["Content-Type"] = "application/json"\n'
+        'done = function(s, lat, req) io.write(string.format("WRK %d %d %d %d %d\\n", s.requests, '
+        's.errors.status + s.errors.connect + s.errors.read + s.errors.write + s.errors.timeout, s.duration, '
+        'lat:percentile(50), lat:percentile(99))) end\n')
+    result = subprocess.run(["wrk", "-t1", "-c16", "-d3s", "-s", str(script), f"{server.url}/v2/models/add_one/infer"],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    requests, errors, duration_us, p50_us, p99_us = map(int, result.stdout.split("WRK ")[1].split())
+    print(f"wrk: {requests / (duration_us / 1e6):.0f} requests/s, p50 {p50_us} us, p99 {p99_us} us, {errors} errors")
+    assert errors == 0 and requests > 100
+    status, doc = server.json("/v2/models/add_one/infer", infer_body(np.zeros((1, 4), np.float32)))
+    assert status == 200
+
+
 # --- the bounded queue and a graceful stop --------------------------------------------------------
 
 def test_a_full_queue_answers_503_and_sigterm_finishes_requests_in_flight(resnet18):
