@@ -71,6 +71,9 @@ class Tensor {
   Tensor(DType dtype, Shape shape);
   // A tensor that borrows `data`; the caller keeps it alive.
   static Tensor view(DType dtype, Shape shape, void* data);
+  // A tensor over `data`, which `owner` keeps alive (e.g. a mapped file) for
+  // as long as any copy of the tensor exists.
+  static Tensor adopt(DType dtype, Shape shape, std::shared_ptr<void> owner, void* data);
   // A sequence of `items`, each of dtype `elem`.
   static Tensor sequence(DType elem, std::vector<Tensor> items);
 

@@ -195,6 +195,12 @@ Tensor Tensor::view(DType dtype, Shape shape, void* data) {
   return t;
 }
 
+Tensor Tensor::adopt(DType dtype, Shape shape, std::shared_ptr<void> owner, void* data) {
+  Tensor t = view(dtype, std::move(shape), data);
+  t.owner_ = std::move(owner);
+  return t;
+}
+
 Tensor Tensor::sequence(DType elem, std::vector<Tensor> items) {
   Tensor t;
   t.dtype_ = elem;

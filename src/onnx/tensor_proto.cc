@@ -4,8 +4,10 @@
 #include <filesystem>
 #include <memory>
 #include <fstream>
+#include <optional>
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -91,45 +93,81 @@ void copy_bits_field(const google::protobuf::RepeatedField<int32_t>& field, Tens
   }
 }
 
-// Reads `expected` bytes of external data. The fields were checked by
-// validate_tensor(); here the path must stay inside the model's folder and
-// name a regular file (a FIFO or device would block or never end).
-std::string read_external(const TensorProto& p, const std::string& base_dir, size_t expected) {
-  std::string location;
+// An external data file, opened and checked: the path stays inside the
+// model's folder (a model is untrusted input), names a regular file (a FIFO or
+// device would block or never end), and holds the `expected` bytes at `offset`.
+struct ExternalData {
+  int fd = -1;
   int64_t offset = 0;
+  std::string location;
+  ~ExternalData() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+void open_external(const TensorProto& p, const std::string& base_dir, size_t expected, ExternalData& ext) {
   for (const auto& kv : p.external_data()) {
-    if (kv.key() == "location") location = kv.value();
-    else if (kv.key() == "offset") offset = std::stoll(kv.value());  // validated digits
+    if (kv.key() == "location") ext.location = kv.value();
+    else if (kv.key() == "offset") ext.offset = std::stoll(kv.value());  // validated digits
   }
   ANVIL_CHECK(!base_dir.empty(), ErrorKind::kInvalidModel,
               "tensor '{}' refers to external data, which needs the model to be loaded from a file", p.name());
-  // External files must stay inside the model's folder: a model is untrusted input.
   fs::path base = fs::weakly_canonical(fs::path(base_dir));
   std::error_code ec;
-  fs::path file = fs::weakly_canonical(base / location, ec);
+  fs::path file = fs::weakly_canonical(base / ext.location, ec);
   auto [b, f] = std::mismatch(base.begin(), base.end(), file.begin(), file.end());
-  ANVIL_CHECK(!ec && b == base.end() && fs::path(location).is_relative(), ErrorKind::kInvalidModel,
-              "tensor '{}': external data path '{}' leaves the model's folder", p.name(), location);
-  int fd = ::open(file.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-  ANVIL_CHECK(fd >= 0, ErrorKind::kInvalidModel, "tensor '{}': cannot open external data file '{}'", p.name(),
+  ANVIL_CHECK(!ec && b == base.end() && fs::path(ext.location).is_relative(), ErrorKind::kInvalidModel,
+              "tensor '{}': external data path '{}' leaves the model's folder", p.name(), ext.location);
+  ext.fd = ::open(file.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  ANVIL_CHECK(ext.fd >= 0, ErrorKind::kInvalidModel, "tensor '{}': cannot open external data file '{}'", p.name(),
               file.string());
-  std::unique_ptr<int, void (*)(int*)> closer(&fd, [](int* f) { ::close(*f); });
   struct stat st {};
-  ANVIL_CHECK(::fstat(fd, &st) == 0 && S_ISREG(st.st_mode), ErrorKind::kInvalidModel,
-              "tensor '{}': external data '{}' is not a regular file", p.name(), location);
-  int64_t size = st.st_size;
-  int64_t length = static_cast<int64_t>(expected);
-  ANVIL_CHECK(offset <= size && length <= size - offset, ErrorKind::kInvalidModel,
+  ANVIL_CHECK(::fstat(ext.fd, &st) == 0 && S_ISREG(st.st_mode), ErrorKind::kInvalidModel,
+              "tensor '{}': external data '{}' is not a regular file", p.name(), ext.location);
+  const int64_t size = st.st_size, length = static_cast<int64_t>(expected);
+  ANVIL_CHECK(ext.offset <= size && length <= size - ext.offset, ErrorKind::kInvalidModel,
               "tensor '{}': external data '{}' (offset {}, {} bytes) does not fit the file ({} bytes)", p.name(),
-              location, offset, length, size);
+              ext.location, ext.offset, length, size);
+}
+
+std::string read_external(const TensorProto& p, const ExternalData& ext, size_t expected) {
   std::string data(expected, '\0');
   size_t done = 0;
   while (done < expected) {
-    ssize_t r = ::pread(fd, data.data() + done, expected - done, offset + static_cast<int64_t>(done));
-    ANVIL_CHECK(r > 0, ErrorKind::kInvalidModel, "tensor '{}': cannot read external data '{}'", p.name(), location);
+    ssize_t r = ::pread(ext.fd, data.data() + done, expected - done, ext.offset + static_cast<int64_t>(done));
+    ANVIL_CHECK(r > 0, ErrorKind::kInvalidModel, "tensor '{}': cannot read external data '{}'", p.name(),
+                ext.location);
     done += static_cast<size_t>(r);
   }
   return data;
+}
+
+// Initializers at least this large are mapped from their file, not copied.
+constexpr size_t kMapThreshold = size_t{64} << 10;
+
+// Types whose file bytes are their memory bytes (no unpacking, no normalising).
+bool stored_as_is(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32: case DType::kFloat64: case DType::kFloat16: case DType::kBFloat16:
+    case DType::kInt8: case DType::kUInt8: case DType::kInt16: case DType::kUInt16:
+    case DType::kInt32: case DType::kUInt32: case DType::kInt64: case DType::kUInt64: return true;
+    default: return false;
+  }
+}
+
+// The tensor over a private, writable mapping of its bytes in the file: pages
+// are read on first touch and shared with the page cache, nothing is copied,
+// and WeightCache::release() can drop them (they read back from the file).
+// Only for data 64-byte aligned in the file, so kernels see aligned memory.
+std::optional<Tensor> map_external(const ExternalData& ext, DType dtype, const Shape& shape, size_t bytes) {
+  if (bytes < kMapThreshold || !stored_as_is(dtype) || ext.offset % 64 != 0) return std::nullopt;
+  static const int64_t page = ::sysconf(_SC_PAGESIZE);
+  const int64_t start = ext.offset / page * page;
+  const size_t length = static_cast<size_t>(ext.offset - start) + bytes;
+  void* base = ::mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_PRIVATE, ext.fd, start);
+  if (base == MAP_FAILED) return std::nullopt;  // read it instead
+  std::shared_ptr<void> mapping(base, [length](void* m) { ::munmap(m, length); });
+  return Tensor::adopt(dtype, shape, std::move(mapping), static_cast<char*>(base) + (ext.offset - start));
 }
 
 }  // namespace
@@ -142,8 +180,19 @@ Tensor tensor_from_proto(const TensorProto& p, const std::string& base_dir) {
   Shape shape(p.dims().begin(), p.dims().end());
   for (int64_t d : shape)
     ANVIL_CHECK(d >= 0, ErrorKind::kInvalidModel, "tensor '{}' has a negative dimension", p.name());
-  Tensor t(dtype, shape);
   const std::string& name = p.name();
+  if (p.data_location() == TensorProto::EXTERNAL && dtype != DType::kString) {
+    const int64_t count = shape_numel(shape);
+    const size_t file_bytes = file_nbytes(dtype, count);
+    ExternalData ext;
+    open_external(p, base_dir, file_bytes, ext);
+    if (std::optional<Tensor> mapped = map_external(ext, dtype, shape, file_bytes)) return *mapped;
+    Tensor t(dtype, shape);
+    std::string bytes = read_external(p, ext, file_bytes);
+    unpack_elements(dtype, reinterpret_cast<const uint8_t*>(bytes.data()), t.numel(), static_cast<uint8_t*>(t.raw()));
+    return t;
+  }
+  Tensor t(dtype, shape);
 
   if (dtype == DType::kString) {  // validate_tensor() checked string_data holds one per element
     auto* out = t.data<std::string>();
@@ -152,11 +201,6 @@ Tensor tensor_from_proto(const TensorProto& p, const std::string& base_dir) {
   }
   const size_t file_bytes = file_nbytes(dtype, t.numel());  // packed for the 4- and 2-bit types
   auto* elements = static_cast<uint8_t*>(t.raw());
-  if (p.data_location() == TensorProto::EXTERNAL) {
-    std::string bytes = read_external(p, base_dir, file_bytes);
-    unpack_elements(dtype, reinterpret_cast<const uint8_t*>(bytes.data()), t.numel(), elements);
-    return t;
-  }
   if (p.has_raw_data()) {
     ANVIL_CHECK(p.raw_data().size() == file_bytes, ErrorKind::kInvalidModel,
                 "tensor '{}' has {} bytes of raw data but its shape {} needs {}", name, p.raw_data().size(),
