@@ -38,6 +38,15 @@ Value* Graph::add_input(const std::string& name, DType dtype, Shape shape) {
   return v;
 }
 
+Tensor Graph::make_input(Value* v) {
+  ANVIL_INTERNAL_CHECK(v->is_constant());
+  Tensor t = std::move(*v->constant);
+  v->constant.reset();
+  v->is_graph_input = true;
+  inputs_.push_back(v);
+  return t;
+}
+
 Value* Graph::add_constant(const std::string& name, Tensor tensor) {
   Value* v = add_value(name.empty() ? unique_name("const") : name);
   v->type = Type::tensor(tensor.dtype(), tensor.shape());

@@ -79,6 +79,9 @@ class Graph {
   Value* add_input(const std::string& name, DType dtype, Shape shape);
   Value* add_constant(const std::string& name, Tensor tensor);
   void add_output(Value* v);
+  // Turns constant `v` into a graph input (appended to inputs()), keeping its
+  // name, type and uses; its tensor is moved out and returned.
+  Tensor make_input(Value* v);
   // Adds a node with `num_outputs` fresh output values named after the node.
   Node* add_node(const std::string& op_type, std::vector<Value*> inputs, int num_outputs,
                  const std::string& name = "");

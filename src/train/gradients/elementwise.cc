@@ -1,0 +1,83 @@
+// Gradients of element-wise ops: arithmetic with broadcasting, activations.
+#include "core/check.h"
+#include "train/gradient_rule.h"
+
+namespace anvil::train {
+namespace {
+
+DType dtype_of(const GradBuilder& b) { return b.x(0)->dtype(); }
+
+void add(GradBuilder& b) {
+  b.grad(0, b.unbroadcast(b.dy(), b.x(0)));
+  b.grad(1, b.unbroadcast(b.dy(), b.x(1)));
+}
+
+void sub(GradBuilder& b) {
+  b.grad(0, b.unbroadcast(b.dy(), b.x(0)));
+  if (b.wants(1)) b.grad(1, b.unbroadcast(b.op("Neg", {b.dy()}), b.x(1)));
+}
+
+void mul(GradBuilder& b) {
+  if (b.wants(0)) b.grad(0, b.unbroadcast(b.op("Mul", {b.dy(), b.x(1)}), b.x(0)));
+  if (b.wants(1)) b.grad(1, b.unbroadcast(b.op("Mul", {b.dy(), b.x(0)}), b.x(1)));
+}
+
+// y = a / b: da = dy / b, db = -dy * y / b.
+void div(GradBuilder& b) {
+  if (b.wants(0)) b.grad(0, b.unbroadcast(b.op("Div", {b.dy(), b.x(1)}), b.x(0)));
+  if (b.wants(1))
+    b.grad(1, b.unbroadcast(b.op("Neg", {b.op("Div", {b.op("Mul", {b.dy(), b.y(0)}), b.x(1)})}), b.x(1)));
+}
+
+void neg(GradBuilder& b) { b.grad(0, b.op("Neg", {b.dy()})); }
+void identity(GradBuilder& b) { b.grad(0, b.dy()); }
+
+void relu(GradBuilder& b) {
+  ir::Value* positive = b.op("Greater", {b.x(0), b.scalar(0, dtype_of(b))});
+  b.grad(0, b.op("Where", {positive, b.dy(), b.scalar(0, dtype_of(b))}));
+}
+
+void leaky_relu(GradBuilder& b) {
+  const float alpha = b.node().attrs.get_float("alpha", 0.01f);
+  ir::Value* positive = b.op("Greater", {b.x(0), b.scalar(0, dtype_of(b))});
+  b.grad(0, b.op("Where", {positive, b.dy(), b.op("Mul", {b.dy(), b.scalar(alpha, dtype_of(b))})}));
+}
+
+// dy * y * (1 - y)
+void sigmoid(GradBuilder& b) {
+  ir::Value* one_minus = b.op("Sub", {b.scalar(1, dtype_of(b)), b.y(0)});
+  b.grad(0, b.op("Mul", {b.dy(), b.op("Mul", {b.y(0), one_minus})}));
+}
+
+// dy * (1 - y^2)
+void tanh_(GradBuilder& b) {
+  ir::Value* one_minus = b.op("Sub", {b.scalar(1, dtype_of(b)), b.op("Mul", {b.y(0), b.y(0)})});
+  b.grad(0, b.op("Mul", {b.dy(), one_minus}));
+}
+
+void exp_(GradBuilder& b) { b.grad(0, b.op("Mul", {b.dy(), b.y(0)})); }
+void log_(GradBuilder& b) { b.grad(0, b.op("Div", {b.dy(), b.x(0)})); }
+
+// dy / (2 y)
+void sqrt_(GradBuilder& b) {
+  b.grad(0, b.op("Div", {b.dy(), b.op("Mul", {b.scalar(2, dtype_of(b)), b.y(0)})}));
+}
+
+// x ^ p for a constant scalar p: dy * p * x^(p-1).
+void pow_(GradBuilder& b) {
+  const ir::Value* p = b.x(1);
+  ANVIL_CHECK(p->is_constant() && p->constant->numel() == 1 && !b.wants(1), ErrorKind::kUnsupported,
+              "{}: gradients of Pow need a constant scalar exponent", b.node().describe());
+  const double e = element_as_double(*p->constant, 0);
+  ir::Value* power = b.op("Pow", {b.x(0), b.scalar(static_cast<float>(e - 1), dtype_of(b))});
+  b.grad(0, b.op("Mul", {b.dy(), b.op("Mul", {power, b.scalar(static_cast<float>(e), dtype_of(b))})}));
+}
+
+const RegisterGradient kRules[] = {
+    {"Add", add},       {"Sub", sub},         {"Mul", mul},         {"Div", div},     {"Neg", neg},
+    {"Identity", identity}, {"Relu", relu},   {"LeakyRelu", leaky_relu}, {"Sigmoid", sigmoid},
+    {"Tanh", tanh_},    {"Exp", exp_},        {"Log", log_},        {"Sqrt", sqrt_},  {"Pow", pow_},
+};
+
+}  // namespace
+}  // namespace anvil::train

@@ -1,0 +1,50 @@
+#include "train/trainer.h"
+
+#include <cmath>
+
+#include "core/check.h"
+
+namespace anvil::train {
+
+Trainer::Trainer(std::unique_ptr<ir::Graph> forward, const std::string& loss,
+                 const std::vector<std::string>& parameters, const OptimizerOptions& optimizer,
+                 const SessionOptions& session, const std::vector<std::string>& extra_outputs)
+    : grad_(build_gradient_graph(std::move(forward), loss, parameters, extra_outputs)),
+      extra_count_(extra_outputs.size()) {
+  params_ = grad_.initial_values;  // owned here from now on
+  optimizer_ = std::make_unique<Optimizer>(optimizer, params_);
+  session_ = std::make_unique<Session>(Session::from_graph(std::move(grad_.graph), session));
+}
+
+std::vector<Tensor> Trainer::run(const std::map<std::string, Tensor>& batch) const {
+  std::map<std::string, Tensor> feed = batch;
+  for (size_t k = 0; k < params_.size(); ++k) {
+    const std::string& name = grad_.parameters[k];
+    ANVIL_CHECK(!batch.count(name), ErrorKind::kInvalidArgument, "'{}' is a parameter, not an input", name);
+    feed[name] = params_[k];  // shares the bytes: the optimizer updates them after the run
+  }
+  return session_->run(feed);
+}
+
+StepResult Trainer::evaluate(const std::map<std::string, Tensor>& batch) const {
+  std::vector<Tensor> out = run(batch);
+  StepResult result;
+  result.loss = element_as_double(out[0], 0);
+  result.extra_outputs.assign(out.begin() + 1, out.begin() + 1 + static_cast<std::ptrdiff_t>(extra_count_));
+  return result;
+}
+
+StepResult Trainer::step(const std::map<std::string, Tensor>& batch, float lr) {
+  std::vector<Tensor> out = run(batch);
+  StepResult result;
+  result.loss = element_as_double(out[0], 0);
+  ANVIL_CHECK(std::isfinite(result.loss), ErrorKind::kInvalidArgument,
+              "the loss is {} at step {}: lower the learning rate, or check the data", result.loss,
+              optimizer_->steps() + 1);
+  result.extra_outputs.assign(out.begin() + 1, out.begin() + 1 + static_cast<std::ptrdiff_t>(extra_count_));
+  std::vector<Tensor> grads(out.begin() + 1 + static_cast<std::ptrdiff_t>(extra_count_), out.end());
+  result.grad_norm = optimizer_->step(params_, grads, lr);
+  return result;
+}
+
+}  // namespace anvil::train

@@ -1,0 +1,235 @@
+// Reverse-mode gradients against central finite differences, on small graphs
+// that use every gradient rule; and the errors of build_gradient_graph.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <random>
+
+#include "anvil/error.h"
+#include "anvil/session.h"
+#include "train/autodiff.h"
+
+namespace anvil {
+namespace {
+
+using ir::Graph;
+using ir::Value;
+
+Tensor random_tensor(Shape shape, uint32_t seed, float lo = -1.f, float hi = 1.f) {
+  Tensor t(DType::kFloat32, std::move(shape));
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> d(lo, hi);
+  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = d(rng);
+  return t;
+}
+
+Value* node(Graph& g, const std::string& op, std::vector<Value*> in, ir::Attributes attrs = {}) {
+  ir::Node* n = g.add_node(op, std::move(in), 1);
+  n->attrs = std::move(attrs);
+  return n->outputs[0];
+}
+
+// A node whose output is the value named `name`.
+Value* named(Graph& g, const std::string& name, const std::string& op, std::vector<Value*> in,
+             ir::Attributes attrs = {}) {
+  ir::Node* n = g.add_node_with_outputs(op, std::move(in), {g.add_value(name)});
+  n->attrs = std::move(attrs);
+  return n->outputs[0];
+}
+
+ir::Attributes attrs(std::initializer_list<std::pair<const char*, ir::AttrValue>> list) {
+  ir::Attributes a;
+  for (const auto& [k, v] : list) a.set(k, v);
+  return a;
+}
+
+Value* ints(Graph& g, std::vector<int64_t> v) {
+  Tensor t(DType::kInt64, {static_cast<int64_t>(v.size())});
+  std::copy(v.begin(), v.end(), t.data<int64_t>());
+  return g.add_constant(g.unique_name("ints"), t);
+}
+
+// loss = sum(out * R) for a fixed random R: every element of `out` matters.
+void weighted_sum_loss(Graph& g, Value* out, Shape shape) {
+  Value* r = g.add_constant("R", random_tensor(std::move(shape), 99));
+  g.add_output(named(g, "loss", "ReduceSum", {node(g, "Mul", {out, r})}, attrs({{"keepdims", int64_t{0}}})));
+}
+
+using GraphMaker = std::function<std::unique_ptr<Graph>()>;
+
+// Compares every parameter's gradient with (L(p + e) - L(p - e)) / 2e at up to 12 elements.
+void expect_gradients_match(const GraphMaker& make, const std::map<std::string, Tensor>& inputs,
+                            const std::vector<std::string>& params, float tolerance = 2e-2f) {
+  auto grad = train::build_gradient_graph(make(), "loss", params);
+  SessionOptions options;
+  options.optimization_level = 0;
+  options.num_threads = 1;
+  Session s = Session::from_graph(std::move(grad.graph), options);
+  std::map<std::string, Tensor> feed = inputs;
+  for (size_t k = 0; k < params.size(); ++k) feed[params[k]] = grad.initial_values[k].clone();
+  std::vector<Tensor> out = s.run(feed);
+  ASSERT_EQ(out.size(), 1 + params.size());
+  auto loss_at = [&](const std::map<std::string, Tensor>& f) { return static_cast<double>(s.run(f)[0].data<float>()[0]); };
+  for (size_t k = 0; k < params.size(); ++k) {
+    const Tensor& analytic = out[1 + k];
+    ASSERT_EQ(analytic.shape(), grad.initial_values[k].shape()) << params[k];
+    const int64_t n = analytic.numel();
+    for (int64_t i = 0; i < n; i += std::max<int64_t>(1, n / 12)) {
+      auto plus = feed, minus = feed;
+      plus[params[k]] = feed[params[k]].clone();
+      minus[params[k]] = feed[params[k]].clone();
+      const float eps = 1e-2f;
+      plus[params[k]].data<float>()[i] += eps;
+      minus[params[k]].data<float>()[i] -= eps;
+      const double numeric = (loss_at(plus) - loss_at(minus)) / (2 * eps);
+      const double got = analytic.data<float>()[i];
+      EXPECT_NEAR(got, numeric, tolerance * std::max(1.0, std::fabs(numeric))) << params[k] << "[" << i << "]";
+    }
+  }
+}
+
+std::unique_ptr<Graph> new_graph() {
+  auto g = std::make_unique<Graph>();
+  g->opsets[""] = 17;
+  return g;
+}
+
+TEST(Autodiff, MlpWithSoftmaxCrossEntropy) {
+  auto make = [] {
+    auto g = new_graph();
+    Value* x = g->add_input("x", DType::kFloat32, {5, 6});
+    Value* labels = g->add_input("labels", DType::kInt64, {5});
+    Value* w1 = g->add_constant("W1", random_tensor({8, 6}, 1));
+    Value* b1 = g->add_constant("b1", random_tensor({8}, 2));
+    Value* w2 = g->add_constant("W2", random_tensor({8, 3}, 3));
+    Value* b2 = g->add_constant("b2", random_tensor({3}, 4));
+    Value* h = node(*g, "Relu", {node(*g, "Gemm", {x, w1, b1}, attrs({{"transB", int64_t{1}}}))});
+    Value* logits = node(*g, "Add", {node(*g, "MatMul", {h, w2}), b2});
+    g->add_output(named(*g, "loss", "SoftmaxCrossEntropyLoss", {logits, labels}));
+    return g;
+  };
+  Tensor labels(DType::kInt64, {5});
+  for (int i = 0; i < 5; ++i) labels.data<int64_t>()[i] = i % 3;
+  expect_gradients_match(make, {{"x", random_tensor({5, 6}, 5)}, {"labels", labels}}, {"W1", "b1", "W2", "b2"});
+}
+
+// Each unary op directly under the loss: loss = sum(f(x * a + c) * R), with a
+// of shape [4] and c of shape [3, 1] broadcast against x [3, 4].
+TEST(Autodiff, UnaryOps) {
+  for (const char* op : {"Tanh", "Sigmoid", "Relu", "LeakyRelu", "Exp", "Log", "Sqrt", "Neg", "Pow", "Identity"}) {
+    SCOPED_TRACE(op);
+    auto make = [op] {
+      auto g = new_graph();
+      Value* x = g->add_input("x", DType::kFloat32, {3, 4});
+      Value* a = g->add_constant("a", random_tensor({4}, 11));
+      Value* c = g->add_constant("c", random_tensor({3, 1}, 12, 1.5f, 2.5f));
+      Value* z = node(*g, "Add", {node(*g, "Mul", {x, a}), c});  // in [0.5, 3.5]: Log and Sqrt are defined
+      const std::string name = op;
+      std::vector<Value*> in = {name == "Relu" || name == "LeakyRelu" ? node(*g, "Sub", {z, g->add_constant("two", [] {
+        Tensor t(DType::kFloat32, {});
+        t.data<float>()[0] = 2.f;
+        return t;
+      }())}) : z};
+      if (name == "Pow") {
+        Tensor e(DType::kFloat32, {});
+        e.data<float>()[0] = 3.f;
+        in.push_back(g->add_constant("e", e));
+      }
+      ir::Attributes at;
+      if (name == "LeakyRelu") at.set("alpha", 0.1f);
+      weighted_sum_loss(*g, node(*g, op, in, at), {3, 4});
+      return g;
+    };
+    expect_gradients_match(make, {{"x", random_tensor({3, 4}, 14)}}, {"a", "c"});
+  }
+}
+
+// Binary arithmetic with both operands trained and broadcast: [4] against [3, 1].
+TEST(Autodiff, BinaryOpsWithBroadcasting) {
+  for (const char* op : {"Add", "Sub", "Mul", "Div"}) {
+    SCOPED_TRACE(op);
+    auto make = [op] {
+      auto g = new_graph();
+      Value* x = g->add_input("x", DType::kFloat32, {3, 4});
+      Value* a = g->add_constant("a", random_tensor({4}, 21));
+      Value* c = g->add_constant("c", random_tensor({3, 1}, 22, 0.5f, 1.5f));
+      Value* y = node(*g, op, {node(*g, "Mul", {x, a}), c});
+      weighted_sum_loss(*g, node(*g, op, {y, a}), {3, 4});
+      return g;
+    };
+    expect_gradients_match(make, {{"x", random_tensor({3, 4}, 23)}}, {"a", "c"});
+  }
+}
+
+TEST(Autodiff, SoftmaxReductionsAndShapes) {
+  auto make = [] {
+    auto g = new_graph();
+    Value* x = g->add_input("x", DType::kFloat32, {2, 3, 4});
+    Value* w = g->add_constant("w", random_tensor({2, 3, 4}, 21));
+    Value* v = g->add_constant("v", random_tensor({4, 5}, 22));
+    Value* p = node(*g, "Softmax", {node(*g, "Mul", {x, w})}, attrs({{"axis", int64_t{-1}}}));
+    Value* tr = node(*g, "Transpose", {p}, attrs({{"perm", std::vector<int64_t>{1, 0, 2}}}));
+    Value* ls = node(*g, "LogSoftmax", {tr}, attrs({{"axis", int64_t{1}}}));
+    Value* flat = node(*g, "Reshape", {node(*g, "Flatten", {ls}, attrs({{"axis", int64_t{2}}})), ints(*g, {6, 4})});
+    Value* mm = node(*g, "MatMul", {node(*g, "Reshape", {flat, ints(*g, {2, 3, 4})}), v});  // batched A @ 2-D v
+    Value* sum = node(*g, "ReduceSum", {mm, ints(*g, {1})}, attrs({{"keepdims", int64_t{0}}}));
+    Value* mean = node(*g, "ReduceMean", {sum}, attrs({{"axes", std::vector<int64_t>{-1}}, {"keepdims", int64_t{1}}}));
+    weighted_sum_loss(*g, mean, {2, 1});
+    return g;
+  };
+  expect_gradients_match(make, {{"x", random_tensor({2, 3, 4}, 23)}}, {"w", "v"});
+}
+
+TEST(Autodiff, GemmTranspositionsAndScales) {
+  for (int64_t ta : {0, 1})
+    for (int64_t tb : {0, 1}) {
+      auto make = [ta, tb] {
+        auto g = new_graph();
+        Value* x = g->add_input("x", DType::kFloat32, ta ? Shape{4, 3} : Shape{3, 4});
+        Value* a = g->add_constant("a", random_tensor(ta ? Shape{4, 3} : Shape{3, 4}, 31));
+        Value* b = g->add_constant("b", random_tensor(tb ? Shape{5, 4} : Shape{4, 5}, 32));
+        Value* c = g->add_constant("c", random_tensor({1, 5}, 33));
+        Value* y = node(*g, "Gemm", {node(*g, "Mul", {x, a}), b, c},
+                        attrs({{"transA", ta}, {"transB", tb}, {"alpha", 0.5f}, {"beta", 2.f}}));
+        weighted_sum_loss(*g, y, {3, 5});
+        return g;
+      };
+      SCOPED_TRACE("transA " + std::to_string(ta) + " transB " + std::to_string(tb));
+      expect_gradients_match(make, {{"x", random_tensor(ta ? Shape{4, 3} : Shape{3, 4}, 34)}}, {"a", "b", "c"});
+    }
+}
+
+ErrorKind kind_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.kind();
+  }
+  return ErrorKind::kInternal;
+}
+
+TEST(Autodiff, BadRequestsAreRefused) {
+  auto make = [] {
+    auto g = new_graph();
+    Value* x = g->add_input("x", DType::kFloat32, {1, 2, 4, 4});
+    Value* w = g->add_constant("w", random_tensor({2, 2, 3, 3}, 41));
+    g->add_constant("u", random_tensor({2}, 42));  // the loss does not depend on it
+    weighted_sum_loss(*g, node(*g, "Conv", {x, w}, attrs({{"pads", std::vector<int64_t>{1, 1, 1, 1}}})), {1, 2, 4, 4});
+    return g;
+  };
+  EXPECT_EQ(kind_of([&] { train::build_gradient_graph(make(), "nosuch", {"w"}); }), ErrorKind::kInvalidArgument);
+  EXPECT_EQ(kind_of([&] { train::build_gradient_graph(make(), "loss", {"x"}); }), ErrorKind::kInvalidArgument);
+  EXPECT_EQ(kind_of([&] { train::build_gradient_graph(make(), "loss", {"w", "w"}); }), ErrorKind::kInvalidArgument);
+  EXPECT_EQ(kind_of([&] { train::build_gradient_graph(make(), "loss", {"u"}); }), ErrorKind::kInvalidArgument);
+  try {
+    train::build_gradient_graph(make(), "loss", {"w"});
+    FAIL() << "Conv has no gradient rule yet";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kUnsupported);
+    EXPECT_NE(std::string(e.what()).find("no gradient for Conv"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace anvil
