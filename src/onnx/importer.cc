@@ -336,6 +336,31 @@ std::unique_ptr<ir::Graph> import_model_file(const std::string& path, const OpSu
   }
 }
 
+std::string model_with_initializers(const std::string& path, const std::map<std::string, Tensor>& values) {
+  const std::string dir = std::filesystem::absolute(path).parent_path().string();
+  onnx::ModelProto model;
+  parse_model_file(path, model);
+  validate_model(model);
+  size_t replaced = 0;
+  for (onnx::TensorProto& init : *model.mutable_graph()->mutable_initializer()) {
+    const std::string name = init.name();  // a copy: tensor_to_proto clears `init` first
+    auto it = values.find(name);
+    if (it != values.end()) {
+      tensor_to_proto(it->second, name, &init);
+      ++replaced;
+    } else if (init.data_location() == onnx::TensorProto::EXTERNAL) {
+      tensor_to_proto(tensor_from_proto(init, dir), name, &init);
+    }
+  }
+  ANVIL_CHECK(replaced == values.size(), ErrorKind::kInvalidArgument,
+              "{}: {} of the {} values to write are not initializers of the model", path, values.size() - replaced,
+              values.size());
+  std::string bytes;
+  ANVIL_CHECK(model.SerializeToString(&bytes), ErrorKind::kInvalidArgument,
+              "the trained model does not fit a protobuf message (2 GiB)");
+  return bytes;
+}
+
 std::vector<std::string> operators_of_model_file(const std::string& path) {
   onnx::ModelProto model;
   const std::string bytes = read_model_file(path);

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -34,6 +35,11 @@ std::unique_ptr<ir::Graph> import_model_file(const std::string& path, const OpSu
 // Same for bytes in memory; `base_dir` is used for external data ("" forbids it).
 std::unique_ptr<ir::Graph> import_model_bytes(const std::string& bytes, const std::string& base_dir,
                                               const OpSupported& supported);
+
+// The model file at `path` serialized again with the initializers named in
+// `values` replaced (a trained model). Initializers kept from external data
+// files are stored inline, so the result stands alone. Throws anvil::Error.
+std::string model_with_initializers(const std::string& path, const std::map<std::string, Tensor>& values);
 
 // The distinct "domain.Op" names of a model file (anvil::model_operators).
 std::vector<std::string> operators_of_model_file(const std::string& path);

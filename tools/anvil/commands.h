@@ -22,6 +22,7 @@ Command add_conformance(CLI::App& app);
 Command add_inspect(CLI::App& app);
 Command add_optimize(CLI::App& app);
 Command add_serve(CLI::App& app);
+Command add_train(CLI::App& app);
 
 // Shared helpers (common.cc).
 Session load_session(const std::string& model, const SessionOptions& options, int batch = 1);

@@ -21,6 +21,7 @@ int main(int argc, char** argv) {
   add("inspect", "a model's inputs and outputs with their inferred (symbolic) types", anvil::cli::add_inspect);
   add("optimize", "write the graph after Anvil's passes as an ONNX file", anvil::cli::add_optimize);
   add("serve", "serve models over HTTP (KServe v2 protocol)", anvil::cli::add_serve);
+  add("train", "train an ONNX classifier's weights on .npy data", anvil::cli::add_train);
 
   auto known = [&](const std::string& name) {
     for (const auto& c : commands)
@@ -28,7 +29,7 @@ int main(int argc, char** argv) {
     return false;
   };
   if (argc > 1 && argv[1][0] != '-' && !known(argv[1])) {
-    std::fprintf(stderr, "anvil: error: unknown command '%s' (commands: info, run, bench, conformance, inspect, optimize, serve)\n", argv[1]);
+    std::fprintf(stderr, "anvil: error: unknown command '%s' (commands: info, run, bench, conformance, inspect, optimize, serve, train)\n", argv[1]);
     return 1;
   }
   try {

@@ -1,0 +1,78 @@
+// anvil train: train an ONNX classifier's weights on .npy features and labels
+// (softmax cross-entropy), with a progress line, per-epoch reports, stopping
+// rules and the trained model written as ONNX.
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include "anvil/error.h"
+#include "anvil/tensor_io.h"
+#include "anvil/train.h"
+#include "commands.h"
+
+namespace anvil::cli {
+
+namespace {
+
+struct TrainArgs {
+  std::string model, data, labels, export_path;
+  TrainOptions options;
+};
+
+int train(const TrainArgs& a) {
+  const Tensor features = read_tensor_file(a.data);
+  const Tensor labels = read_tensor_file(a.labels);
+  const bool tty = isatty(STDERR_FILENO);
+  fmt::print("training {} on {} samples: {} epochs, batch {}, {} (lr {})\n", a.model,
+             features.rank() ? features.dim(0) : 0, a.options.epochs, a.options.batch, a.options.optimizer,
+             a.options.lr);
+  auto on_batch = [&](const TrainProgress& p) {
+    if (tty && (p.batch % 10 == 0 || p.batch == p.batches))
+      fmt::print(stderr, "\repoch {} [{:<30}] {}/{}  loss {:.4f}   ", p.epoch,
+                 std::string(static_cast<size_t>(30 * p.batch / p.batches), '#'), p.batch, p.batches, p.loss);
+  };
+  auto on_epoch = [&](const EpochReport& r) {
+    if (tty) fmt::print(stderr, "\r{:80}\r", "");
+    fmt::print("epoch {:>3}  loss {:.4f}  accuracy {:.2f}%  {:.0f} samples/s\n", r.epoch, r.loss, 100 * r.accuracy,
+               r.samples_per_s);
+    std::fflush(stdout);
+  };
+  TrainResult result = train_classifier(a.model, features, labels, a.options, on_batch, on_epoch);
+  if (result.stop_reason != "epochs")
+    fmt::print("stopped after epoch {}: the {} target is reached\n", result.epochs.back().epoch, result.stop_reason);
+  if (!a.export_path.empty()) {
+    save_trained_model(a.model, result.parameters, a.export_path);
+    fmt::print("trained model written to {}\n", a.export_path);
+  }
+  return 0;
+}
+
+}  // namespace
+
+Command add_train(CLI::App& app) {
+  auto a = std::make_shared<TrainArgs>();
+  TrainOptions& o = a->options;
+  app.add_option("--model", a->model, "ONNX classifier: one input, one output (logits [N, C])")->required();
+  app.add_option("--data", a->data, "features, .npy [S, ...] float32 or uint8 (scaled to [0, 1])")->required();
+  app.add_option("--labels", a->labels, "labels, .npy [S] int64 or int32 in [0, C)")->required();
+  app.add_option("--epochs", o.epochs, "passes over the data")->check(CLI::Range(1, 1000000));
+  app.add_option("-b,--batch", o.batch, "samples per step")->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
+  app.add_option("--optimizer", o.optimizer, "sgd, adam or adamw");
+  app.add_option("--lr", o.lr, "learning rate");
+  app.add_option("--momentum", o.momentum, "SGD momentum");
+  app.add_flag("--nesterov", o.nesterov, "SGD with Nesterov momentum");
+  app.add_option("--weight-decay", o.weight_decay, "L2 penalty (decoupled for adamw)");
+  app.add_option("--clip-norm", o.clip_norm, "clip the gradients' global L2 norm to this (0: off)");
+  app.add_option("--schedule", o.schedule, "learning-rate schedule: constant, step or cosine");
+  app.add_option("--seed", o.seed, "shuffling seed");
+  app.add_flag("--drop-last", o.drop_last, "skip the last, partial batch of each epoch");
+  app.add_option("--until-accuracy", o.until_accuracy, "stop after the epoch whose accuracy reaches this (0 to 1)")
+      ->check(CLI::Range(0.0, 1.0));
+  app.add_option("--until-loss", o.until_loss, "stop after the epoch whose mean loss falls to this")
+      ->check(CLI::Range(0.0, 1e30));
+  app.add_option("-t,--threads", o.threads, "threads (0: all cores)")->check(CLI::Range(0, 4096));
+  app.add_option("--export", a->export_path, "write the trained model to this ONNX file");
+  return [a] { return train(*a); };
+}
+
+}  // namespace anvil::cli
