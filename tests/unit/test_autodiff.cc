@@ -8,6 +8,7 @@
 
 #include "anvil/error.h"
 #include "anvil/session.h"
+#include "kernel_tester.h"
 #include "train/autodiff.h"
 
 namespace anvil {
@@ -200,15 +201,6 @@ TEST(Autodiff, GemmTranspositionsAndScales) {
     }
 }
 
-ErrorKind kind_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.kind();
-  }
-  return ErrorKind::kInternal;
-}
-
 TEST(Autodiff, BadRequestsAreRefused) {
   auto make = [] {
     auto g = new_graph();
@@ -218,10 +210,10 @@ TEST(Autodiff, BadRequestsAreRefused) {
     weighted_sum_loss(*g, node(*g, "Conv", {x, w}, attrs({{"pads", std::vector<int64_t>{1, 1, 1, 1}}})), {1, 2, 4, 4});
     return g;
   };
-  EXPECT_EQ(kind_of([&] { train::build_gradient_graph(make(), "nosuch", {"w"}); }), ErrorKind::kInvalidArgument);
-  EXPECT_EQ(kind_of([&] { train::build_gradient_graph(make(), "loss", {"x"}); }), ErrorKind::kInvalidArgument);
-  EXPECT_EQ(kind_of([&] { train::build_gradient_graph(make(), "loss", {"w", "w"}); }), ErrorKind::kInvalidArgument);
-  EXPECT_EQ(kind_of([&] { train::build_gradient_graph(make(), "loss", {"u"}); }), ErrorKind::kInvalidArgument);
+  EXPECT_EQ(testing::error_kind_of([&] { train::build_gradient_graph(make(), "nosuch", {"w"}); }), ErrorKind::kInvalidArgument);
+  EXPECT_EQ(testing::error_kind_of([&] { train::build_gradient_graph(make(), "loss", {"x"}); }), ErrorKind::kInvalidArgument);
+  EXPECT_EQ(testing::error_kind_of([&] { train::build_gradient_graph(make(), "loss", {"w", "w"}); }), ErrorKind::kInvalidArgument);
+  EXPECT_EQ(testing::error_kind_of([&] { train::build_gradient_graph(make(), "loss", {"u"}); }), ErrorKind::kInvalidArgument);
   try {
     train::build_gradient_graph(make(), "loss", {"w"});
     FAIL() << "Conv has no gradient rule yet";

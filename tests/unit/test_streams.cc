@@ -65,7 +65,7 @@ TEST(Streams, MoreStreamsThanThreadsIsRefused) {
   }
 }
 
-TEST(Streams, FuturesReturnEveryRequestsOwnOutputs) {
+TEST(Streams, ConcurrentFuturesReturnEveryRequestsOwnOutputs) {
   Session s = relu_session(throughput(2, 2));
   std::vector<Tensor> inputs;
   std::vector<std::future<std::vector<Tensor>>> results;

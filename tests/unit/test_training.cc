@@ -5,20 +5,13 @@
 #include <random>
 
 #include "anvil/error.h"
+#include "kernel_tester.h"
 #include "train/trainer.h"
 
 namespace anvil {
 namespace {
 
 using ir::Value;
-
-Tensor uniform(Shape shape, uint32_t seed) {
-  Tensor t(DType::kFloat32, std::move(shape));
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> d(-1.f, 1.f);
-  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = d(rng);
-  return t;
-}
 
 Tensor scaled_normal(Shape shape, uint32_t seed, float scale) {
   Tensor t(DType::kFloat32, std::move(shape));
@@ -51,7 +44,7 @@ std::unique_ptr<ir::Graph> mlp(int64_t hidden) {
 }
 
 std::map<std::string, Tensor> batch_of(int64_t n, uint32_t seed) {
-  Tensor x = uniform({n, 2}, seed);
+  Tensor x = testing::random_f32({n, 2}, seed);
   Tensor labels(DType::kInt64, {n});
   for (int64_t i = 0; i < n; ++i) labels.data<int64_t>()[i] = x.data<float>()[2 * i] * x.data<float>()[2 * i + 1] > 0;
   return {{"x", x}, {"labels", labels}};
