@@ -23,7 +23,7 @@ struct TrainOptions {
   float lr = 1e-3f;
   float momentum = 0.f;            // sgd
   bool nesterov = false;           // sgd
-  float weight_decay = 0.f;
+  float weight_decay = -1.f;       // < 0: the optimizer's default (0; 0.01 for adamw, as PyTorch)
   float clip_norm = 0.f;           // > 0: clip the gradients' global L2 norm
   std::string schedule = "constant";  // constant | step (x0.1 every third of the epochs) | cosine
   int epochs = 1;

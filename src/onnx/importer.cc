@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include <google/protobuf/io/zero_copy_stream_impl.h>
+#include <fmt/ranges.h>
 #include <onnx/onnx_pb.h>
 
 #include "anvil/model_info.h"
@@ -341,20 +342,25 @@ std::string model_with_initializers(const std::string& path, const std::map<std:
   onnx::ModelProto model;
   parse_model_file(path, model);
   validate_model(model);
-  size_t replaced = 0;
+  std::set<std::string> unplaced;
+  for (const auto& v : values) unplaced.insert(v.first);
   for (onnx::TensorProto& init : *model.mutable_graph()->mutable_initializer()) {
     const std::string name = init.name();  // a copy: tensor_to_proto clears `init` first
     auto it = values.find(name);
     if (it != values.end()) {
+      const Shape dims(init.dims().begin(), init.dims().end());
+      ANVIL_CHECK(init.data_type() == dtype_to_onnx(it->second.dtype()) && dims == it->second.shape(),
+                  ErrorKind::kInvalidArgument, "{}: initializer '{}' is {} of shape {}, the new value {} of {}", path,
+                  name, onnx_type_name(init.data_type()), shape_str(dims), dtype_name(it->second.dtype()),
+                  shape_str(it->second.shape()));
       tensor_to_proto(it->second, name, &init);
-      ++replaced;
+      unplaced.erase(name);
     } else if (init.data_location() == onnx::TensorProto::EXTERNAL) {
       tensor_to_proto(tensor_from_proto(init, dir), name, &init);
     }
   }
-  ANVIL_CHECK(replaced == values.size(), ErrorKind::kInvalidArgument,
-              "{}: {} of the {} values to write are not initializers of the model", path, values.size() - replaced,
-              values.size());
+  ANVIL_CHECK(unplaced.empty(), ErrorKind::kInvalidArgument, "{}: the model has no initializer named {}", path,
+              fmt::join(unplaced, ", "));
   std::string bytes;
   ANVIL_CHECK(model.SerializeToString(&bytes), ErrorKind::kInvalidArgument,
               "the trained model does not fit a protobuf message (2 GiB)");

@@ -70,6 +70,15 @@ ir::Value* GradBuilder::op(const std::string& op_type, std::vector<ir::Value*> i
   return op_n(op_type, std::move(inputs), 1, std::move(attrs))[0];
 }
 
+const Tensor* GradBuilder::constant_of(const ir::Value* v) {
+  if (!v) return nullptr;
+  if (v->is_constant()) return &*v->constant;
+  if (v->producer && v->producer->op_type == "Constant" && v->producer->domain.empty()) {
+    return v->producer->attrs.get_tensor("value");
+  }
+  return nullptr;
+}
+
 ir::Value* GradBuilder::ints(std::vector<int64_t> values) {
   Tensor t(DType::kInt64, {static_cast<int64_t>(values.size())});
   std::copy(values.begin(), values.end(), t.data<int64_t>());
@@ -87,25 +96,46 @@ ir::Value* GradBuilder::unbroadcast(ir::Value* g, const ir::Value* like, const i
               "{}: the gradient needs the ranks of '{}' and '{}'", node_.describe(), like->name, shaped_as->name);
   const int r = in.rank(), rank = out.rank();
   std::vector<int64_t> axes;
+  bool ambiguous = false;
   for (int a = 0; a < rank - r; ++a) axes.push_back(a);
   for (int i = 0; i < r; ++i) {
     const ir::Dim& di = in.dims()[static_cast<size_t>(i)];
     const ir::Dim& dout = out.dims()[static_cast<size_t>(rank - r + i)];
-    if (di == dout || (di.is_known() && di.value != 1)) continue;
+    // Equal only when both are known or both the same named symbol: two unknown dims may differ.
+    const bool same = (di.is_known() || di.is_symbol()) && di == dout;
+    if (same || (di.is_known() && di.value != 1)) continue;
     if (di.is_known() && di.value == 1) {
       if (!(dout.is_known() && dout.value == 1)) axes.push_back(rank - r + i);
       continue;
     }
-    fail(ErrorKind::kUnsupported, "{}: cannot tell whether '{}' is broadcast along axis {} (dims {} and {})",
-         node_.describe(), like->name, i, di.symbol.empty() ? "?" : di.symbol,
-         dout.is_known() ? std::to_string(dout.value) : dout.symbol);
+    ambiguous = true;  // unknown or different symbols: decided at run time
   }
+  if (ambiguous) return unbroadcast_at_run_time(g, like, r, rank);
   if (axes.empty()) return g;
   ir::Attributes keep;
   keep.set("keepdims", int64_t{1});
   ir::Value* summed = op("ReduceSum", {g, ints(axes)}, keep);
   if (r == rank) return summed;
   return op("Reshape", {summed, op("Shape", {const_cast<ir::Value*>(like)})});
+}
+
+// The reduced axes computed from the shapes at run time: those where `like`
+// (padded with leading 1s to the gradient's rank) is 1 and the gradient is not.
+ir::Value* GradBuilder::unbroadcast_at_run_time(ir::Value* g, const ir::Value* like, int rank_like, int rank) {
+  ir::Value* like_shape = op("Shape", {const_cast<ir::Value*>(like)});
+  if (rank > rank_like) {
+    std::vector<int64_t> ones(static_cast<size_t>(rank - rank_like), 1);
+    ir::Attributes axis0;
+    axis0.set("axis", int64_t{0});
+    like_shape = op("Concat", {ints(ones), like_shape}, axis0);
+  }
+  ir::Value* one = ints({1});
+  ir::Value* broadcast = op("And", {op("Equal", {like_shape, one}), op("Not", {op("Equal", {op("Shape", {g}), one})})});
+  ir::Value* axes = op("Reshape", {op("NonZero", {broadcast}), ints({-1})});
+  ir::Attributes reduce;
+  reduce.set("keepdims", int64_t{1});
+  reduce.set("noop_with_empty_axes", int64_t{1});
+  return op("Reshape", {op("ReduceSum", {g, axes}, reduce), op("Shape", {const_cast<ir::Value*>(like)})});
 }
 
 GradientGraph build_gradient_graph(std::unique_ptr<ir::Graph> forward, const std::string& loss_name,
@@ -185,8 +215,9 @@ GradientGraph build_gradient_graph(std::unique_ptr<ir::Graph> forward, const std
   for (size_t k = 0; k < result.parameters.size(); ++k) {
     ir::Value* p = g.find_value(result.parameters[k]);
     auto it = grads.find(p);
-    ANVIL_CHECK(it != grads.end(), ErrorKind::kInvalidArgument, "the loss does not depend on parameter '{}'",
-                result.parameters[k]);
+    ANVIL_CHECK(it != grads.end(), ErrorKind::kInvalidArgument,
+                "no gradient reaches parameter '{}' (the loss does not depend on it, or only through ops without "
+                "gradients such as Shape or comparisons)", result.parameters[k]);
     const std::string name = g.unique_name(result.parameters[k] + "_grad");
     ir::Value* out = g.add_value(name);
     ir::Node* id = g.add_node_with_outputs("Identity", {it->second}, {out}, name);

@@ -4,9 +4,11 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <numeric>
 #include <random>
+#include <set>
 
 #include "anvil/train.h"
 #include "core/check.h"
@@ -73,7 +75,8 @@ TrainResult train_classifier(const std::string& model_path, const Tensor& featur
               "epochs and batch size must be >= 1, got {} and {}", options.epochs, options.batch);
   ANVIL_CHECK(features.dtype() == DType::kFloat32 || features.dtype() == DType::kUInt8, ErrorKind::kInvalidArgument,
               "features must be float32 or uint8, got {}", dtype_name(features.dtype()));
-  ANVIL_CHECK(features.rank() >= 1 && features.dim(0) > 0, ErrorKind::kInvalidArgument, "the dataset is empty");
+  ANVIL_CHECK(features.rank() >= 1, ErrorKind::kInvalidArgument, "features must have a sample axis, got a scalar");
+  ANVIL_CHECK(features.dim(0) > 0, ErrorKind::kInvalidArgument, "the dataset is empty");
   ANVIL_CHECK(labels.rank() >= 1 && labels.dim(0) == features.dim(0), ErrorKind::kInvalidArgument,
               "{} feature rows but {} labels", features.dim(0), labels.rank() ? labels.dim(0) : 0);
 
@@ -97,16 +100,40 @@ TrainResult train_classifier(const std::string& model_path, const Tensor& featur
   ANVIL_CHECK(!batch_dim.is_known() || batch_dim.value == options.batch, ErrorKind::kInvalidArgument,
               "{}: the model's input has a fixed batch of {}: train with --batch {} or export it with a dynamic "
               "batch axis", model_path, batch_dim.value, batch_dim.value);
+  ANVIL_CHECK(logits->dtype() == DType::kFloat32, ErrorKind::kInvalidArgument,
+              "{}: the output (the logits) must be float32, it is {}", model_path, logits->type.str());
+  const std::string head = logits->producer ? logits->producer->op_type : "";
+  ANVIL_CHECK(head != "Softmax" && head != "LogSoftmax" && head != "Sigmoid", ErrorKind::kInvalidArgument,
+              "{}: the output comes from {}: training needs the logits before it (the loss applies the softmax)",
+              model_path, head);
   ANVIL_CHECK(logits->type.has_shape() && logits->type.rank() == 2 && logits->type.dims()[1].is_known(),
               ErrorKind::kInvalidArgument, "{}: the output must be logits [N, C] with C known, it is {}", model_path,
               logits->type.str());
   const int64_t classes = logits->type.dims()[1].value;
   const Tensor targets = checked_labels(labels, classes);
 
-  // Parameters: the float32 initializers (constants named in the file).
+  // Parameters: the float32 initializers of more than one element that the
+  // logits depend on (an unused one is left alone).
+  const auto consumers = graph->consumers();
+  auto reaches_logits = [&](const ir::Value* start) {
+    std::vector<const ir::Value*> todo{start};
+    std::set<const ir::Value*> seen{start};
+    while (!todo.empty()) {
+      const ir::Value* v = todo.back();
+      todo.pop_back();
+      if (v == logits) return true;
+      auto it = consumers.find(v);
+      if (it == consumers.end()) continue;
+      for (const ir::Node* n : it->second)
+        for (const ir::Value* o : n->outputs)
+          if (o && seen.insert(o).second) todo.push_back(o);
+    }
+    return false;
+  };
   std::vector<std::string> params;
   for (const auto& v : graph->values())
-    if (v->is_constant() && v->dtype() == DType::kFloat32 && v->constant->numel() > 1) params.push_back(v->name);
+    if (v->is_constant() && v->dtype() == DType::kFloat32 && v->constant->numel() > 1 && reaches_logits(v.get()))
+      params.push_back(v->name);
   ANVIL_CHECK(!params.empty(), ErrorKind::kInvalidArgument, "{}: the model has no float32 weights to train",
               model_path);
 
@@ -120,7 +147,7 @@ TrainResult train_classifier(const std::string& model_path, const Tensor& featur
   opt.lr = options.lr;
   opt.momentum = options.momentum;
   opt.nesterov = options.nesterov;
-  opt.weight_decay = options.weight_decay;
+  opt.weight_decay = options.weight_decay >= 0 ? options.weight_decay : (options.optimizer == "adamw" ? 0.01f : 0.f);
   opt.clip_norm = options.clip_norm;
   SessionOptions session;
   session.num_threads = options.threads;
@@ -185,10 +212,17 @@ TrainResult train_classifier(const std::string& model_path, const Tensor& featur
 void save_trained_model(const std::string& model_path, const std::map<std::string, Tensor>& parameters,
                         const std::string& out_path) {
   const std::string bytes = onnx_io::model_with_initializers(model_path, parameters);
-  std::ofstream out(out_path, std::ios::binary);
-  ANVIL_CHECK(out.good(), ErrorKind::kInvalidArgument, "cannot write '{}'", out_path);
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-  ANVIL_CHECK(out.good(), ErrorKind::kInvalidArgument, "cannot write '{}'", out_path);
+  // Written beside it and renamed: a failed write never leaves a truncated model (even over the input).
+  const std::string tmp = out_path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary);
+    ANVIL_CHECK(out.good(), ErrorKind::kInvalidArgument, "cannot write '{}'", out_path);
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    ANVIL_CHECK(out.good(), ErrorKind::kInvalidArgument, "cannot write '{}'", out_path);
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, out_path, ec);
+  ANVIL_CHECK(!ec, ErrorKind::kInvalidArgument, "cannot write '{}': {}", out_path, ec.message());
 }
 
 }  // namespace anvil

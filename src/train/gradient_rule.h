@@ -31,6 +31,8 @@ class GradBuilder {
   std::vector<ir::Value*> op_n(const std::string& op_type, std::vector<ir::Value*> inputs, int outputs,
                                ir::Attributes attrs = {});
   ir::Value* ints(std::vector<int64_t> values);
+  // The value of a constant, or of a Constant node's output; nullptr otherwise.
+  static const Tensor* constant_of(const ir::Value* v);
   ir::Value* scalar(float value, DType dtype);
   // `g` (shaped like the forward value `shaped_as`, a broadcast result) summed
   // over the axes `like` was broadcast along, and shaped like `like`.
@@ -39,6 +41,8 @@ class GradBuilder {
   ir::Value* unbroadcast(ir::Value* g, const ir::Value* like) { return unbroadcast(g, like, y(0)); }
 
  private:
+  ir::Value* unbroadcast_at_run_time(ir::Value* g, const ir::Value* like, int rank_like, int rank);
+
   ir::Graph& graph_;
   const ir::Node& node_;
   std::vector<ir::Value*> output_grads_;

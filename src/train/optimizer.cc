@@ -34,6 +34,8 @@ Optimizer::Optimizer(const OptimizerOptions& options, const std::vector<Tensor>&
               "momentum must be in [0, 1), got {}", options.momentum);
   ANVIL_CHECK(!options.nesterov || options.momentum > 0, ErrorKind::kInvalidArgument,
               "Nesterov momentum needs momentum > 0");
+  ANVIL_CHECK(k == "sgd" || (options.momentum == 0 && !options.nesterov), ErrorKind::kInvalidArgument,
+              "momentum and Nesterov are SGD's options, not {}'s", k);
   ANVIL_CHECK(options.beta1 >= 0 && options.beta1 < 1 && options.beta2 >= 0 && options.beta2 < 1,
               ErrorKind::kInvalidArgument, "Adam's betas must be in [0, 1), got {} and {}", options.beta1,
               options.beta2);
@@ -42,6 +44,7 @@ Optimizer::Optimizer(const OptimizerOptions& options, const std::vector<Tensor>&
   for (size_t t = 0; t < params.size(); ++t) {
     ANVIL_CHECK(params[t].dtype() == DType::kFloat32, ErrorKind::kInvalidArgument,
                 "parameter {} is {}; the optimizers update float32", t, dtype_name(params[t].dtype()));
+    shapes_.push_back(params[t].shape());
     for (int64_t b = 0; b < params[t].numel(); b += kChunk) chunks_.push_back({t, b, std::min(params[t].numel(), b + kChunk)});
     const bool needs_first = k != "sgd" || options.momentum > 0;
     first_.push_back(needs_first ? Tensor(DType::kFloat32, params[t].shape()) : Tensor());
@@ -56,8 +59,10 @@ double Optimizer::step(std::vector<Tensor>& params, const std::vector<Tensor>& g
               "the optimizer was made for {} parameters, got {} and {} gradients", first_.size(), params.size(),
               grads.size());
   for (size_t t = 0; t < params.size(); ++t)
-    ANVIL_CHECK(params[t].shape() == first_[t].shape() || first_[t].empty(), ErrorKind::kInvalidArgument,
-                "parameter {} changed shape", t);
+    ANVIL_CHECK(params[t].dtype() == DType::kFloat32 && grads[t].dtype() == DType::kFloat32 &&
+                    params[t].shape() == shapes_[t] && grads[t].shape() == shapes_[t],
+                ErrorKind::kInvalidArgument, "parameter {} or its gradient is not float32 of shape {}", t,
+                shape_str(shapes_[t]));
   const int64_t chunks = static_cast<int64_t>(chunks_.size());
 
   double squares = 0;

@@ -54,6 +54,7 @@ class Optimizer {
   };
   OptimizerOptions options_;
   std::vector<Chunk> chunks_;
+  std::vector<Shape> shapes_;           // of the parameters, as given at construction
   std::vector<Tensor> first_, second_;  // momentum / Adam's moments, per parameter
   int64_t steps_ = 0;
 };

@@ -11,7 +11,7 @@ Trainer::Trainer(std::unique_ptr<ir::Graph> forward, const std::string& loss,
                  const SessionOptions& session, const std::vector<std::string>& extra_outputs)
     : grad_(build_gradient_graph(std::move(forward), loss, parameters, extra_outputs)),
       extra_count_(extra_outputs.size()) {
-  params_ = grad_.initial_values;  // owned here from now on
+  for (const Tensor& t : grad_.initial_values) params_.push_back(t.clone());  // trained here, in place
   optimizer_ = std::make_unique<Optimizer>(optimizer, params_);
   session_ = std::make_unique<Session>(Session::from_graph(std::move(grad_.graph), session));
 }
@@ -43,6 +43,10 @@ StepResult Trainer::step(const std::map<std::string, Tensor>& batch, float lr) {
               optimizer_->steps() + 1);
   result.extra_outputs.assign(out.begin() + 1, out.begin() + 1 + static_cast<std::ptrdiff_t>(extra_count_));
   std::vector<Tensor> grads(out.begin() + 1 + static_cast<std::ptrdiff_t>(extra_count_), out.end());
+  for (size_t k = 0; k < grads.size(); ++k)
+    ANVIL_CHECK(grads[k].dtype() == DType::kFloat32 && grads[k].shape() == params_[k].shape(), ErrorKind::kInternal,
+                "the gradient of '{}' has shape {}, the parameter {}", grad_.parameters[k],
+                shape_str(grads[k].shape()), shape_str(params_[k].shape()));
   result.grad_norm = optimizer_->step(params_, grads, lr);
   return result;
 }

@@ -146,6 +146,22 @@ TEST(Autodiff, UnaryOps) {
   }
 }
 
+// Dims shape inference leaves unknown: whether an operand was broadcast is
+// decided at run time (here y is [1, 4] against x [3, 4], both declared [?, 4]).
+TEST(Autodiff, BroadcastAlongUnknownDimsIsFoundAtRunTime) {
+  auto make = [] {
+    auto g = new_graph();
+    Value* x = g->add_input("x", DType::kFloat32, {-1, 4});
+    Value* y = g->add_input("y", DType::kFloat32, {-1, 4});
+    Value* w = g->add_constant("w", random_tensor({4}, 51));
+    Value* v = g->add_constant("v", random_tensor({4}, 52));
+    Value* sum = node(*g, "Add", {node(*g, "Mul", {x, w}), node(*g, "Mul", {y, v})});
+    weighted_sum_loss(*g, sum, {3, 4});
+    return g;
+  };
+  expect_gradients_match(make, {{"x", random_tensor({3, 4}, 53)}, {"y", random_tensor({1, 4}, 54)}}, {"w", "v"});
+}
+
 // Binary arithmetic with both operands trained and broadcast: [4] against [3, 1].
 TEST(Autodiff, BinaryOpsWithBroadcasting) {
   for (const char* op : {"Add", "Sub", "Mul", "Div"}) {

@@ -3,6 +3,9 @@
 // rules and the trained model written as ONNX.
 #include <unistd.h>
 
+#include <cstdio>
+#include <fstream>
+
 #include <fmt/format.h>
 
 #include "anvil/error.h"
@@ -19,7 +22,18 @@ struct TrainArgs {
   TrainOptions options;
 };
 
+// Fails now, not after hours of training, when the trained model could not be written.
+void check_writable(const std::string& path) {
+  const std::string probe = path + ".tmp";
+  {
+    std::ofstream out(probe, std::ios::binary);
+    if (!out) throw Error(ErrorKind::kInvalidArgument, "cannot write '" + path + "'");
+  }
+  std::remove(probe.c_str());
+}
+
 int train(const TrainArgs& a) {
+  if (!a.export_path.empty()) check_writable(a.export_path);
   const Tensor features = read_tensor_file(a.data);
   const Tensor labels = read_tensor_file(a.labels);
   const bool tty = isatty(STDERR_FILENO);
@@ -38,6 +52,9 @@ int train(const TrainArgs& a) {
     std::fflush(stdout);
   };
   TrainResult result = train_classifier(a.model, features, labels, a.options, on_batch, on_epoch);
+  int64_t weights = 0;
+  for (const auto& [name, t] : result.parameters) weights += t.numel();
+  fmt::print("trained {} weights in {} tensors\n", weights, result.parameters.size());
   if (result.stop_reason != "epochs")
     fmt::print("stopped after epoch {}: the {} target is reached\n", result.epochs.back().epoch, result.stop_reason);
   if (!a.export_path.empty()) {
@@ -61,7 +78,8 @@ Command add_train(CLI::App& app) {
   app.add_option("--lr", o.lr, "learning rate");
   app.add_option("--momentum", o.momentum, "SGD momentum");
   app.add_flag("--nesterov", o.nesterov, "SGD with Nesterov momentum");
-  app.add_option("--weight-decay", o.weight_decay, "L2 penalty (decoupled for adamw)");
+  app.add_option("--weight-decay", o.weight_decay, "L2 penalty, decoupled for adamw (default 0; 0.01 for adamw)")
+      ->check(CLI::Range(0.0, 1e6));
   app.add_option("--clip-norm", o.clip_norm, "clip the gradients' global L2 norm to this (0: off)");
   app.add_option("--schedule", o.schedule, "learning-rate schedule: constant, step or cosine");
   app.add_option("--seed", o.seed, "shuffling seed");

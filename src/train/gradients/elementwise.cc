@@ -8,12 +8,12 @@ namespace {
 DType dtype_of(const GradBuilder& b) { return b.x(0)->dtype(); }
 
 void add(GradBuilder& b) {
-  b.grad(0, b.unbroadcast(b.dy(), b.x(0)));
-  b.grad(1, b.unbroadcast(b.dy(), b.x(1)));
+  if (b.wants(0)) b.grad(0, b.unbroadcast(b.dy(), b.x(0)));
+  if (b.wants(1)) b.grad(1, b.unbroadcast(b.dy(), b.x(1)));
 }
 
 void sub(GradBuilder& b) {
-  b.grad(0, b.unbroadcast(b.dy(), b.x(0)));
+  if (b.wants(0)) b.grad(0, b.unbroadcast(b.dy(), b.x(0)));
   if (b.wants(1)) b.grad(1, b.unbroadcast(b.op("Neg", {b.dy()}), b.x(1)));
 }
 
@@ -65,12 +65,13 @@ void sqrt_(GradBuilder& b) {
 
 // x ^ p for a constant scalar p: dy * p * x^(p-1).
 void pow_(GradBuilder& b) {
-  const ir::Value* p = b.x(1);
-  ANVIL_CHECK(p->is_constant() && p->constant->numel() == 1 && !b.wants(1), ErrorKind::kUnsupported,
+  const Tensor* p = GradBuilder::constant_of(b.x(1));
+  ANVIL_CHECK(p && p->numel() == 1 && !b.wants(1), ErrorKind::kUnsupported,
               "{}: gradients of Pow need a constant scalar exponent", b.node().describe());
-  const double e = element_as_double(*p->constant, 0);
+  const double e = element_as_double(*p, 0);
   ir::Value* power = b.op("Pow", {b.x(0), b.scalar(static_cast<float>(e - 1), dtype_of(b))});
-  b.grad(0, b.op("Mul", {b.dy(), b.op("Mul", {power, b.scalar(static_cast<float>(e), dtype_of(b))})}));
+  ir::Value* g = b.op("Mul", {b.dy(), b.op("Mul", {power, b.scalar(static_cast<float>(e), dtype_of(b))})});
+  b.grad(0, b.unbroadcast(g, b.x(0)));
 }
 
 const RegisterGradient kRules[] = {

@@ -21,17 +21,19 @@ void transpose(GradBuilder& b) {
   b.grad(0, b.op("Transpose", {b.dy()}, a));
 }
 
-// The reduced axes, normalised (empty: all of them).
-std::vector<int64_t> reduced_axes(GradBuilder& b, bool axes_from_input) {
+// The reduced axes, normalised (empty: all of them). Sets `identity` when the
+// op reduced nothing (no axes and noop_with_empty_axes).
+std::vector<int64_t> reduced_axes(GradBuilder& b, bool axes_from_input, bool& identity) {
   std::vector<int64_t> axes;
   if (axes_from_input && b.x(1)) {
-    const ir::Value* v = b.x(1);
-    ANVIL_CHECK(v->is_constant(), ErrorKind::kUnsupported, "{}: gradients need constant reduction axes",
+    const Tensor* t = GradBuilder::constant_of(b.x(1));
+    ANVIL_CHECK(t, ErrorKind::kUnsupported, "{}: gradients need reduction axes known before the run (a constant)",
                 b.node().describe());
-    for (int64_t i = 0; i < v->constant->numel(); ++i) axes.push_back(v->constant->data<int64_t>()[i]);
+    for (int64_t i = 0; i < t->numel(); ++i) axes.push_back(t->data<int64_t>()[i]);
   } else if (!axes_from_input) {
     axes = b.node().attrs.get_ints("axes");
   }
+  identity = axes.empty() && axes_from_input && b.node().attrs.get_int("noop_with_empty_axes", 0) != 0;
   const int rank = b.x(0)->type.rank();
   if (axes.empty())
     for (int i = 0; i < rank; ++i) axes.push_back(i);
@@ -49,13 +51,19 @@ ir::Value* spread(GradBuilder& b, const std::vector<int64_t>& axes) {
 }
 
 void reduce_sum(GradBuilder& b) {
-  ANVIL_CHECK(b.node().attrs.get_int("noop_with_empty_axes", 0) == 0 || b.x(1), ErrorKind::kUnsupported,
-              "{}: no gradient for noop_with_empty_axes", b.node().describe());
-  b.grad(0, spread(b, reduced_axes(b, b.node().opset >= 13)));
+  bool identity = false;
+  const std::vector<int64_t> axes = reduced_axes(b, b.node().opset >= 13, identity);
+  b.grad(0, identity ? b.dy() : spread(b, axes));
 }
 
 void reduce_mean(GradBuilder& b) {
-  ir::Value* g = spread(b, reduced_axes(b, b.node().opset >= 18));
+  bool identity = false;
+  const std::vector<int64_t> axes = reduced_axes(b, b.node().opset >= 18, identity);
+  if (identity) {
+    b.grad(0, b.dy());
+    return;
+  }
+  ir::Value* g = spread(b, axes);
   ir::Attributes to_float;
   to_float.set("to", int64_t{1});
   ir::Value* count = b.op("Div", {b.op("Cast", {b.op("Size", {b.x(0)})}, to_float),
