@@ -162,6 +162,22 @@ TEST(Autodiff, BroadcastAlongUnknownDimsIsFoundAtRunTime) {
   expect_gradients_match(make, {{"x", random_tensor({3, 4}, 53)}, {"y", random_tensor({1, 4}, 54)}}, {"w", "v"});
 }
 
+TEST(Autodiff, ConcatAndSliceSendTheGradientBack) {
+  auto make = [] {
+    auto g = new_graph();
+    Value* x = g->add_input("x", DType::kFloat32, {2, 3});
+    Value* a = g->add_constant("a", random_tensor({2, 2}, 61));
+    Value* c = g->add_constant("c", random_tensor({2, 1}, 62));
+    Value* cat = node(*g, "Concat", {a, node(*g, "Tanh", {x}), c, a}, attrs({{"axis", int64_t{-1}}}));
+    // Columns 1 to 6 of the 8, then the last row: a Slice with a negative start.
+    Value* cols = node(*g, "Slice", {cat, ints(*g, {1}), ints(*g, {7}), ints(*g, {1})});
+    Value* row = node(*g, "Slice", {cols, ints(*g, {-1}), ints(*g, {100})});
+    weighted_sum_loss(*g, node(*g, "Sigmoid", {row}), {1, 6});
+    return g;
+  };
+  expect_gradients_match(make, {{"x", random_tensor({2, 3}, 63)}}, {"a", "c"});
+}
+
 // Binary arithmetic with both operands trained and broadcast: [4] against [3, 1].
 TEST(Autodiff, BinaryOpsWithBroadcasting) {
   for (const char* op : {"Add", "Sub", "Mul", "Div"}) {
