@@ -12,6 +12,7 @@
 #include "onnx/importer.h"
 #include "passes/pipeline.h"
 #include "runtime/constant_evaluator.h"
+#include "runtime/kernel_support.h"
 #include "runtime/type_propagation.h"
 
 namespace anvil {
@@ -48,12 +49,7 @@ void write_whole(const std::string& path, const std::string& bytes) {
 
 OptimizeResult optimize_model(const std::string& in, const std::string& out, int level) {
   ANVIL_CHECK(level >= 0 && level <= 3, ErrorKind::kInvalidArgument, "optimization level must be 0 to 3, got {}", level);
-  auto supported = [](const std::string& domain, const std::string& op, int opset) -> std::optional<onnx_io::OpProblem> {
-    auto problem = kernels::Registry::global().check_support(domain, op, opset);
-    if (!problem) return std::nullopt;
-    return onnx_io::OpProblem{problem->kind, problem->message};
-  };
-  std::unique_ptr<ir::Graph> graph = onnx_io::import_model_file(in, supported);
+  std::unique_ptr<ir::Graph> graph = onnx_io::import_model_file(in, runtime::kernel_support);
   OptimizeResult result;
   result.nodes_before = live_nodes(*graph);
   ir::infer_types(*graph);

@@ -18,6 +18,7 @@
 #include "passes/pipeline.h"
 #include "runtime/constant_evaluator.h"
 #include "runtime/executor.h"
+#include "runtime/kernel_support.h"
 #include "runtime/stream_pool.h"
 #include "runtime/type_propagation.h"
 
@@ -125,22 +126,12 @@ Session::Session(Session&&) noexcept = default;
 Session& Session::operator=(Session&&) noexcept = default;
 Session::~Session() = default;
 
-namespace {
-
-std::optional<onnx_io::OpProblem> kernel_support(const std::string& domain, const std::string& op, int opset) {
-  auto problem = kernels::Registry::global().check_support(domain, op, opset);
-  if (!problem) return std::nullopt;
-  return onnx_io::OpProblem{problem->kind, problem->message};
-}
-
-}  // namespace
-
 Session Session::from_file(const std::string& path, const SessionOptions& options) {
-  return from_graph(onnx_io::import_model_file(path, kernel_support), options);
+  return from_graph(onnx_io::import_model_file(path, runtime::kernel_support), options);
 }
 
 Session Session::from_bytes(const std::string& bytes, const SessionOptions& options) {
-  return from_graph(onnx_io::import_model_bytes(bytes, /*base_dir=*/"", kernel_support), options);
+  return from_graph(onnx_io::import_model_bytes(bytes, /*base_dir=*/"", runtime::kernel_support), options);
 }
 
 Session Session::from_graph(std::unique_ptr<ir::Graph> graph, const SessionOptions& options) {

@@ -13,23 +13,13 @@
 #include "anvil/train.h"
 #include "core/check.h"
 #include "ir/schema.h"
-#include "kernels/registry.h"
 #include "onnx/importer.h"
+#include "runtime/kernel_support.h"
 #include "train/trainer.h"
 
 namespace anvil {
 
 namespace {
-
-std::unique_ptr<ir::Graph> import_for_training(const std::string& path) {
-  auto supported = [](const std::string& domain, const std::string& op,
-                      int opset) -> std::optional<onnx_io::OpProblem> {
-    auto problem = kernels::Registry::global().check_support(domain, op, opset);
-    if (!problem) return std::nullopt;
-    return onnx_io::OpProblem{problem->kind, problem->message};
-  };
-  return onnx_io::import_model_file(path, supported);
-}
 
 // Labels as int64, each checked against the class count.
 Tensor checked_labels(const Tensor& labels, int64_t classes) {
@@ -80,7 +70,7 @@ TrainResult train_classifier(const std::string& model_path, const Tensor& featur
   ANVIL_CHECK(labels.rank() >= 1 && labels.dim(0) == features.dim(0), ErrorKind::kInvalidArgument,
               "{} feature rows but {} labels", features.dim(0), labels.rank() ? labels.dim(0) : 0);
 
-  std::unique_ptr<ir::Graph> graph = import_for_training(model_path);
+  std::unique_ptr<ir::Graph> graph = onnx_io::import_model_file(model_path, runtime::kernel_support);
   ir::infer_types(*graph);
   ANVIL_CHECK(graph->inputs().size() == 1 && graph->outputs().size() == 1, ErrorKind::kInvalidArgument,
               "{}: a classifier to train has one input and one output (the logits), this model has {} and {}",

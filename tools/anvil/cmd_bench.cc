@@ -156,17 +156,6 @@ int bench_async(const BenchArgs& a, Session& session, const std::map<std::string
   return 0;
 }
 
-int parse_streams(const std::string& text) {
-  if (text == "auto") return 0;
-  try {
-    size_t used = 0;
-    int n = std::stoi(text, &used);
-    if (used == text.size() && n >= 1) return n;
-  } catch (const std::exception&) {
-  }
-  throw Error(ErrorKind::kInvalidArgument, "--streams must be 'auto' or a positive count, got '" + text + "'");
-}
-
 int bench(const BenchArgs& a) {
   bool tty = isatty(STDERR_FILENO);
   SessionOptions opts;

@@ -45,17 +45,6 @@ std::pair<std::string, std::string> model_spec(const std::string& spec) {
   return {std::filesystem::path(spec).stem().string(), spec};
 }
 
-int parse_stream_count(const std::string& text) {
-  if (text == "auto") return 0;
-  try {
-    size_t used = 0;
-    const int n = std::stoi(text, &used);
-    if (used == text.size() && n >= 1) return n;
-  } catch (const std::exception&) {
-  }
-  throw Error(ErrorKind::kInvalidArgument, "--streams must be 'auto' or a positive count, got '" + text + "'");
-}
-
 int serve(const ServeArgs& a) {
   // Signals go to the watcher thread below only: block them before any thread starts.
   sigset_t stop_signals;
@@ -69,7 +58,7 @@ int serve(const ServeArgs& a) {
   options.num_threads = a.threads;
   options.optimization_level = a.opt_level;
   options.mode = ExecutionMode::kThroughput;
-  options.streams = parse_stream_count(a.streams);
+  options.streams = parse_streams(a.streams);
   serving::BatchingOptions batching;
   batching.max_batch = a.max_batch;
   batching.max_queue_delay = std::chrono::microseconds(a.max_queue_delay_us);

@@ -40,6 +40,8 @@ std::map<std::string, Tensor> random_inputs(const Session& session, std::map<std
 // data, read as the model's K-th input's kind: tensor, sequence or optional).
 std::map<std::string, Tensor> read_case_inputs(const Session& session, const std::string& dir);
 std::string format_bytes(size_t bytes);
+// --streams: "auto" (0) or a positive count; throws anvil::Error otherwise.
+int parse_streams(const std::string& text);
 // profile.cc: per-node and per-op tables, and a Chrome trace file.
 void print_profile(const std::vector<RunProfile>& runs);
 void write_chrome_trace(const std::vector<RunProfile>& runs, const std::string& path);

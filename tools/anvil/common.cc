@@ -159,4 +159,15 @@ size_t peak_rss_bytes() {
   return static_cast<size_t>(ru.ru_maxrss) * 1024;
 }
 
+int parse_streams(const std::string& text) {
+  if (text == "auto") return 0;
+  try {
+    size_t used = 0;
+    const int n = std::stoi(text, &used);
+    if (used == text.size() && n >= 1) return n;
+  } catch (const std::exception&) {
+  }
+  throw Error(ErrorKind::kInvalidArgument, "--streams must be 'auto' or a positive count, got '" + text + "'");
+}
+
 }  // namespace anvil::cli
