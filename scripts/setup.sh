@@ -23,6 +23,7 @@ debian_packages=(
   libjpeg62-turbo-dev libpng-dev libtiff-dev libwebp-dev libopenjp2-7-dev
   libonnx-testdata
   python3 python3-venv python3-pip python3-numpy python3-torch python3-torchvision python3-onnx
+  python3-sklearn libopenblas0-pthread
 )
 
 missing=()

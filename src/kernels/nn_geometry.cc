@@ -62,7 +62,8 @@ size_t spatial_rank(const PrepareContext& ctx, const Shape& x) {
 int64_t effective(const SpatialGeometry& g, size_t i) { return (g.kernel[i] - 1) * g.dilations[i] + 1; }
 
 // Strides, dilations, (for NOTSET) pads and the output sizes: the part all three ops share.
-SpatialGeometry common_geometry(const PrepareContext& ctx, size_t k, const std::vector<int64_t>& kernel) {
+SpatialGeometry common_geometry(const PrepareContext& ctx, size_t k, const std::vector<int64_t>& kernel,
+                                const Shape* out = nullptr) {
   SpatialGeometry g;
   g.kernel = kernel;
   check_positive(ctx, "kernel_shape", g.kernel);
@@ -76,7 +77,7 @@ SpatialGeometry common_geometry(const PrepareContext& ctx, size_t k, const std::
   g.pads_end.assign(pads.begin() + static_cast<std::ptrdiff_t>(k), pads.end());
   g.ceil_extra.assign(k, 0);
   g.output_padding.assign(k, 0);
-  const Shape& y = ctx.output_shape(0);
+  const Shape& y = out ? *out : ctx.output_shape(0);
   ANVIL_CHECK(y.size() == k + 2, ErrorKind::kInternal, "{}: the output has rank {} for {} spatial dimensions",
               ctx.node().describe(), y.size(), k);
   g.out.assign(y.begin() + 2, y.end());
@@ -93,7 +94,8 @@ void same_pads(SpatialGeometry& g, size_t i, int64_t in, AutoPad mode) {
 
 }  // namespace
 
-SpatialGeometry conv_geometry(const PrepareContext& ctx, const Shape& x, const std::vector<int64_t>& kernel) {
+SpatialGeometry conv_geometry(const PrepareContext& ctx, const Shape& x, const std::vector<int64_t>& kernel,
+                              const Shape* y) {
   const size_t k = spatial_rank(ctx, x);
   ANVIL_PREPARE_CHECK(ctx, kernel.size() == k, ErrorKind::kInvalidArgument,
                       "weights have {} spatial dimensions but the input {} has {}", kernel.size(), shape_str(x), k);
@@ -103,7 +105,7 @@ SpatialGeometry conv_geometry(const PrepareContext& ctx, const Shape& x, const s
                         "kernel_shape {} does not match the weights' spatial shape {}", shape_str(attr),
                         shape_str(kernel));
   }
-  SpatialGeometry g = common_geometry(ctx, k, kernel);
+  SpatialGeometry g = common_geometry(ctx, k, kernel, y);
   AutoPad mode = read_auto_pad(ctx);
   for (size_t i = 0; i < k; ++i) {
     const int64_t in = x[i + 2];

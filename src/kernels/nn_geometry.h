@@ -48,8 +48,10 @@ struct Geometry3 {
   int64_t taps() const { return k[0] * k[1] * k[2]; }
 };
 
-// x is [N, C, D1, ..., Dk]; `kernel` holds the k spatial kernel sizes (from W).
-SpatialGeometry conv_geometry(const PrepareContext& ctx, const Shape& x, const std::vector<int64_t>& kernel);
+// x is [N, C, D1, ..., Dk]; `kernel` holds the k spatial kernel sizes (from W);
+// `y` the convolution's output shape when it is not the node's output 0 (gradients).
+SpatialGeometry conv_geometry(const PrepareContext& ctx, const Shape& x, const std::vector<int64_t>& kernel,
+                              const Shape* y = nullptr);
 SpatialGeometry conv_transpose_geometry(const PrepareContext& ctx, const Shape& x,
                                         const std::vector<int64_t>& kernel);
 // Kernel from the kernel_shape attribute (required).

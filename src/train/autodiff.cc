@@ -21,17 +21,6 @@ std::map<std::string, GradientRule>& rules() {
   return table;
 }
 
-Tensor filled(DType dtype, const Shape& shape, double value) {
-  Tensor t(dtype, shape);
-  for (int64_t i = 0; i < t.numel(); ++i) {
-    if (dtype == DType::kFloat64)
-      t.data<double>()[i] = value;
-    else
-      t.data<float>()[i] = static_cast<float>(value);
-  }
-  return t;
-}
-
 }  // namespace
 
 RegisterGradient::RegisterGradient(const char* op_type, GradientRule rule) { rules()[op_type] = rule; }
@@ -70,6 +59,18 @@ ir::Value* GradBuilder::op(const std::string& op_type, std::vector<ir::Value*> i
   return op_n(op_type, std::move(inputs), 1, std::move(attrs))[0];
 }
 
+ir::Value* GradBuilder::anvil_op(const std::string& op_type, std::vector<ir::Value*> inputs, ir::Attributes attrs) {
+  return anvil_op_n(op_type, std::move(inputs), 1, std::move(attrs))[0];
+}
+
+std::vector<ir::Value*> GradBuilder::anvil_op_n(const std::string& op_type, std::vector<ir::Value*> inputs,
+                                                int outputs, ir::Attributes attrs) {
+  ir::Node* n = op_n(op_type, std::move(inputs), outputs, std::move(attrs))[0]->producer;
+  n->domain = "anvil";
+  n->opset = 1;
+  return n->outputs;
+}
+
 const Tensor* GradBuilder::constant_of(const ir::Value* v) {
   if (!v) return nullptr;
   if (v->is_constant()) return &*v->constant;
@@ -83,6 +84,23 @@ ir::Value* GradBuilder::ints(std::vector<int64_t> values) {
   Tensor t(DType::kInt64, {static_cast<int64_t>(values.size())});
   std::copy(values.begin(), values.end(), t.data<int64_t>());
   return graph_.add_constant(graph_.unique_name("grad_ints"), std::move(t));
+}
+
+Tensor filled(DType dtype, const Shape& shape, double value) {
+  ANVIL_CHECK(dtype == DType::kFloat32 || dtype == DType::kFloat64, ErrorKind::kInternal,
+              "filled() makes float32 or float64 tensors, not {}", dtype_name(dtype));
+  Tensor t(dtype, shape);
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    if (dtype == DType::kFloat64)
+      t.data<double>()[i] = value;
+    else
+      t.data<float>()[i] = static_cast<float>(value);
+  }
+  return t;
+}
+
+ir::Value* GradBuilder::constant(Tensor value) {
+  return graph_.add_constant(graph_.unique_name("grad_const"), std::move(value));
 }
 
 ir::Value* GradBuilder::scalar(float value, DType dtype) {

@@ -28,9 +28,14 @@ class GradBuilder {
 
   // A node of the default domain at opset 17 (the semantics every rule is written for).
   ir::Value* op(const std::string& op_type, std::vector<ir::Value*> inputs, ir::Attributes attrs = {});
+  // A node of Anvil's own domain (a fused gradient kernel).
+  ir::Value* anvil_op(const std::string& op_type, std::vector<ir::Value*> inputs, ir::Attributes attrs = {});
+  std::vector<ir::Value*> anvil_op_n(const std::string& op_type, std::vector<ir::Value*> inputs, int outputs,
+                                     ir::Attributes attrs = {});
   std::vector<ir::Value*> op_n(const std::string& op_type, std::vector<ir::Value*> inputs, int outputs,
                                ir::Attributes attrs = {});
   ir::Value* ints(std::vector<int64_t> values);
+  ir::Value* constant(Tensor value);
   // The value of a constant, or of a Constant node's output; nullptr otherwise.
   static const Tensor* constant_of(const ir::Value* v);
   ir::Value* scalar(float value, DType dtype);
@@ -51,6 +56,9 @@ class GradBuilder {
 };
 
 using GradientRule = void (*)(GradBuilder&);
+
+// A float32 or float64 tensor of `shape` holding `value` everywhere.
+Tensor filled(DType dtype, const Shape& shape, double value);
 
 // Registers `rule` for the default-domain op `op_type` (static objects in gradients/).
 struct RegisterGradient {

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "core/check.h"
+#include "train/update/update_kernels.h"
 
 namespace anvil::train {
 
@@ -54,6 +55,19 @@ Optimizer::Optimizer(const OptimizerOptions& options, const std::vector<Tensor>&
 
 Optimizer::~Optimizer() = default;
 
+// Runs `fn` over every chunk in parallel and sums what it returns, in chunk
+// order (a fixed order: the result does not depend on the thread count).
+template <typename Fn>
+double Optimizer::sum_over_chunks(Fn&& fn) const {
+  const int64_t n = static_cast<int64_t>(chunks_.size());
+  partial_.assign(chunks_.size(), 0.0);
+#pragma omp parallel for schedule(static)
+  for (int64_t c = 0; c < n; ++c) partial_[static_cast<size_t>(c)] = fn(chunks_[static_cast<size_t>(c)]);
+  double sum = 0;
+  for (double v : partial_) sum += v;
+  return sum;
+}
+
 double Optimizer::step(std::vector<Tensor>& params, const std::vector<Tensor>& grads, float lr) {
   ANVIL_CHECK(params.size() == first_.size() && grads.size() == first_.size(), ErrorKind::kInvalidArgument,
               "the optimizer was made for {} parameters, got {} and {} gradients", first_.size(), params.size(),
@@ -64,52 +78,42 @@ double Optimizer::step(std::vector<Tensor>& params, const std::vector<Tensor>& g
                 ErrorKind::kInvalidArgument, "parameter {} or its gradient is not float32 of shape {}", t,
                 shape_str(shapes_[t]));
   const int64_t chunks = static_cast<int64_t>(chunks_.size());
+  const UpdateKernels& k = update_kernels();
+  const OptimizerOptions& o = options_;
 
-  double squares = 0;
-#pragma omp parallel for reduction(+ : squares) schedule(static)
-  for (int64_t c = 0; c < chunks; ++c) {
-    const Chunk& ch = chunks_[static_cast<size_t>(c)];
-    const float* g = grads[ch.tensor].data<float>();
-    for (int64_t i = ch.begin; i < ch.end; ++i) squares += static_cast<double>(g[i]) * g[i];
+  // Clipping needs the norm before the update: one pass more. Otherwise the
+  // update pass sums the squares as it goes.
+  float clip = 1.f;
+  double norm = 0;
+  if (o.clip_norm > 0) {
+    norm = std::sqrt(sum_over_chunks([&](const Chunk& ch) {
+      return k.sum_squares(grads[ch.tensor].data<float>() + ch.begin, ch.end - ch.begin);
+    }));
+    if (norm > o.clip_norm) clip = static_cast<float>(o.clip_norm / (norm + 1e-6));
   }
-  const double norm = std::sqrt(squares);
-  const float clip = options_.clip_norm > 0 && norm > options_.clip_norm
-                         ? static_cast<float>(options_.clip_norm / (norm + 1e-6))
-                         : 1.f;
 
   ++steps_;
-  const OptimizerOptions& o = options_;
-  const bool sgd = o.kind == "sgd", decoupled = o.kind == "adamw";
-  const float bias1 = 1.f - std::pow(o.beta1, static_cast<float>(steps_));
-  const float bias2 = 1.f - std::pow(o.beta2, static_cast<float>(steps_));
-  const bool first_step = steps_ == 1;
-#pragma omp parallel for schedule(static)
-  for (int64_t c = 0; c < chunks; ++c) {
-    const Chunk& ch = chunks_[static_cast<size_t>(c)];
-    float* p = params[ch.tensor].data<float>();
-    const float* gr = grads[ch.tensor].data<float>();
-    float* m = first_[ch.tensor].empty() ? nullptr : first_[ch.tensor].data<float>();
-    float* v = second_[ch.tensor].empty() ? nullptr : second_[ch.tensor].data<float>();
-    for (int64_t i = ch.begin; i < ch.end; ++i) {
-      float g = gr[i] * clip;
-      if (sgd) {
-        g += o.weight_decay * p[i];
-        if (m) {
-          m[i] = first_step ? g : o.momentum * m[i] + g;  // PyTorch: the buffer starts as the first gradient
-          g = o.nesterov ? g + o.momentum * m[i] : m[i];
-        }
-        p[i] -= lr * g;
-        continue;
-      }
-      if (decoupled)
-        p[i] -= lr * o.weight_decay * p[i];
-      else
-        g += o.weight_decay * p[i];
-      m[i] = o.beta1 * m[i] + (1 - o.beta1) * g;
-      v[i] = o.beta2 * v[i] + (1 - o.beta2) * g * g;
-      p[i] -= lr * (m[i] / bias1) / (std::sqrt(v[i] / bias2) + o.eps);
-    }
+  double squares = 0;
+  if (o.kind == "sgd") {
+    const SgdStep st{lr, o.weight_decay, o.momentum, clip, o.nesterov, steps_ == 1};
+    squares = sum_over_chunks([&](const Chunk& ch) {
+      float* buf = first_[ch.tensor].empty() ? nullptr : first_[ch.tensor].data<float>() + ch.begin;
+      return k.sgd(params[ch.tensor].data<float>() + ch.begin, grads[ch.tensor].data<float>() + ch.begin, buf,
+                   ch.end - ch.begin, st);
+    });
+  } else {
+    const bool decoupled = o.kind == "adamw";
+    const float bias1 = 1.f - std::pow(o.beta1, static_cast<float>(steps_));
+    const float bias2 = 1.f - std::pow(o.beta2, static_cast<float>(steps_));
+    const AdamStep st{o.beta1, o.beta2, o.eps, lr / bias1, 1.f / std::sqrt(bias2),
+                      decoupled ? 0.f : o.weight_decay, decoupled ? lr * o.weight_decay : 0.f, clip};
+    squares = sum_over_chunks([&](const Chunk& ch) {
+      const size_t t = ch.tensor;
+      return k.adam(params[t].data<float>() + ch.begin, grads[t].data<float>() + ch.begin,
+                    first_[t].data<float>() + ch.begin, second_[t].data<float>() + ch.begin, ch.end - ch.begin, st);
+    });
   }
+  if (o.clip_norm <= 0) norm = std::sqrt(squares);
   return norm;
 }
 

@@ -52,8 +52,12 @@ class Optimizer {
     size_t tensor;
     int64_t begin, end;
   };
+  template <typename Fn>
+  double sum_over_chunks(Fn&& fn) const;
+
   OptimizerOptions options_;
   std::vector<Chunk> chunks_;
+  mutable std::vector<double> partial_;  // per chunk, summed in order
   std::vector<Shape> shapes_;           // of the parameters, as given at construction
   std::vector<Tensor> first_, second_;  // momentum / Adam's moments, per parameter
   int64_t steps_ = 0;

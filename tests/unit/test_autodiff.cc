@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <algorithm>
 #include <functional>
 #include <random>
 
@@ -246,13 +247,82 @@ TEST(Autodiff, BadRequestsAreRefused) {
   EXPECT_EQ(testing::error_kind_of([&] { train::build_gradient_graph(make(), "loss", {"x"}); }), ErrorKind::kInvalidArgument);
   EXPECT_EQ(testing::error_kind_of([&] { train::build_gradient_graph(make(), "loss", {"w", "w"}); }), ErrorKind::kInvalidArgument);
   EXPECT_EQ(testing::error_kind_of([&] { train::build_gradient_graph(make(), "loss", {"u"}); }), ErrorKind::kInvalidArgument);
+  auto without_rule = [] {
+    auto g = new_graph();
+    Value* w = g->add_constant("w", random_tensor({2, 3}, 43));
+    weighted_sum_loss(*g, node(*g, "Sin", {w}), {2, 3});
+    return g;
+  };
   try {
-    train::build_gradient_graph(make(), "loss", {"w"});
-    FAIL() << "Conv has no gradient rule yet";
+    train::build_gradient_graph(without_rule(), "loss", {"w"});
+    FAIL() << "Sin has no gradient rule";
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::kUnsupported);
-    EXPECT_NE(std::string(e.what()).find("no gradient for Conv"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("no gradient for Sin"), std::string::npos) << e.what();
   }
+}
+
+// Distinct values at least 0.05 apart, shuffled: a finite-difference step of
+// 0.01 never changes which element of a pooling window is the largest.
+Tensor spaced_tensor(Shape shape, uint32_t seed) {
+  Tensor t(DType::kFloat32, std::move(shape));
+  std::vector<float> v(static_cast<size_t>(t.numel()));
+  for (size_t i = 0; i < v.size(); ++i) v[i] = 0.05f * static_cast<float>(i) - 1.f;
+  std::shuffle(v.begin(), v.end(), std::mt19937(seed));
+  std::copy(v.begin(), v.end(), t.data<float>());
+  return t;
+}
+
+// Conv: grouped, strided, padded, with a bias; the gradient reaches its input
+// too (X is a parameter). Batch symbolic, as training models have it.
+TEST(Autodiff, ConvDataWeightsAndBias) {
+  for (int64_t group : {1, 2}) {
+    auto make = [group] {
+      auto g = new_graph();
+      Value* x = g->add_constant("X", random_tensor({2, 4, 7, 7}, 51));
+      Value* w = g->add_constant("W", random_tensor({6, 4 / group, 3, 3}, 52));
+      Value* b = g->add_constant("B", random_tensor({6}, 53));
+      Value* y = node(*g, "Conv", {x, w, b},
+                      attrs({{"strides", std::vector<int64_t>{2, 2}}, {"pads", std::vector<int64_t>{1, 1, 1, 1}},
+                             {"group", group}}));
+      weighted_sum_loss(*g, y, {2, 6, 4, 4});
+      return g;
+    };
+    SCOPED_TRACE("group " + std::to_string(group));
+    expect_gradients_match(make, {}, {"X", "W", "B"});
+  }
+}
+
+TEST(Autodiff, PoolingSendsTheGradientToTheWindows) {
+  const auto window = attrs({{"kernel_shape", std::vector<int64_t>{3, 3}}, {"strides", std::vector<int64_t>{2, 2}},
+                             {"pads", std::vector<int64_t>{1, 1, 1, 1}}});
+  for (const char* op : {"MaxPool", "AveragePool"}) {
+    auto make = [&] {
+      auto g = new_graph();
+      Value* p = g->add_constant("P", spaced_tensor({2, 3, 7, 7}, 54));
+      weighted_sum_loss(*g, node(*g, op, {p}, window), {2, 3, 4, 4});
+      return g;
+    };
+    SCOPED_TRACE(op);
+    expect_gradients_match(make, {}, {"P"});
+  }
+  auto include_pad = [] {
+    auto g = new_graph();
+    Value* p = g->add_constant("P", random_tensor({1, 2, 6, 6}, 55));
+    Value* y = node(*g, "AveragePool", {p},
+                    attrs({{"kernel_shape", std::vector<int64_t>{2, 2}}, {"strides", std::vector<int64_t>{2, 2}},
+                           {"pads", std::vector<int64_t>{1, 1, 1, 1}}, {"count_include_pad", int64_t{1}}}));
+    weighted_sum_loss(*g, y, {1, 2, 4, 4});
+    return g;
+  };
+  expect_gradients_match(include_pad, {}, {"P"});
+  auto global = [] {
+    auto g = new_graph();
+    weighted_sum_loss(*g, node(*g, "GlobalAveragePool", {g->add_constant("P", random_tensor({2, 3, 5, 5}, 56))}),
+                      {2, 3, 1, 1});
+    return g;
+  };
+  expect_gradients_match(global, {}, {"P"});
 }
 
 }  // namespace

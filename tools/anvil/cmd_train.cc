@@ -83,6 +83,7 @@ Command add_train(CLI::App& app) {
   app.add_option("--clip-norm", o.clip_norm, "clip the gradients' global L2 norm to this (0: off)");
   app.add_option("--schedule", o.schedule, "learning-rate schedule: constant, step or cosine");
   app.add_option("--seed", o.seed, "shuffling seed");
+  app.add_flag("--shuffle,!--no-shuffle", o.shuffle, "shuffle the samples each epoch (default: on)");
   app.add_flag("--drop-last", o.drop_last, "skip the last, partial batch of each epoch");
   app.add_option("--until-accuracy", o.until_accuracy, "stop after the epoch whose accuracy reaches this (0 to 1)")
       ->check(CLI::Range(0.0, 1.0));

@@ -1,4 +1,5 @@
-// Schemas of the ai.onnx.preview.training optimizers (Adagrad, Momentum,
+// Schemas of the training ops: anvil's gradient kernels, and the
+// ai.onnx.preview.training optimizers (Adagrad, Momentum,
 // Adam): after R and T come n tensors, their gradients and their states; the
 // outputs are the n updated tensors, then the updated states, in the types of
 // the inputs they replace.
@@ -23,6 +24,14 @@ InferFn optimizer_outputs(size_t states) {
   };
 }
 
+void infer_conv_grad_weight(InferContext& ctx) {
+  copy_type(ctx, 2, 0);
+  if (ctx.num_outputs() < 2) return;
+  const Type& w = ctx.input(2);
+  ctx.set_output(1, w.has_shape() && w.rank() >= 1 ? Type::tensor(w.dtype(), SymShape{w.dims()[0]})
+                                                   : Type::tensor(w.dtype()));
+}
+
 struct Registrations {
   Registrations() {
     auto& r = SchemaRegistry::global();
@@ -30,6 +39,13 @@ struct Registrations {
     r.add(OpSchema("Momentum", kTraining).required_attr("alpha").required_attr("beta").required_attr("mode")
               .required_attr("norm_coefficient").infer(optimizer_outputs(1)));
     r.add(OpSchema("Adam", kTraining).infer(optimizer_outputs(2)));
+    // Gradient kernels the autodiff emits (src/train/gradients/): each output
+    // is shaped like the incoming gradient, input 0.
+    r.add(OpSchema("ReluGrad", "anvil").inputs({kFloats | kHalfs}).infer(same_as_input(0)));
+    // The convolution gradients take the forward Conv's attributes; X and W
+    // give the output shapes (dX like X, dW like W, dB like W's first axis).
+    r.add(OpSchema("ConvGradInput", "anvil").inputs({kFloats}).infer(same_as_input(2)));
+    r.add(OpSchema("ConvGradWeight", "anvil").inputs({kFloats}).infer(infer_conv_grad_weight));
   }
 };
 const Registrations registrations;

@@ -5,6 +5,7 @@
 // from opset 13 (the others from opset 18); empty axes reduce everything unless
 // noop_with_empty_axes is set. Adding a reduction is one Reduction value, one
 // case in step() and finish(), and one registration line.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <type_traits>
@@ -138,6 +139,7 @@ class ReduceKernel : public Kernel {
       for (int64_t i = 0; i < ctx.out(0).numel(); ++i) y[i] = y[i] != 0;
       return;
     }
+    if (is_column_sum(ctx.in(0).dtype())) return column_sums(ctx.in(0).data<float>(), ctx.out(0).data<float>());
     dispatch_dtype(ctx.in(0).dtype(), [&](auto tag) {
       using T = typename decltype(tag)::type;
       if constexpr (std::is_arithmetic_v<T> && !std::is_same_v<T, bool>)
@@ -178,6 +180,32 @@ class ReduceKernel : public Kernel {
       r /= red_[d].size;
     }
     return off;
+  }
+
+  // A float sum or mean over the leading axes of rows kept whole (a bias's
+  // gradient: [N, C] -> [C]): whole rows added into a block of columns, so
+  // the loop runs along memory and vectorizes, instead of a strided walk per column.
+  bool is_column_sum(DType d) const {
+    return d == DType::kFloat32 && (r_ == Reduction::kSum || r_ == Reduction::kMean) && kept_.size() == 1 &&
+           kept_[0].stride == 1 && red_.size() == 1 && red_[0].stride == kept_[0].size && red_[0].size > 0;
+  }
+
+  void column_sums(const float* x, float* y) const {
+    constexpr int64_t kBlock = 256;
+    const int64_t cols = kept_[0].size, rows = red_[0].size;
+    const int64_t blocks = (cols + kBlock - 1) / kBlock;
+    const double scale = r_ == Reduction::kMean && rows > 0 ? 1.0 / static_cast<double>(rows) : 1.0;
+#pragma omp parallel for if (rows * cols > 32768)
+    for (int64_t b = 0; b < blocks; ++b) {
+      const int64_t c0 = b * kBlock, width = std::min(kBlock, cols - c0);
+      double acc[kBlock] = {};
+      for (int64_t r = 0; r < rows; ++r) {
+        const float* row = x + r * cols + c0;
+#pragma omp simd
+        for (int64_t j = 0; j < width; ++j) acc[j] += static_cast<double>(row[j]);
+      }
+      for (int64_t j = 0; j < width; ++j) y[c0 + j] = static_cast<float>(acc[j] * scale);
+    }
   }
 
   template <typename T>

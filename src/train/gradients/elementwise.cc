@@ -32,7 +32,9 @@ void div(GradBuilder& b) {
 void neg(GradBuilder& b) { b.grad(0, b.op("Neg", {b.dy()})); }
 void identity(GradBuilder& b) { b.grad(0, b.dy()); }
 
+// One fused kernel for float32 (anvil.ReluGrad); composed for other types.
 void relu(GradBuilder& b) {
+  if (dtype_of(b) == DType::kFloat32) return b.grad(0, b.anvil_op("ReluGrad", {b.dy(), b.y(0)}));
   ir::Value* positive = b.op("Greater", {b.x(0), b.scalar(0, dtype_of(b))});
   b.grad(0, b.op("Where", {positive, b.dy(), b.scalar(0, dtype_of(b))}));
 }
