@@ -337,10 +337,12 @@ std::unique_ptr<ir::Graph> import_model_file(const std::string& path, const OpSu
   }
 }
 
-std::string model_with_initializers(const std::string& path, const std::map<std::string, Tensor>& values) {
-  const std::string dir = std::filesystem::absolute(path).parent_path().string();
-  onnx::ModelProto model;
-  parse_model_file(path, model);
+namespace {
+
+// Replaces the initializers named in `values` (same dtype and shape) and
+// inlines external ones, so the bytes stand alone. `label` names the model in errors.
+std::string with_initializers(onnx::ModelProto& model, const std::map<std::string, Tensor>& values,
+                              const std::string& label, const std::string& dir) {
   validate_model(model);
   std::set<std::string> unplaced;
   for (const auto& v : values) unplaced.insert(v.first);
@@ -350,21 +352,37 @@ std::string model_with_initializers(const std::string& path, const std::map<std:
     if (it != values.end()) {
       const Shape dims(init.dims().begin(), init.dims().end());
       ANVIL_CHECK(init.data_type() == dtype_to_onnx(it->second.dtype()) && dims == it->second.shape(),
-                  ErrorKind::kInvalidArgument, "{}: initializer '{}' is {} of shape {}, the new value {} of {}", path,
+                  ErrorKind::kInvalidArgument, "{}: initializer '{}' is {} of shape {}, the new value {} of {}", label,
                   name, onnx_type_name(init.data_type()), shape_str(dims), dtype_name(it->second.dtype()),
                   shape_str(it->second.shape()));
       tensor_to_proto(it->second, name, &init);
       unplaced.erase(name);
     } else if (init.data_location() == onnx::TensorProto::EXTERNAL) {
+      ANVIL_CHECK(!dir.empty(), ErrorKind::kInvalidModel, "{}: external data needs a model file", label);
       tensor_to_proto(tensor_from_proto(init, dir), name, &init);
     }
   }
-  ANVIL_CHECK(unplaced.empty(), ErrorKind::kInvalidArgument, "{}: the model has no initializer named {}", path,
+  ANVIL_CHECK(unplaced.empty(), ErrorKind::kInvalidArgument, "{}: the model has no initializer named {}", label,
               fmt::join(unplaced, ", "));
   std::string bytes;
   ANVIL_CHECK(model.SerializeToString(&bytes), ErrorKind::kInvalidArgument,
               "the trained model does not fit a protobuf message (2 GiB)");
   return bytes;
+}
+
+}  // namespace
+
+std::string model_with_initializers(const std::string& path, const std::map<std::string, Tensor>& values) {
+  const std::string dir = std::filesystem::absolute(path).parent_path().string();
+  onnx::ModelProto model;
+  parse_model_file(path, model);
+  return with_initializers(model, values, path, dir);
+}
+
+std::string model_bytes_with_initializers(const std::string& bytes, const std::map<std::string, Tensor>& values) {
+  onnx::ModelProto model;
+  ANVIL_CHECK(model.ParseFromString(bytes), ErrorKind::kInvalidModel, "not an ONNX model (the bytes do not parse)");
+  return with_initializers(model, values, "the model", "");
 }
 
 std::vector<std::string> operators_of_model_file(const std::string& path) {

@@ -40,6 +40,8 @@ std::unique_ptr<ir::Graph> import_model_bytes(const std::string& bytes, const st
 // `values` replaced (a trained model). Initializers kept from external data
 // files are stored inline, so the result stands alone. Throws anvil::Error.
 std::string model_with_initializers(const std::string& path, const std::map<std::string, Tensor>& values);
+// Same for a model in memory (no external data).
+std::string model_bytes_with_initializers(const std::string& bytes, const std::map<std::string, Tensor>& values);
 
 // The distinct "domain.Op" names of a model file (anvil::model_operators).
 std::vector<std::string> operators_of_model_file(const std::string& path);

@@ -3,6 +3,7 @@
 #include <omp.h>
 
 #include <cmath>
+#include <cstring>
 
 #include "core/check.h"
 #include "train/update/update_kernels.h"
@@ -54,6 +55,23 @@ Optimizer::Optimizer(const OptimizerOptions& options, const std::vector<Tensor>&
 }
 
 Optimizer::~Optimizer() = default;
+
+void Optimizer::restore(int64_t steps, const std::vector<Tensor>& first, const std::vector<Tensor>& second) {
+  ANVIL_CHECK(steps >= 0 && first.size() == first_.size() && second.size() == second_.size(),
+              ErrorKind::kInvalidArgument, "the optimizer state is for {} parameters, this optimizer has {}",
+              first.size(), first_.size());
+  auto fits = [](const Tensor& mine, const Tensor& theirs) {
+    return mine.empty() ? theirs.empty() : theirs.dtype() == DType::kFloat32 && theirs.shape() == mine.shape();
+  };
+  for (size_t t = 0; t < first_.size(); ++t)
+    ANVIL_CHECK(fits(first_[t], first[t]) && fits(second_[t], second[t]), ErrorKind::kInvalidArgument,
+                "the optimizer state of parameter {} does not fit its shape {}", t, shape_str(shapes_[t]));
+  for (size_t t = 0; t < first_.size(); ++t) {
+    if (!first_[t].empty()) std::memcpy(first_[t].raw(), first[t].raw(), first_[t].nbytes());
+    if (!second_[t].empty()) std::memcpy(second_[t].raw(), second[t].raw(), second_[t].nbytes());
+  }
+  steps_ = steps;
+}
 
 // Runs `fn` over every chunk in parallel and sums what it returns, in chunk
 // order (a fixed order: the result does not depend on the thread count).

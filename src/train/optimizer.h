@@ -45,6 +45,13 @@ class Optimizer {
   // before clipping.
   double step(std::vector<Tensor>& params, const std::vector<Tensor>& grads, float lr);
   int64_t steps() const { return steps_; }
+  // What a checkpoint keeps: the step count and the moment buffers (SGD's
+  // momentum in `first`; an empty tensor where the optimizer keeps none).
+  const std::vector<Tensor>& first_moments() const { return first_; }
+  const std::vector<Tensor>& second_moments() const { return second_; }
+  // Puts a checkpoint's state back; throws anvil::Error (kInvalidArgument)
+  // when a buffer's shape or presence differs from this optimizer's.
+  void restore(int64_t steps, const std::vector<Tensor>& first, const std::vector<Tensor>& second);
   const OptimizerOptions& options() const { return options_; }
 
  private:

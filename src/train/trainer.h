@@ -36,7 +36,9 @@ class Trainer {
 
   const std::vector<std::string>& parameter_names() const { return grad_.parameters; }
   const std::vector<Tensor>& parameters() const { return params_; }
+  std::vector<Tensor>& mutable_parameters() { return params_; }  // updated in place by step()
   const Optimizer& optimizer() const { return *optimizer_; }
+  Optimizer& mutable_optimizer() { return *optimizer_; }
 
  private:
   GradientGraph grad_;

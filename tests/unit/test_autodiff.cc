@@ -11,6 +11,7 @@
 #include "anvil/session.h"
 #include "kernel_tester.h"
 #include "train/autodiff.h"
+#include "train/training_mode.h"
 
 namespace anvil {
 namespace {
@@ -62,8 +63,9 @@ using GraphMaker = std::function<std::unique_ptr<Graph>()>;
 
 // Compares every parameter's gradient with (L(p + e) - L(p - e)) / 2e at up to 12 elements.
 void expect_gradients_match(const GraphMaker& make, const std::map<std::string, Tensor>& inputs,
-                            const std::vector<std::string>& params, float tolerance = 2e-2f) {
-  auto grad = train::build_gradient_graph(make(), "loss", params);
+                            const std::vector<std::string>& params, float tolerance = 2e-2f,
+                            const std::vector<std::string>& extra_outputs = {}) {
+  auto grad = train::build_gradient_graph(make(), "loss", params, extra_outputs);
   SessionOptions options;
   options.optimization_level = 0;
   options.num_threads = 1;
@@ -71,10 +73,11 @@ void expect_gradients_match(const GraphMaker& make, const std::map<std::string, 
   std::map<std::string, Tensor> feed = inputs;
   for (size_t k = 0; k < params.size(); ++k) feed[params[k]] = grad.initial_values[k].clone();
   std::vector<Tensor> out = s.run(feed);
-  ASSERT_EQ(out.size(), 1 + params.size());
+  const size_t first_grad = 1 + extra_outputs.size();
+  ASSERT_EQ(out.size(), first_grad + params.size());
   auto loss_at = [&](const std::map<std::string, Tensor>& f) { return static_cast<double>(s.run(f)[0].data<float>()[0]); };
   for (size_t k = 0; k < params.size(); ++k) {
-    const Tensor& analytic = out[1 + k];
+    const Tensor& analytic = out[first_grad + k];
     ASSERT_EQ(analytic.shape(), grad.initial_values[k].shape()) << params[k];
     const int64_t n = analytic.numel();
     for (int64_t i = 0; i < n; i += std::max<int64_t>(1, n / 12)) {
@@ -119,7 +122,8 @@ TEST(Autodiff, MlpWithSoftmaxCrossEntropy) {
 // Each unary op directly under the loss: loss = sum(f(x * a + c) * R), with a
 // of shape [4] and c of shape [3, 1] broadcast against x [3, 4].
 TEST(Autodiff, UnaryOps) {
-  for (const char* op : {"Tanh", "Sigmoid", "Relu", "LeakyRelu", "Exp", "Log", "Sqrt", "Neg", "Pow", "Identity"}) {
+  for (const char* op :
+       {"Tanh", "Sigmoid", "Relu", "LeakyRelu", "Exp", "Log", "Sqrt", "Neg", "Pow", "Identity", "Erf", "Abs"}) {
     SCOPED_TRACE(op);
     auto make = [op] {
       auto g = new_graph();
@@ -128,7 +132,8 @@ TEST(Autodiff, UnaryOps) {
       Value* c = g->add_constant("c", random_tensor({3, 1}, 12, 1.5f, 2.5f));
       Value* z = node(*g, "Add", {node(*g, "Mul", {x, a}), c});  // in [0.5, 3.5]: Log and Sqrt are defined
       const std::string name = op;
-      std::vector<Value*> in = {name == "Relu" || name == "LeakyRelu" ? node(*g, "Sub", {z, g->add_constant("two", [] {
+      const bool signed_input = name == "Relu" || name == "LeakyRelu" || name == "Erf" || name == "Abs";
+      std::vector<Value*> in = {signed_input ? node(*g, "Sub", {z, g->add_constant("two", [] {
         Tensor t(DType::kFloat32, {});
         t.data<float>()[0] = 2.f;
         return t;
@@ -323,6 +328,75 @@ TEST(Autodiff, PoolingSendsTheGradientToTheWindows) {
     return g;
   };
   expect_gradients_match(global, {}, {"P"});
+}
+
+// BatchNormalization in training mode: normalized with the batch's statistics,
+// whose gradients flow through the mean and variance too; the batch mean and
+// unbiased variance come out for the running statistics.
+TEST(Autodiff, BatchNormalizationTrainsOnTheBatchStatistics) {
+  std::vector<std::string> stats;
+  auto make = [&stats] {
+    auto g = new_graph();
+    Value* p = g->add_constant("P", random_tensor({4, 3, 5, 5}, 61, -2.f, 3.f));
+    Value* bn = node(*g, "BatchNormalization",
+                     {p, g->add_constant("scale", random_tensor({3}, 62, 0.5f, 1.5f)),
+                      g->add_constant("bias", random_tensor({3}, 63)), g->add_constant("mean", random_tensor({3}, 64)),
+                      g->add_constant("var", random_tensor({3}, 65, 0.5f, 1.f))},
+                     attrs({{"epsilon", 1e-5f}}));
+    weighted_sum_loss(*g, bn, {4, 3, 5, 5});
+    train::TrainingMode mode = train::to_training_mode(*g, 0);
+    EXPECT_EQ(mode.batch_norms.size(), 1u);
+    stats = {mode.batch_norms[0].batch_mean, mode.batch_norms[0].batch_var};
+    return g;
+  };
+  make();
+  expect_gradients_match(make, {}, {"P", "scale", "bias"}, 2e-2f, stats);
+
+  // The statistics, against numpy-style sums over N, H, W of P.
+  auto grad = train::build_gradient_graph(make(), "loss", {"scale"}, stats);
+  Session s = Session::from_graph(std::move(grad.graph));
+  std::vector<Tensor> out = s.run({{"scale", grad.initial_values[0]}});
+  const Tensor p = random_tensor({4, 3, 5, 5}, 61, -2.f, 3.f);
+  for (int c = 0; c < 3; ++c) {
+    double sum = 0, squares = 0;
+    for (int n = 0; n < 4; ++n)
+      for (int i = 0; i < 25; ++i) sum += p.data<float>()[(n * 3 + c) * 25 + i];
+    const double mean = sum / 100;
+    for (int n = 0; n < 4; ++n)
+      for (int i = 0; i < 25; ++i) squares += std::pow(p.data<float>()[(n * 3 + c) * 25 + i] - mean, 2);
+    EXPECT_NEAR(out[1].data<float>()[c], mean, 1e-5);
+    EXPECT_NEAR(out[2].data<float>()[c], squares / 99, 1e-4);
+  }
+}
+
+// Dropout in training mode: dP = R * mask / (1 - ratio), the mask this run drew
+// (finite differences cannot check it: each run draws a new mask).
+TEST(Autodiff, DropoutScalesTheKeptGradients) {
+  auto g = new_graph();
+  Value* p = g->add_constant("P", random_tensor({6, 50}, 71));
+  Tensor ratio(DType::kFloat32, {});
+  *ratio.data<float>() = 0.25f;
+  Value* d = node(*g, "Dropout", {p, g->add_constant("ratio", ratio)});
+  d->producer->opset = 13;
+  weighted_sum_loss(*g, d, {6, 50});
+  train::TrainingMode mode = train::to_training_mode(*g, 7);
+  EXPECT_EQ(mode.dropouts, 1);
+  std::string mask;
+  for (const auto& n : g->nodes())
+    if (n->op_type == "Dropout" && n->output(1)) mask = n->output(1)->name;
+  ASSERT_FALSE(mask.empty());
+  auto grad = train::build_gradient_graph(std::move(g), "loss", {"P"}, {mask});
+  Session s = Session::from_graph(std::move(grad.graph));
+  std::vector<Tensor> out = s.run({{"P", grad.initial_values[0]}});
+  const Tensor r = random_tensor({6, 50}, 99);
+  int64_t kept = 0;
+  for (int64_t i = 0; i < 300; ++i) {
+    const bool keep = out[1].data<bool>()[i];
+    kept += keep;
+    EXPECT_NEAR(out[2].data<float>()[i], keep ? r.data<float>()[i] / 0.75f : 0.f, 1e-6) << i;
+  }
+  EXPECT_GT(kept, 180);  // about 225 of 300 kept
+  EXPECT_LT(kept, 270);
 }
 
 }  // namespace

@@ -1,8 +1,10 @@
-// anvil train: train an ONNX classifier's weights on .npy features and labels
-// (softmax cross-entropy), with a progress line, per-epoch reports, stopping
-// rules and the trained model written as ONNX.
+// anvil train: train an ONNX model's weights, or a network from a JSON spec,
+// on .npy or CSV data (softmax cross-entropy, binary cross-entropy or MSE),
+// with a progress line, per-epoch reports, stopping rules, checkpoints and
+// the trained model written as ONNX.
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 
@@ -19,8 +21,11 @@ namespace {
 
 struct TrainArgs {
   std::string model, data, labels, export_path;
+  int label_column = -1;
   TrainOptions options;
 };
+
+bool is_csv(const std::string& path) { return path.size() >= 4 && path.compare(path.size() - 4, 4, ".csv") == 0; }
 
 // Fails now, not after hours of training, when the trained model could not be written.
 void check_writable(const std::string& path) {
@@ -34,31 +39,38 @@ void check_writable(const std::string& path) {
 
 int train(const TrainArgs& a) {
   if (!a.export_path.empty()) check_writable(a.export_path);
-  const Tensor features = read_tensor_file(a.data);
-  const Tensor labels = read_tensor_file(a.labels);
+  if (is_csv(a.data) && !a.labels.empty())
+    throw Error(ErrorKind::kInvalidArgument, "a CSV file holds its labels (--label-column): drop --labels");
+  if (!is_csv(a.data) && a.labels.empty())
+    throw Error(ErrorKind::kInvalidArgument, "--labels is required with .npy data");
+  auto [features, labels] = is_csv(a.data) ? read_csv_data(a.data, a.label_column)
+                                           : std::pair{read_tensor_file(a.data), read_tensor_file(a.labels)};
   const bool tty = isatty(STDERR_FILENO);
-  fmt::print("training {} on {} samples: {} epochs, batch {}, {} (lr {})\n", a.model,
+  fmt::print("training {} on {} samples: {} epochs, batch {}, {} (lr {}), loss {}\n", a.model,
              features.rank() ? features.dim(0) : 0, a.options.epochs, a.options.batch, a.options.optimizer,
-             a.options.lr);
+             a.options.lr, a.options.loss);
+  auto accuracy = [](double v) { return std::isnan(v) ? std::string() : fmt::format("  accuracy {:.2f}%", 100 * v); };
   auto on_batch = [&](const TrainProgress& p) {
     if (tty && (p.batch % 10 == 0 || p.batch == p.batches))
-      fmt::print(stderr, "\repoch {} [{:<30}] {}/{}  loss {:.4f}   ", p.epoch,
-                 std::string(static_cast<size_t>(30 * p.batch / p.batches), '#'), p.batch, p.batches, p.loss);
+      fmt::print(stderr, "\repoch {} [{:<30}] {}/{}  loss {:.4f}{}  {:.0f} samples/s   ", p.epoch,
+                 std::string(static_cast<size_t>(30 * p.batch / p.batches), '#'), p.batch, p.batches, p.loss,
+                 accuracy(p.accuracy), p.samples_per_s);
   };
   auto on_epoch = [&](const EpochReport& r) {
-    if (tty) fmt::print(stderr, "\r{:80}\r", "");
-    fmt::print("epoch {:>3}  loss {:.4f}  accuracy {:.2f}%  {:.0f} samples/s\n", r.epoch, r.loss, 100 * r.accuracy,
-               r.samples_per_s);
+    if (tty) fmt::print(stderr, "\r{:110}\r", "");
+    fmt::print("epoch {:>3}  loss {:.4f}{}  {:.0f} samples/s\n", r.epoch, r.loss, accuracy(r.accuracy), r.samples_per_s);
     std::fflush(stdout);
   };
   TrainResult result = train_classifier(a.model, features, labels, a.options, on_batch, on_epoch);
+  if (result.resumed_from) fmt::print("resumed after epoch {} from {}\n", result.resumed_from, a.options.checkpoint_dir);
   int64_t weights = 0;
   for (const auto& [name, t] : result.parameters) weights += t.numel();
   fmt::print("trained {} weights in {} tensors\n", weights, result.parameters.size());
   if (result.stop_reason != "epochs")
     fmt::print("stopped after epoch {}: the {} target is reached\n", result.epochs.back().epoch, result.stop_reason);
+  if (!a.options.checkpoint_dir.empty()) fmt::print("checkpoints in {}\n", a.options.checkpoint_dir);
   if (!a.export_path.empty()) {
-    save_trained_model(a.model, result.parameters, a.export_path);
+    write_model_file(result.trained_model, a.export_path);
     fmt::print("trained model written to {}\n", a.export_path);
   }
   return 0;
@@ -69,9 +81,15 @@ int train(const TrainArgs& a) {
 Command add_train(CLI::App& app) {
   auto a = std::make_shared<TrainArgs>();
   TrainOptions& o = a->options;
-  app.add_option("--model", a->model, "ONNX classifier: one input, one output (logits [N, C])")->required();
-  app.add_option("--data", a->data, "features, .npy [S, ...] float32 or uint8 (scaled to [0, 1])")->required();
-  app.add_option("--labels", a->labels, "labels, .npy [S] int64 or int32 in [0, C)")->required();
+  app.add_option("--model", a->model,
+                 "ONNX model (one input, one output), or a JSON spec of layers (.json, docs/training.md)")
+      ->required();
+  app.add_option("--data", a->data,
+                 "features: .npy [S, ...] float32 or uint8 (scaled to [0, 1]), or a CSV file with a label column")
+      ->required();
+  app.add_option("--labels", a->labels, ".npy labels: [S] int64/int32 classes, or float32 targets (bce, mse)");
+  app.add_option("--label-column", a->label_column, "CSV: the label's column (negative: from the end)");
+  app.add_option("--loss", o.loss, "cross_entropy, bce (binary, with logits) or mse");
   app.add_option("--epochs", o.epochs, "passes over the data")->check(CLI::Range(1, 1000000));
   app.add_option("-b,--batch", o.batch, "samples per step")->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
   app.add_option("--optimizer", o.optimizer, "sgd, adam or adamw");
@@ -82,7 +100,7 @@ Command add_train(CLI::App& app) {
       ->check(CLI::Range(0.0, 1e6));
   app.add_option("--clip-norm", o.clip_norm, "clip the gradients' global L2 norm to this (0: off)");
   app.add_option("--schedule", o.schedule, "learning-rate schedule: constant, step or cosine");
-  app.add_option("--seed", o.seed, "shuffling seed");
+  app.add_option("--seed", o.seed, "seed of the shuffling, dropout masks and a JSON spec's initial weights");
   app.add_flag("--shuffle,!--no-shuffle", o.shuffle, "shuffle the samples each epoch (default: on)");
   app.add_flag("--drop-last", o.drop_last, "skip the last, partial batch of each epoch");
   app.add_option("--until-accuracy", o.until_accuracy, "stop after the epoch whose accuracy reaches this (0 to 1)")
@@ -90,6 +108,14 @@ Command add_train(CLI::App& app) {
   app.add_option("--until-loss", o.until_loss, "stop after the epoch whose mean loss falls to this")
       ->check(CLI::Range(0.0, 1e30));
   app.add_option("-t,--threads", o.threads, "threads (0: all cores)")->check(CLI::Range(0, 4096));
+  app.add_option("--workers", o.workers, "data-loader workers (0: batches made between steps)")
+      ->check(CLI::Range(0, 256));
+  app.add_flag("--worker-processes", o.worker_processes, "fork()ed loader workers instead of threads");
+  app.add_option("--prefetch", o.prefetch, "batches made ahead per worker")->check(CLI::Range(1, 1024));
+  app.add_option("--checkpoint", o.checkpoint_dir, "write a checkpoint to this directory after every epoch");
+  app.add_flag("--resume", o.resume, "continue from the latest checkpoint in --checkpoint");
+  app.add_flag("--deterministic", o.deterministic,
+               "bit-identical weights across reruns with the same --seed and --threads");
   app.add_option("--export", a->export_path, "write the trained model to this ONNX file");
   return [a] { return train(*a); };
 }
