@@ -32,7 +32,8 @@ class GraphWriter {
   ir::Graph& graph() { return g_; }
 
   ir::Value* op(const std::string& type, std::vector<ir::Value*> in, ir::Attributes attrs = {}) {
-    ir::Node* n = g_.add_node(type, std::move(in), 1, g_.unique_name(type));
+    // Node names are not values' names: unique_name() does not see them.
+    ir::Node* n = g_.add_node(type, std::move(in), 1, type + "_" + std::to_string(nodes_++));
     n->opset = kOpset;
     n->attrs = std::move(attrs);
     return n->outputs[0];
@@ -53,6 +54,7 @@ class GraphWriter {
  private:
   ir::Graph g_;
   std::mt19937_64 rng_;
+  int nodes_ = 0;
 };
 
 ir::Attributes ints_attrs(std::initializer_list<std::pair<const char*, std::vector<int64_t>>> list) {
