@@ -61,7 +61,7 @@ FUZZ_SECONDS ?= 600
 fuzz: setup
 	cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ \
 	  -DANVIL_FUZZ=ON -DBUILD_TESTING=OFF
-	cmake --build build-fuzz -j $(JOBS) --target fuzz_model_loader fuzz_tensor_reader fuzz_kserve_request
+	cmake --build build-fuzz -j $(JOBS) --target fuzz_model_loader fuzz_tensor_reader fuzz_kserve_request fuzz_train_inputs
 	ANVIL_PYTHON=$(abspath $(VENV))/bin/python bash scripts/fuzz.sh build-fuzz $(FUZZ_SECONDS)
 
 clean:

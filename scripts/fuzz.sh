@@ -13,7 +13,15 @@ seconds="${2:?usage: fuzz.sh BUILD_DIR SECONDS}"
 testdata=/usr/share/libonnx-testdata/data
 corpus="$build/fuzz-corpus"
 findings="$build/fuzz-findings"
-mkdir -p "$corpus/models" "$corpus/tensors" "$corpus/requests" "$findings"
+mkdir -p "$corpus/models" "$corpus/tensors" "$corpus/requests" "$corpus/train" "$findings"
+
+# anvil train's inputs: JSON model specs (first byte even) and CSV files (odd).
+if [ -z "$(ls -A "$corpus/train")" ]; then
+  printf '\0{"input": [1, 8, 8], "layers": [{"type": "conv2d", "out": 4, "kernel": 3, "padding": 1}, {"type": "batch_norm"}, {"type": "relu"}, {"type": "max_pool2d", "kernel": 2}, {"type": "flatten"}, {"type": "dropout", "p": 0.1}, {"type": "linear", "out": 10}]}' > "$corpus/train/seed_spec_cnn"
+  printf '\2{"input": [16], "layers": [{"type": "linear", "out": 8, "bias": false}, {"type": "gelu"}, {"type": "batch_norm"}, {"type": "leaky_relu", "alpha": 0.2}, {"type": "linear", "out": 2}]}' > "$corpus/train/seed_spec_mlp"
+  printf '\3label,a,b\n1,0.5,-2\n0,1e3,+4\n\n2,-0.25,7\r\n' > "$corpus/train/seed_csv_header"
+  printf '\5\xef\xbb\xbf1.5,2,3\n4,5,0\n' > "$corpus/train/seed_csv_bom"
+fi
 
 # KServe v2 requests: JSON tensors of each datatype, nested data, the binary
 # extension (the target reads the JSON header's length from the first two bytes).
@@ -135,7 +143,7 @@ fi
 export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:allocator_may_return_null=1}"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
 status=0
-for target in model_loader:models tensor_reader:tensors kserve_request:requests; do
+for target in model_loader:models tensor_reader:tensors kserve_request:requests train_inputs:train; do
   name="${target%%:*}"
   dir="$corpus/${target##*:}"
   log="$build/fuzz-$name.log"

@@ -81,6 +81,9 @@ std::shared_ptr<TensorDataset> npy_dataset(const std::string& features_path, con
 // Blank lines are skipped. The file is untrusted: any malformed content is an
 // Error(kInvalidArgument) naming file:line.
 std::shared_ptr<TensorDataset> csv_dataset(const std::string& path, int label_column = -1);
+// The same for a file's contents; `path` names it in messages.
+std::shared_ptr<TensorDataset> csv_dataset_from_text(const std::string& text, const std::string& path,
+                                                     int label_column = -1);
 
 // kThreads: K threads share the dataset. kProcesses: K fork()ed children, each
 // with a copy-on-write copy of the dataset as it was at start_epoch(), that

@@ -212,7 +212,11 @@ void add_row(CsvTable& t, const std::vector<std::string_view>& cells, const std:
 }  // namespace
 
 std::shared_ptr<TensorDataset> csv_dataset(const std::string& path, int label_column) {
-  const std::string text = read_text_file(path);
+  return csv_dataset_from_text(read_text_file(path), path, label_column);
+}
+
+std::shared_ptr<TensorDataset> csv_dataset_from_text(const std::string& text, const std::string& path,
+                                                     int label_column) {
   std::string_view all(text);
   if (all.substr(0, 3) == "\xEF\xBB\xBF") all.remove_prefix(3);  // a UTF-8 byte order mark
   CsvTable t;

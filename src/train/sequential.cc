@@ -9,6 +9,7 @@
 
 #include "anvil/nn.h"
 #include "core/check.h"
+#include "core/checked.h"
 #include "ir/graph.h"
 #include "onnx/exporter.h"
 
@@ -18,8 +19,16 @@ namespace {
 
 constexpr int kOpset = 17;
 
+constexpr int64_t kMaxSize = int64_t{1} << 31;  // any one size of a spec: no arithmetic on it overflows
+
 int64_t pooled(int64_t in, int64_t kernel, int64_t stride, int64_t padding) {
   return (in + 2 * padding - kernel) / stride + 1;
+}
+
+void check_sizes(size_t layer, const char* type, std::initializer_list<int64_t> sizes) {
+  for (int64_t v : sizes)
+    ANVIL_CHECK(v <= kMaxSize, ErrorKind::kInvalidArgument, "layer {} ({}): {} is too large (at most 2^31)", layer,
+                type, v);
 }
 
 // Writes the layers into a graph, with PyTorch's default initialisation:
@@ -150,6 +159,8 @@ Sequential& Sequential::linear(int64_t out_features, bool bias) {
   Layer l = check("linear", 1, "a flat input [N, F] (add a flatten before it)");
   ANVIL_CHECK(out_features > 0, ErrorKind::kInvalidArgument, "layer {} (linear): out must be > 0, got {}",
               layers_.size(), out_features);
+  check_sizes(layers_.size(), "linear", {out_features});
+  checked_mul(out_features, shape_[0], "the linear layer's weights");
   l.out = out_features;
   l.bias = bias;
   return add(l, {out_features});
@@ -159,6 +170,9 @@ Sequential& Sequential::conv2d(int64_t out_channels, int64_t kernel, int64_t str
   Layer l = check("conv2d", 3, "an image input [N, C, H, W]");
   ANVIL_CHECK(out_channels > 0 && kernel > 0 && stride > 0 && padding >= 0, ErrorKind::kInvalidArgument,
               "layer {} (conv2d): out, kernel and stride must be > 0 and padding >= 0", layers_.size());
+  check_sizes(layers_.size(), "conv2d", {out_channels, kernel, stride, padding});
+  checked_mul(checked_mul(out_channels, shape_[0], "the convolution's weights"), kernel * kernel,
+              "the convolution's weights");
   l.out = out_channels, l.kernel = kernel, l.stride = stride, l.padding = padding, l.bias = bias;
   return add(l, {out_channels, pooled(shape_[1], kernel, stride, padding), pooled(shape_[2], kernel, stride, padding)});
 }
@@ -179,6 +193,7 @@ Sequential& Sequential::max_pool2d(int64_t kernel, int64_t stride, int64_t paddi
   if (stride == 0) stride = kernel;
   ANVIL_CHECK(kernel > 0 && stride > 0 && padding >= 0 && padding < kernel, ErrorKind::kInvalidArgument,
               "layer {} (max_pool2d): kernel and stride must be > 0, padding in [0, kernel)", layers_.size());
+  check_sizes(layers_.size(), "pooling", {kernel, stride, padding});
   l.kernel = kernel, l.stride = stride, l.padding = padding;
   return add(l, {shape_[0], pooled(shape_[1], kernel, stride, padding), pooled(shape_[2], kernel, stride, padding)});
 }
@@ -197,7 +212,7 @@ Sequential& Sequential::global_avg_pool() {
 Sequential& Sequential::flatten() {
   Layer l = check("flatten", 0, "");
   int64_t n = 1;
-  for (int64_t d : shape_) n *= d;
+  for (int64_t d : shape_) n = checked_mul(n, d, "the flattened size");
   return add(l, {n});
 }
 
