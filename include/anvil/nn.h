@@ -31,7 +31,7 @@ class Sequential {
                      bool bias = true);                         // on [N, C, H, W]
   Sequential& batch_norm(float momentum = 0.1f, float eps = 1e-5f);  // 1-D on [N, F], 2-D on [N, C, H, W]
   Sequential& max_pool2d(int64_t kernel, int64_t stride = 0, int64_t padding = 0);  // stride 0: the kernel
-  Sequential& avg_pool2d(int64_t kernel, int64_t stride = 0, int64_t padding = 0);
+  Sequential& avg_pool2d(int64_t kernel, int64_t stride = 0, int64_t padding = 0);  // padding counts, as in PyTorch
   Sequential& global_avg_pool();  // [N, C, H, W] -> [N, C, 1, 1]
   Sequential& flatten();          // [N, ...] -> [N, F]
   Sequential& relu();
@@ -64,6 +64,7 @@ class Sequential {
 
  private:
   Sequential& add(Layer layer, std::vector<int64_t> out_shape);
+  Sequential& pool(const char* type, int64_t kernel, int64_t stride, int64_t padding);
   Layer check(const std::string& type, size_t rank, const char* needs) const;
 
   std::vector<int64_t> input_, shape_;

@@ -212,11 +212,11 @@ GradientGraph build_gradient_graph(std::unique_ptr<ir::Graph> forward, const std
       wants_any |= wanted.back();
     }
     if (!flows || !wants_any) continue;
-    ANVIL_CHECK(n->domain.empty(), ErrorKind::kUnsupported, "{}: ops of domain '{}' have no gradient", n->describe(),
-                n->domain);
-    const GradientRule* rule = find_gradient_rule(n->op_type);
+    // Rules of Anvil's own ops are registered as "anvil.Op".
+    const std::string key = n->domain.empty() ? n->op_type : n->domain + "." + n->op_type;
+    const GradientRule* rule = find_gradient_rule(key);
     ANVIL_CHECK(rule, ErrorKind::kUnsupported, "{}: Anvil has no gradient for {} (it has: {})", n->describe(),
-                n->op_type, fmt::join(differentiable_ops(), ", "));
+                key, fmt::join(differentiable_ops(), ", "));
     GradBuilder builder(g, *n, std::move(output_grads), std::move(wanted), grads);
     (*rule)(builder);
   }

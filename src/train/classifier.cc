@@ -156,11 +156,6 @@ std::string add_loss(ir::Graph& g, Loss loss, const Head& h, ir::Value*& targets
     n->attrs = std::move(a);
     return n->outputs[0];
   };
-  auto scalar = [&g](float v) {
-    Tensor t(DType::kFloat32, {});
-    *t.data<float>() = v;
-    return g.add_constant(g.unique_name("loss_const"), std::move(t));
-  };
   const std::string name = g.unique_name("loss");
   ir::Value* x = h.output;
   ir::Value* value;
@@ -177,9 +172,8 @@ std::string add_loss(ir::Graph& g, Loss loss, const Head& h, ir::Value*& targets
     if (loss == Loss::kMse) {
       ir::Value* diff = op("Sub", {x, targets});
       per_element = op("Mul", {diff, diff});
-    } else {  // max(x, 0) - x t + log(1 + exp(-|x|)): no overflow for any x
-      ir::Value* softplus = op("Log", {op("Add", {scalar(1.f), op("Exp", {op("Neg", {op("Abs", {x})})})})});
-      per_element = op("Add", {op("Sub", {op("Relu", {x}), op("Mul", {x, targets})}), softplus});
+    } else {  // softplus(x) - x t: the kernel computes softplus without overflow; its gradient is sigmoid(x) - t
+      per_element = op("Sub", {op("Softplus", {x}), op("Mul", {x, targets})});
     }
     ir::Attributes mean;
     mean.set("keepdims", int64_t{0});
@@ -190,14 +184,21 @@ std::string add_loss(ir::Graph& g, Loss loss, const Head& h, ir::Value*& targets
   return name;
 }
 
-// Parameters: the float32 initializers of more than one element that the
-// output depends on, except batch norms' running statistics (updated, not trained).
+// Parameters: the float32 initializers of rank >= 1 that the output depends
+// on, except those that are settings rather than weights: batch norms'
+// running statistics (updated, not trained), dropout ratios, Pow's exponents
+// and Clip's bounds. Scalars (rank 0) are constants of the graph's formulas.
 std::vector<std::string> trainable_parameters(const ir::Graph& g, const ir::Value* output) {
   std::set<const ir::Value*> statistics;
-  for (const auto& n : g.nodes())
-    if (n->op_type == "BatchNormalization" && n->domain.empty())
-      for (size_t i = 3; i <= 4; ++i)
-        if (n->input(i)) statistics.insert(n->input(i));
+  for (const auto& n : g.nodes()) {
+    if (!n->domain.empty()) continue;
+    std::vector<size_t> settings;
+    if (n->op_type == "BatchNormalization") settings = {3, 4};
+    if (n->op_type == "Dropout" || n->op_type == "Pow") settings = {1};
+    if (n->op_type == "Clip") settings = {1, 2};
+    for (size_t i : settings)
+      if (n->input(i)) statistics.insert(n->input(i));
+  }
   const auto consumers = g.consumers();
   std::set<const ir::Value*> reaching{output};  // values the output depends on, found backwards
   std::vector<const ir::Value*> todo{output};
@@ -210,8 +211,8 @@ std::vector<std::string> trainable_parameters(const ir::Graph& g, const ir::Valu
   }
   std::vector<std::string> params;
   for (const auto& v : g.values())
-    if (v->is_constant() && v->dtype() == DType::kFloat32 && v->constant->numel() > 1 && reaching.count(v.get()) &&
-        !statistics.count(v.get()))
+    if (v->is_constant() && v->dtype() == DType::kFloat32 && v->constant->rank() >= 1 &&
+        v->constant->numel() >= 1 && reaching.count(v.get()) && !statistics.count(v.get()))
       params.push_back(v->name);
   return params;
 }
@@ -264,6 +265,7 @@ class Run {
     const Head head = check_head(g, model_path, features, options.batch, loss_);
     targets_ = checked_targets(labels, loss_, head, features.dim(0));
     classes_ = head.per_sample;
+    fixed_batch_ = head.batch.is_known();
     input_name_ = head.input->name;
     output_name_ = head.output->name;
     const std::vector<std::string> params = trainable_parameters(g, head.output);
@@ -332,7 +334,13 @@ class Run {
 
   // One step on a batch; returns the loss and counts the right predictions.
   double step(const train::Batch& b, float lr, int64_t& right) {
-    train::StepResult r = trainer_->step({{input_name_, b.fields[0]}, {targets_name_, b.fields[1]}}, lr);
+    std::map<std::string, Tensor> feed = {{input_name_, b.fields[0]}, {targets_name_, b.fields[1]}};
+    if (!mode_.step_input.empty()) {  // the dropout masks' step: the same after a resume
+      Tensor step(DType::kInt64, {});
+      *step.data<int64_t>() = trainer_->optimizer().steps();
+      feed[mode_.step_input] = step;
+    }
+    train::StepResult r = trainer_->step(feed, lr);
     right += right_predictions(loss_, r.extra_outputs[0], b.fields[1]);
     update_running_statistics(r.extra_outputs);
     return r.loss;
@@ -340,6 +348,7 @@ class Run {
 
   int64_t predictions_per_sample() const { return loss_ == Loss::kCrossEntropy ? 1 : classes_; }
   bool has_accuracy() const { return loss_ != Loss::kMse; }
+  bool fixed_batch() const { return fixed_batch_; }
   const train::Trainer& trainer() const { return *trainer_; }
 
  private:
@@ -347,7 +356,12 @@ class Run {
     for (size_t k = 0; k < mode_.batch_norms.size(); ++k) {
       const train::RunningStatistics& bn = mode_.batch_norms[k];
       const float m = bn.momentum;
-      for (const auto& [name, batch] : {std::pair{bn.mean, &extras[1 + 2 * k]}, {bn.var, &extras[2 + 2 * k]}}) {
+      const Tensor& var = extras[2 + 2 * k];
+      for (int64_t i = 0; i < var.numel(); ++i)
+        ANVIL_CHECK(std::isfinite(var.data<float>()[i]), ErrorKind::kInvalidArgument,
+                    "a BatchNormalization needs more than one value per channel in a batch (its running variance "
+                    "is undefined): use a larger batch, or --drop-last for a last batch of one");
+      for (const auto& [name, batch] : {std::pair{bn.mean, &extras[1 + 2 * k]}, {bn.var, &var}}) {
         Tensor& run = running_.at(name);
         for (int64_t i = 0; i < run.numel(); ++i)
           run.data<float>()[i] = run.data<float>()[i] * m + batch->data<float>()[i] * (1 - m);
@@ -360,6 +374,7 @@ class Run {
   Loss loss_;
   Tensor targets_;
   int64_t classes_ = 1;
+  bool fixed_batch_ = false;
   std::string input_name_, output_name_, targets_name_;
   train::TrainingMode mode_;
   std::map<std::string, Tensor> running_;
@@ -394,7 +409,7 @@ TrainResult train_classifier(const std::string& model_path, const Tensor& featur
   lo.batch_size = options.batch;
   lo.shuffle = options.shuffle;
   lo.seed = options.seed;
-  lo.drop_last = options.drop_last;
+  lo.drop_last = options.drop_last || run.fixed_batch();  // a fixed batch cannot take a partial one
   lo.num_workers = options.workers;
   lo.worker_kind = options.worker_processes ? train::WorkerKind::kProcesses : train::WorkerKind::kThreads;
   lo.prefetch_factor = options.prefetch;

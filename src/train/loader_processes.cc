@@ -196,9 +196,13 @@ class ProcessSource : public BatchSource {
         spawn_failed("fork");
       }
       if (pid == 0) {
-        close(sv[0]);
-        for (const Worker& other : workers_) close(other.fd);  // so each worker sees its own channel's end
-        child_main(w, sv[1]);
+        // Only the standard streams and this worker's channel stay open: a
+        // worker holding another channel's end (this loader's or another
+        // loader's) would keep that worker from seeing its parent close it.
+        const int fd = sv[1];
+        if (fd > 3) close_range(3, static_cast<unsigned>(fd - 1), 0);
+        close_range(static_cast<unsigned>(fd + 1), ~0U, 0);
+        child_main(w, fd);
       }
       close(sv[1]);
       workers_.push_back({pid, sv[0]});

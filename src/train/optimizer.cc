@@ -99,22 +99,21 @@ double Optimizer::step(std::vector<Tensor>& params, const std::vector<Tensor>& g
   const UpdateKernels& k = update_kernels();
   const OptimizerOptions& o = options_;
 
-  // Clipping needs the norm before the update: one pass more. Otherwise the
-  // update pass sums the squares as it goes.
+  // The norm before the update (a read of the gradients only): clipping
+  // needs it, and a gradient that is not finite must stop the step before
+  // it reaches the parameters.
+  const double norm = std::sqrt(sum_over_chunks([&](const Chunk& ch) {
+    return k.sum_squares(grads[ch.tensor].data<float>() + ch.begin, ch.end - ch.begin);
+  }));
+  ANVIL_CHECK(std::isfinite(norm), ErrorKind::kInvalidArgument,
+              "the gradients are not finite at step {}: lower the learning rate, or check the data", steps_ + 1);
   float clip = 1.f;
-  double norm = 0;
-  if (o.clip_norm > 0) {
-    norm = std::sqrt(sum_over_chunks([&](const Chunk& ch) {
-      return k.sum_squares(grads[ch.tensor].data<float>() + ch.begin, ch.end - ch.begin);
-    }));
-    if (norm > o.clip_norm) clip = static_cast<float>(o.clip_norm / (norm + 1e-6));
-  }
+  if (o.clip_norm > 0 && norm > o.clip_norm) clip = static_cast<float>(o.clip_norm / (norm + 1e-6));
 
   ++steps_;
-  double squares = 0;
   if (o.kind == "sgd") {
     const SgdStep st{lr, o.weight_decay, o.momentum, clip, o.nesterov, steps_ == 1};
-    squares = sum_over_chunks([&](const Chunk& ch) {
+    sum_over_chunks([&](const Chunk& ch) {
       float* buf = first_[ch.tensor].empty() ? nullptr : first_[ch.tensor].data<float>() + ch.begin;
       return k.sgd(params[ch.tensor].data<float>() + ch.begin, grads[ch.tensor].data<float>() + ch.begin, buf,
                    ch.end - ch.begin, st);
@@ -125,13 +124,12 @@ double Optimizer::step(std::vector<Tensor>& params, const std::vector<Tensor>& g
     const float bias2 = 1.f - std::pow(o.beta2, static_cast<float>(steps_));
     const AdamStep st{o.beta1, o.beta2, o.eps, lr / bias1, 1.f / std::sqrt(bias2),
                       decoupled ? 0.f : o.weight_decay, decoupled ? lr * o.weight_decay : 0.f, clip};
-    squares = sum_over_chunks([&](const Chunk& ch) {
+    sum_over_chunks([&](const Chunk& ch) {
       const size_t t = ch.tensor;
       return k.adam(params[t].data<float>() + ch.begin, grads[t].data<float>() + ch.begin,
                     first_[t].data<float>() + ch.begin, second_[t].data<float>() + ch.begin, ch.end - ch.begin, st);
     });
   }
-  if (o.clip_norm <= 0) norm = std::sqrt(squares);
   return norm;
 }
 

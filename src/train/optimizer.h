@@ -42,7 +42,8 @@ class Optimizer {
 
   // One update of `params` (float32, the shapes given at construction) from
   // `grads` at learning rate `lr`. Returns the gradients' global L2 norm
-  // before clipping.
+  // before clipping; throws anvil::Error (kInvalidArgument), the parameters
+  // untouched, when it is not finite.
   double step(std::vector<Tensor>& params, const std::vector<Tensor>& grads, float lr);
   int64_t steps() const { return steps_; }
   // What a checkpoint keeps: the step count and the moment buffers (SGD's

@@ -21,8 +21,10 @@ constexpr int kOpset = 17;
 
 constexpr int64_t kMaxSize = int64_t{1} << 31;  // any one size of a spec: no arithmetic on it overflows
 
+// The output size of a window sliding over `in`; 0 when no window fits.
 int64_t pooled(int64_t in, int64_t kernel, int64_t stride, int64_t padding) {
-  return (in + 2 * padding - kernel) / stride + 1;
+  const int64_t padded = in + 2 * padding;
+  return padded < kernel ? 0 : (padded - kernel) / stride + 1;
 }
 
 void check_sizes(size_t layer, const char* type, std::initializer_list<int64_t> sizes) {
@@ -100,10 +102,13 @@ ir::Value* write_layer(GraphWriter& w, const Sequential::Layer& l, size_t index,
                                        w.filled(p + "running_mean", {c}, 0.f), w.filled(p + "running_var", {c}, 1.f)},
                 a);
   }
-  if (l.type == "max_pool2d" || l.type == "avg_pool2d")
-    return w.op(l.type == "max_pool2d" ? "MaxPool" : "AveragePool", {x},
-                ints_attrs({{"kernel_shape", {l.kernel, l.kernel}}, {"strides", {l.stride, l.stride}},
-                            {"pads", {l.padding, l.padding, l.padding, l.padding}}}));
+  if (l.type == "max_pool2d" || l.type == "avg_pool2d") {
+    ir::Attributes a = ints_attrs({{"kernel_shape", {l.kernel, l.kernel}}, {"strides", {l.stride, l.stride}},
+                                   {"pads", {l.padding, l.padding, l.padding, l.padding}}});
+    if (l.type == "max_pool2d") return w.op("MaxPool", {x}, a);
+    a.set("count_include_pad", int64_t{1});  // PyTorch's AvgPool2d default: padding counts in the divisor
+    return w.op("AveragePool", {x}, a);
+  }
   if (l.type == "global_avg_pool") return w.op("GlobalAveragePool", {x});
   if (l.type == "flatten") return w.op("Flatten", {x});
   if (l.type == "relu") return w.op("Relu", {x});
@@ -189,20 +194,23 @@ Sequential& Sequential::batch_norm(float momentum, float eps) {
 }
 
 Sequential& Sequential::max_pool2d(int64_t kernel, int64_t stride, int64_t padding) {
-  Layer l = check("max_pool2d", 3, "an image input [N, C, H, W]");
+  return pool("max_pool2d", kernel, stride, padding);
+}
+
+Sequential& Sequential::avg_pool2d(int64_t kernel, int64_t stride, int64_t padding) {
+  return pool("avg_pool2d", kernel, stride, padding);
+}
+
+Sequential& Sequential::pool(const char* type, int64_t kernel, int64_t stride, int64_t padding) {
+  Layer l = check(type, 3, "an image input [N, C, H, W]");
   if (stride == 0) stride = kernel;
   ANVIL_CHECK(kernel > 0 && stride > 0 && padding >= 0 && padding < kernel, ErrorKind::kInvalidArgument,
-              "layer {} (max_pool2d): kernel and stride must be > 0, padding in [0, kernel)", layers_.size());
-  check_sizes(layers_.size(), "pooling", {kernel, stride, padding});
+              "layer {} ({}): kernel and stride must be > 0, padding in [0, kernel)", layers_.size(), type);
+  check_sizes(layers_.size(), type, {kernel, stride, padding});
   l.kernel = kernel, l.stride = stride, l.padding = padding;
   return add(l, {shape_[0], pooled(shape_[1], kernel, stride, padding), pooled(shape_[2], kernel, stride, padding)});
 }
 
-Sequential& Sequential::avg_pool2d(int64_t kernel, int64_t stride, int64_t padding) {
-  max_pool2d(kernel, stride, padding);
-  layers_.back().type = "avg_pool2d";
-  return *this;
-}
 
 Sequential& Sequential::global_avg_pool() {
   Layer l = check("global_avg_pool", 3, "an image input [N, C, H, W]");

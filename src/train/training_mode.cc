@@ -83,18 +83,24 @@ RunningStatistics rewrite_batch_norm(ir::Graph& g, ir::Node& bn) {
   return stats;
 }
 
-// Dropout(x, ratio, training_mode = true) with its mask output and a seed of its own.
-void rewrite_dropout(ir::Graph& g, ir::Node& dropout, uint64_t seed) {
-  Emitter e(g, dropout.name.empty() ? "dropout" : dropout.name);
+// Dropout(x[, ratio]) -> anvil.TrainingDropout(x, step) with its mask output
+// and a seed of its own.
+void rewrite_dropout(ir::Graph& g, ir::Node& dropout, uint64_t seed, ir::Value* step) {
   float ratio = dropout.attrs.get_float("ratio", 0.5f);  // before opset 12: an attribute
-  ir::Value* ratio_value = dropout.opset >= 12 && dropout.input(1) ? dropout.input(1) : e.scalar(ratio);
-  Tensor on(DType::kBool, {});
-  *on.data<bool>() = true;
-  ir::Value* training = g.add_constant(g.unique_name("dropout_training"), std::move(on));
-  ir::Node* n = g.add_node("Dropout", {dropout.input(0), ratio_value, training}, 2,
-                           g.unique_name(dropout.name.empty() ? "Dropout" : dropout.name));
-  n->opset = 13;
-  n->attrs.set("seed", static_cast<int64_t>(seed & 0x7fffffffffffffffULL));
+  if (dropout.opset >= 12 && dropout.input(1)) {
+    const ir::Value* r = dropout.input(1);
+    ANVIL_CHECK(r->is_constant() && r->constant->numel() == 1, ErrorKind::kUnsupported,
+                "{}: training needs a constant dropout ratio", dropout.describe());
+    ratio = static_cast<float>(element_as_double(*r->constant, 0));
+  }
+  ANVIL_CHECK(ratio >= 0 && ratio < 1, ErrorKind::kInvalidModel, "{}: the ratio {} is not in [0, 1)",
+              dropout.describe(), ratio);
+  ir::Node* n = g.add_node("TrainingDropout", {dropout.input(0), step}, 2,
+                           g.unique_name(dropout.name.empty() ? "TrainingDropout" : dropout.name));
+  n->domain = "anvil";
+  n->opset = 1;
+  n->attrs.set("ratio", ratio);
+  n->attrs.set("seed", static_cast<int64_t>(seed));
   g.replace_uses(dropout.output(0), n->outputs[0]);
   if (dropout.output(1)) g.replace_uses(dropout.output(1), n->outputs[1]);
   dropout.dead = true;
@@ -111,7 +117,11 @@ TrainingMode to_training_mode(ir::Graph& graph, uint64_t seed) {
     if (n->op_type == "Dropout") dropouts.push_back(n.get());
   }
   for (ir::Node* bn : batch_norms) mode.batch_norms.push_back(rewrite_batch_norm(graph, *bn));
-  for (ir::Node* d : dropouts) rewrite_dropout(graph, *d, seed * 0x9E3779B97F4A7C15ULL + ++mode.dropouts);
+  if (!dropouts.empty()) {
+    ir::Value* step = graph.add_input(graph.unique_name("train_step"), DType::kInt64, {});
+    mode.step_input = step->name;
+    for (ir::Node* d : dropouts) rewrite_dropout(graph, *d, seed * 0x9E3779B97F4A7C15ULL + ++mode.dropouts, step);
+  }
   // The replaced nodes go; the statistics stay, though nothing reads them
   // yet (the trainer asks for them as outputs).
   std::vector<ir::Value*>& outputs = graph.mutable_outputs();

@@ -29,11 +29,16 @@ struct RunningStatistics {
 struct TrainingMode {
   std::vector<RunningStatistics> batch_norms;
   int dropouts = 0;
+  // With dropouts: the int64 scalar input the trainer feeds the step number
+  // to; each mask is a function of (seed, dropout, step) only, so reruns and
+  // resumed runs draw the same masks.
+  std::string step_input;
 };
 
-// Rewrites `graph` in place; `seed` seeds the dropout masks (each Dropout its
-// own sequence, advancing every run). Throws anvil::Error (kUnsupported) for a
-// BatchNormalization it cannot rewrite (non-constant statistics, unknown rank).
+// Rewrites `graph` in place: each Dropout becomes anvil.TrainingDropout.
+// Throws anvil::Error (kUnsupported) for a BatchNormalization it cannot
+// rewrite (non-constant statistics, unknown rank) or a Dropout whose ratio is
+// not a constant.
 TrainingMode to_training_mode(ir::Graph& graph, uint64_t seed);
 
 }  // namespace anvil::train

@@ -22,7 +22,8 @@ MLP_SPEC = {"input": [64], "layers": [{"type": "linear", "out": 128}, {"type": "
 CNN_SPEC = {"input": [1, 8, 8], "layers": [
     {"type": "conv2d", "out": 16, "kernel": 3, "padding": 1}, {"type": "batch_norm"}, {"type": "relu"},
     {"type": "conv2d", "out": 32, "kernel": 3, "padding": 1}, {"type": "relu"}, {"type": "max_pool2d", "kernel": 2},
-    {"type": "flatten"}, {"type": "linear", "out": 64}, {"type": "gelu"}, {"type": "linear", "out": 10}]}
+    {"type": "flatten"}, {"type": "dropout", "p": 0.1}, {"type": "linear", "out": 64}, {"type": "gelu"},
+    {"type": "linear", "out": 10}]}
 
 
 @pytest.fixture(scope="module")
@@ -101,7 +102,7 @@ def test_deterministic_reruns_give_the_same_bytes_whatever_the_workers(anvil, di
 
 
 def test_a_resumed_run_ends_where_an_uninterrupted_one_does(anvil, digits, tmp_path):
-    spec = write_spec(tmp_path / "cnn.json", CNN_SPEC)
+    spec = write_spec(tmp_path / "cnn.json", CNN_SPEC)  # batch norm and dropout: both must resume exactly
     common = ["--model", spec, "--data", digits["train_image"], "--labels", digits["train_y"], "--batch", 64,
               "--seed", 3, "--threads", 2, "--deterministic", "--optimizer", "sgd", "--momentum", 0.9, "--lr", 0.05]
     whole = tmp_path / "whole.onnx"
@@ -198,3 +199,36 @@ def test_bad_specs_csv_files_and_checkpoints_fail_in_one_line(anvil, tmp_path):
     np.save(tmp_path / "t.npy", np.full((8, 2), 3.0, np.float32))
     one_error_line(train(anvil, "--model", spec, "--data", tmp_path / "x.npy", "--labels", tmp_path / "t.npy",
                          "--loss", "bce"), EXIT_INVALID_ARGUMENT, "outside [0, 1]")
+
+
+def test_one_element_weights_train_and_batch_norm_refuses_a_batch_of_one(anvil, tmp_path):
+    """A [1] bias (a bce head) is a parameter like any other; it must move to fit 80% positive targets."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    inits = [numpy_helper.from_array(np.zeros((1, 3), np.float32), "W"),
+             numpy_helper.from_array(np.zeros(1, np.float32), "b")]
+    graph = helper.make_graph([helper.make_node("Gemm", ["x", "W", "b"], ["logit"], transB=1)], "head",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3])],
+                              [helper.make_tensor_value_info("logit", TensorProto.FLOAT, ["batch", 1])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 7
+    onnx.save(model, str(tmp_path / "head.onnx"))
+    np.save(tmp_path / "x.npy", np.zeros((100, 3), np.float32))
+    np.save(tmp_path / "t.npy", (np.arange(100) % 5 != 0).astype(np.float32).reshape(100, 1))
+    out = tmp_path / "trained.onnx"
+    assert_ok(train(anvil, "--model", tmp_path / "head.onnx", "--data", tmp_path / "x.npy", "--labels",
+                    tmp_path / "t.npy", "--loss", "bce", "--epochs", 200, "--batch", 100, "--lr", 0.05,
+                    "--export", out))
+    bias = {t.name: numpy_helper.to_array(t) for t in onnx.load(str(out)).graph.initializer}["b"]
+    np.testing.assert_allclose(bias, [np.log(4)], atol=0.05)  # sigmoid(b) = 0.8
+
+    spec = write_spec(tmp_path / "bn.json", {"input": [3], "layers": [{"type": "linear", "out": 4},
+                                                                      {"type": "batch_norm"}, {"type": "linear",
+                                                                                               "out": 2}]})
+    np.save(tmp_path / "x9.npy", np.random.default_rng(0).standard_normal((9, 3)).astype(np.float32))
+    np.save(tmp_path / "y9.npy", np.arange(9, dtype=np.int64) % 2)
+    one_error_line(train(anvil, "--model", spec, "--data", tmp_path / "x9.npy", "--labels", tmp_path / "y9.npy",
+                         "--batch", 4, "--no-shuffle"), EXIT_INVALID_ARGUMENT, "more than one value per channel")
+    assert_ok(train(anvil, "--model", spec, "--data", tmp_path / "x9.npy", "--labels", tmp_path / "y9.npy",
+                    "--batch", 4, "--drop-last"))

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <algorithm>
 #include <functional>
 #include <random>
@@ -369,25 +370,37 @@ TEST(Autodiff, BatchNormalizationTrainsOnTheBatchStatistics) {
   }
 }
 
-// Dropout in training mode: dP = R * mask / (1 - ratio), the mask this run drew
-// (finite differences cannot check it: each run draws a new mask).
+// Dropout in training mode (anvil.TrainingDropout): dP = R * mask / (1 - ratio),
+// the mask of this step (finite differences cannot check it: each step draws
+// a new mask). The mask is a function of the step alone: the same step gives
+// the same mask in another session, another step another mask.
 TEST(Autodiff, DropoutScalesTheKeptGradients) {
-  auto g = new_graph();
-  Value* p = g->add_constant("P", random_tensor({6, 50}, 71));
-  Tensor ratio(DType::kFloat32, {});
-  *ratio.data<float>() = 0.25f;
-  Value* d = node(*g, "Dropout", {p, g->add_constant("ratio", ratio)});
-  d->producer->opset = 13;
-  weighted_sum_loss(*g, d, {6, 50});
+  auto make = [] {
+    auto g = new_graph();
+    Value* p = g->add_constant("P", random_tensor({6, 50}, 71));
+    Tensor ratio(DType::kFloat32, {});
+    *ratio.data<float>() = 0.25f;
+    Value* d = node(*g, "Dropout", {p, g->add_constant("ratio", ratio)});
+    d->producer->opset = 13;
+    weighted_sum_loss(*g, d, {6, 50});
+    return g;
+  };
+  auto g = make();
   train::TrainingMode mode = train::to_training_mode(*g, 7);
   EXPECT_EQ(mode.dropouts, 1);
+  ASSERT_FALSE(mode.step_input.empty());
   std::string mask;
   for (const auto& n : g->nodes())
-    if (n->op_type == "Dropout" && n->output(1)) mask = n->output(1)->name;
+    if (n->op_type == "TrainingDropout" && n->output(1)) mask = n->output(1)->name;
   ASSERT_FALSE(mask.empty());
   auto grad = train::build_gradient_graph(std::move(g), "loss", {"P"}, {mask});
   Session s = Session::from_graph(std::move(grad.graph));
-  std::vector<Tensor> out = s.run({{"P", grad.initial_values[0]}});
+  auto run_at = [&](int64_t step) {
+    Tensor t(DType::kInt64, {});
+    *t.data<int64_t>() = step;
+    return s.run({{"P", grad.initial_values[0]}, {mode.step_input, t}});
+  };
+  std::vector<Tensor> out = run_at(5);
   const Tensor r = random_tensor({6, 50}, 99);
   int64_t kept = 0;
   for (int64_t i = 0; i < 300; ++i) {
@@ -397,6 +410,9 @@ TEST(Autodiff, DropoutScalesTheKeptGradients) {
   }
   EXPECT_GT(kept, 180);  // about 225 of 300 kept
   EXPECT_LT(kept, 270);
+  const std::vector<Tensor> again = run_at(5), other = run_at(6);
+  EXPECT_EQ(std::memcmp(again[1].raw(), out[1].raw(), 300), 0);
+  EXPECT_NE(std::memcmp(other[1].raw(), out[1].raw(), 300), 0);
 }
 
 }  // namespace

@@ -132,6 +132,22 @@ std::vector<VectorIsa> isas_of_this_cpu() {
 // Every ISA path the CPU has (ANVIL_MAX_ISA only caps the dispatch), against
 // AdamW and SGD with Nesterov momentum computed in double, on a length that
 // leaves a vector tail; each also returns the sum of the squared gradients.
+// A gradient that is not finite stops the step before any parameter changes.
+TEST(Optimizer, NonFiniteGradientsLeaveTheParameters) {
+  for (const char* kind : {"sgd", "adam"}) {
+    train::OptimizerOptions o;
+    o.kind = kind;
+    std::vector<Tensor> p = {values({1.f, 2.f}), values({3.f})};
+    train::Optimizer opt(o, p);
+    Tensor bad = values({0.5f});
+    bad.data<float>()[0] = std::nanf("");
+    EXPECT_THROW(opt.step(p, {values({0.1f, 0.2f}), bad}, 0.1f), Error);
+    EXPECT_EQ(p[0].data<float>()[0], 1.f);
+    EXPECT_EQ(p[0].data<float>()[1], 2.f);
+    EXPECT_EQ(opt.steps(), 0);
+  }
+}
+
 TEST(UpdateKernels, EachIsaMatchesTheFormulas) {
   const int64_t n = 1037;
   std::vector<float> g0(n), p0(n), m0(n), v0(n);

@@ -24,6 +24,14 @@ InferFn optimizer_outputs(size_t states) {
   };
 }
 
+// (y, mask): y like x, the mask bool of x's shape.
+void infer_training_dropout(InferContext& ctx) {
+  copy_type(ctx, 0, 0);
+  if (ctx.num_outputs() < 2) return;
+  const Type& x = ctx.input(0);
+  ctx.set_output(1, x.has_shape() ? Type::tensor(DType::kBool, x.dims()) : Type::tensor(DType::kBool));
+}
+
 void infer_conv_grad_weight(InferContext& ctx) {
   copy_type(ctx, 2, 0);
   if (ctx.num_outputs() < 2) return;
@@ -44,6 +52,7 @@ struct Registrations {
     r.add(OpSchema("ReluGrad", "anvil").inputs({kFloats | kHalfs}).infer(same_as_input(0)));
     // The convolution gradients take the forward Conv's attributes; X and W
     // give the output shapes (dX like X, dW like W, dB like W's first axis).
+    r.add(OpSchema("TrainingDropout", "anvil").inputs({kFloats, dtype_bit(DType::kInt64)}).infer(infer_training_dropout));
     r.add(OpSchema("ConvGradInput", "anvil").inputs({kFloats}).infer(same_as_input(2)));
     r.add(OpSchema("ConvGradWeight", "anvil").inputs({kFloats}).infer(infer_conv_grad_weight));
   }

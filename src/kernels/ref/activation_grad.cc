@@ -1,8 +1,14 @@
-// Fused gradients of activations (anvil domain, emitted by the autodiff in
-// src/train/gradients/): one pass over the data instead of the compare,
-// select and multiply nodes the composed form would run.
+// Training kernels of the anvil domain: fused activation gradients (emitted by
+// the autodiff in src/train/gradients/: one pass over the data instead of the
+// compare, select and multiply nodes the composed form would run), and the
+// dropout training runs (train/training_mode.cc).
 //
 //   anvil.ReluGrad(dy, y) = dy where y > 0, else 0   (y: Relu's output, or its input)
+//   anvil.TrainingDropout(x, step) -> (y, mask), attributes ratio and seed:
+//     element i is kept when a counter-based hash of (seed, step, i) maps to
+//     a uniform draw >= ratio; kept elements are scaled by 1 / (1 - ratio).
+//     The draws depend on nothing else (not the plan, the thread count or
+//     how many runs came before), so a resumed run draws the same masks.
 #include "kernels/ref/common.h"
 #include "kernels/registry.h"
 
@@ -28,6 +34,51 @@ class ReluGradKernel : public Kernel {
     for (int64_t i = 0; i < n; ++i) dx[i] = y[i] > 0.f ? dy[i] : 0.f;
   }
 };
+
+// splitmix64's finaliser: a well-mixed 64-bit value of any counter.
+inline uint64_t mix(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+  return z ^ (z >> 31);
+}
+
+class TrainingDropoutKernel : public Kernel {
+ public:
+  explicit TrainingDropoutKernel(const ir::Node& node)
+      : ratio_(node.attrs.get_float("ratio", 0.5f)), seed_(static_cast<uint64_t>(node.attrs.get_int("seed", 0))) {}
+
+  std::vector<TensorType> prepare(const PrepareContext& ctx) override {
+    ANVIL_PREPARE_CHECK(ctx, ratio_ >= 0 && ratio_ < 1, ErrorKind::kInvalidModel, "ratio {} is not in [0, 1)", ratio_);
+    ANVIL_PREPARE_CHECK(ctx, ctx.input_dtype(1) == DType::kInt64 && shape_numel(ctx.input_shape(1)) == 1,
+                        ErrorKind::kInvalidArgument, "the step must be one int64");
+    return ctx.output_types();
+  }
+
+  void run(const RunContext& ctx) const override {
+    const float* x = ctx.in(0).data<float>();
+    float* y = ctx.out(0).data<float>();
+    bool* mask = ctx.out(1).data<bool>();
+    const uint64_t key = mix(seed_ ^ mix(static_cast<uint64_t>(ctx.in(1).data<int64_t>()[0])));
+    // Keep when the top 24 bits, as a fraction of 2^24, are >= ratio.
+    const uint64_t threshold = static_cast<uint64_t>(static_cast<double>(ratio_) * (1 << 24));
+    const float scale = 1.f / (1.f - ratio_);
+    const int64_t n = ctx.out(0).numel();
+#pragma omp parallel for if (n > 65536) schedule(static)
+    for (int64_t i = 0; i < n; ++i) {
+      const bool keep = (mix(key + static_cast<uint64_t>(i)) >> 40) >= threshold;
+      mask[i] = keep;
+      y[i] = keep ? x[i] * scale : 0.f;
+    }
+  }
+
+ private:
+  float ratio_;
+  uint64_t seed_;
+};
+
+static Registrar training_dropout("TrainingDropout", Backend::kRef,
+                                  [](const ir::Node& n) { return std::make_unique<TrainingDropoutKernel>(n); },
+                                  "anvil", {{kFloat32Only, dtype_bit(DType::kInt64)}});
 
 static Registrar relu_grad("ReluGrad", Backend::kRef, [](const ir::Node&) { return std::make_unique<ReluGradKernel>(); },
                            "anvil", {{kFloat32Only}});

@@ -85,25 +85,26 @@ void erf_(GradBuilder& b) {
 // dy * sign(x) (0 at 0)
 void abs_(GradBuilder& b) { b.grad(0, b.op("Mul", {b.dy(), b.op("Sign", {b.x(0)})})); }
 
-// Inference: the identity. Training (its mask output, made by to_training_mode):
-// the kept elements' gradients, scaled as the forward scaled them.
-void dropout(GradBuilder& b) {
+// Dropout in inference: the identity. In training (anvil.TrainingDropout, made
+// by to_training_mode): the kept elements' gradients, scaled as the forward was.
+void dropout(GradBuilder& b) { b.grad(0, b.dy()); }
+
+void training_dropout(GradBuilder& b) {
   const ir::Node& n = b.node();
-  const Tensor* training = n.input(2) ? GradBuilder::constant_of(n.input(2)) : nullptr;
-  if (!training || !*training->data<bool>()) return b.grad(0, b.dy());
   ANVIL_CHECK(n.output(1), ErrorKind::kUnsupported, "{}: training needs the mask output", n.describe());
-  const Tensor* ratio = n.input(1) ? GradBuilder::constant_of(n.input(1)) : nullptr;
-  ANVIL_CHECK(!n.input(1) || (ratio && ratio->numel() == 1), ErrorKind::kUnsupported,
-              "{}: training needs a constant ratio", n.describe());
-  const double r = ratio ? element_as_double(*ratio, 0) : 0.5;
+  const float ratio = n.attrs.get_float("ratio", 0.5f);
   ir::Attributes to;
-  to.set("to", static_cast<int64_t>(dtype_of(b) == DType::kFloat64 ? 11 : 1));
+  to.set("to", int64_t{1});
   ir::Value* kept = b.op("Cast", {n.output(1)}, to);
-  b.grad(0, b.op("Mul", {b.dy(), b.op("Mul", {kept, b.scalar(static_cast<float>(1 / (1 - r)), dtype_of(b))})}));
+  b.grad(0, b.op("Mul", {b.dy(), b.op("Mul", {kept, b.scalar(1.f / (1.f - ratio), DType::kFloat32)})}));
 }
 
+// dy * sigmoid(x)
+void softplus(GradBuilder& b) { b.grad(0, b.op("Mul", {b.dy(), b.op("Sigmoid", {b.x(0)})})); }
+
 const RegisterGradient kRules[] = {
-    {"Erf", erf_},      {"Abs", abs_},        {"Dropout", dropout},
+    {"Erf", erf_},      {"Abs", abs_},        {"Dropout", dropout}, {"anvil.TrainingDropout", training_dropout},
+    {"Softplus", softplus},
     {"Add", add},       {"Sub", sub},         {"Mul", mul},         {"Div", div},     {"Neg", neg},
     {"Identity", identity}, {"Relu", relu},   {"LeakyRelu", leaky_relu}, {"Sigmoid", sigmoid},
     {"Tanh", tanh_},    {"Exp", exp_},        {"Log", log_},        {"Sqrt", sqrt_},  {"Pow", pow_},

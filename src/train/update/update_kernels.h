@@ -1,8 +1,7 @@
 // The optimizers' inner loops, one chunk of one parameter tensor at a time,
 // compiled once per vector ISA (update_kernels_{sse41,avx2,avx512}.cc) and
-// picked at start-up by vector_isa(). Each also returns the sum of the squared
-// raw gradients of its chunk, so the global norm costs no extra pass when
-// clipping is off.
+// picked at start-up by vector_isa(). The updates also return the sum of the
+// squared raw gradients of their chunk.
 #pragma once
 
 #include <cstdint>
