@@ -38,6 +38,12 @@ dnnl::memory::data_type data_type(DType dtype) {
 
 dnnl::memory::dims dims(const Shape& shape) { return dnnl::memory::dims(shape.begin(), shape.end()); }
 
+dnnl::memory::dims dims_minus(const std::vector<int64_t>& values, int64_t minus) {
+  dnnl::memory::dims d;
+  for (int64_t v : values) d.push_back(v - minus);
+  return d;
+}
+
 dnnl::memory::desc plain_desc(const Shape& shape, DType dtype) {
   Shape s = shape.empty() ? Shape{1} : shape;
   dnnl::memory::dims strides(s.size());

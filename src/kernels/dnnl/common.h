@@ -24,6 +24,8 @@ dnnl::stream& stream();
 
 dnnl::memory::data_type data_type(DType dtype);  // undef for dtypes oneDNN lacks
 dnnl::memory::dims dims(const Shape& shape);
+// Each value less `minus` (ONNX dilations, 1 = dense, are oneDNN's 0).
+dnnl::memory::dims dims_minus(const std::vector<int64_t>& values, int64_t minus);
 dnnl::memory::desc plain_desc(const Shape& shape, DType dtype);
 // Memory wrapping a tensor's bytes (no copy).
 dnnl::memory wrap(const dnnl::memory::desc& desc, const void* data);

@@ -13,12 +13,6 @@ namespace {
 using dnnl::memory;
 namespace du = dnnl_util;
 
-memory::dims to_dims(const std::vector<int64_t>& v, int64_t minus = 0) {
-  memory::dims d;
-  for (int64_t x : v) d.push_back(x - minus);
-  return d;
-}
-
 // ANVIL_CONV_LAYOUT=plain keeps convolutions on NCHW kernels (no reorders).
 bool allow_blocked_layout() {
   static const bool allow = [] {
@@ -142,8 +136,8 @@ class DnnlConv : public DnnlConvBase {
     try {
       memory::desc src_any = activation_desc(x), dst_any = activation_desc(y);
       dnnl::convolution_forward::desc desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
-                                           src_any, w_any, bias_md(ctx, cout), dst_any, to_dims(g.strides),
-                                           to_dims(g.dilations, 1), to_dims(g.pads_begin), to_dims(g.pads_end));
+                                           src_any, w_any, bias_md(ctx, cout), dst_any, du::dims(g.strides),
+                                           du::dims_minus(g.dilations, 1), du::dims(g.pads_begin), du::dims(g.pads_end));
       dnnl::convolution_forward::primitive_desc pd(desc, attr, du::engine());
       primitive_ = dnnl::convolution_forward(pd);
       scratchpad_md_ = pd.scratchpad_desc();
@@ -194,7 +188,7 @@ class DnnlConvTranspose : public DnnlConvBase {
       wd = {cout_g, cin_g};
       ws = {spatial, cout_g * spatial};
     }
-    memory::dims ksp = to_dims(std::vector<int64_t>(w.begin() + 2, w.end()));
+    memory::dims ksp = du::dims(std::vector<int64_t>(w.begin() + 2, w.end()));
     for (size_t i = 0; i < ksp.size(); ++i) {
       wd.push_back(ksp[i]);
       int64_t s = 1;
@@ -206,8 +200,8 @@ class DnnlConvTranspose : public DnnlConvBase {
     try {
       dnnl::deconvolution_forward::desc desc(dnnl::prop_kind::forward_inference,
                                              dnnl::algorithm::deconvolution_direct, src_md_, w_any, bias_md(ctx, y[1]),
-                                             dst_md_, to_dims(g.strides), to_dims(g.dilations, 1),
-                                             to_dims(g.pads_begin), to_dims(pads_end));
+                                             dst_md_, du::dims(g.strides), du::dims_minus(g.dilations, 1),
+                                             du::dims(g.pads_begin), du::dims(pads_end));
       dnnl::deconvolution_forward::primitive_desc pd(desc, du::user_scratchpad_attr(), du::engine());
       primitive_ = dnnl::deconvolution_forward(pd);
       scratchpad_md_ = pd.scratchpad_desc();

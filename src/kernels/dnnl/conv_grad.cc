@@ -19,12 +19,6 @@ namespace {
 using dnnl::memory;
 namespace du = dnnl_util;
 
-memory::dims to_dims(const std::vector<int64_t>& v, int64_t minus = 0) {
-  memory::dims d;
-  for (int64_t x : v) d.push_back(x - minus);
-  return d;
-}
-
 // What both gradients need: the forward convolution's descriptors, from the
 // shapes of X, W and dY and the node's attributes.
 struct ForwardConv {
@@ -53,10 +47,10 @@ ForwardConv forward_conv(const PrepareContext& ctx, const Shape& x, const Shape&
   }
   f.weights = du::plain_desc(wdims, DType::kFloat32);
   if (bias) f.bias = du::plain_desc({w[0]}, DType::kFloat32);
-  f.strides = to_dims(g.strides);
-  f.dilations = to_dims(g.dilations, 1);
-  f.pads_begin = to_dims(g.pads_begin);
-  f.pads_end = to_dims(g.pads_end);
+  f.strides = du::dims(g.strides);
+  f.dilations = du::dims_minus(g.dilations, 1);
+  f.pads_begin = du::dims(g.pads_begin);
+  f.pads_end = du::dims(g.pads_end);
   try {
     dnnl::convolution_forward::desc desc(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
                                          f.src, f.weights, f.bias, f.dst, f.strides, f.dilations, f.pads_begin,
