@@ -63,11 +63,27 @@ ForwardConv forward_conv(const PrepareContext& ctx, const Shape& x, const Shape&
   return f;
 }
 
-class ConvGradInputKernel : public Kernel {
+// What both gradient kernels share: the primitive, its scratchpad, execution.
+class ConvGradKernel : public Kernel {
  public:
-  explicit ConvGradInputKernel(const ir::Node&) {}
   size_t scratch_bytes() const override { return scratchpad_.get_size(); }
   std::string impl_name() const override { return impl_; }
+
+ protected:
+  void execute(const RunContext& ctx, std::unordered_map<int, memory> args) const {
+    if (scratchpad_.get_size()) args[DNNL_ARG_SCRATCHPAD] = du::wrap(scratchpad_, ctx.scratch);
+    primitive_.execute(du::stream(), args);
+    du::stream().wait();
+  }
+
+  dnnl::primitive primitive_;
+  memory::desc scratchpad_;
+  std::string impl_;
+};
+
+class ConvGradInputKernel : public ConvGradKernel {
+ public:
+  explicit ConvGradInputKernel(const ir::Node&) {}
 
   std::vector<TensorType> prepare(const PrepareContext& ctx) override {
     const ForwardConv f = forward_conv(ctx, ctx.input_shape(2), ctx.input_shape(1), ctx.input_shape(0), false);
@@ -88,25 +104,18 @@ class ConvGradInputKernel : public Kernel {
   }
 
   void run(const RunContext& ctx) const override {
-    std::unordered_map<int, memory> args{{DNNL_ARG_DIFF_DST, du::wrap(diff_dst_, ctx.in(0).raw())},
-                                         {DNNL_ARG_WEIGHTS, du::wrap(weights_, ctx.in(1).raw())},
-                                         {DNNL_ARG_DIFF_SRC, du::wrap(diff_src_, ctx.out(0).raw())}};
-    if (scratchpad_.get_size()) args[DNNL_ARG_SCRATCHPAD] = du::wrap(scratchpad_, ctx.scratch);
-    primitive_.execute(du::stream(), args);
-    du::stream().wait();
+    execute(ctx, {{DNNL_ARG_DIFF_DST, du::wrap(diff_dst_, ctx.in(0).raw())},
+                  {DNNL_ARG_WEIGHTS, du::wrap(weights_, ctx.in(1).raw())},
+                  {DNNL_ARG_DIFF_SRC, du::wrap(diff_src_, ctx.out(0).raw())}});
   }
 
  private:
-  dnnl::primitive primitive_;
-  memory::desc diff_dst_, weights_, diff_src_, scratchpad_;
-  std::string impl_;
+  memory::desc diff_dst_, weights_, diff_src_;
 };
 
-class ConvGradWeightKernel : public Kernel {
+class ConvGradWeightKernel : public ConvGradKernel {
  public:
   explicit ConvGradWeightKernel(const ir::Node&) {}
-  size_t scratch_bytes() const override { return scratchpad_.get_size(); }
-  std::string impl_name() const override { return impl_; }
 
   std::vector<TensorType> prepare(const PrepareContext& ctx) override {
     with_bias_ = ctx.output_types().size() > 1;
@@ -133,16 +142,12 @@ class ConvGradWeightKernel : public Kernel {
                                          {DNNL_ARG_SRC, du::wrap(src_, ctx.in(1).raw())},
                                          {DNNL_ARG_DIFF_WEIGHTS, du::wrap(diff_weights_, ctx.out(0).raw())}};
     if (with_bias_) args[DNNL_ARG_DIFF_BIAS] = du::wrap(diff_bias_, ctx.out(1).raw());
-    if (scratchpad_.get_size()) args[DNNL_ARG_SCRATCHPAD] = du::wrap(scratchpad_, ctx.scratch);
-    primitive_.execute(du::stream(), args);
-    du::stream().wait();
+    execute(ctx, std::move(args));
   }
 
  private:
   bool with_bias_ = false;
-  dnnl::primitive primitive_;
-  memory::desc diff_dst_, src_, diff_weights_, diff_bias_, scratchpad_;
-  std::string impl_;
+  memory::desc diff_dst_, src_, diff_weights_, diff_bias_;
 };
 
 static Registrar conv_grad_input("ConvGradInput", Backend::kDnnl, factory_of<ConvGradInputKernel>(), "anvil",
