@@ -26,7 +26,14 @@ std::vector<const KernelEntry*> Registry::find(const std::string& domain, const 
   return found;
 }
 
-const char* backend_name(Backend backend) { return backend == Backend::kDnnl ? "dnnl" : "ref"; }
+const char* backend_name(Backend backend) {
+  switch (backend) {
+    case Backend::kDnnl: return "dnnl";
+    case Backend::kVec: return "vec";
+    case Backend::kRef: break;
+  }
+  return "ref";
+}
 
 bool InputTypes::accepts(const std::vector<TensorType>& types) const {
   if (masks.empty())  // kernels that check dtypes themselves know only the classic ones

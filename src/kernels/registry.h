@@ -6,7 +6,7 @@
 //   ANVIL_REGISTER_KERNEL_TYPED("Conv", kDnnl, make_conv, {kFloat32Only});
 //
 // The planner selects, per node, the entries whose versions and dtypes match
-// the node, best backend first (kDnnl before kRef). A factory may still return
+// the node, best backend first (kDnnl, kVec, kRef). A factory may still return
 // nullptr to decline a node for an attribute it cannot handle, and prepare()
 // may throw Unsupported (a shape oneDNN lacks); the planner then falls back
 // to the next entry. Constant folding asks for kRef only.
@@ -24,7 +24,9 @@
 
 namespace anvil::kernels {
 
-enum class Backend { kDnnl = 0, kRef = 1 };
+// Best first: oneDNN, then Anvil's own vectorized kernels (kernels/vec/), then
+// the reference kernels that run every case.
+enum class Backend { kDnnl = 0, kVec = 1, kRef = 2 };
 
 using KernelFactory = std::function<std::unique_ptr<Kernel>(const ir::Node&)>;
 

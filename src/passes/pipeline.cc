@@ -44,8 +44,16 @@ std::vector<std::unique_ptr<Pass>> passes_for_level(int level, const ConstantEva
   return passes;
 }
 
-int optimize(ir::Graph& graph, int level, const ConstantEvaluator& evaluator) {
-  auto passes = passes_for_level(level, evaluator);
+std::vector<std::unique_ptr<Pass>> late_passes_for_level(int level) {
+  std::vector<std::unique_ptr<Pass>> passes;
+  if (level >= 2) passes.push_back(make_fuse_masked_softmax());
+  return passes;
+}
+
+namespace {
+
+// Runs `passes` in turn until none changes the graph; returns the rounds run.
+int run_to_fixed_point(ir::Graph& graph, std::vector<std::unique_ptr<Pass>>& passes) {
   constexpr int kMaxRounds = 16;
   int round = 0;
   for (bool changed = !passes.empty(); changed && round < kMaxRounds; ++round) {
@@ -60,6 +68,15 @@ int optimize(ir::Graph& graph, int level, const ConstantEvaluator& evaluator) {
     }
   }
   return round;
+}
+
+}  // namespace
+
+int optimize(ir::Graph& graph, int level, const ConstantEvaluator& evaluator) {
+  auto passes = passes_for_level(level, evaluator);
+  auto late = late_passes_for_level(level);
+  const int rounds = run_to_fixed_point(graph, passes);
+  return rounds + run_to_fixed_point(graph, late);
 }
 
 }  // namespace anvil::passes

@@ -2,7 +2,9 @@
 //   0: nothing
 //   1: cleanup — identity elimination, constant folding, dead code
 //   2: + fusions — Conv+BatchNorm, GELU, Conv/MatMul + bias + residual Add +
-//      activation (oneDNN post-ops), multi-head attention, LayerNormalization
+//      activation (oneDNN post-ops), multi-head attention, LayerNormalization;
+//      then, once those have settled, the Softmax of a masked sum (late, so
+//      that the attention fusion sees its Add + Softmax first)
 #pragma once
 
 #include <memory>
@@ -13,7 +15,10 @@
 namespace anvil::passes {
 
 std::vector<std::unique_ptr<Pass>> passes_for_level(int level, const ConstantEvaluator& evaluator);
-// Runs the level's passes until none changes the graph; returns the rounds run.
+// The passes that run after the level's others have reached a fixed point.
+std::vector<std::unique_ptr<Pass>> late_passes_for_level(int level);
+// Runs the level's passes until none changes the graph, then the late ones
+// likewise; returns the rounds run.
 int optimize(ir::Graph& graph, int level, const ConstantEvaluator& evaluator);
 
 std::unique_ptr<Pass> make_eliminate_identity();
@@ -25,5 +30,6 @@ std::unique_ptr<Pass> make_fuse_gelu();
 std::unique_ptr<Pass> make_fuse_matmul();
 std::unique_ptr<Pass> make_fuse_attention();
 std::unique_ptr<Pass> make_fuse_layer_norm();
+std::unique_ptr<Pass> make_fuse_masked_softmax();
 
 }  // namespace anvil::passes

@@ -393,7 +393,7 @@ TEST(Passes, AttentionLookalikesAreLeftAlone) {
   auto shared = attention_graph({.scores_are_output = true});  // the raw scores are a graph output
   passes::optimize(*shared, 2, runtime::reference_evaluator());
   EXPECT_EQ(count_ops(*shared, "Attention"), 0u);
-  EXPECT_EQ(count_ops(*shared, "Softmax"), 1u);
+  EXPECT_EQ(count_ops(*shared, "MaskedSoftmax"), 1u);  // only the mask's Add joins the Softmax
 }
 
 // LayerNorm as exporters wrote it before opset 17, over the trailing `axes` of x [2, 3, 4].
@@ -483,6 +483,60 @@ TEST(Passes, ResidualJoinsAFusedMatMulReadFromAFile) {
   passes::optimize(*g, 2, runtime::reference_evaluator());
   ASSERT_EQ(g->nodes().size(), 1u);
   EXPECT_EQ(g->nodes()[0]->input(3), g->find_value("r"));
+}
+
+}  // namespace
+}  // namespace anvil
+
+namespace anvil {
+namespace {
+
+// softmax(x + mask, axis) with x [2, 3, 4] and a padding mask [2, 1, 4].
+std::unique_ptr<ir::Graph> masked_softmax_graph(int64_t axis, bool sum_is_output) {
+  auto g = std::make_unique<ir::Graph>();
+  g->opsets[""] = 13;
+  ir::Value* x = g->add_input("x", DType::kFloat32, {2, 3, 4});
+  ir::Value* mask = g->add_input("mask", DType::kFloat32, {2, 1, 4});
+  ir::Value* sum = g->add_node("Add", {x, mask}, 1)->output(0);
+  ir::Node* softmax = g->add_node("Softmax", {sum}, 1, "softmax");
+  softmax->attrs.set("axis", axis);
+  g->add_output(softmax->output(0));
+  if (sum_is_output) g->add_output(sum);
+  return g;
+}
+
+TEST(Passes, MaskedSumBeforeSoftmaxBecomesOneNode) {
+  auto g = masked_softmax_graph(-1, false);
+  passes::optimize(*g, 2, runtime::reference_evaluator());
+  ASSERT_EQ(g->nodes().size(), 1u);
+  EXPECT_EQ(g->nodes()[0]->op_type, "MaskedSoftmax");
+  EXPECT_EQ(g->nodes()[0]->domain, "anvil");
+
+  Session s = Session::from_graph(masked_softmax_graph(-1, false));
+  Tensor x(DType::kFloat32, {2, 3, 4}), mask(DType::kFloat32, {2, 1, 4});
+  for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = 0.25f * static_cast<float>(i % 7) - 0.5f;
+  const float mask_values[] = {0, 0, -1e4f, -1e4f, 0, -1e4f, 0, 0};
+  for (int i = 0; i < 8; ++i) mask.data<float>()[i] = mask_values[i];
+  std::vector<Tensor> out = s.run({{"x", x}, {"mask", mask}});
+  for (int64_t row = 0; row < 6; ++row) {
+    const int64_t b = row / 3;
+    double e[4], sum = 0;
+    for (int j = 0; j < 4; ++j) sum += e[j] = std::exp(double(x.data<float>()[row * 4 + j]) + mask_values[b * 4 + j]);
+    for (int j = 0; j < 4; ++j) EXPECT_NEAR(out[0].data<float>()[row * 4 + j], e[j] / sum, 1e-6) << row << "," << j;
+  }
+}
+
+TEST(Passes, MaskedSoftmaxLookalikesAreLeftAlone) {
+  auto middle_axis = masked_softmax_graph(1, false);  // not over the last axis
+  passes::optimize(*middle_axis, 2, runtime::reference_evaluator());
+  EXPECT_EQ(count_ops(*middle_axis, "MaskedSoftmax"), 0u);
+  EXPECT_EQ(count_ops(*middle_axis, "Add"), 1u);
+  auto sum_read_twice = masked_softmax_graph(-1, true);  // the sum is also a graph output
+  passes::optimize(*sum_read_twice, 2, runtime::reference_evaluator());
+  EXPECT_EQ(count_ops(*sum_read_twice, "MaskedSoftmax"), 0u);
+  auto level_one = masked_softmax_graph(-1, false);  // a fusion: level 2 and up
+  passes::optimize(*level_one, 1, runtime::reference_evaluator());
+  EXPECT_EQ(count_ops(*level_one, "Softmax"), 1u);
 }
 
 }  // namespace

@@ -26,6 +26,24 @@ int64_t normalize_axis(const PrepareContext& ctx, int64_t axis, int64_t rank) {
   return axis < 0 ? axis + rank : axis;
 }
 
+std::vector<bool> reduced_axes(const PrepareContext& ctx, int64_t rank) {
+  std::vector<int64_t> axes = ctx.attrs().get_ints("axes");
+  const bool axes_input = ctx.node().op_type == "ReduceSum" ? ctx.opset() >= 13 : ctx.opset() >= 18;
+  if (axes_input && ctx.has_input(1)) {
+    ANVIL_PREPARE_CHECK(ctx, ctx.input_dtype(1) == DType::kInt64, ErrorKind::kInvalidModel,
+                        "axes must be int64, got {}", dtype_name(ctx.input_dtype(1)));
+    axes = tensor_to_ints(ctx.require_constant(1, "axes"));
+  }
+  const bool noop = ctx.attrs().get_int("noop_with_empty_axes", 0) != 0;
+  std::vector<bool> reduced(static_cast<size_t>(rank), axes.empty() && !noop);
+  for (int64_t a : axes) {
+    int64_t axis = normalize_axis(ctx, a, rank);
+    ANVIL_PREPARE_CHECK(ctx, !reduced[axis], ErrorKind::kInvalidModel, "axis {} is listed twice", a);
+    reduced[axis] = true;
+  }
+  return reduced;
+}
+
 std::vector<int64_t> tensor_to_ints(const Tensor& t) {
   std::vector<int64_t> v(static_cast<size_t>(t.numel()));
   if (t.dtype() == DType::kInt64) {

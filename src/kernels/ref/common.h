@@ -62,6 +62,10 @@ std::vector<int64_t> broadcast_strides(const Shape& shape, const Shape& out_shap
 std::vector<int64_t> contiguous_strides(const Shape& shape);
 // Maps a possibly negative axis into [0, rank); throws naming the node.
 int64_t normalize_axis(const PrepareContext& ctx, int64_t axis, int64_t rank);
+// Which axes of a rank-`rank` input a Reduce* node reduces: its `axes`
+// attribute, or its constant axes input (ReduceSum from opset 13, the others
+// from 18); empty axes mean all of them unless noop_with_empty_axes is set.
+std::vector<bool> reduced_axes(const PrepareContext& ctx, int64_t rank);
 // Reads an int64 or int32 tensor into a vector.
 std::vector<int64_t> tensor_to_ints(const Tensor& t);
 // The elements of a float32, float64, float16 or bfloat16 tensor as floats,

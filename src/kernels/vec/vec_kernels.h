@@ -1,0 +1,41 @@
+// Anvil's own vectorized loops for the ops oneDNN has no kernel for (Where,
+// inner-axis reductions, Transpose, masked Softmax), compiled once per vector
+// ISA (vec_kernels_{sse41,avx2,avx512}.cc) and picked at start-up by
+// vector_isa(), which ANVIL_MAX_ISA caps.
+//
+// These are single-threaded row routines; the op kernels beside them
+// (where.cc, reduce.cc, transpose.cc, softmax.cc) split the work over
+// OpenMP threads and call them per row or tile.
+#pragma once
+
+#include <cstdint>
+
+#include "core/vector_isa.h"
+
+namespace anvil::kernels::vec {
+
+enum class Reduction { kSum, kMean, kMax, kMin, kSumSquare, kL1, kL2, kLogSumExp };
+
+struct VecKernels {
+  // o[j] = c[j * sc] ? x[j * sx] : y[j * sy] for j < n, on 4-byte elements;
+  // each stride is 0 (a broadcast value) or 1.
+  void (*select32)(const bool* c, const uint32_t* x, const uint32_t* y, uint32_t* o, int64_t n, int sc, int sx,
+                   int sy);
+  // dst[j * dst_ld + i] = src[i * src_ld + j] for i < rows, j < cols (4-byte elements).
+  void (*transpose32)(const uint32_t* src, int64_t src_ld, uint32_t* dst, int64_t dst_ld, int64_t rows,
+                      int64_t cols);
+  // out[r] = the reduction of x[r * n, r * n + n) for r < rows (Mean divides by n;
+  // Max and Min propagate NaN).
+  void (*reduce_rows)(Reduction kind, const float* x, int64_t rows, int64_t n, float* out);
+  // One row of n: y = softmax(x + mask) (or its log); mask may be null, or a
+  // single value broadcast over the row when mask_stride is 0.
+  void (*softmax_row)(const float* x, const float* mask, int mask_stride, int64_t n, float* y, bool log);
+};
+
+const VecKernels& vec_kernels();                 // for vector_isa()
+const VecKernels& vec_kernels_for(VectorIsa isa);  // tests: each path
+
+// "vec:avx2": the implementation name kernels report in plans and profiles.
+const char* vec_impl_name();
+
+}  // namespace anvil::kernels::vec

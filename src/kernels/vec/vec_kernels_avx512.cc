@@ -1,0 +1,20 @@
+// The vectorized loops built for avx512 (CMake sets the flags by file name).
+#include <immintrin.h>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "kernels/vec/vec_kernels.h"
+
+namespace anvil::kernels::vec {
+
+namespace {
+#include "kernels/vec/vec_kernels_impl.h"
+}  // namespace
+
+extern const VecKernels kVecKernelsAvx512 = {select32_impl, transpose32_impl, reduce_rows_impl, softmax_row_impl};
+
+}  // namespace anvil::kernels::vec

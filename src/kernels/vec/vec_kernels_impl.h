@@ -1,0 +1,300 @@
+// The loops behind vec_kernels.h, written for the compiler to vectorize at the
+// ISA its including translation unit is built for (plus an 8x8 / 4x4 register
+// transpose in intrinsics). Included inside an anonymous namespace, so each
+// ISA's copy stays private to its unit; the unit includes <immintrin.h>,
+// <algorithm>, <bit>, <cmath>, <cstring> and <limits> first.
+
+// ---------------------------------------------------------------- Where
+
+template <int kSx, int kSy>
+void select_loop(const uint8_t* __restrict c, const uint32_t* __restrict x, const uint32_t* __restrict y,
+                 uint32_t* __restrict o, int64_t n) {
+  const uint32_t x0 = x[0], y0 = y[0];
+#pragma omp simd
+  for (int64_t j = 0; j < n; ++j) {
+    const uint32_t xv = kSx ? x[j] : x0, yv = kSy ? y[j] : y0;
+    o[j] = c[j] ? xv : yv;
+  }
+}
+
+inline void select32_impl(const bool* cond, const uint32_t* x, const uint32_t* y, uint32_t* o, int64_t n, int sc,
+                          int sx, int sy) {
+  if (n <= 0) return;
+  const auto* c = reinterpret_cast<const uint8_t*>(cond);
+  if (sc == 0) {  // one condition for the whole row: a copy or a fill from the side it picks
+    const uint32_t* src = c[0] ? x : y;
+    if (c[0] ? sx : sy) std::memcpy(o, src, static_cast<size_t>(n) * sizeof(uint32_t));
+    else std::fill(o, o + n, src[0]);
+    return;
+  }
+  if (sx && sy) select_loop<1, 1>(c, x, y, o, n);
+  else if (sx) select_loop<1, 0>(c, x, y, o, n);
+  else if (sy) select_loop<0, 1>(c, x, y, o, n);
+  else select_loop<0, 0>(c, x, y, o, n);
+}
+
+// ---------------------------------------------------------------- Transpose
+
+#if defined(__AVX2__)
+constexpr int64_t kTile = 8;
+// dst[j][i] = src[i][j] for one 8x8 block of 4-byte values (bits moved as floats: no arithmetic).
+inline void transpose_tile(const uint32_t* src, int64_t src_ld, uint32_t* dst, int64_t dst_ld) {
+  __m256 r[8], t[8];
+  for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(reinterpret_cast<const float*>(src + i * src_ld));
+  for (int i = 0; i < 8; i += 2) {
+    t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);      // a0 b0 a1 b1 | a4 b4 a5 b5
+    t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);  // a2 b2 a3 b3 | a6 b6 a7 b7
+  }
+  for (int h = 0; h < 8; h += 4) {
+    r[h] = _mm256_shuffle_ps(t[h], t[h + 2], _MM_SHUFFLE(1, 0, 1, 0));      // column 0 | 4 of four rows
+    r[h + 1] = _mm256_shuffle_ps(t[h], t[h + 2], _MM_SHUFFLE(3, 2, 3, 2));  // column 1 | 5
+    r[h + 2] = _mm256_shuffle_ps(t[h + 1], t[h + 3], _MM_SHUFFLE(1, 0, 1, 0));  // column 2 | 6
+    r[h + 3] = _mm256_shuffle_ps(t[h + 1], t[h + 3], _MM_SHUFFLE(3, 2, 3, 2));  // column 3 | 7
+  }
+  for (int j = 0; j < 4; ++j) {
+    _mm256_storeu_ps(reinterpret_cast<float*>(dst + j * dst_ld), _mm256_permute2f128_ps(r[j], r[j + 4], 0x20));
+    _mm256_storeu_ps(reinterpret_cast<float*>(dst + (j + 4) * dst_ld),
+                     _mm256_permute2f128_ps(r[j], r[j + 4], 0x31));
+  }
+}
+#else
+constexpr int64_t kTile = 4;
+inline void transpose_tile(const uint32_t* src, int64_t src_ld, uint32_t* dst, int64_t dst_ld) {
+  __m128 r0 = _mm_loadu_ps(reinterpret_cast<const float*>(src));
+  __m128 r1 = _mm_loadu_ps(reinterpret_cast<const float*>(src + src_ld));
+  __m128 r2 = _mm_loadu_ps(reinterpret_cast<const float*>(src + 2 * src_ld));
+  __m128 r3 = _mm_loadu_ps(reinterpret_cast<const float*>(src + 3 * src_ld));
+  _MM_TRANSPOSE4_PS(r0, r1, r2, r3);
+  _mm_storeu_ps(reinterpret_cast<float*>(dst), r0);
+  _mm_storeu_ps(reinterpret_cast<float*>(dst + dst_ld), r1);
+  _mm_storeu_ps(reinterpret_cast<float*>(dst + 2 * dst_ld), r2);
+  _mm_storeu_ps(reinterpret_cast<float*>(dst + 3 * dst_ld), r3);
+}
+#endif
+
+inline void transpose32_impl(const uint32_t* src, int64_t src_ld, uint32_t* dst, int64_t dst_ld, int64_t rows,
+                             int64_t cols) {
+  int64_t i = 0;
+  for (; i + kTile <= rows; i += kTile) {
+    int64_t j = 0;
+    for (; j + kTile <= cols; j += kTile) transpose_tile(src + i * src_ld + j, src_ld, dst + j * dst_ld + i, dst_ld);
+    for (; j < cols; ++j)
+      for (int64_t k = 0; k < kTile; ++k) dst[j * dst_ld + i + k] = src[(i + k) * src_ld + j];
+  }
+  for (; i < rows; ++i)
+    for (int64_t j = 0; j < cols; ++j) dst[j * dst_ld + i] = src[i * src_ld + j];
+}
+
+// ---------------------------------------------------------------- vectors
+
+// GCC vector types as wide as the unit's ISA: arithmetic, compares and ?:
+// work lane-wise on them, so one source serves SSE4.1, AVX2 and AVX-512.
+#if defined(__AVX512F__)
+constexpr int kWidth = 16;
+#elif defined(__AVX2__)
+constexpr int kWidth = 8;
+#else
+constexpr int kWidth = 4;
+#endif
+typedef float VF __attribute__((vector_size(kWidth * sizeof(float))));
+typedef int32_t VI __attribute__((vector_size(kWidth * sizeof(int32_t))));
+
+inline VF splat(float v) { return VF{} + v; }
+inline VF load(const float* p) {
+  VF v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+inline void store(float* p, VF v) { std::memcpy(p, &v, sizeof v); }
+// The first n < kWidth values of p, the other lanes `fill`.
+inline VF load_part(const float* p, int64_t n, float fill) {
+  float lanes[kWidth];
+  for (int l = 0; l < kWidth; ++l) lanes[l] = l < n ? p[l] : fill;
+  return load(lanes);
+}
+inline void store_part(float* p, VF v, int64_t n) {
+  for (int l = 0; l < n; ++l) p[l] = v[l];
+}
+
+// ---------------------------------------------------------------- exp
+
+// exp(x) to about 1 ulp over the whole float range: x = k ln2 + r with
+// |r| <= ln2 / 2, e^r by its Taylor series to degree 7, 2^k applied in two
+// halves so that neither factor leaves the normal range. exp(-inf) = 0,
+// exp(+inf) = inf, NaN stays NaN.
+inline VF exp_approx(VF x) {
+  constexpr float kLog2e = 1.44269504088896341f, kLn2Hi = 0.693359375f, kLn2Lo = -2.12194440e-4f;
+  constexpr float kRound = 12582912.f;  // 1.5 * 2^23: adding and subtracting it rounds to an integer
+  // Clamped in the form of max/min instructions (NaN becomes -104 here and
+  // leaves through the last line), so no NaN reaches the int conversion.
+  VF xc = x > -104.f ? x : splat(-104.f);
+  xc = xc < 89.f ? xc : splat(89.f);
+  const VF k = (xc * kLog2e + kRound) - kRound;
+  const VF r = (xc - k * kLn2Hi) - k * kLn2Lo;
+  VF p = splat(1.f / 5040);
+  p = p * r + 1.f / 720;
+  p = p * r + 1.f / 120;
+  p = p * r + 1.f / 24;
+  p = p * r + 1.f / 6;
+  p = p * r + 0.5f;
+  p = p * r + 1.f;
+  p = p * r + 1.f;
+  const VI ki = __builtin_convertvector(k, VI), k1 = ki >> 1, k2 = ki - k1;
+  // Above 88.72 the product overflows to inf by itself (x is clamped at 89).
+  VF y = p * std::bit_cast<VF>((k1 + 127) << 23) * std::bit_cast<VF>((k2 + 127) << 23);
+  y = x < -103.97208f ? splat(0.f) : y;  // not a denormal product, which some CPUs make slowly
+  return x == x ? y : x;
+}
+
+// ---------------------------------------------------------------- reductions
+
+// Folds a row into four vector accumulators with step(acc, value) (four,
+// for the adder's latency), then joins them and their lanes with
+// join(acc, acc); both take floats and vectors alike. `pad` fills the lanes
+// past the row's end, and must leave an accumulator as it is. The
+// association is fixed for a given ISA, so results repeat run to run.
+template <typename Step, typename Join>
+float fold_row(const float* x, int64_t n, float init, float pad, Step step, Join join) {
+  VF a0 = splat(init), a1 = a0, a2 = a0, a3 = a0;
+  int64_t j = 0;
+  for (; j + 4 * kWidth <= n; j += 4 * kWidth) {
+    a0 = step(a0, load(x + j));
+    a1 = step(a1, load(x + j + kWidth));
+    a2 = step(a2, load(x + j + 2 * kWidth));
+    a3 = step(a3, load(x + j + 3 * kWidth));
+  }
+  for (; j + kWidth <= n; j += kWidth) a0 = step(a0, load(x + j));
+  if (j < n) a1 = step(a1, load_part(x + j, n - j, pad));
+  a0 = join(join(a0, a1), join(a2, a3));
+  float r = a0[0];
+  for (int l = 1; l < kWidth; ++l) r = join(r, a0[l]);
+  return r;
+}
+
+// A fold whose step is its join (sums, max, min): the padding is the identity.
+template <typename Op>
+float fold_row(const float* x, int64_t n, float identity, Op op) {
+  return fold_row(x, n, identity, identity, op, op);
+}
+
+const auto kAdd = [](auto a, auto v) { return a + v; };
+const auto kAddSquare = [](auto a, auto v) { return a + v * v; };
+const auto kAddAbs = [](auto a, auto v) { return a + (v < 0.f ? -v : v); };
+const auto kMax = [](auto a, auto v) { return v > a ? v : a; };  // drops NaN: see extreme_row
+const auto kMin = [](auto a, auto v) { return v < a ? v : a; };
+
+// The max (or min) with plain compares, which drop NaN; the sum of v - v is
+// NaN when a NaN (or an infinity) passed, and only then is the row searched
+// for a NaN to return, as the reference propagates it.
+template <typename Op>
+float extreme_row(const float* x, int64_t n, Op op, float init) {
+  const float result = fold_row(x, n, init, op);
+  if (fold_row(x, n, 0.f, 0.f, [](auto a, auto v) { return a + (v - v); }, kAdd) == 0.f) return result;
+  for (int64_t k = 0; k < n; ++k)
+    if (x[k] != x[k]) return x[k];
+  return result;
+}
+
+inline float row_max(const float* x, int64_t n) {
+  return extreme_row(x, n, kMax, -std::numeric_limits<float>::infinity());
+}
+
+// The shift softmax and LogSumExp subtract, from the row's max m: m, or 0
+// when m is infinite (all -inf, or +inf present), where no finite shift helps
+// and IEEE gives the reference's answer.
+inline float softmax_shift_of(float m) {
+  return m == std::numeric_limits<float>::infinity() || m == -std::numeric_limits<float>::infinity() ? 0.f : m;
+}
+
+// sum of exp(x[j] - shift); with `y`, each exp is also stored there.
+inline float sum_exp(const float* x, int64_t n, float shift, float* y) {
+  VF a0 = splat(0.f), a1 = a0;
+  int64_t j = 0;
+  for (; j + 2 * kWidth <= n; j += 2 * kWidth) {
+    const VF e0 = exp_approx(load(x + j) - shift), e1 = exp_approx(load(x + j + kWidth) - shift);
+    if (y) {
+      store(y + j, e0);
+      store(y + j + kWidth, e1);
+    }
+    a0 += e0;
+    a1 += e1;
+  }
+  for (; j < n; j += kWidth) {
+    const int64_t left = std::min<int64_t>(kWidth, n - j);
+    const VF e = exp_approx(load_part(x + j, left, -std::numeric_limits<float>::infinity()) - shift);
+    if (y) store_part(y + j, e, left);
+    a0 += e;
+  }
+  a0 += a1;
+  float r = a0[0];
+  for (int l = 1; l < kWidth; ++l) r += a0[l];
+  return r;
+}
+
+inline float reduce_row(Reduction kind, const float* x, int64_t n) {
+  switch (kind) {
+    case Reduction::kSum: return fold_row(x, n, 0.f, kAdd);
+    case Reduction::kMean: return fold_row(x, n, 0.f, kAdd) / static_cast<float>(n);  // n = 0: NaN
+    case Reduction::kMax: return row_max(x, n);
+    case Reduction::kMin: return extreme_row(x, n, kMin, std::numeric_limits<float>::infinity());
+    case Reduction::kSumSquare: return fold_row(x, n, 0.f, 0.f, kAddSquare, kAdd);
+    case Reduction::kL1: return fold_row(x, n, 0.f, 0.f, kAddAbs, kAdd);
+    case Reduction::kL2: return std::sqrt(fold_row(x, n, 0.f, 0.f, kAddSquare, kAdd));
+    case Reduction::kLogSumExp: {
+      const float shift = softmax_shift_of(row_max(x, n));
+      return shift + std::log(sum_exp(x, n, shift, nullptr));
+    }
+  }
+  return 0;
+}
+
+inline void reduce_rows_impl(Reduction kind, const float* x, int64_t rows, int64_t n, float* out) {
+  for (int64_t r = 0; r < rows; ++r) out[r] = reduce_row(kind, x + r * n, n);
+}
+
+// ---------------------------------------------------------------- Softmax
+
+// y = x + mask (mask_stride 1, or one value when 0); returns the max of y.
+inline float add_mask_and_max(const float* x, const float* mask, int mask_stride, int64_t n, float* y) {
+  VF m0 = splat(-std::numeric_limits<float>::infinity()), m1 = m0;
+  const VF broadcast = splat(mask[0]);
+  int64_t j = 0;
+  for (; j + 2 * kWidth <= n; j += 2 * kWidth) {
+    const VF t0 = load(x + j) + (mask_stride ? load(mask + j) : broadcast);
+    const VF t1 = load(x + j + kWidth) + (mask_stride ? load(mask + j + kWidth) : broadcast);
+    store(y + j, t0);
+    store(y + j + kWidth, t1);
+    m0 = kMax(m0, t0);
+    m1 = kMax(m1, t1);
+  }
+  m0 = kMax(m0, m1);
+  float m = m0[0];
+  for (int l = 1; l < kWidth; ++l) m = kMax(m, m0[l]);
+  for (; j < n; ++j) {
+    y[j] = x[j] + mask[mask_stride ? j : 0];
+    m = kMax(m, y[j]);
+  }
+  return m;
+}
+
+// y = softmax(x + mask) over one row; x and y may alias.
+inline void softmax_row_impl(const float* x, const float* mask, int mask_stride, int64_t n, float* y, bool log) {
+  if (n <= 0) return;
+  const float* t = x;  // the row softmax normalizes: x, or x + mask stored in y
+  float m;
+  if (mask) {
+    m = add_mask_and_max(x, mask, mask_stride, n, y);
+    t = y;
+  } else {  // plain compares: a NaN dropped here still reaches the sum through exp, as in the reference
+    m = fold_row(x, n, -std::numeric_limits<float>::infinity(), kMax);
+  }
+  const float shift = softmax_shift_of(m);
+  if (log) {
+    // (t - shift) - log(sum), not t - (shift + log(sum)), which loses log(sum) next to a large shift.
+    const float log_sum = std::log(sum_exp(t, n, shift, nullptr));
+    for (int64_t j = 0; j < n; ++j) y[j] = (t[j] - shift) - log_sum;
+    return;
+  }
+  const float inv = 1.f / sum_exp(t, n, shift, y);
+  for (int64_t j = 0; j < n; ++j) y[j] *= inv;
+}

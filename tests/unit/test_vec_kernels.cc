@@ -1,0 +1,368 @@
+// Anvil's vectorized kernels (src/kernels/vec/): every ISA path the CPU has
+// against formulas computed here in double, and each op kernel (at the ISA
+// vector_isa() picks, which ANVIL_MAX_ISA caps: ctest also runs these tests
+// capped at sse41 and avx2) against the reference kernel.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <random>
+
+#include "anvil/cpu.h"
+#include "core/vector_isa.h"
+#include "kernel_tester.h"
+#include "kernels/vec/vec_kernels.h"
+
+namespace anvil {
+namespace {
+
+using kernels::Backend;
+using kernels::vec::Reduction;
+using kernels::vec::VecKernels;
+using testing::attrs;
+using testing::KernelOptions;
+using testing::random_f32;
+using testing::run_kernel;
+using testing::values;
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+std::vector<VectorIsa> isas_of_this_cpu() {
+  const CpuInfo& cpu = cpu_info();
+  std::vector<VectorIsa> isas = {VectorIsa::kSse41};
+  if (cpu.avx2 && cpu.fma) isas.push_back(VectorIsa::kAvx2);
+  if (cpu.avx512f && cpu.avx512bw && cpu.avx512vl && cpu.avx512dq) isas.push_back(VectorIsa::kAvx512);
+  return isas;
+}
+
+std::vector<float> normal_values(size_t n, uint32_t seed, float scale = 1.f) {
+  std::mt19937 gen(seed);
+  std::normal_distribution<float> dist(0.f, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(gen);
+  return v;
+}
+
+// Relative error against a double reference, with an absolute floor for values near 0.
+void expect_close(float got, double want, double rel, const std::string& what) {
+  if (std::isnan(want)) {
+    EXPECT_TRUE(std::isnan(got)) << what << ": got " << got << ", want NaN";
+    return;
+  }
+  if (std::isinf(want)) {
+    EXPECT_EQ(got, static_cast<float>(want)) << what;
+    return;
+  }
+  EXPECT_LE(std::abs(got - want), rel * std::max(1.0, std::abs(want))) << what << ": got " << got << ", want " << want;
+}
+
+TEST(VecKernels, SelectEveryStridePattern) {
+  for (VectorIsa isa : isas_of_this_cpu()) {
+    SCOPED_TRACE(vector_isa_name(isa));
+    const VecKernels& k = kernels::vec::vec_kernels_for(isa);
+    for (int64_t n : {1, 7, 8, 33, 100}) {
+      std::vector<uint8_t> c(static_cast<size_t>(n));
+      std::vector<uint32_t> x(static_cast<size_t>(n)), y(static_cast<size_t>(n)), o(static_cast<size_t>(n));
+      for (int64_t j = 0; j < n; ++j) {
+        c[j] = (j * 7 + 3) % 5 < 2;
+        x[j] = static_cast<uint32_t>(1000 + j);
+        y[j] = static_cast<uint32_t>(2000 + j);
+      }
+      for (int sc : {0, 1})
+        for (int sx : {0, 1})
+          for (int sy : {0, 1}) {
+            k.select32(reinterpret_cast<const bool*>(c.data()), x.data(), y.data(), o.data(), n, sc, sx, sy);
+            for (int64_t j = 0; j < n; ++j) {
+              const uint32_t want = c[sc * j] ? x[sx * j] : y[sy * j];
+              ASSERT_EQ(o[j], want) << "n " << n << " strides " << sc << sx << sy << " at " << j;
+            }
+          }
+    }
+  }
+}
+
+TEST(VecKernels, TransposeOfTilesAndEdges) {
+  for (VectorIsa isa : isas_of_this_cpu()) {
+    SCOPED_TRACE(vector_isa_name(isa));
+    const VecKernels& k = kernels::vec::vec_kernels_for(isa);
+    for (auto [rows, cols] : {std::pair<int64_t, int64_t>{1, 1}, {3, 5}, {8, 8}, {16, 9}, {17, 31}, {64, 40}}) {
+      const int64_t src_ld = cols + 3, dst_ld = rows + 2;  // leading dimensions wider than the block
+      std::vector<uint32_t> src(static_cast<size_t>(rows * src_ld)), dst(static_cast<size_t>(cols * dst_ld), 0xdead);
+      for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<uint32_t>(i * 2654435761u);
+      k.transpose32(src.data(), src_ld, dst.data(), dst_ld, rows, cols);
+      for (int64_t i = 0; i < rows; ++i)
+        for (int64_t j = 0; j < cols; ++j)
+          ASSERT_EQ(dst[j * dst_ld + i], src[i * src_ld + j]) << rows << "x" << cols << " at " << i << "," << j;
+      for (int64_t j = 0; j < cols; ++j)  // the padding between rows of dst is untouched
+        for (int64_t i = rows; i < dst_ld; ++i) ASSERT_EQ(dst[j * dst_ld + i], 0xdeadu);
+    }
+  }
+}
+
+double reduce_double(Reduction kind, const float* x, int64_t n) {
+  double acc = kind == Reduction::kMax ? -INFINITY : kind == Reduction::kMin ? INFINITY : 0.0;
+  double shift = 0;
+  if (kind == Reduction::kLogSumExp) {
+    shift = -INFINITY;
+    for (int64_t j = 0; j < n; ++j) shift = std::max(shift, static_cast<double>(x[j]));
+    if (std::isinf(shift)) shift = 0;
+  }
+  for (int64_t j = 0; j < n; ++j) {
+    const double v = x[j];
+    switch (kind) {
+      case Reduction::kSum: case Reduction::kMean: acc += v; break;
+      case Reduction::kMax: acc = (v > acc || std::isnan(v)) && !std::isnan(acc) ? v : acc; break;
+      case Reduction::kMin: acc = (v < acc || std::isnan(v)) && !std::isnan(acc) ? v : acc; break;
+      case Reduction::kSumSquare: case Reduction::kL2: acc += v * v; break;
+      case Reduction::kL1: acc += std::abs(v); break;
+      case Reduction::kLogSumExp: acc += std::exp(v - shift); break;
+    }
+  }
+  if (kind == Reduction::kMean) return acc / static_cast<double>(n);
+  if (kind == Reduction::kL2) return std::sqrt(acc);
+  if (kind == Reduction::kLogSumExp) return shift + std::log(acc);
+  return acc;
+}
+
+TEST(VecKernels, RowReductionsMatchDoublePrecision) {
+  const Reduction kinds[] = {Reduction::kSum, Reduction::kMean, Reduction::kMax, Reduction::kMin,
+                             Reduction::kSumSquare, Reduction::kL1, Reduction::kL2, Reduction::kLogSumExp};
+  for (VectorIsa isa : isas_of_this_cpu()) {
+    SCOPED_TRACE(vector_isa_name(isa));
+    const VecKernels& k = kernels::vec::vec_kernels_for(isa);
+    for (int64_t n : {1, 5, 16, 67, 768, 4099}) {
+      const int64_t rows = 3;
+      std::vector<float> x = normal_values(static_cast<size_t>(rows * n), static_cast<uint32_t>(n), 3.f);
+      for (Reduction kind : kinds) {
+        std::vector<float> out(rows);
+        k.reduce_rows(kind, x.data(), rows, n, out.data());
+        for (int64_t r = 0; r < rows; ++r)
+          expect_close(out[r], reduce_double(kind, x.data() + r * n, n), 2e-5,
+                       "kind " + std::to_string(static_cast<int>(kind)) + " n " + std::to_string(n));
+      }
+    }
+  }
+}
+
+TEST(VecKernels, RowReductionsOfSpecialValues) {
+  for (VectorIsa isa : isas_of_this_cpu()) {
+    SCOPED_TRACE(vector_isa_name(isa));
+    const VecKernels& k = kernels::vec::vec_kernels_for(isa);
+    float out = 0;
+    std::vector<float> with_nan(40, 1.f);
+    with_nan[37] = std::nanf("");
+    for (Reduction kind : {Reduction::kMax, Reduction::kMin, Reduction::kSum}) {
+      k.reduce_rows(kind, with_nan.data(), 1, 40, &out);
+      EXPECT_TRUE(std::isnan(out)) << static_cast<int>(kind);
+    }
+    std::vector<float> with_inf(40, -2.f);
+    with_inf[3] = -kInf;
+    k.reduce_rows(Reduction::kMin, with_inf.data(), 1, 40, &out);
+    EXPECT_EQ(out, -kInf);
+    k.reduce_rows(Reduction::kMax, with_inf.data(), 1, 40, &out);  // an infinity without NaN: no NaN
+    EXPECT_EQ(out, -2.f);
+    std::vector<float> all_minus_inf(20, -kInf);
+    k.reduce_rows(Reduction::kLogSumExp, all_minus_inf.data(), 1, 20, &out);
+    EXPECT_EQ(out, -kInf);
+    // Empty rows: the reductions' identities, and NaN for the mean (0 / 0).
+    k.reduce_rows(Reduction::kSum, nullptr, 1, 0, &out);
+    EXPECT_EQ(out, 0.f);
+    k.reduce_rows(Reduction::kMax, nullptr, 1, 0, &out);
+    EXPECT_EQ(out, -kInf);
+    k.reduce_rows(Reduction::kMean, nullptr, 1, 0, &out);
+    EXPECT_TRUE(std::isnan(out));
+  }
+}
+
+void softmax_double(const float* x, const float* mask, int mask_stride, int64_t n, bool log, std::vector<double>& y) {
+  y.assign(static_cast<size_t>(n), 0.0);
+  double m = -INFINITY;
+  for (int64_t j = 0; j < n; ++j) {
+    y[j] = static_cast<double>(x[j]) + (mask ? mask[mask_stride * j] : 0.f);
+    m = std::max(m, y[j]);
+  }
+  if (std::isinf(m)) m = 0;
+  double sum = 0;
+  for (int64_t j = 0; j < n; ++j) sum += std::exp(y[j] - m);
+  for (int64_t j = 0; j < n; ++j) y[j] = log ? (y[j] - m) - std::log(sum) : std::exp(y[j] - m) / sum;
+}
+
+TEST(VecKernels, SoftmaxRowsWithAndWithoutMasks) {
+  for (VectorIsa isa : isas_of_this_cpu()) {
+    SCOPED_TRACE(vector_isa_name(isa));
+    const VecKernels& k = kernels::vec::vec_kernels_for(isa);
+    for (int64_t n : {1, 3, 16, 50, 128, 1000}) {
+      // Logits up to +-40 so exp spans e^-80..e^0 after the shift; a mask of 0 and -inf/-1e4.
+      std::vector<float> x = normal_values(static_cast<size_t>(n), static_cast<uint32_t>(n + 1), 15.f);
+      std::vector<float> mask(static_cast<size_t>(n), 0.f);
+      for (int64_t j = 0; j < n; ++j)
+        if (j % 3 == 2) mask[j] = j % 2 ? -kInf : -1e4f;
+      for (bool log : {false, true})
+        for (int variant = 0; variant < 3; ++variant) {  // no mask, a mask row, one broadcast value
+          const float* m = variant == 0 ? nullptr : mask.data();
+          const int stride = variant == 1 ? 1 : 0;
+          std::vector<float> y(static_cast<size_t>(n));
+          std::vector<double> want;
+          k.softmax_row(x.data(), m, stride, n, y.data(), log);
+          softmax_double(x.data(), m, stride, n, log, want);
+          for (int64_t j = 0; j < n; ++j)
+            expect_close(y[j], want[j], log ? 1e-5 : 2e-6,
+                         "n " + std::to_string(n) + " log " + std::to_string(log) + " variant " +
+                             std::to_string(variant) + " at " + std::to_string(j));
+        }
+    }
+    // The reference's answers where no finite shift exists: all -inf rows give NaN.
+    std::vector<float> dead(9, -kInf), y(9);
+    k.softmax_row(dead.data(), nullptr, 0, 9, y.data(), false);
+    for (float v : y) EXPECT_TRUE(std::isnan(v));
+  }
+}
+
+// ---------------------------------------------------------------- op kernels against the reference
+
+KernelOptions vec_backend(int opset = 17) {
+  KernelOptions o;
+  o.backend = Backend::kVec;
+  o.opset = opset;
+  return o;
+}
+
+void expect_same_as_ref(const std::string& op, const std::vector<Tensor>& in, const ir::Attributes& a,
+                        float tol = 0.f, KernelOptions vec = vec_backend()) {
+  KernelOptions ref = vec;
+  ref.backend = Backend::kRef;
+  const Tensor got = run_kernel(op, in, a, vec)[0];
+  const Tensor want = run_kernel(op, in, a, ref)[0];
+  ASSERT_EQ(got.shape(), want.shape()) << op;
+  ASSERT_EQ(got.dtype(), want.dtype()) << op;
+  if (got.dtype() != DType::kFloat32) {
+    ASSERT_EQ(0, std::memcmp(got.raw(), want.raw(), got.nbytes())) << op;
+    return;
+  }
+  for (int64_t i = 0; i < got.numel(); ++i) {
+    const float g = got.data<float>()[i], w = want.data<float>()[i];
+    if (std::isnan(w)) {
+      EXPECT_TRUE(std::isnan(g)) << op << " at " << i;
+      continue;
+    }
+    ASSERT_LE(std::abs(g - w), tol * std::max(1.f, std::abs(w))) << op << " at " << i << ": " << g << " vs " << w;
+  }
+}
+
+Tensor bools(Shape shape, uint32_t seed) {
+  Tensor t(DType::kBool, std::move(shape));
+  std::mt19937 gen(seed);
+  for (int64_t i = 0; i < t.numel(); ++i) t.data<bool>()[i] = gen() % 3 == 0;
+  return t;
+}
+
+TEST(VecKernels, WhereBroadcastsAsTheReference) {
+  const std::vector<std::array<Shape, 3>> cases = {
+      {Shape{1, 1, 8, 8}, Shape{2, 3, 8, 8}, Shape{}},      // a causal mask over heads, a scalar fill
+      {Shape{2, 3, 8, 8}, Shape{2, 3, 8, 8}, Shape{2, 3, 8, 8}},
+      {Shape{4, 1}, Shape{4, 37}, Shape{1, 37}},            // one condition per row
+      {Shape{37}, Shape{5, 1}, Shape{5, 37}},               // X broadcast along rows
+      {Shape{3, 1, 5}, Shape{1, 4, 1}, Shape{3, 4, 5}},
+      {Shape{0, 4}, Shape{0, 4}, Shape{4}},                 // empty
+  };
+  for (const auto& [c, x, y] : cases) {
+    SCOPED_TRACE(::testing::PrintToString(c) + ::testing::PrintToString(x) + ::testing::PrintToString(y));
+    expect_same_as_ref("Where", {bools(c, 1), random_f32(x, 2), random_f32(y, 3)}, {});
+  }
+  // int32 values take the same path; other sizes go to the reference kernel.
+  Tensor xi(DType::kInt32, {2, 9}), yi(DType::kInt32, {9});
+  for (int64_t i = 0; i < 18; ++i) xi.data<int32_t>()[i] = static_cast<int32_t>(i);
+  for (int64_t i = 0; i < 9; ++i) yi.data<int32_t>()[i] = static_cast<int32_t>(-i);
+  expect_same_as_ref("Where", {bools({2, 9}, 4), xi, yi}, {});
+  EXPECT_EQ(testing::error_kind_of([] {
+              run_kernel("Where", {bools({3}, 1), testing::i64({3}, {1, 2, 3}), testing::i64({3}, {4, 5, 6})}, {},
+                         vec_backend());
+            }),
+            ErrorKind::kUnsupported);
+}
+
+TEST(VecKernels, TransposeMatchesTheReference) {
+  const std::vector<std::pair<Shape, std::vector<int64_t>>> cases = {
+      {{1, 12, 20, 16}, {0, 1, 3, 2}},   // K^T in attention
+      {{1, 16, 9, 11}, {0, 2, 3, 1}},    // NCHW -> NHWC
+      {{1, 9, 11, 16}, {0, 3, 1, 2}},    // NHWC -> NCHW
+      {{70, 130}, {1, 0}},
+      {{2, 3, 4, 5, 6}, {4, 2, 0, 3, 1}},
+      {{5, 1, 7}, {2, 1, 0}},
+  };
+  for (const auto& [shape, perm] : cases) {
+    SCOPED_TRACE(::testing::PrintToString(shape) + ::testing::PrintToString(perm));
+    expect_same_as_ref("Transpose", {random_f32(shape, 5)}, attrs({{"perm", perm}}));
+  }
+  expect_same_as_ref("Transpose", {random_f32({6, 10}, 6)}, {});  // no perm: reversed axes
+  // A permutation that keeps the innermost axis is a row copy, left to the reference kernel.
+  EXPECT_EQ(testing::error_kind_of([] {
+              run_kernel("Transpose", {random_f32({2, 3, 4}, 1)}, attrs({{"perm", std::vector<int64_t>{1, 0, 2}}}),
+                         vec_backend());
+            }),
+            ErrorKind::kUnsupported);
+}
+
+TEST(VecKernels, InnerReductionsMatchTheReference) {
+  const char* ops[] = {"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceSumSquare",
+                       "ReduceL1", "ReduceL2", "ReduceLogSumExp"};
+  for (const char* op : ops) {
+    SCOPED_TRACE(op);
+    for (int64_t keep : {0, 1}) {
+      // Over the last axis, the last two, and everything (axes through the attribute at opset 17,
+      // through an input for ReduceSum).
+      for (std::vector<int64_t> axes : {std::vector<int64_t>{-1}, {2, 3}, {0, 1, 2, 3}}) {
+        Tensor x = random_f32({2, 3, 5, 67}, 7);
+        ir::Attributes a = attrs({{"keepdims", keep}});
+        std::vector<Tensor> in = {x};
+        if (std::string(op) == "ReduceSum") in.push_back(testing::i64({static_cast<int64_t>(axes.size())}, axes));
+        else a.set("axes", axes);
+        expect_same_as_ref(op, in, a, 3e-6f);
+      }
+    }
+  }
+  // Over a leading axis: the reference kernel's job.
+  EXPECT_EQ(testing::error_kind_of([] {
+              run_kernel("ReduceMax", {random_f32({4, 5}, 1)}, attrs({{"axes", std::vector<int64_t>{0}}}),
+                         vec_backend());
+            }),
+            ErrorKind::kUnsupported);
+}
+
+TEST(VecKernels, SoftmaxAndMaskedSoftmaxMatchTheReference) {
+  for (const char* op : {"Softmax", "LogSoftmax"}) {
+    SCOPED_TRACE(op);
+    expect_same_as_ref(op, {random_f32({2, 3, 77}, 8)}, {}, 2e-6f);
+    expect_same_as_ref(op, {random_f32({4, 10}, 9)}, attrs({{"axis", int64_t{1}}}), 2e-6f);
+    expect_same_as_ref(op, {random_f32({4, 10}, 9)}, attrs({{"axis", int64_t{1}}}), 2e-6f, vec_backend(11));
+  }
+  // Not over the last axis: oneDNN's or the reference kernel's job.
+  EXPECT_EQ(testing::error_kind_of([] {
+              run_kernel("Softmax", {random_f32({4, 10}, 1)}, attrs({{"axis", int64_t{0}}}), vec_backend());
+            }),
+            ErrorKind::kUnsupported);
+
+  // MaskedSoftmax(X, M) against the reference Softmax of the reference Add.
+  KernelOptions masked = vec_backend(1);
+  masked.domain = "anvil";
+  const std::vector<std::pair<Shape, Shape>> shapes = {
+      {{2, 3, 8, 40}, {2, 1, 1, 40}},   // a padding mask
+      {{2, 3, 8, 40}, {1, 1, 8, 40}},   // a causal mask
+      {{2, 3, 8, 40}, {2, 3, 8, 1}},    // one value per row
+      {{1, 40}, {3, 40}},               // X broadcast over rows
+      {{3, 1}, {3, 40}},                // X broadcast along the row
+  };
+  for (const auto& [xs, ms] : shapes) {
+    SCOPED_TRACE(::testing::PrintToString(xs) + ::testing::PrintToString(ms));
+    Tensor x = random_f32(xs, 10), mask = random_f32(ms, 11);
+    for (int64_t i = 0; i < mask.numel(); i += 3) mask.data<float>()[i] = -1e4f;
+    const Tensor got = run_kernel("MaskedSoftmax", {x, mask}, {}, masked)[0];
+    const Tensor sum = run_kernel("Add", {x, mask})[0];
+    const Tensor want = run_kernel("Softmax", {sum})[0];
+    ASSERT_EQ(got.shape(), want.shape());
+    EXPECT_LE(testing::max_abs_diff(got, want), 2e-6f);
+  }
+}
+
+}  // namespace
+}  // namespace anvil
