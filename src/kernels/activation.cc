@@ -7,7 +7,7 @@ namespace anvil::kernels {
 
 bool is_known_activation(const std::string& n) {
   return n.empty() || n == "Relu" || n == "LeakyRelu" || n == "Elu" || n == "Clip" || n == "Sigmoid" ||
-         n == "Tanh" || n == "HardSigmoid" || n == "HardSwish" || n == "Gelu" || n == "GeluTanh";
+         n == "Tanh" || n == "HardSigmoid" || n == "HardSwish" || n == "Gelu" || n == "GeluTanh" || n == "Swish";
 }
 
 FusedActivationSpec take_activation(ir::Node& node) {
@@ -36,6 +36,7 @@ void apply_activation(float* d, int64_t n, const std::string& name, float alpha,
   else if (name == "HardSigmoid") apply(d, n, [=](float x) { return std::min(1.f, std::max(0.f, alpha * x + beta)); });
   else if (name == "HardSwish") apply(d, n, [](float x) { return x * std::min(1.f, std::max(0.f, x / 6.f + 0.5f)); });
   else if (name == "Gelu") apply(d, n, [](float x) { return 0.5f * x * (1.f + std::erf(x * 0.70710678f)); });
+  else if (name == "Swish") apply(d, n, [=](float x) { return x / (1.f + std::exp(-alpha * x)); });
   else if (name == "GeluTanh")
     apply(d, n, [](float x) { return 0.5f * x * (1.f + std::tanh(0.79788456f * (x + 0.044715f * x * x * x))); });
 }

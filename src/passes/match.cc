@@ -59,6 +59,8 @@ std::optional<FusedActivation> fusable_activation(const ir::Node& act) {
   else if (op == "HardSigmoid") {
     f.alpha = act.attrs.get_float("alpha", 0.2f);
     f.beta = act.attrs.get_float("beta", 0.5f);
+  } else if (op == "Swish") {
+    f.alpha = act.attrs.get_float("alpha", 1.f);
   } else if (op == "Gelu") {
     const std::string approximate = act.attrs.get_string("approximate", "none");
     if (approximate != "none" && approximate != "tanh") return std::nullopt;

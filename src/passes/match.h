@@ -24,8 +24,8 @@ bool is_float_constant(const ir::Value* v);
 
 // An activation a fused node applies as its last step (a oneDNN eltwise
 // post-op): "Relu", "LeakyRelu", "Elu", "Clip", "Sigmoid", "Tanh",
-// "HardSigmoid", "HardSwish", "Gelu" (erf) or "GeluTanh", with its
-// parameters (LeakyRelu/Elu: alpha; HardSigmoid: alpha, beta; Clip: min, max).
+// "HardSigmoid", "HardSwish", "Gelu" (erf), "GeluTanh" or "Swish", with its
+// parameters (LeakyRelu/Elu/Swish: alpha; HardSigmoid: alpha, beta; Clip: min, max).
 struct FusedActivation {
   std::string name;
   float alpha = 0.f, beta = 0.f;

@@ -37,6 +37,7 @@ std::vector<std::unique_ptr<Pass>> passes_for_level(int level, const ConstantEva
     passes.push_back(make_fuse_conv_batchnorm());
     passes.push_back(make_fuse_layer_norm());
     passes.push_back(make_fuse_gelu());  // before the fusions that take it as a post-op
+    passes.push_back(make_fuse_swish());  // likewise
     passes.push_back(make_fuse_conv_activation());
     passes.push_back(make_fuse_matmul());
     passes.push_back(make_fuse_attention());

@@ -1,8 +1,9 @@
 // The optimization levels and the passes each one runs.
 //   0: nothing
 //   1: cleanup — identity elimination, constant folding, dead code
-//   2: + fusions — Conv+BatchNorm, GELU, Conv/MatMul + bias + residual Add +
-//      activation (oneDNN post-ops), multi-head attention, LayerNormalization;
+//   2: + fusions — Conv+BatchNorm, GELU, Swish (x * sigmoid(x)), Conv/MatMul
+//      + bias + residual Add + activation (oneDNN post-ops), multi-head
+//      attention, LayerNormalization;
 //      then, once those have settled, the Softmax of a masked sum (late, so
 //      that the attention fusion sees its Add + Softmax first)
 #pragma once
@@ -27,6 +28,7 @@ std::unique_ptr<Pass> make_dead_code();
 std::unique_ptr<Pass> make_fuse_conv_batchnorm();
 std::unique_ptr<Pass> make_fuse_conv_activation();
 std::unique_ptr<Pass> make_fuse_gelu();
+std::unique_ptr<Pass> make_fuse_swish();
 std::unique_ptr<Pass> make_fuse_matmul();
 std::unique_ptr<Pass> make_fuse_attention();
 std::unique_ptr<Pass> make_fuse_layer_norm();

@@ -117,7 +117,8 @@ TEST(DnnlFusedConv, ResidualAndRelu) {
 
 // FusedMatMul = MatMul + bias along the last dim + residual, then the activation,
 // on both backends against that sum computed here from the reference MatMul.
-void expect_fused_matmul(const std::string& activation, float (*act)(float), Shape a_shape, bool with_sum) {
+void expect_fused_matmul(const std::string& activation, float (*act)(float), Shape a_shape, bool with_sum,
+                         float alpha = 0.f) {
   const int64_t n = 6;
   Shape y_shape = a_shape;
   y_shape.back() = n;
@@ -130,7 +131,7 @@ void expect_fused_matmul(const std::string& activation, float (*act)(float), Sha
   }
   ir::Attributes a;
   a.set("activation", activation);
-  a.set("activation_alpha", 0.f);
+  a.set("activation_alpha", alpha);
   a.set("activation_beta", 0.f);
   for (Backend backend : {Backend::kDnnl, Backend::kRef}) {
     KernelOptions o;
@@ -152,6 +153,27 @@ TEST(DnnlFusedMatMul, BiasResidualAndActivations) {
   expect_fused_matmul("GeluTanh", [](float x) {
     return 0.5f * x * (1 + std::tanh(std::sqrt(2.f / static_cast<float>(M_PI)) * (x + 0.044715f * x * x * x)));
   }, {1, 4, 5}, true);
+  expect_fused_matmul("Swish", [](float x) { return x / (1 + std::exp(-0.75f * x)); }, {3, 5}, true, 0.75f);
+}
+
+TEST(DnnlEltwise, SwishMatchesItsFormula) {
+  Tensor x = random_f32({2, 3, 17}, 77);
+  for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] *= 8.f;  // both tails of the sigmoid
+  for (float alpha : {1.f, 1.702f}) {
+    ir::Attributes a;
+    a.set("alpha", alpha);
+    for (Backend backend : {Backend::kDnnl, Backend::kRef}) {
+      KernelOptions o;
+      o.backend = backend;
+      o.opset = 24;
+      KernelResult got = run_kernel_full("Swish", {x}, a, o);
+      if (backend == Backend::kDnnl) EXPECT_EQ(got.impl.rfind("dnnl:", 0), 0u) << got.impl;
+      for (int64_t i = 0; i < x.numel(); ++i) {
+        const double v = x.data<float>()[i], want = v / (1 + std::exp(-alpha * v));
+        EXPECT_NEAR(got.outputs[0].data<float>()[i], want, 1e-5 * std::max(1.0, std::abs(want))) << i;
+      }
+    }
+  }
 }
 
 TEST(DnnlFusedMatMul, ResidualOfAnotherShapeIsRefused) {

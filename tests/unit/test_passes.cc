@@ -541,3 +541,79 @@ TEST(Passes, MaskedSoftmaxLookalikesAreLeftAlone) {
 
 }  // namespace
 }  // namespace anvil
+
+namespace anvil {
+namespace {
+
+// x * sigmoid(x) on x [2, 5] (the product's operands in either order), or
+// after a 1x1 convolution of x [1, 2, 2, 2] (weights 2 and -1 per channel, biases 0.5 and 1).
+std::unique_ptr<ir::Graph> silu_graph(bool sigmoid_first, bool after_conv, bool sigmoid_is_output = false) {
+  auto g = std::make_unique<ir::Graph>();
+  g->opsets[""] = 13;
+  ir::Value* x = after_conv ? g->add_input("x", DType::kFloat32, {1, 2, 2, 2}) : g->add_input("x", DType::kFloat32, {2, 5});
+  if (after_conv) {
+    Tensor w(DType::kFloat32, {2, 2, 1, 1}), b(DType::kFloat32, {2});
+    const float wv[] = {2, 0, 0, -1};
+    for (int i = 0; i < 4; ++i) w.data<float>()[i] = wv[i];
+    b.data<float>()[0] = 0.5f;
+    b.data<float>()[1] = 1.f;
+    x = g->add_node("Conv", {x, g->add_constant("w", w), g->add_constant("b", b)}, 1)->output(0);
+  }
+  ir::Value* s = g->add_node("Sigmoid", {x}, 1)->output(0);
+  g->add_output(g->add_node("Mul", sigmoid_first ? std::vector<ir::Value*>{s, x} : std::vector<ir::Value*>{x, s}, 1)->output(0));
+  if (sigmoid_is_output) g->add_output(s);
+  ir::infer_types(*g);
+  return g;
+}
+
+double silu(double v) { return v / (1 + std::exp(-v)); }
+
+TEST(Passes, SiluBecomesOneSwish) {
+  for (bool sigmoid_first : {false, true}) {
+    auto g = silu_graph(sigmoid_first, false);
+    passes::optimize(*g, 2, runtime::reference_evaluator());
+    ASSERT_EQ(g->nodes().size(), 1u);
+    EXPECT_EQ(g->nodes()[0]->op_type, "Swish");
+    EXPECT_FLOAT_EQ(g->nodes()[0]->attrs.get_float("alpha", 0.f), 1.f);
+    Session s = Session::from_graph(silu_graph(sigmoid_first, false));
+    Tensor x(DType::kFloat32, {2, 5});
+    for (int64_t i = 0; i < 10; ++i) x.data<float>()[i] = 1.5f * static_cast<float>(i) - 7.f;
+    Tensor y = s.run({{"x", x}})[0];
+    for (int64_t i = 0; i < 10; ++i) EXPECT_NEAR(y.data<float>()[i], silu(x.data<float>()[i]), 1e-5) << i;
+  }
+}
+
+TEST(Passes, ConvThenSiluBecomesOneFusedConv) {
+  auto g = silu_graph(true, true);
+  passes::optimize(*g, 2, runtime::reference_evaluator());
+  ASSERT_EQ(g->nodes().size(), 1u);
+  EXPECT_EQ(g->nodes()[0]->op_type, "FusedConv");
+  EXPECT_EQ(g->nodes()[0]->attrs.get_string("activation", ""), "Swish");
+  Session s = Session::from_graph(silu_graph(true, true));
+  Tensor x(DType::kFloat32, {1, 2, 2, 2});
+  for (int64_t i = 0; i < 8; ++i) x.data<float>()[i] = 0.75f * static_cast<float>(i) - 3.f;
+  Tensor y = s.run({{"x", x}})[0];
+  for (int64_t i = 0; i < 4; ++i) {
+    EXPECT_NEAR(y.data<float>()[i], silu(2.0 * x.data<float>()[i] + 0.5), 1e-5) << i;
+    EXPECT_NEAR(y.data<float>()[4 + i], silu(-1.0 * x.data<float>()[4 + i] + 1.0), 1e-5) << i;
+  }
+}
+
+TEST(Passes, SiluLookalikesAreLeftAlone) {
+  auto shared = silu_graph(true, false, true);  // the sigmoid is also an output
+  passes::optimize(*shared, 2, runtime::reference_evaluator());
+  EXPECT_EQ(count_ops(*shared, "Swish"), 0u);
+  // y * sigmoid(x): not the same tensor on both sides.
+  auto g = std::make_unique<ir::Graph>();
+  g->opsets[""] = 13;
+  ir::Value* x = g->add_input("x", DType::kFloat32, {4});
+  ir::Value* y = g->add_input("y", DType::kFloat32, {4});
+  g->add_output(g->add_node("Mul", {y, g->add_node("Sigmoid", {x}, 1)->output(0)}, 1)->output(0));
+  ir::infer_types(*g);
+  passes::optimize(*g, 2, runtime::reference_evaluator());
+  EXPECT_EQ(count_ops(*g, "Swish"), 0u);
+  EXPECT_EQ(count_ops(*g, "Sigmoid"), 1u);
+}
+
+}  // namespace
+}  // namespace anvil

@@ -73,6 +73,7 @@ bool append_activation(dnnl::post_ops& ops, const std::string& act, float alpha,
   else if (act == "HardSwish") ops.append_eltwise(1.f, alg::eltwise_hardswish, 0.f, 0.f);
   else if (act == "Gelu") ops.append_eltwise(1.f, alg::eltwise_gelu_erf, 0.f, 0.f);
   else if (act == "GeluTanh") ops.append_eltwise(1.f, alg::eltwise_gelu_tanh, 0.f, 0.f);
+  else if (act == "Swish") ops.append_eltwise(1.f, alg::eltwise_swish, alpha, 0.f);  // x * sigmoid(alpha x)
   else if (act == "HardSigmoid") {
     ops.append_eltwise(1.f, alg::eltwise_linear, alpha, beta);
     ops.append_eltwise(1.f, alg::eltwise_clip, 0.f, 1.f);

@@ -52,6 +52,7 @@ class DnnlEltwise : public du::PrimitiveKernel {
     if (op == "Sigmoid") return {algorithm::eltwise_logistic, 0.f, 0.f};
     if (op == "Tanh") return {algorithm::eltwise_tanh, 0.f, 0.f};
     if (op == "HardSwish") return {algorithm::eltwise_hardswish, 0.f, 0.f};
+    if (op == "Swish") return {algorithm::eltwise_swish, a.get_float("alpha", 1.f), 0.f};
     if (op == "Sqrt") return {algorithm::eltwise_sqrt, 0.f, 0.f};
     if (op == "Exp") return {algorithm::eltwise_exp, 0.f, 0.f};
     if (op == "Abs") return {algorithm::eltwise_abs, 0.f, 0.f};
@@ -100,6 +101,7 @@ ANVIL_DNNL_ELTWISE("Elu");
 ANVIL_DNNL_ELTWISE("Sigmoid");
 ANVIL_DNNL_ELTWISE("Tanh");
 ANVIL_DNNL_ELTWISE("HardSwish");
+ANVIL_DNNL_ELTWISE("Swish");
 ANVIL_DNNL_ELTWISE("Sqrt");
 ANVIL_DNNL_ELTWISE("Exp");
 ANVIL_DNNL_ELTWISE("Abs");
