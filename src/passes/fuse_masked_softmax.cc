@@ -13,8 +13,8 @@ namespace anvil::passes {
 
 namespace {
 
-// The Add's output rank: the larger of its inputs' (its own type may not be
-// inferred yet when a pass runs).
+// An Add the fusion may take; *rank is then its output's rank, the larger of
+// its inputs' (its own type may not be inferred yet when a pass runs).
 bool fusable_add(const ir::Graph& graph, const ir::Node* add, size_t* rank) {
   if (!add || add->opset < 7 || add->num_inputs() != 2) return false;  // before 7: Add's own broadcast rules
   if (!used_once(graph, add->output(0))) return false;
@@ -23,6 +23,7 @@ bool fusable_add(const ir::Graph& graph, const ir::Node* add, size_t* rank) {
     if (!v || v->dtype() != DType::kFloat32 || !v->type.has_shape()) return false;
     *rank = std::max(*rank, static_cast<size_t>(v->type.rank()));
   }
+  if (add->input(0)->is_constant() && add->input(1)->is_constant()) return false;  // constant folding's job
   return *rank >= 1;
 }
 

@@ -617,3 +617,27 @@ TEST(Passes, SiluLookalikesAreLeftAlone) {
 
 }  // namespace
 }  // namespace anvil
+
+namespace anvil {
+namespace {
+
+TEST(Passes, MaskedSoftmaxNeedsAnAddOfModernBroadcastReadOnce) {
+  // The sum also read by another node.
+  auto g = std::make_unique<ir::Graph>();
+  g->opsets[""] = 13;
+  ir::Value* x = g->add_input("x", DType::kFloat32, {2, 4});
+  ir::Value* mask = g->add_input("mask", DType::kFloat32, {4});
+  ir::Value* sum = g->add_node("Add", {x, mask}, 1)->output(0);
+  g->add_output(g->add_node("Softmax", {sum}, 1)->output(0));
+  g->add_output(g->add_node("Relu", {sum}, 1)->output(0));
+  passes::optimize(*g, 2, runtime::reference_evaluator());
+  EXPECT_EQ(count_ops(*g, "MaskedSoftmax"), 0u);
+  // An opset-6 Add broadcasts by its own rules (the broadcast attribute), not numpy's.
+  auto old = masked_softmax_graph(-1, false);
+  for (const auto& n : old->nodes()) n->opset = 6;
+  passes::optimize(*old, 2, runtime::reference_evaluator());
+  EXPECT_EQ(count_ops(*old, "MaskedSoftmax"), 0u);
+}
+
+}  // namespace
+}  // namespace anvil

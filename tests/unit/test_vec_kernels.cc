@@ -245,6 +245,7 @@ void expect_same_as_ref(const std::string& op, const std::vector<Tensor>& in, co
       EXPECT_TRUE(std::isnan(g)) << op << " at " << i;
       continue;
     }
+    if (g == w) continue;  // infinities included
     ASSERT_LE(std::abs(g - w), tol * std::max(1.f, std::abs(w))) << op << " at " << i << ": " << g << " vs " << w;
   }
 }
@@ -321,6 +322,14 @@ TEST(VecKernels, InnerReductionsMatchTheReference) {
       }
     }
   }
+  // Size-1 axes between the reduced ones, nothing reduced (noop_with_empty_axes),
+  // and values whose sums and squares leave float's range before the result does.
+  expect_same_as_ref("ReduceSum", {random_f32({3, 1, 4, 1, 5}, 8), testing::i64({2}, {2, 4})}, attrs({{"keepdims", int64_t{0}}}),
+                     3e-6f);
+  expect_same_as_ref("ReduceSum", {random_f32({3, 4}, 9), testing::i64({0}, {})}, attrs({{"noop_with_empty_axes", int64_t{1}}}));
+  Tensor big = testing::f32({2, 3}, {3e38f, 3e38f, -1e38f, 1e20f, -2e20f, 3e-23f});
+  for (const char* op : {"ReduceMean", "ReduceL2", "ReduceSumSquare", "ReduceL1"})
+    expect_same_as_ref(op, {big}, attrs({{"axes", std::vector<int64_t>{-1}}}), 1e-6f);
   // Over a leading axis: the reference kernel's job.
   EXPECT_EQ(testing::error_kind_of([] {
               run_kernel("ReduceMax", {random_f32({4, 5}, 1)}, attrs({{"axes", std::vector<int64_t>{0}}}),
@@ -352,15 +361,27 @@ TEST(VecKernels, SoftmaxAndMaskedSoftmaxMatchTheReference) {
       {{1, 40}, {3, 40}},               // X broadcast over rows
       {{3, 1}, {3, 40}},                // X broadcast along the row
   };
+  KernelOptions masked_ref = masked;
+  masked_ref.backend = Backend::kRef;
   for (const auto& [xs, ms] : shapes) {
     SCOPED_TRACE(::testing::PrintToString(xs) + ::testing::PrintToString(ms));
     Tensor x = random_f32(xs, 10), mask = random_f32(ms, 11);
     for (int64_t i = 0; i < mask.numel(); i += 3) mask.data<float>()[i] = -1e4f;
-    const Tensor got = run_kernel("MaskedSoftmax", {x, mask}, {}, masked)[0];
     const Tensor sum = run_kernel("Add", {x, mask})[0];
     const Tensor want = run_kernel("Softmax", {sum})[0];
-    ASSERT_EQ(got.shape(), want.shape());
-    EXPECT_LE(testing::max_abs_diff(got, want), 2e-6f);
+    for (const KernelOptions& o : {masked, masked_ref}) {  // the vectorized kernel and the reference one
+      const Tensor got = run_kernel("MaskedSoftmax", {x, mask}, {}, o)[0];
+      ASSERT_EQ(got.shape(), want.shape());
+      EXPECT_LE(testing::max_abs_diff(got, want), 2e-6f) << (o.backend == Backend::kVec ? "vec" : "ref");
+    }
+  }
+  // A row masked entirely with -inf is 0/0, as in the reference Softmax.
+  Tensor x = random_f32({2, 6}, 12), mask(DType::kFloat32, {2, 6});
+  for (int64_t i = 0; i < 12; ++i) mask.data<float>()[i] = i < 6 ? -kInf : 0.f;
+  for (const KernelOptions& o : {masked, masked_ref}) {
+    const Tensor got = run_kernel("MaskedSoftmax", {x, mask}, {}, o)[0];
+    for (int64_t i = 0; i < 6; ++i) EXPECT_TRUE(std::isnan(got.data<float>()[i])) << i;
+    for (int64_t i = 6; i < 12; ++i) EXPECT_FALSE(std::isnan(got.data<float>()[i])) << i;
   }
 }
 

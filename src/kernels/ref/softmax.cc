@@ -7,6 +7,7 @@
 #include <cmath>
 #include <limits>
 
+#include "kernels/ref/broadcast.h"
 #include "kernels/ref/common.h"
 #include "kernels/registry.h"
 
@@ -38,14 +39,7 @@ class SoftmaxKernel : public Kernel {
     } else {
       axis = rank == 0 ? 0 : normalize_axis(ctx, axis, rank);
     }
-    outer_ = 1;
-    for (int64_t i = 0; i < std::min(axis, rank); ++i) outer_ *= x[i];
-    dim_ = 1;
-    inner_ = 1;
-    for (int64_t i = axis; i < rank; ++i) {
-      if (legacy || i == axis) dim_ *= x[i];
-      else inner_ *= x[i];
-    }
+    set_geometry(x, axis, legacy);
     return ctx.output_types();
   }
 
@@ -67,7 +61,20 @@ class SoftmaxKernel : public Kernel {
 
   int inplace_input() const override { return 0; }
 
- private:
+ protected:
+  // Normalised along `axis` of `x` (and every axis after it when `legacy`).
+  void set_geometry(const Shape& x, int64_t axis, bool legacy) {
+    const int64_t rank = static_cast<int64_t>(x.size());
+    outer_ = 1;
+    for (int64_t i = 0; i < std::min(axis, rank); ++i) outer_ *= x[i];
+    dim_ = 1;
+    inner_ = 1;
+    for (int64_t i = axis; i < rank; ++i) {
+      if (legacy || i == axis) dim_ *= x[i];
+      else inner_ *= x[i];
+    }
+  }
+
   // One lane is the `dim_` elements normalised together, `inner_` apart. It
   // reads each element before overwriting it, so x and y may alias.
   // `round` stores an intermediate in the data's type (identity for float32/64).
@@ -118,6 +125,33 @@ class SoftmaxKernel : public Kernel {
   int64_t outer_ = 1, dim_ = 1, inner_ = 1;
 };
 
+// anvil.MaskedSoftmax(X, Mask) = Softmax(X + Mask) over the last axis
+// (fuse_masked_softmax.cc; Anvil's vectorized kernel runs it first): the
+// broadcast sum written to the output, then normalised in place.
+class MaskedSoftmaxKernel : public SoftmaxKernel {
+ public:
+  MaskedSoftmaxKernel() : SoftmaxKernel(Normalization::kSoftmax) {}
+
+  std::vector<TensorType> prepare(const PrepareContext& ctx) override {
+    const Shape& out = ctx.output_shape(0);  // the schema broadcast X and Mask, both float32
+    ANVIL_PREPARE_CHECK(ctx, !out.empty(), ErrorKind::kInvalidModel, "X and Mask must have rank >= 1");
+    set_geometry(out, static_cast<int64_t>(out.size()) - 1, false);
+    sum_ = BroadcastPlan(out, ctx.input_shape(0), ctx.input_shape(1));
+    return ctx.output_types();
+  }
+
+  void run(const RunContext& ctx) const override {
+    float* y = ctx.out(0).data<float>();
+    sum_.apply(ctx.in(0).data<float>(), ctx.in(1).data<float>(), y, [](float a, float b) { return a + b; });
+    compute<float>(y, y);
+  }
+
+  int inplace_input() const override { return -1; }
+
+ private:
+  BroadcastPlan sum_;
+};
+
 ANVIL_REGISTER_KERNEL("Softmax", kRef, [](const ir::Node&) -> std::unique_ptr<Kernel> {
   return std::make_unique<SoftmaxKernel>(Normalization::kSoftmax);
 });
@@ -127,6 +161,11 @@ ANVIL_REGISTER_KERNEL("LogSoftmax", kRef, [](const ir::Node&) -> std::unique_ptr
 ANVIL_REGISTER_KERNEL("Hardmax", kRef, [](const ir::Node&) -> std::unique_ptr<Kernel> {
   return std::make_unique<SoftmaxKernel>(Normalization::kHardmax);
 });
+static Registrar masked_softmax("MaskedSoftmax", Backend::kRef,
+                                [](const ir::Node&) -> std::unique_ptr<Kernel> {
+                                  return std::make_unique<MaskedSoftmaxKernel>();
+                                },
+                                "anvil", {{kFloat32Only}});
 
 }  // namespace
 

@@ -3,8 +3,8 @@
 // row folds. Reductions over other axes, and other dtypes, go to the
 // reference kernel.
 //
-// Sums accumulate in float over 32 lanes combined pairwise (the reference
-// accumulates in double): the error grows with log(n), not n.
+// Sums accumulate in double lanes, as the reference's do; max and min use
+// plain float compares and look for a NaN only when one may have passed.
 #include <algorithm>
 
 #include "kernels/ref/common.h"

@@ -1,5 +1,6 @@
-// Anvil's own vectorized loops for the ops oneDNN has no kernel for (Where,
-// inner-axis reductions, Transpose, masked Softmax), compiled once per vector
+// Anvil's own vectorized loops for ops that oneDNN does not run (Where,
+// Transpose) or not as one pass (inner-axis reductions without a primitive
+// per shape, Softmax of a masked sum), compiled once per vector
 // ISA (vec_kernels_{sse41,avx2,avx512}.cc) and picked at start-up by
 // vector_isa(), which ANVIL_MAX_ISA caps.
 //

@@ -1,11 +1,7 @@
 // The vectorized loops built for avx512 (CMake sets the flags by file name).
 #include <immintrin.h>
 
-#include <algorithm>
-#include <bit>
-#include <cmath>
 #include <cstring>
-#include <limits>
 
 #include "kernels/vec/vec_kernels.h"
 

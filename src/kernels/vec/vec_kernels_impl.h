@@ -1,8 +1,13 @@
 // The loops behind vec_kernels.h, written for the compiler to vectorize at the
 // ISA its including translation unit is built for (plus an 8x8 / 4x4 register
 // transpose in intrinsics). Included inside an anonymous namespace, so each
-// ISA's copy stays private to its unit; the unit includes <immintrin.h>,
-// <algorithm>, <bit>, <cmath>, <cstring> and <limits> first.
+// ISA's copy stays private to its unit; the unit includes <immintrin.h> and
+// <cstring> first.
+//
+// No std:: templates or inline functions here: one the compiler did not
+// inline would be emitted in every unit, each built for its ISA, and the
+// linker would keep one of them for all callers (an AVX-512 copy called on a
+// CPU without it). Builtins only.
 
 // ---------------------------------------------------------------- Where
 
@@ -23,8 +28,12 @@ inline void select32_impl(const bool* cond, const uint32_t* x, const uint32_t* y
   const auto* c = reinterpret_cast<const uint8_t*>(cond);
   if (sc == 0) {  // one condition for the whole row: a copy or a fill from the side it picks
     const uint32_t* src = c[0] ? x : y;
-    if (c[0] ? sx : sy) std::memcpy(o, src, static_cast<size_t>(n) * sizeof(uint32_t));
-    else std::fill(o, o + n, src[0]);
+    if (c[0] ? sx : sy) {
+      __builtin_memcpy(o, src, static_cast<size_t>(n) * sizeof(uint32_t));
+    } else {
+      const uint32_t v = src[0];
+      for (int64_t j = 0; j < n; ++j) o[j] = v;
+    }
     return;
   }
   if (sx && sy) select_loop<1, 1>(c, x, y, o, n);
@@ -87,6 +96,8 @@ inline void transpose32_impl(const uint32_t* src, int64_t src_ld, uint32_t* dst,
 
 // ---------------------------------------------------------------- vectors
 
+constexpr float kInfinity = __builtin_inff();
+
 // GCC vector types as wide as the unit's ISA: arithmetic, compares and ?:
 // work lane-wise on them, so one source serves SSE4.1, AVX2 and AVX-512.
 #if defined(__AVX512F__)
@@ -98,14 +109,18 @@ constexpr int kWidth = 4;
 #endif
 typedef float VF __attribute__((vector_size(kWidth * sizeof(float))));
 typedef int32_t VI __attribute__((vector_size(kWidth * sizeof(int32_t))));
+// Doubles in one register, and the floats that widen into them.
+constexpr int kHalf = kWidth / 2;
+typedef double VD __attribute__((vector_size(kHalf * sizeof(double))));
+typedef float VFh __attribute__((vector_size(kHalf * sizeof(float))));
 
 inline VF splat(float v) { return VF{} + v; }
 inline VF load(const float* p) {
   VF v;
-  std::memcpy(&v, p, sizeof v);
+  __builtin_memcpy(&v, p, sizeof v);
   return v;
 }
-inline void store(float* p, VF v) { std::memcpy(p, &v, sizeof v); }
+inline void store(float* p, VF v) { __builtin_memcpy(p, &v, sizeof v); }
 // The first n < kWidth values of p, the other lanes `fill`.
 inline VF load_part(const float* p, int64_t n, float fill) {
   float lanes[kWidth];
@@ -141,8 +156,10 @@ inline VF exp_approx(VF x) {
   p = p * r + 1.f;
   const VI ki = __builtin_convertvector(k, VI), k1 = ki >> 1, k2 = ki - k1;
   // Above 88.72 the product overflows to inf by itself (x is clamped at 89).
-  VF y = p * std::bit_cast<VF>((k1 + 127) << 23) * std::bit_cast<VF>((k2 + 127) << 23);
-  y = x < -103.97208f ? splat(0.f) : y;  // not a denormal product, which some CPUs make slowly
+  VF y = p * __builtin_bit_cast(VF, (k1 + 127) << 23) * __builtin_bit_cast(VF, (k2 + 127) << 23);
+  // Below -103.97 the result is under half the smallest denormal: 0 directly,
+  // not through a product that underflows (slow on some CPUs).
+  y = x < -103.97208f ? splat(0.f) : y;
   return x == x ? y : x;
 }
 
@@ -178,10 +195,37 @@ float fold_row(const float* x, int64_t n, float identity, Op op) {
 }
 
 const auto kAdd = [](auto a, auto v) { return a + v; };
-const auto kAddSquare = [](auto a, auto v) { return a + v * v; };
-const auto kAddAbs = [](auto a, auto v) { return a + (v < 0.f ? -v : v); };
 const auto kMax = [](auto a, auto v) { return v > a ? v : a; };  // drops NaN: see extreme_row
 const auto kMin = [](auto a, auto v) { return v < a ? v : a; };
+
+// The sum of term(x[j]) in double lanes, as the reference accumulates: the
+// terms are formed in double too, so squares of large values and sums near
+// float's limits stay finite where the reference's do.
+template <typename Term>
+double sum_row(const float* x, int64_t n, Term term) {
+  const auto widen = [](const float* p) {
+    VFh h;
+    __builtin_memcpy(&h, p, sizeof h);
+    return __builtin_convertvector(h, VD);
+  };
+  VD a0 = {}, a1 = {}, a2 = {}, a3 = {};
+  int64_t j = 0;
+  for (; j + 4 * kHalf <= n; j += 4 * kHalf) {
+    a0 += term(widen(x + j));
+    a1 += term(widen(x + j + kHalf));
+    a2 += term(widen(x + j + 2 * kHalf));
+    a3 += term(widen(x + j + 3 * kHalf));
+  }
+  a0 = (a0 + a1) + (a2 + a3);
+  double r = a0[0];
+  for (int l = 1; l < kHalf; ++l) r += a0[l];
+  for (; j < n; ++j) r += term(VD{} + static_cast<double>(x[j]))[0];
+  return r;
+}
+
+const auto kSame = [](VD v) { return v; };
+const auto kSquare = [](VD v) { return v * v; };
+const auto kAbs = [](VD v) { return v < 0.0 ? -v : v; };
 
 // The max (or min) with plain compares, which drop NaN; the sum of v - v is
 // NaN when a NaN (or an infinity) passed, and only then is the row searched
@@ -196,14 +240,14 @@ float extreme_row(const float* x, int64_t n, Op op, float init) {
 }
 
 inline float row_max(const float* x, int64_t n) {
-  return extreme_row(x, n, kMax, -std::numeric_limits<float>::infinity());
+  return extreme_row(x, n, kMax, -kInfinity);
 }
 
 // The shift softmax and LogSumExp subtract, from the row's max m: m, or 0
 // when m is infinite (all -inf, or +inf present), where no finite shift helps
 // and IEEE gives the reference's answer.
 inline float softmax_shift_of(float m) {
-  return m == std::numeric_limits<float>::infinity() || m == -std::numeric_limits<float>::infinity() ? 0.f : m;
+  return m == kInfinity || m == -kInfinity ? 0.f : m;
 }
 
 // sum of exp(x[j] - shift); with `y`, each exp is also stored there.
@@ -220,8 +264,8 @@ inline float sum_exp(const float* x, int64_t n, float shift, float* y) {
     a1 += e1;
   }
   for (; j < n; j += kWidth) {
-    const int64_t left = std::min<int64_t>(kWidth, n - j);
-    const VF e = exp_approx(load_part(x + j, left, -std::numeric_limits<float>::infinity()) - shift);
+    const int64_t left = n - j < kWidth ? n - j : kWidth;
+    const VF e = exp_approx(load_part(x + j, left, -kInfinity) - shift);
     if (y) store_part(y + j, e, left);
     a0 += e;
   }
@@ -233,16 +277,16 @@ inline float sum_exp(const float* x, int64_t n, float shift, float* y) {
 
 inline float reduce_row(Reduction kind, const float* x, int64_t n) {
   switch (kind) {
-    case Reduction::kSum: return fold_row(x, n, 0.f, kAdd);
-    case Reduction::kMean: return fold_row(x, n, 0.f, kAdd) / static_cast<float>(n);  // n = 0: NaN
+    case Reduction::kSum: return static_cast<float>(sum_row(x, n, kSame));
+    case Reduction::kMean: return static_cast<float>(sum_row(x, n, kSame) / static_cast<double>(n));  // n = 0: NaN
     case Reduction::kMax: return row_max(x, n);
-    case Reduction::kMin: return extreme_row(x, n, kMin, std::numeric_limits<float>::infinity());
-    case Reduction::kSumSquare: return fold_row(x, n, 0.f, 0.f, kAddSquare, kAdd);
-    case Reduction::kL1: return fold_row(x, n, 0.f, 0.f, kAddAbs, kAdd);
-    case Reduction::kL2: return std::sqrt(fold_row(x, n, 0.f, 0.f, kAddSquare, kAdd));
+    case Reduction::kMin: return extreme_row(x, n, kMin, kInfinity);
+    case Reduction::kSumSquare: return static_cast<float>(sum_row(x, n, kSquare));
+    case Reduction::kL1: return static_cast<float>(sum_row(x, n, kAbs));
+    case Reduction::kL2: return static_cast<float>(__builtin_sqrt(sum_row(x, n, kSquare)));
     case Reduction::kLogSumExp: {
       const float shift = softmax_shift_of(row_max(x, n));
-      return shift + std::log(sum_exp(x, n, shift, nullptr));
+      return shift + __builtin_logf(sum_exp(x, n, shift, nullptr));
     }
   }
   return 0;
@@ -256,7 +300,7 @@ inline void reduce_rows_impl(Reduction kind, const float* x, int64_t rows, int64
 
 // y = x + mask (mask_stride 1, or one value when 0); returns the max of y.
 inline float add_mask_and_max(const float* x, const float* mask, int mask_stride, int64_t n, float* y) {
-  VF m0 = splat(-std::numeric_limits<float>::infinity()), m1 = m0;
+  VF m0 = splat(-kInfinity), m1 = m0;
   const VF broadcast = splat(mask[0]);
   int64_t j = 0;
   for (; j + 2 * kWidth <= n; j += 2 * kWidth) {
@@ -286,12 +330,12 @@ inline void softmax_row_impl(const float* x, const float* mask, int mask_stride,
     m = add_mask_and_max(x, mask, mask_stride, n, y);
     t = y;
   } else {  // plain compares: a NaN dropped here still reaches the sum through exp, as in the reference
-    m = fold_row(x, n, -std::numeric_limits<float>::infinity(), kMax);
+    m = fold_row(x, n, -kInfinity, kMax);
   }
   const float shift = softmax_shift_of(m);
   if (log) {
     // (t - shift) - log(sum), not t - (shift + log(sum)), which loses log(sum) next to a large shift.
-    const float log_sum = std::log(sum_exp(t, n, shift, nullptr));
+    const float log_sum = __builtin_logf(sum_exp(t, n, shift, nullptr));
     for (int64_t j = 0; j < n; ++j) y[j] = (t[j] - shift) - log_sum;
     return;
   }

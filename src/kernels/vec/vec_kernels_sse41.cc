@@ -1,11 +1,7 @@
 // The vectorized loops built for the x86-64-v2 baseline (SSE4.1).
 #include <immintrin.h>
 
-#include <algorithm>
-#include <bit>
-#include <cmath>
 #include <cstring>
-#include <limits>
 
 #include "kernels/vec/vec_kernels.h"
 
