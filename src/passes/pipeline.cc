@@ -47,7 +47,10 @@ std::vector<std::unique_ptr<Pass>> passes_for_level(int level, const ConstantEva
 
 std::vector<std::unique_ptr<Pass>> late_passes_for_level(int level) {
   std::vector<std::unique_ptr<Pass>> passes;
-  if (level >= 2) passes.push_back(make_fuse_masked_softmax());
+  if (level >= 2) {
+    passes.push_back(make_fuse_masked_softmax());
+    passes.push_back(make_fuse_elementwise_chain());
+  }
   return passes;
 }
 

@@ -5,7 +5,8 @@
 //      + bias + residual Add + activation (oneDNN post-ops), multi-head
 //      attention, LayerNormalization;
 //      then, once those have settled, the Softmax of a masked sum (late, so
-//      that the attention fusion sees its Add + Softmax first)
+//      that the attention fusion sees its Add + Softmax first) and chains of
+//      element-wise ops (late, so they take only what no other fusion did)
 #pragma once
 
 #include <memory>
@@ -33,5 +34,6 @@ std::unique_ptr<Pass> make_fuse_matmul();
 std::unique_ptr<Pass> make_fuse_attention();
 std::unique_ptr<Pass> make_fuse_layer_norm();
 std::unique_ptr<Pass> make_fuse_masked_softmax();
+std::unique_ptr<Pass> make_fuse_elementwise_chain();
 
 }  // namespace anvil::passes

@@ -612,7 +612,7 @@ TEST(Passes, SiluLookalikesAreLeftAlone) {
   ir::infer_types(*g);
   passes::optimize(*g, 2, runtime::reference_evaluator());
   EXPECT_EQ(count_ops(*g, "Swish"), 0u);
-  EXPECT_EQ(count_ops(*g, "Sigmoid"), 1u);
+  EXPECT_EQ(count_ops(*g, "ElementwiseChain"), 1u);  // sigmoid, then the product with y: a chain
 }
 
 }  // namespace
@@ -637,6 +637,69 @@ TEST(Passes, MaskedSoftmaxNeedsAnAddOfModernBroadcastReadOnce) {
   for (const auto& n : old->nodes()) n->opset = 6;
   passes::optimize(*old, 2, runtime::reference_evaluator());
   EXPECT_EQ(count_ops(*old, "MaskedSoftmax"), 0u);
+}
+
+}  // namespace
+}  // namespace anvil
+
+namespace anvil {
+namespace {
+
+// ((x * a + b) - 0.5) / 1.5 on x of `x_shape`, a [last dim] and b of x's shape.
+std::unique_ptr<ir::Graph> chain_graph(Shape x_shape, bool product_read_twice = false) {
+  auto g = std::make_unique<ir::Graph>();
+  g->opsets[""] = 13;
+  ir::Value* x = g->add_input("x", DType::kFloat32, x_shape);
+  ir::Value* b = g->add_input("b", DType::kFloat32, x_shape);
+  Tensor a(DType::kFloat32, {x_shape.back()});
+  for (int64_t i = 0; i < a.numel(); ++i) a.data<float>()[i] = 0.5f + 0.25f * static_cast<float>(i);
+  ir::Value* v = g->add_node("Mul", {x, g->add_constant("a", a)}, 1)->output(0);
+  if (product_read_twice) g->add_output(v);
+  v = g->add_node("Add", {v, b}, 1)->output(0);
+  v = g->add_node("Sub", {v, scalar_f32(*g, "half", 0.5f)}, 1)->output(0);
+  v = g->add_node("Div", {v, scalar_f32(*g, "scale", 1.5f)}, 1)->output(0);
+  g->add_output(v);
+  ir::infer_types(*g);
+  return g;
+}
+
+TEST(Passes, ElementwiseChainsBecomeOneNode) {
+  auto g = chain_graph({2, 3, 4});
+  passes::optimize(*g, 2, runtime::reference_evaluator());
+  ASSERT_EQ(g->nodes().size(), 1u);
+  const ir::Node& chain = *g->nodes()[0];
+  EXPECT_EQ(chain.op_type, "ElementwiseChain");
+  EXPECT_EQ(chain.inputs.size(), 3u);  // x, a, b
+  EXPECT_EQ(chain.attrs.get_ints("ops").size(), 4u);
+
+  Session s = Session::from_graph(chain_graph({2, 3, 4}));
+  Tensor x = ramp({2, 3, 4}, -3.f, 0.25f), b = ramp({2, 3, 4}, 1.f, -0.125f);
+  Tensor y = s.run({{"x", x}, {"b", b}})[0];
+  for (int64_t i = 0; i < 24; ++i) {
+    const double a = 0.5 + 0.25 * double(i % 4);
+    const double want = ((x.data<float>()[i] * a + b.data<float>()[i]) - 0.5) / 1.5;
+    EXPECT_NEAR(y.data<float>()[i], want, 1e-6) << i;
+  }
+}
+
+TEST(Passes, ElementwiseChainLookalikesAreLeftAlone) {
+  auto cnn = chain_graph({1, 2, 3, 4});  // rank 4: oneDNN's blocked layouts, not a plain chain
+  passes::optimize(*cnn, 2, runtime::reference_evaluator());
+  EXPECT_EQ(count_ops(*cnn, "ElementwiseChain"), 0u);
+  auto split = chain_graph({2, 3, 4}, true);  // the product is an output: the chain starts after it
+  passes::optimize(*split, 2, runtime::reference_evaluator());
+  EXPECT_EQ(count_ops(*split, "ElementwiseChain"), 1u);
+  EXPECT_EQ(count_ops(*split, "Mul"), 1u);
+  // An operand that broadcasts x up ([4] + [3, 4]) is not a chain step.
+  auto g = std::make_unique<ir::Graph>();
+  g->opsets[""] = 13;
+  ir::Value* x = g->add_input("x", DType::kFloat32, {4});
+  ir::Value* wide = g->add_input("wide", DType::kFloat32, {3, 4});
+  ir::Value* v = g->add_node("Relu", {x}, 1)->output(0);
+  g->add_output(g->add_node("Add", {v, wide}, 1)->output(0));
+  ir::infer_types(*g);
+  passes::optimize(*g, 2, runtime::reference_evaluator());
+  EXPECT_EQ(count_ops(*g, "ElementwiseChain"), 0u);
 }
 
 }  // namespace

@@ -387,3 +387,134 @@ TEST(VecKernels, SoftmaxAndMaskedSoftmaxMatchTheReference) {
 
 }  // namespace
 }  // namespace anvil
+
+namespace anvil {
+namespace {
+
+using ir::ChainOp;
+using ir::ChainOperand;
+using ir::ChainStep;
+
+double chain_formula(ChainOp op, double a, double b, double v) {
+  switch (op) {
+    case ChainOp::kRelu: return v > 0 ? v : 0;
+    case ChainOp::kNeg: return -v;
+    case ChainOp::kAbs: return std::abs(v);
+    case ChainOp::kSqrt: return std::sqrt(v);
+    case ChainOp::kExp: return std::exp(v);
+    case ChainOp::kSigmoid: return 1 / (1 + std::exp(-v));
+    case ChainOp::kAdd: return a + b;
+    case ChainOp::kSub: return a - b;
+    case ChainOp::kMul: return a * b;
+    case ChainOp::kDiv: return a / b;
+    case ChainOp::kCount: break;
+  }
+  return NAN;
+}
+
+TEST(VecKernels, ChainBlocksMatchTheFormulas) {
+  // Every op, binary ones with each operand kind on each side; Abs before Sqrt keeps it real.
+  const std::vector<ChainStep> steps = {
+      {ChainOp::kMul, ChainOperand::kFull, false, 0}, {ChainOp::kAdd, ChainOperand::kScalar, true, 0.25f},
+      {ChainOp::kSub, ChainOperand::kRow, true, 0},   {ChainOp::kDiv, ChainOperand::kScalar, false, 1.5f},
+      {ChainOp::kSigmoid, ChainOperand::kNone, false, 0}, {ChainOp::kSub, ChainOperand::kScalar, false, 0.5f},
+      {ChainOp::kRelu, ChainOperand::kNone, false, 0}, {ChainOp::kNeg, ChainOperand::kNone, false, 0},
+      {ChainOp::kAdd, ChainOperand::kFull, false, 0},  {ChainOp::kAbs, ChainOperand::kNone, false, 0},
+      {ChainOp::kSqrt, ChainOperand::kNone, false, 0}, {ChainOp::kExp, ChainOperand::kNone, false, 0},
+      {ChainOp::kDiv, ChainOperand::kRow, true, 0},    {ChainOp::kMul, ChainOperand::kRow, false, 0},
+  };
+  for (VectorIsa isa : isas_of_this_cpu()) {
+    SCOPED_TRACE(vector_isa_name(isa));
+    const VecKernels& k = kernels::vec::vec_kernels_for(isa);
+    for (int64_t n : {1, 7, 16, 45}) {
+      const std::vector<float> x = normal_values(static_cast<size_t>(n), 20, 2.f), full = normal_values(size_t(n), 21),
+                               row = normal_values(size_t(n), 22);
+      std::vector<const float*> operands;
+      for (const ChainStep& s : steps)
+        operands.push_back(s.operand == ChainOperand::kFull ? full.data() : s.operand == ChainOperand::kRow ? row.data() : nullptr);
+      std::vector<float> y(static_cast<size_t>(n));
+      k.chain_block(steps.data(), static_cast<int>(steps.size()), x.data(), operands.data(), y.data(), n);
+      for (int64_t j = 0; j < n; ++j) {
+        double v = x[j];
+        for (size_t s = 0; s < steps.size(); ++s) {
+          const ChainStep& st = steps[s];
+          const double o = st.operand == ChainOperand::kScalar ? st.scalar : operands[s] ? operands[s][j] : 0.0;
+          v = chain_formula(st.op, st.swapped ? o : v, st.swapped ? v : o, v);
+        }
+        expect_close(y[j], v, 2e-5, "n " + std::to_string(n) + " at " + std::to_string(j));
+      }
+      // In place: y may be x.
+      std::vector<float> inplace = x;
+      k.chain_block(steps.data(), static_cast<int>(steps.size()), inplace.data(), operands.data(), inplace.data(), n);
+      for (int64_t j = 0; j < n; ++j) EXPECT_EQ(inplace[j], y[j]) << j;
+    }
+  }
+}
+
+ir::Attributes chain_attrs(std::vector<int64_t> ops, std::vector<int64_t> operands, std::vector<int64_t> args,
+                           std::vector<float> scalars) {
+  ir::Attributes a;
+  a.set("ops", ops);
+  a.set("operands", operands);
+  a.set("args", args);
+  a.set("scalars", scalars);
+  return a;
+}
+
+TEST(VecKernels, ElementwiseChainKernelsMatchTheFormula) {
+  // ((x * a + b) - 0.5) / 1.5 -> Sigmoid, with a per last-axis position and b of x's shape, given first.
+  const auto op = [](ChainOp o) { return static_cast<int64_t>(o); };
+  const auto kind = [](ChainOperand k, bool first = false) {
+    return static_cast<int64_t>(k) + (first ? ir::kChainOperandFirst : 0);
+  };
+  const ir::Attributes a = chain_attrs(
+      {op(ChainOp::kMul), op(ChainOp::kAdd), op(ChainOp::kSub), op(ChainOp::kDiv), op(ChainOp::kSigmoid)},
+      {kind(ChainOperand::kRow), kind(ChainOperand::kFull, true), kind(ChainOperand::kScalar),
+       kind(ChainOperand::kScalar), kind(ChainOperand::kNone)},
+      {1, 2, 0, 1, 0}, {0.5f, 1.5f});
+  Tensor x = random_f32({3, 700, 11}, 30), row = random_f32({11}, 31), full = random_f32({3, 700, 11}, 32);
+  for (Backend backend : {Backend::kVec, Backend::kRef}) {
+    KernelOptions o;
+    o.backend = backend;
+    o.domain = "anvil";
+    o.opset = 1;
+    const Tensor y = run_kernel("ElementwiseChain", {x, row, full}, a, o)[0];
+    ASSERT_EQ(y.shape(), x.shape());
+    for (int64_t i = 0; i < x.numel(); ++i) {
+      const double v = ((double(x.data<float>()[i]) * row.data<float>()[i % 11] + full.data<float>()[i]) - 0.5) / 1.5;
+      EXPECT_NEAR(y.data<float>()[i], 1 / (1 + std::exp(-v)), 1e-6) << i << (backend == Backend::kVec ? " vec" : " ref");
+    }
+  }
+}
+
+TEST(VecKernels, MalformedChainsAreRefused) {
+  KernelOptions o;
+  o.domain = "anvil";
+  o.opset = 1;
+  Tensor x = random_f32({2, 4}, 40), row = random_f32({4}, 41), wrong = random_f32({3}, 42);
+  const int64_t add = static_cast<int64_t>(ChainOp::kAdd), relu = static_cast<int64_t>(ChainOp::kRelu);
+  const int64_t scalar = static_cast<int64_t>(ChainOperand::kScalar), row_kind = static_cast<int64_t>(ChainOperand::kRow);
+  const std::vector<std::pair<std::vector<Tensor>, ir::Attributes>> bad = {
+      {{x}, chain_attrs({add, add}, {scalar}, {0}, {1.f})},                  // lists of different lengths
+      {{x}, chain_attrs({}, {}, {}, {})},                                    // no steps
+      {{x}, chain_attrs({99}, {0}, {0}, {})},                                // no such op
+      {{x}, chain_attrs({relu}, {scalar}, {0}, {1.f})},                      // a unary op with an operand
+      {{x}, chain_attrs({add}, {0}, {0}, {})},                               // a binary op without one
+      {{x}, chain_attrs({add}, {scalar}, {3}, {1.f})},                       // past the scalars
+      {{x}, chain_attrs({add}, {9}, {0}, {})},                               // no such operand kind
+      {{x, row}, chain_attrs({add}, {row_kind}, {2}, {})},                   // past the inputs
+      {{x, row}, chain_attrs({add}, {row_kind}, {0}, {})},                   // X is not one value per position
+      {{x, wrong}, chain_attrs({add}, {row_kind}, {1}, {})},                 // not one value per position
+      {{x, row}, chain_attrs({add}, {static_cast<int64_t>(ChainOperand::kFull)}, {1}, {})},  // not X's shape
+  };
+  for (size_t i = 0; i < bad.size(); ++i)
+    for (Backend backend : {Backend::kVec, Backend::kRef}) {
+      o.backend = backend;
+      EXPECT_EQ(testing::error_kind_of([&] { run_kernel("ElementwiseChain", bad[i].first, bad[i].second, o); }),
+                ErrorKind::kInvalidModel)
+          << "case " << i;
+    }
+}
+
+}  // namespace
+}  // namespace anvil

@@ -202,6 +202,8 @@ struct Registrations {
     r.add(OpSchema("IsInf").inputs({kFloatLike | kMinifloats}).infer(infer_bool_like_input));
     for (const char* op : {"Softmax", "LogSoftmax", "Hardmax"})
       r.add(OpSchema(op).inputs({kFloatLike}).attr("axis", int64_t{-1}).infer(same_as_input(0)));
+    // anvil.ElementwiseChain(X, operands...): element-wise steps on X (fuse_elementwise_chain.cc).
+    r.add(OpSchema("ElementwiseChain", "anvil").inputs({kFloat32Only}).infer(same_as_input(0)));
     // anvil.MaskedSoftmax(X, Mask) = Softmax(X + Mask) over the last axis (fuse_masked_softmax.cc).
     r.add(OpSchema("MaskedSoftmax", "anvil").inputs({kFloat32Only, kFloat32Only}).infer([](InferContext& ctx) {
       ctx.set_output(0, Type::tensor(DType::kFloat32, broadcast(ctx, ctx.dims(0), ctx.dims(1))));

@@ -12,10 +12,15 @@
 #include <cstdint>
 
 #include "core/vector_isa.h"
+#include "ir/elementwise_chain.h"
 
 namespace anvil::kernels::vec {
 
 enum class Reduction { kSum, kMean, kMax, kMin, kSumSquare, kL1, kL2, kLogSumExp };
+
+using ir::ChainOp;
+using ir::ChainOperand;
+using ir::ChainStep;
 
 struct VecKernels {
   // o[j] = c[j * sc] ? x[j * sx] : y[j * sy] for j < n, on 4-byte elements;
@@ -31,6 +36,10 @@ struct VecKernels {
   // One row of n: y = softmax(x + mask) (or its log); mask may be null, or a
   // single value broadcast over the row when mask_stride is 0.
   void (*softmax_row)(const float* x, const float* mask, int mask_stride, int64_t n, float* y, bool log);
+  // y[j] = the chain applied to x[j] for j < n; operands[s] points at step s's
+  // operand values for this block (kRow and kFull; null otherwise). y may be x.
+  void (*chain_block)(const ChainStep* steps, int count, const float* x, const float* const* operands, float* y,
+                      int64_t n);
 };
 
 const VecKernels& vec_kernels();                 // for vector_isa()

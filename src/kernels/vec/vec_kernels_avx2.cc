@@ -11,6 +11,7 @@ namespace {
 #include "kernels/vec/vec_kernels_impl.h"
 }  // namespace
 
-extern const VecKernels kVecKernelsAvx2 = {select32_impl, transpose32_impl, reduce_rows_impl, softmax_row_impl};
+extern const VecKernels kVecKernelsAvx2 = {select32_impl, transpose32_impl, reduce_rows_impl, softmax_row_impl,
+                                          chain_block_impl};
 
 }  // namespace anvil::kernels::vec

@@ -342,3 +342,65 @@ inline void softmax_row_impl(const float* x, const float* mask, int mask_stride,
   const float inv = 1.f / sum_exp(t, n, shift, y);
   for (int64_t j = 0; j < n; ++j) y[j] *= inv;
 }
+
+// ---------------------------------------------------------------- element-wise chains
+
+// y = f(a) and y = f(a, b) over a block, a vector at a time.
+template <typename F>
+void map_block(const float* a, float* y, int64_t n, F f) {
+  int64_t j = 0;
+  for (; j + kWidth <= n; j += kWidth) store(y + j, f(load(a + j)));
+  if (j < n) store_part(y + j, f(load_part(a + j, n - j, 0.f)), n - j);
+}
+template <typename F>
+void zip_block(const float* a, const float* b, float* y, int64_t n, F f) {
+  int64_t j = 0;
+  for (; j + kWidth <= n; j += kWidth) store(y + j, f(load(a + j), load(b + j)));
+  if (j < n) store_part(y + j, f(load_part(a + j, n - j, 0.f), load_part(b + j, n - j, 1.f)), n - j);
+}
+
+// One binary step with its operand on either side.
+template <typename F>
+void binary_step(const ChainStep& step, const float* v, const float* operand, float* y, int64_t n, F f) {
+  if (step.operand == ChainOperand::kScalar) {
+    const VF s = splat(step.scalar);
+    if (step.swapped) map_block(v, y, n, [&](VF a) { return f(s, a); });
+    else map_block(v, y, n, [&](VF a) { return f(a, s); });
+  } else if (step.swapped) {
+    zip_block(v, operand, y, n, [&](VF a, VF b) { return f(b, a); });
+  } else {
+    zip_block(v, operand, y, n, f);
+  }
+}
+
+inline VF sigmoid_vec(VF v) {  // as the reference: exp of a non-positive argument only
+  const VF e = exp_approx(v > 0.f ? -v : v);
+  return v > 0.f ? 1.f / (1.f + e) : e / (1.f + e);
+}
+
+inline void chain_block_impl(const ChainStep* steps, int count, const float* x, const float* const* operands,
+                             float* y, int64_t n) {
+  const float* v = x;
+  for (int s = 0; s < count; ++s, v = y) {
+    const ChainStep& step = steps[s];
+    switch (step.op) {
+      case ChainOp::kRelu: map_block(v, y, n, [](VF a) { return a > 0.f ? a : splat(0.f); }); break;
+      case ChainOp::kNeg: map_block(v, y, n, [](VF a) { return -a; }); break;
+      case ChainOp::kAbs: map_block(v, y, n, [](VF a) { return a < 0.f ? -a : a; }); break;
+      case ChainOp::kSqrt:
+        map_block(v, y, n, [](VF a) {
+          VF r;
+          for (int l = 0; l < kWidth; ++l) r[l] = __builtin_sqrtf(a[l]);
+          return r;
+        });
+        break;
+      case ChainOp::kExp: map_block(v, y, n, exp_approx); break;
+      case ChainOp::kSigmoid: map_block(v, y, n, sigmoid_vec); break;
+      case ChainOp::kAdd: binary_step(step, v, operands[s], y, n, [](VF a, VF b) { return a + b; }); break;
+      case ChainOp::kSub: binary_step(step, v, operands[s], y, n, [](VF a, VF b) { return a - b; }); break;
+      case ChainOp::kMul: binary_step(step, v, operands[s], y, n, [](VF a, VF b) { return a * b; }); break;
+      case ChainOp::kDiv: binary_step(step, v, operands[s], y, n, [](VF a, VF b) { return a / b; }); break;
+      case ChainOp::kCount: break;
+    }
+  }
+}
