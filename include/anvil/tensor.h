@@ -71,6 +71,9 @@ class Tensor {
   Tensor(DType dtype, Shape shape);
   // A tensor that borrows `data`; the caller keeps it alive.
   static Tensor view(DType dtype, Shape shape, void* data);
+  // Owned memory left as the allocator gives it (not zeroed): for outputs a
+  // kernel writes in full.
+  static Tensor uninitialized(DType dtype, Shape shape);
   // A tensor over `data`, which `owner` keeps alive (e.g. a mapped file) for
   // as long as any copy of the tensor exists.
   static Tensor adopt(DType dtype, Shape shape, std::shared_ptr<void> owner, void* data);
@@ -104,6 +107,7 @@ class Tensor {
   Tensor reshaped(Shape shape) const;
 
  private:
+  Tensor(DType dtype, Shape shape, bool zeroed);
   DType dtype_ = DType::kUndefined;
   Shape shape_;
   std::shared_ptr<void> owner_;

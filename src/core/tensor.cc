@@ -165,7 +165,11 @@ std::string shape_str(const Shape& shape) {
   return s + "]";
 }
 
-Tensor::Tensor(DType dtype, Shape shape) : dtype_(dtype), shape_(std::move(shape)) {
+Tensor::Tensor(DType dtype, Shape shape) : Tensor(dtype, std::move(shape), true) {}
+
+Tensor Tensor::uninitialized(DType dtype, Shape shape) { return Tensor(dtype, std::move(shape), false); }
+
+Tensor::Tensor(DType dtype, Shape shape, bool zeroed) : dtype_(dtype), shape_(std::move(shape)) {
   for (int64_t d : shape_)
     ANVIL_CHECK(d >= 0, ErrorKind::kInvalidArgument, "tensor shape {} has a negative dimension",
                 shape_str(shape_));
@@ -182,7 +186,7 @@ Tensor::Tensor(DType dtype, Shape shape) : dtype_(dtype), shape_(std::move(shape
   void* p = std::aligned_alloc(64, padded);
   if (!p) fail(ErrorKind::kOutOfMemory, "cannot allocate {} bytes for a tensor of shape {}", bytes,
                shape_str(shape_));
-  std::memset(p, 0, padded);
+  if (zeroed) std::memset(p, 0, padded);
   owner_ = std::shared_ptr<void>(p, [](void* q) { std::free(q); });
   data_ = p;
 }

@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "core/check.h"
+#include "ir/verify.h"
 #include "runtime/memory_plan.h"
 
 namespace anvil::runtime {
@@ -20,6 +21,17 @@ struct ArenaDeleter {
   void operator()(void* p) const { std::free(p); }
 };
 using ArenaBuffer = std::unique_ptr<void, ArenaDeleter>;
+
+// A step's output, which its kernel writes in full: not zeroed first (a
+// multi-megabyte memset per run otherwise). Under ANVIL_VERIFY (the tests)
+// it is filled with NaN bytes instead, so a kernel that leaves some of its
+// output unwritten gives visibly wrong results rather than lucky zeros.
+Tensor output_tensor(const kernels::TensorType& type) {
+  Tensor t = Tensor::uninitialized(type.dtype, type.shape);
+  if (ir::verification_enabled() && type.dtype != DType::kString && t.nbytes() > 0)
+    std::memset(t.raw(), 0xff, t.nbytes());
+  return t;
+}
 
 }  // namespace
 
@@ -179,7 +191,7 @@ std::vector<Tensor> GraphExecutor::execute(PlanEntry& entry, const std::vector<T
   std::vector<Tensor> outputs(plan.output_types.size());
   for (size_t k = 0; k < outputs.size(); ++k)
     if (plan.output_types[k].dtype != DType::kUndefined)
-      outputs[k] = Tensor(plan.output_types[k].dtype, plan.output_types[k].shape);
+      outputs[k] = output_tensor(plan.output_types[k]);
 
   ArenaBuffer arena = entry.acquire();
   char* base = static_cast<char*>(arena.get());
@@ -259,7 +271,7 @@ void GraphExecutor::run_dynamic_step(const Step& step, kernels::RunContext& ctx,
       ctx.outputs.push_back(nullptr);
       continue;
     }
-    views[s] = preallocate ? Tensor(types[o].dtype, types[o].shape) : Tensor();
+    views[s] = preallocate ? output_tensor(types[o]) : Tensor();
     ctx.outputs.push_back(&views[s]);
   }
   std::vector<unsigned char> scratch(prepared->kernel->scratch_bytes() + kArenaAlignment);
