@@ -22,6 +22,8 @@ struct ChainStep {
   float scalar;  // kScalar's value
 };
 
-inline bool is_unary(ChainOp op) { return op <= ChainOp::kSigmoid; }
+// Out of line: this header reaches the per-ISA units (kernels/vec/), where an
+// inline function's copies could be merged across ISAs.
+bool is_unary(ChainOp op);
 
 }  // namespace anvil::ir

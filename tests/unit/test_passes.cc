@@ -682,6 +682,38 @@ TEST(Passes, ElementwiseChainsBecomeOneNode) {
   }
 }
 
+TEST(Passes, AChainReadingItsInputAgainIsNotRunInPlace) {
+  // QuickGELU on a transposed tensor: t * sigmoid(1.702 t). t is a working
+  // buffer nothing else reads, which the chain could otherwise overwrite.
+  auto graph = [] {
+    auto g = std::make_unique<ir::Graph>();
+    g->opsets[""] = 13;
+    ir::Value* x = g->add_input("x", DType::kFloat32, {2, 3, 4});
+    ir::Node* transpose = g->add_node("Transpose", {x}, 1);
+    transpose->attrs.set("perm", std::vector<int64_t>{0, 2, 1});
+    ir::Value* t = transpose->output(0);
+    ir::Value* v = g->add_node("Mul", {t, scalar_f32(*g, "k", 1.702f)}, 1)->output(0);
+    v = g->add_node("Sigmoid", {v}, 1)->output(0);
+    v = g->add_node("Mul", {t, v}, 1)->output(0);
+    ir::Node* back = g->add_node("Transpose", {v}, 1);  // so the chain's output is a working buffer too
+    back->attrs.set("perm", std::vector<int64_t>{0, 2, 1});
+    g->add_output(back->output(0));
+    ir::infer_types(*g);
+    return g;
+  };
+  auto g = graph();
+  passes::optimize(*g, 2, runtime::reference_evaluator());
+  EXPECT_EQ(count_ops(*g, "ElementwiseChain"), 1u);
+  Session s = Session::from_graph(graph());
+  Tensor x = ramp({2, 3, 4}, -3.f, 0.25f);
+  Tensor y = s.run({{"x", x}})[0];
+  ASSERT_EQ(y.shape(), (Shape{2, 3, 4}));
+  for (int64_t i = 0; i < 24; ++i) {
+    const double t = x.data<float>()[i];
+    EXPECT_NEAR(y.data<float>()[i], t / (1 + std::exp(-1.702 * t)), 1e-6) << i;
+  }
+}
+
 TEST(Passes, ElementwiseChainLookalikesAreLeftAlone) {
   auto cnn = chain_graph({1, 2, 3, 4});  // rank 4: oneDNN's blocked layouts, not a plain chain
   passes::optimize(*cnn, 2, runtime::reference_evaluator());

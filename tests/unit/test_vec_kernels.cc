@@ -487,6 +487,41 @@ TEST(VecKernels, ElementwiseChainKernelsMatchTheFormula) {
   }
 }
 
+TEST(VecKernels, ChainBlocksCoverLongRowsShortRowsAndThreads) {
+  // Rows longer than a block (split), many short rows (whole rows per block), and no row operand.
+  const auto op = [](ChainOp o) { return static_cast<int64_t>(o); };
+  KernelOptions o;
+  o.domain = "anvil";
+  o.opset = 1;
+  for (Shape shape : {Shape{2, 5000}, Shape{5000, 8}, Shape{3, 7}}) {
+    SCOPED_TRACE(::testing::PrintToString(shape));
+    const ir::Attributes a = chain_attrs({op(ChainOp::kAdd), op(ChainOp::kRelu), op(ChainOp::kMul)},
+                                         {static_cast<int64_t>(ChainOperand::kRow), 0,
+                                          static_cast<int64_t>(ChainOperand::kRow) + ir::kChainOperandFirst},
+                                         {1, 0, 2}, {});
+    Tensor x = random_f32(shape, 50), r1 = random_f32({shape.back()}, 51), r2 = random_f32({shape.back()}, 52);
+    for (Backend backend : {Backend::kVec, Backend::kRef}) {
+      o.backend = backend;
+      const Tensor y = run_kernel("ElementwiseChain", {x, r1, r2}, a, o)[0];
+      for (int64_t i = 0; i < x.numel(); ++i) {
+        const int64_t c = i % shape.back();
+        const float v = x.data<float>()[i] + r1.data<float>()[c];
+        ASSERT_EQ(y.data<float>()[i], r2.data<float>()[c] * (v > 0 ? v : 0.f)) << i;
+      }
+    }
+  }
+  const ir::Attributes scaled = chain_attrs({op(ChainOp::kMul), op(ChainOp::kAbs)},
+                                            {static_cast<int64_t>(ChainOperand::kScalar), 0}, {0, 0}, {-2.f});
+  Tensor x = random_f32({70000}, 53);
+  x.data<float>()[5] = 0.f;  // -2 * 0 = -0, whose absolute value is +0
+  for (Backend backend : {Backend::kVec, Backend::kRef}) {
+    o.backend = backend;
+    const Tensor y = run_kernel("ElementwiseChain", {x}, scaled, o)[0];
+    for (int64_t i = 0; i < x.numel(); ++i) ASSERT_EQ(y.data<float>()[i], std::fabs(-2.f * x.data<float>()[i])) << i;
+    EXPECT_FALSE(std::signbit(y.data<float>()[5]));
+  }
+}
+
 TEST(VecKernels, MalformedChainsAreRefused) {
   KernelOptions o;
   o.domain = "anvil";

@@ -39,6 +39,7 @@ class ElementwiseChainKernel : public Kernel {
                           "input {} must be float32", i);
     read_program(ctx);
     row_ = x.empty() ? 1 : x.back();
+    has_row_ = reads_x_again_ = false;
     for (const Step& s : steps_) {
       if (s.step.operand != ChainOperand::kRow && s.step.operand != ChainOperand::kFull) continue;
       const Shape& operand = ctx.input_shape(static_cast<size_t>(s.input));
@@ -50,27 +51,42 @@ class ElementwiseChainKernel : public Kernel {
                             "operand {} of shape {} is not one value per position of X's last axis ({})", s.input,
                             shape_str(operand), row_);
       has_row_ |= s.step.operand == ChainOperand::kRow;
+      reads_x_again_ |= s.input == 0;
     }
     numel_ = shape_numel(x);
+    // Rows no longer than a block go whole rows to a block, with each row
+    // operand repeated across one block's length in the scratch memory.
+    tiled_rows_ = has_row_ && row_ > 0 && row_ <= kBlock;
+    block_ = tiled_rows_ ? kBlock / row_ * row_ : kBlock;
+    row_steps_ = 0;
+    for (const Step& s : steps_) row_steps_ += s.step.operand == ChainOperand::kRow;
     return {TensorType(DType::kFloat32, x)};
+  }
+
+  size_t scratch_bytes() const override {
+    return tiled_rows_ ? static_cast<size_t>(row_steps_ * block_) * sizeof(float) : 0;
   }
 
   void run(const RunContext& ctx) const override {
     if (numel_ == 0) return;
     const float* x = ctx.in(0).data<float>();
     float* y = ctx.out(0).data<float>();
-    // With row operands, blocks stay within a row so a row operand is one contiguous slice.
-    const int64_t span = has_row_ ? row_ : numel_;
-    const int64_t per_span = (span + kBlock - 1) / kBlock, items = numel_ / span * per_span;
+    std::vector<const float*> tiles(steps_.size(), nullptr);
+    if (tiled_rows_) tile_rows(ctx, tiles);
+    // Blocks are whole rows when tiled; otherwise rows longer than a block are
+    // split, each block within one row, so a row operand is one slice.
+    const int64_t span = has_row_ && !tiled_rows_ ? row_ : numel_;
+    const int64_t per_span = (span + block_ - 1) / block_, items = numel_ / span * per_span;
 #pragma omp parallel for if (numel_ > 32768)
     for (int64_t item = 0; item < items; ++item) {
-      const int64_t begin = item / per_span * span + item % per_span * kBlock;
-      const int64_t n = std::min(kBlock, span - item % per_span * kBlock);
-      run_block(ctx, x + begin, y + begin, begin, n);
+      const int64_t begin = item / per_span * span + item % per_span * block_;
+      const int64_t n = std::min(block_, span - item % per_span * block_);
+      run_block(ctx, tiles, x + begin, y + begin, begin, n);
     }
   }
 
-  int inplace_input() const override { return 0; }
+  // In place only when no step reads X again: it would see values already computed.
+  int inplace_input() const override { return reads_x_again_ ? -1 : 0; }
   std::string impl_name() const override { return exact_ ? "ref" : vec::vec_impl_name(); }
 
  private:
@@ -115,14 +131,27 @@ class ElementwiseChainKernel : public Kernel {
     for (const Step& s : steps_) plain_steps_.push_back(s.step);
   }
 
-  void run_block(const RunContext& ctx, const float* x, float* y, int64_t begin, int64_t n) const {
+  // Each row operand repeated block_ / row_ times, in the scratch memory.
+  void tile_rows(const RunContext& ctx, std::vector<const float*>& tiles) const {
+    float* next = static_cast<float*>(ctx.scratch);
+    for (size_t s = 0; s < steps_.size(); ++s) {
+      if (steps_[s].step.operand != ChainOperand::kRow) continue;
+      const float* row = ctx.in(static_cast<size_t>(steps_[s].input)).data<float>();
+      for (int64_t r = 0; r < block_; r += row_) std::copy(row, row + row_, next + r);
+      tiles[s] = next;
+      next += block_;
+    }
+  }
+
+  void run_block(const RunContext& ctx, const std::vector<const float*>& tiles, const float* x, float* y,
+                 int64_t begin, int64_t n) const {
     const float* operands[kMaxSteps];
     for (size_t s = 0; s < steps_.size(); ++s) {
       const Step& step = steps_[s];
       operands[s] = nullptr;
       if (step.step.operand == ChainOperand::kFull) operands[s] = ctx.in(static_cast<size_t>(step.input)).data<float>() + begin;
       if (step.step.operand == ChainOperand::kRow)
-        operands[s] = ctx.in(static_cast<size_t>(step.input)).data<float>() + begin % row_;
+        operands[s] = tiles[s] ? tiles[s] : ctx.in(static_cast<size_t>(step.input)).data<float>() + begin % row_;
     }
     if (!exact_) return vec::vec_kernels().chain_block(plain_steps_.data(), static_cast<int>(plain_steps_.size()), x,
                                                        operands, y, n);
@@ -161,8 +190,8 @@ class ElementwiseChainKernel : public Kernel {
   bool exact_;
   std::vector<Step> steps_;
   std::vector<ChainStep> plain_steps_;
-  int64_t row_ = 1, numel_ = 0;
-  bool has_row_ = false;
+  int64_t row_ = 1, numel_ = 0, block_ = kBlock, row_steps_ = 0;
+  bool has_row_ = false, tiled_rows_ = false, reads_x_again_ = false;
 };
 
 static Registrar chain_vec("ElementwiseChain", Backend::kVec,

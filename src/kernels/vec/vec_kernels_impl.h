@@ -386,7 +386,9 @@ inline void chain_block_impl(const ChainStep* steps, int count, const float* x, 
     switch (step.op) {
       case ChainOp::kRelu: map_block(v, y, n, [](VF a) { return a > 0.f ? a : splat(0.f); }); break;
       case ChainOp::kNeg: map_block(v, y, n, [](VF a) { return -a; }); break;
-      case ChainOp::kAbs: map_block(v, y, n, [](VF a) { return a < 0.f ? -a : a; }); break;
+      case ChainOp::kAbs:  // the sign bit cleared: |-0| = +0, as fabs
+        map_block(v, y, n, [](VF a) { return __builtin_bit_cast(VF, __builtin_bit_cast(VI, a) & 0x7fffffff); });
+        break;
       case ChainOp::kSqrt:
         map_block(v, y, n, [](VF a) {
           VF r;
