@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from onnx import TensorProto, numpy_helper
 
-from anvil_testing import (assert_ok, describe, make_add_model, make_conv_relu_model, make_relu_model, output_file_name,
-                           read_tensor_pb, write_tensor_pb)
+from anvil_testing import (assert_ok, describe, float_info, make_add_model, make_conv_relu_model, make_relu_model,
+                           output_file_name, read_tensor_pb, save_model, write_tensor_pb)
 
 SHAPE = (1, 3, 4, 4)
 TESTDATA = Path("/usr/share/libonnx-testdata/data/node")
@@ -141,6 +141,18 @@ def test_run_random_inputs(anvil, tmp_path):
     assert np.any(outs["first"] > 0), "random input gave an all-zero Relu output"
     np.testing.assert_array_equal(outs["first"], outs["again"])
     assert not np.array_equal(outs["first"], outs["other"]), "--seed did not change the inputs"
+
+
+def test_run_shape_sizes_a_symbol_in_every_input(anvil, tmp_path):
+    """--shape for one input sizes its symbols in the others: Concat([seq], [seq]) gives [2 * seq]."""
+    from onnx import helper
+    graph = helper.make_graph(
+        [helper.make_node("Concat", ["a", "b"], ["c"], axis=0)], "concat",
+        [float_info("a", ["seq"]), float_info("b", ["seq"])], [float_info("c", ["both"])])
+    model = save_model(graph, tmp_path / "concat.onnx")
+    out_dir = tmp_path / "out"
+    assert_ok(anvil("run", model, "--shape", "a=5", "-o", out_dir, timeout=60))
+    assert read_tensor_pb(out_dir / "c.pb").shape == (10,)
 
 
 def test_run_threads_agree(anvil, add_model, tmp_path):

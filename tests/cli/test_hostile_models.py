@@ -58,6 +58,20 @@ def test_window_attribute_out_of_range(anvil, cases, op, attr, value):
     check_error(run(anvil, model), EXIT_INVALID_MODEL, op, attr, strip=(cases,))
 
 
+@pytest.mark.parametrize("label,attrs,pattern", [
+    ("past_inputs", dict(ops=[6], operands=[3], args=[7], scalars=[0.0]), "input 7"),
+    ("negative_op", dict(ops=[-1], operands=[0], args=[0], scalars=[0.0]), "not a chain step"),
+    ("too_many_steps", dict(ops=[0] * 100, operands=[0] * 100, args=[0] * 100, scalars=[0.0]), "steps"),
+    ("lists_disagree", dict(ops=[6, 6], operands=[1], args=[0], scalars=[1.0]), "steps"),
+])
+def test_elementwise_chain_program_from_a_file(anvil, cases, label, attrs, pattern):
+    """anvil optimize writes com.anvil ElementwiseChain nodes; a file's program is checked before it runs."""
+    graph = helper.make_graph([helper.make_node("ElementwiseChain", ["x"], ["y"], domain="com.anvil", **attrs)], "g",
+                              [float_info("x", (2, 4))], [float_info("y", (2, 4))])
+    model = save_model(graph, cases / f"chain_{label}.onnx", check=False, extra_opsets=[("com.anvil", 1)])
+    check_error(run(anvil, model), EXIT_INVALID_MODEL, "ElementwiseChain", pattern, strip=(cases,))
+
+
 def test_depth_to_space_huge_blocksize(anvil, cases):
     graph = helper.make_graph([helper.make_node("DepthToSpace", ["x"], ["y"], name="d2s", blocksize=2**32)], "g",
                               [float_info("x", (1, 4, 2, 2))], [float_info("y", (1, 1, 4, 4))])

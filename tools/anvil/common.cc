@@ -85,10 +85,20 @@ std::map<std::string, Tensor> random_inputs(const Session& session, std::map<std
   std::mt19937_64 rng(seed);
   if (!given.empty()) return given;  // inputs given by hand: a missing one is an error, not random data
   std::map<std::string, Shape> fixed = parse_shapes(session, shape_specs);
+  // A symbol sized by one input's --shape sizes it in every input that shares
+  // it (BERT's attention_mask follows input_ids' sequence).
+  std::map<std::string, int64_t> symbols;
+  for (const ValueInfo& info : session.inputs())
+    if (auto it = fixed.find(info.name); it != fixed.end())
+      for (size_t d = 0; d < info.dim_names.size() && d < it->second.size(); ++d)
+        if (!info.dim_names[d].empty()) symbols.emplace(info.dim_names[d], it->second[d]);
   for (const ValueInfo& info : session.inputs()) {
     Shape shape = info.shape;
-    for (size_t d = 0; d < shape.size(); ++d)
-      if (shape[d] < 0) shape[d] = d == 0 ? batch : 1;
+    for (size_t d = 0; d < shape.size(); ++d) {
+      if (shape[d] >= 0) continue;
+      auto sym = d < info.dim_names.size() ? symbols.find(info.dim_names[d]) : symbols.end();
+      shape[d] = sym != symbols.end() ? sym->second : d == 0 ? batch : 1;
+    }
     if (auto it = fixed.find(info.name); it != fixed.end()) shape = it->second;
     Tensor t(info.dtype, shape);
     switch (info.dtype) {

@@ -68,7 +68,7 @@ class OptimizerKernel : public Kernel {
       std::vector<float> y(x.size());
       for (size_t e = 0; e < x.size(); ++e) {
         const double gr = static_cast<double>(norm_) * x[e] + g[e];
-        double xn;
+        double xn = 0;  // every case sets it; GCC cannot see that the switch is exhaustive
         switch (kind_) {
           case Optimizer::kAdagrad: {
             const double h = s1[e] + gr * gr;
