@@ -24,16 +24,21 @@ VectorIsa cap_from_env() {
 }
 
 VectorIsa detect() {
-  const CpuInfo& cpu = cpu_info();
-  VectorIsa best = VectorIsa::kSse41;
-  if (cpu.avx2 && cpu.fma) best = VectorIsa::kAvx2;
-  if (best == VectorIsa::kAvx2 && cpu.avx512f && cpu.avx512bw && cpu.avx512vl && cpu.avx512dq)
-    best = VectorIsa::kAvx512;
+  const VectorIsa best = supported_vector_isas().back();
   const VectorIsa cap = cap_from_env();
   return static_cast<int>(cap) < static_cast<int>(best) ? cap : best;
 }
 
 }  // namespace
+
+std::vector<VectorIsa> supported_vector_isas() {
+  const CpuInfo& cpu = cpu_info();
+  std::vector<VectorIsa> isas = {VectorIsa::kSse41};
+  if (cpu.avx2 && cpu.fma) isas.push_back(VectorIsa::kAvx2);
+  if (isas.back() == VectorIsa::kAvx2 && cpu.avx512f && cpu.avx512bw && cpu.avx512vl && cpu.avx512dq)
+    isas.push_back(VectorIsa::kAvx512);
+  return isas;
+}
 
 VectorIsa vector_isa() {
   static const VectorIsa isa = detect();

@@ -7,11 +7,15 @@
 // and pick their function table with vector_isa() once.
 #pragma once
 
+#include <vector>
+
 namespace anvil {
 
 enum class VectorIsa { kSse41 = 0, kAvx2 = 1, kAvx512 = 2 };
 
 VectorIsa vector_isa();
+// Every level the CPU runs, lowest first, whatever ANVIL_MAX_ISA says (tests: each path).
+std::vector<VectorIsa> supported_vector_isas();
 const char* vector_isa_name(VectorIsa isa);
 
 }  // namespace anvil

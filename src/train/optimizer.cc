@@ -95,7 +95,6 @@ double Optimizer::step(std::vector<Tensor>& params, const std::vector<Tensor>& g
                     params[t].shape() == shapes_[t] && grads[t].shape() == shapes_[t],
                 ErrorKind::kInvalidArgument, "parameter {} or its gradient is not float32 of shape {}", t,
                 shape_str(shapes_[t]));
-  const int64_t chunks = static_cast<int64_t>(chunks_.size());
   const UpdateKernels& k = update_kernels();
   const OptimizerOptions& o = options_;
 

@@ -121,14 +121,6 @@ TEST(Optimizer, SchedulesAndBadOptions) {
 namespace anvil {
 namespace {
 
-std::vector<VectorIsa> isas_of_this_cpu() {
-  const CpuInfo& cpu = cpu_info();
-  std::vector<VectorIsa> isas = {VectorIsa::kSse41};
-  if (cpu.avx2 && cpu.fma) isas.push_back(VectorIsa::kAvx2);
-  if (cpu.avx512f && cpu.avx512bw && cpu.avx512vl && cpu.avx512dq) isas.push_back(VectorIsa::kAvx512);
-  return isas;
-}
-
 // Every ISA path the CPU has (ANVIL_MAX_ISA only caps the dispatch), against
 // AdamW and SGD with Nesterov momentum computed in double, on a length that
 // leaves a vector tail; each also returns the sum of the squared gradients.
@@ -161,7 +153,7 @@ TEST(UpdateKernels, EachIsaMatchesTheFormulas) {
   for (float g : g0) squares += double(g) * g;
   const train::AdamStep a{0.9f, 0.999f, 1e-8f, 0.01f / 0.19f, 1.f / std::sqrt(0.002f), 0.f, 0.005f, 0.5f};
   const train::SgdStep s{0.1f, 0.01f, 0.9f, 1.f, true, false};
-  for (VectorIsa isa : isas_of_this_cpu()) {
+  for (VectorIsa isa : supported_vector_isas()) {
     SCOPED_TRACE(vector_isa_name(isa));
     const train::UpdateKernels& k = train::update_kernels_for(isa);
     std::vector<float> p = p0, m = m0, v = v0;

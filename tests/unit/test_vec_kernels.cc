@@ -27,14 +27,6 @@ using testing::values;
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
-std::vector<VectorIsa> isas_of_this_cpu() {
-  const CpuInfo& cpu = cpu_info();
-  std::vector<VectorIsa> isas = {VectorIsa::kSse41};
-  if (cpu.avx2 && cpu.fma) isas.push_back(VectorIsa::kAvx2);
-  if (cpu.avx512f && cpu.avx512bw && cpu.avx512vl && cpu.avx512dq) isas.push_back(VectorIsa::kAvx512);
-  return isas;
-}
-
 std::vector<float> normal_values(size_t n, uint32_t seed, float scale = 1.f) {
   std::mt19937 gen(seed);
   std::normal_distribution<float> dist(0.f, scale);
@@ -57,7 +49,7 @@ void expect_close(float got, double want, double rel, const std::string& what) {
 }
 
 TEST(VecKernels, SelectEveryStridePattern) {
-  for (VectorIsa isa : isas_of_this_cpu()) {
+  for (VectorIsa isa : supported_vector_isas()) {
     SCOPED_TRACE(vector_isa_name(isa));
     const VecKernels& k = kernels::vec::vec_kernels_for(isa);
     for (int64_t n : {1, 7, 8, 33, 100}) {
@@ -82,7 +74,7 @@ TEST(VecKernels, SelectEveryStridePattern) {
 }
 
 TEST(VecKernels, TransposeOfTilesAndEdges) {
-  for (VectorIsa isa : isas_of_this_cpu()) {
+  for (VectorIsa isa : supported_vector_isas()) {
     SCOPED_TRACE(vector_isa_name(isa));
     const VecKernels& k = kernels::vec::vec_kernels_for(isa);
     for (auto [rows, cols] : {std::pair<int64_t, int64_t>{1, 1}, {3, 5}, {8, 8}, {16, 9}, {17, 31}, {64, 40}}) {
@@ -127,7 +119,7 @@ double reduce_double(Reduction kind, const float* x, int64_t n) {
 TEST(VecKernels, RowReductionsMatchDoublePrecision) {
   const Reduction kinds[] = {Reduction::kSum, Reduction::kMean, Reduction::kMax, Reduction::kMin,
                              Reduction::kSumSquare, Reduction::kL1, Reduction::kL2, Reduction::kLogSumExp};
-  for (VectorIsa isa : isas_of_this_cpu()) {
+  for (VectorIsa isa : supported_vector_isas()) {
     SCOPED_TRACE(vector_isa_name(isa));
     const VecKernels& k = kernels::vec::vec_kernels_for(isa);
     for (int64_t n : {1, 5, 16, 67, 768, 4099}) {
@@ -145,7 +137,7 @@ TEST(VecKernels, RowReductionsMatchDoublePrecision) {
 }
 
 TEST(VecKernels, RowReductionsOfSpecialValues) {
-  for (VectorIsa isa : isas_of_this_cpu()) {
+  for (VectorIsa isa : supported_vector_isas()) {
     SCOPED_TRACE(vector_isa_name(isa));
     const VecKernels& k = kernels::vec::vec_kernels_for(isa);
     float out = 0;
@@ -188,7 +180,7 @@ void softmax_double(const float* x, const float* mask, int mask_stride, int64_t 
 }
 
 TEST(VecKernels, SoftmaxRowsWithAndWithoutMasks) {
-  for (VectorIsa isa : isas_of_this_cpu()) {
+  for (VectorIsa isa : supported_vector_isas()) {
     SCOPED_TRACE(vector_isa_name(isa));
     const VecKernels& k = kernels::vec::vec_kernels_for(isa);
     for (int64_t n : {1, 3, 16, 50, 128, 1000}) {
@@ -423,7 +415,7 @@ TEST(VecKernels, ChainBlocksMatchTheFormulas) {
       {ChainOp::kSqrt, ChainOperand::kNone, false, 0}, {ChainOp::kExp, ChainOperand::kNone, false, 0},
       {ChainOp::kDiv, ChainOperand::kRow, true, 0},    {ChainOp::kMul, ChainOperand::kRow, false, 0},
   };
-  for (VectorIsa isa : isas_of_this_cpu()) {
+  for (VectorIsa isa : supported_vector_isas()) {
     SCOPED_TRACE(vector_isa_name(isa));
     const VecKernels& k = kernels::vec::vec_kernels_for(isa);
     for (int64_t n : {1, 7, 16, 45}) {
