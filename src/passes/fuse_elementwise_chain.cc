@@ -78,8 +78,8 @@ bool add_step(Chain& c, ir::Node* n, const ir::Value* v) {
       kind = ChainOperand::kScalar;
       arg = static_cast<int64_t>(c.scalars.size());
       c.scalars.push_back(static_cast<float>(*s));
-    } else if (surely_same_shape(other->type, c.x->type) || is_row_of(other->type, c.x->type)) {
-      kind = surely_same_shape(other->type, c.x->type) ? ChainOperand::kFull : ChainOperand::kRow;
+    } else if (const bool full = surely_same_shape(other->type, c.x->type); full || is_row_of(other->type, c.x->type)) {
+      kind = full ? ChainOperand::kFull : ChainOperand::kRow;
       auto it = std::find(c.inputs.begin(), c.inputs.end(), other);
       if (it == c.inputs.end()) it = c.inputs.insert(c.inputs.end(), other);
       arg = it - c.inputs.begin();

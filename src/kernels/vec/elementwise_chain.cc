@@ -13,6 +13,7 @@
 // The vectorized kernel computes exp and sigmoid to about 1 ulp; the
 // reference one (constant folding) with std::exp.
 #include <algorithm>
+#include <array>
 #include <cmath>
 
 #include "kernels/ref/common.h"
@@ -71,7 +72,7 @@ class ElementwiseChainKernel : public Kernel {
     if (numel_ == 0) return;
     const float* x = ctx.in(0).data<float>();
     float* y = ctx.out(0).data<float>();
-    std::vector<const float*> tiles(steps_.size(), nullptr);
+    std::array<const float*, kMaxSteps> tiles{};  // run() allocates nothing
     if (tiled_rows_) tile_rows(ctx, tiles);
     // Blocks are whole rows when tiled; otherwise rows longer than a block are
     // split, each block within one row, so a row operand is one slice.
@@ -132,7 +133,7 @@ class ElementwiseChainKernel : public Kernel {
   }
 
   // Each row operand repeated block_ / row_ times, in the scratch memory.
-  void tile_rows(const RunContext& ctx, std::vector<const float*>& tiles) const {
+  void tile_rows(const RunContext& ctx, std::array<const float*, kMaxSteps>& tiles) const {
     float* next = static_cast<float*>(ctx.scratch);
     for (size_t s = 0; s < steps_.size(); ++s) {
       if (steps_[s].step.operand != ChainOperand::kRow) continue;
@@ -143,7 +144,7 @@ class ElementwiseChainKernel : public Kernel {
     }
   }
 
-  void run_block(const RunContext& ctx, const std::vector<const float*>& tiles, const float* x, float* y,
+  void run_block(const RunContext& ctx, const std::array<const float*, kMaxSteps>& tiles, const float* x, float* y,
                  int64_t begin, int64_t n) const {
     const float* operands[kMaxSteps];
     for (size_t s = 0; s < steps_.size(); ++s) {
