@@ -1,11 +1,19 @@
 // MatMul (numpy semantics, batched, broadcasting), anvil.FusedMatMul (MatMul
 // with a bias, a residual sum and an activation as post-ops) and Gemm on
 // oneDNN's matmul (float32).
+//
+// One rule picks another implementation per node: where oneDNN's choice is
+// its gemm:jit sgemm (every CPU without AVX-512, for oneDNN 2.6.3), which
+// reads a constant B in the plain layout and repacks it on every call, a 2-D
+// product with a constant B runs on Anvil's packed GEMM (vec/gemm.h), B
+// packed once and shared through the session's weight cache.
 #include <cstring>
 
 #include "kernels/dnnl/common.h"
 #include "kernels/ref/common.h"
 #include "kernels/registry.h"
+#include "kernels/vec/gemm.h"
+#include "kernels/weight_cache.h"
 
 namespace anvil::kernels {
 
@@ -36,6 +44,7 @@ class DnnlMatMulBase : public Kernel {
   int inplace_input() const override { return has_sum_ ? 3 : -1; }
 
   void run(const RunContext& ctx) const override {
+    if (packed_gemm_) return run_packed_gemm(ctx);
     if (has_sum_ && ctx.in(3).raw() != ctx.out(0).raw())  // the sum post-op adds to what dst holds
       std::memcpy(ctx.out(0).raw(), ctx.in(3).raw(), ctx.out(0).nbytes());
     std::unordered_map<int, memory> args;
@@ -64,6 +73,9 @@ class DnnlMatMulBase : public Kernel {
       dnnl::primitive_attr attr = du::user_scratchpad_attr();
       if (post_ops_.len() > 0) attr.set_post_ops(post_ops_);
       dnnl::matmul::primitive_desc pd(desc, attr, du::engine());
+      if (b_data && du::impl_name(pd).rfind("dnnl:gemm:", 0) == 0 &&
+          prepare_packed_gemm(ctx, a, b, c, static_cast<const float*>(b_data), b_source))
+        return;
       primitive_ = dnnl::matmul(pd);
       scratchpad_md_ = pd.scratchpad_desc();
       scratch_ = scratchpad_md_.get_size();
@@ -78,6 +90,15 @@ class DnnlMatMulBase : public Kernel {
     }
   }
 
+  // The fused activation (FusedMatMul): oneDNN's post-op, or the packed GEMM's epilogue.
+  void set_activation(const PrepareContext& ctx, const std::string& act, float alpha, float beta) {
+    ANVIL_PREPARE_CHECK(ctx, du::append_activation(post_ops_, act, alpha, beta), ErrorKind::kUnsupported,
+                        "activation '{}' has no oneDNN post-op", act);
+    activation_ = act;
+    epilogue_.alpha = alpha;
+    epilogue_.beta = beta;
+  }
+
   dnnl::primitive primitive_;
   dnnl::post_ops post_ops_;
   bool has_sum_ = false;
@@ -88,6 +109,66 @@ class DnnlMatMulBase : public Kernel {
   Tensor bias_const_;
   size_t scratch_ = 0;
   std::string impl_;
+
+ private:
+  // Takes the product onto the packed GEMM when it has the shape and the
+  // epilogue for it: 2-D, A with contiguous rows, a bias along N (or a C of
+  // the output's shape, as a residual) and a vectorized activation.
+  bool prepare_packed_gemm(const PrepareContext& ctx, const Operand& a, const Operand& b, const Operand& c,
+                           const float* b_data, const Tensor* b_source) {
+    if (a.dims.size() != 2 || a.strides[1] != 1 || c.strides[1] != 1) return false;
+    const std::optional<vec::GemmActivation> act = vec::gemm_activation(activation_);
+    if (!act) return false;
+    const int64_t m = a.dims[0], k = a.dims[1], n = b.dims[1];
+    if (has_bias_) {
+      const memory::dims bias = bias_md_.dims();
+      const int64_t bias_rows = bias[0], bias_cols = bias[1];
+      if (bias_rows == 1 && bias_cols == n) gemm_bias_ = GemmInput::kBias;
+      else if (bias_rows == m && bias_cols == n && !has_sum_) gemm_bias_ = GemmInput::kResidual;
+      else return false;
+    }
+    const vec::GemmKernels& g = vec::vec_kernels().gemm;
+    const int64_t sk = b.strides[0], sn = b.strides[1];
+    auto pack = [&] { return vec::pack_gemm_b(g, b_data, k, n, sk, sn); };
+    WeightCache* cache = ctx.weight_cache();
+    if (b_source && cache) {
+      auto unpack = [g, k, n, sk, sn](const Tensor& packed, void* dst) {
+        vec::unpack_gemm_b(g, packed.data<float>(), k, n, static_cast<float*>(dst), sk, sn);
+      };
+      gemm_b_ = cache->get(*b_source, vec::gemm_layout_key(g), pack, unpack);
+    } else {
+      gemm_b_ = pack();
+    }
+    gemm_.lda = a.strides[0];
+    gemm_.ldc = c.strides[0];
+    gemm_.m = m;
+    gemm_.k = k;
+    gemm_.n = n;
+    epilogue_.activation = *act;
+    gemm_.epilogue = epilogue_;
+    packed_gemm_ = true;
+    impl_ = std::string(vec::vec_impl_name()) + ":packed_gemm";
+    return true;
+  }
+
+  void run_packed_gemm(const RunContext& ctx) const {
+    vec::GemmArgs args = gemm_;
+    args.a = ctx.in(0).data<float>();
+    args.b_packed = gemm_b_.data<float>();
+    const float* bias = !has_bias_ ? nullptr : bias_const_.empty() ? ctx.in(2).data<float>() : bias_const_.data<float>();
+    args.bias = gemm_bias_ == GemmInput::kBias ? bias : nullptr;
+    args.residual = has_sum_ ? ctx.in(3).data<float>() : gemm_bias_ == GemmInput::kResidual ? bias : nullptr;
+    args.c = ctx.out(0).data<float>();
+    vec::packed_gemm(vec::vec_kernels().gemm, args);
+  }
+
+  enum class GemmInput { kNone, kBias, kResidual };  // what the bias input is to the packed GEMM
+  bool packed_gemm_ = false;
+  Tensor gemm_b_;
+  vec::GemmArgs gemm_;  // the shape; pointers are set per run
+  GemmInput gemm_bias_ = GemmInput::kNone;
+  std::string activation_;
+  vec::GemmEpilogue epilogue_;
 };
 
 // MatMul, and FusedMatMul: its bias (input 2, along the last dimension), its
@@ -134,10 +215,8 @@ class DnnlMatMul : public DnnlMatMulBase {
       post_ops_.append_sum(1.f);
       has_sum_ = true;
     }
-    const std::string act = ctx.attrs().get_string("activation", "");
-    ANVIL_PREPARE_CHECK(ctx, du::append_activation(post_ops_, act, ctx.attrs().get_float("activation_alpha", 0.f),
-                                                   ctx.attrs().get_float("activation_beta", 0.f)),
-                        ErrorKind::kUnsupported, "activation '{}' has no oneDNN post-op", act);
+    set_activation(ctx, ctx.attrs().get_string("activation", ""), ctx.attrs().get_float("activation_alpha", 0.f),
+                   ctx.attrs().get_float("activation_beta", 0.f));
   }
 };
 

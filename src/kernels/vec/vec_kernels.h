@@ -22,6 +22,27 @@ using ir::ChainOp;
 using ir::ChainOperand;
 using ir::ChainStep;
 
+// The activations the packed GEMM applies in its epilogue (those of
+// kernels/activation.h that have a vectorized form here).
+enum class GemmActivation { kNone, kRelu, kLeakyRelu, kClip, kSigmoid, kSwish, kHardSigmoid, kHardSwish, kGelu, kGeluTanh };
+
+struct GemmEpilogue {
+  GemmActivation activation = GemmActivation::kNone;
+  float alpha = 0, beta = 0;  // LeakyRelu's slope, Clip's bounds, Swish's alpha, HardSigmoid's alpha and beta
+};
+
+// The register-blocked core of the packed GEMM (gemm.h drives it).
+struct GemmKernels {
+  int mr, nr, kc;  // tile rows, tile columns (a packed panel's width), k-block of the packing
+  // c[m x n] = init + a[m x kc] * b for m <= mr, n <= nr: a's rows lda apart,
+  // b one packed panel block (nr floats per k), init null (zero), c itself
+  // (accumulate) or another matrix, ldc apart like c.
+  void (*tile)(const float* a, int64_t lda, const float* b, int64_t kc, const float* init, float* c, int64_t ldc,
+               int m, int n);
+  // c[r][j] = act(c[r][j] + bias[j]) for r < rows, j < cols; bias may be null.
+  void (*epilogue)(float* c, int64_t ldc, int64_t rows, int64_t cols, const float* bias, const GemmEpilogue& e);
+};
+
 struct VecKernels {
   // o[j] = c[j * sc] ? x[j * sx] : y[j * sy] for j < n, on 4-byte elements;
   // each stride is 0 (a broadcast value) or 1.
@@ -40,6 +61,7 @@ struct VecKernels {
   // operand values for this block (kRow and kFull; null otherwise). y may be x.
   void (*chain_block)(const ChainStep* steps, int count, const float* x, const float* const* operands, float* y,
                       int64_t n);
+  GemmKernels gemm;
 };
 
 const VecKernels& vec_kernels();                 // for vector_isa()

@@ -1,0 +1,53 @@
+// Anvil's packed GEMM for a constant right-hand side:
+//   C[M, N] = act(A[M, K] * B[K, N] + bias[N] + residual[M, N])
+// B is packed once, at plan time, into panels of the ISA's tile width
+// (pack_gemm_b); A is read in place. The blocking follows the usual
+// three-level scheme: a k-block of one B panel in L1 across every row tile of
+// an A block that stays in L2; threads split the panels (or, when there are
+// few, the rows) so each writes its own part of C.
+//
+// Why it exists: on CPUs without AVX-512, oneDNN 2.6.3's matmul is its
+// gemm:jit sgemm, which takes B only in its plain layout and repacks it on
+// every call (docs/status-speed.md).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "anvil/tensor.h"
+#include "kernels/vec/vec_kernels.h"
+
+namespace anvil::kernels::vec {
+
+// The epilogue activation for an activation name of kernels/activation.h
+// ("" is none); nullopt when the GEMM has no vectorized form of it.
+std::optional<GemmActivation> gemm_activation(const std::string& name);
+
+// B (element (i, j) at b[i * stride_k + j * stride_n]) in the packed layout of
+// `g`: per k-block of g.kc rows, per panel of g.nr columns, the block's rows
+// of the panel, g.nr floats each; columns past n are zero. Scaled by `scale`.
+Tensor pack_gemm_b(const GemmKernels& g, const float* b, int64_t k, int64_t n, int64_t stride_k, int64_t stride_n,
+                   float scale = 1.f);
+// The inverse of pack_gemm_b (scale 1): writes b from the packed floats.
+void unpack_gemm_b(const GemmKernels& g, const float* packed, int64_t k, int64_t n, float* b, int64_t stride_k,
+                   int64_t stride_n);
+// Identifies the packed layout of `g` in the session's weight cache.
+std::string gemm_layout_key(const GemmKernels& g);
+
+struct GemmArgs {
+  const float* a = nullptr;  // [m, k], rows lda apart
+  int64_t lda = 0;
+  int64_t m = 0, k = 0, n = 0;
+  const float* b_packed = nullptr;  // pack_gemm_b of [k, n]
+  const float* bias = nullptr;      // [n] or null
+  const float* residual = nullptr;  // [m, n], rows ldc apart, or null; may be c
+  float* c = nullptr;               // [m, n], rows ldc apart
+  int64_t ldc = 0;
+  GemmEpilogue epilogue;
+};
+
+// Runs the product on the calling thread's OpenMP team size.
+void packed_gemm(const GemmKernels& g, const GemmArgs& args);
+
+}  // namespace anvil::kernels::vec

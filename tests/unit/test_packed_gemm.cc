@@ -1,0 +1,210 @@
+// Anvil's packed GEMM (src/kernels/vec/gemm.h): every ISA path the CPU has
+// against products and activations computed here in double, and MatMul,
+// FusedMatMul and Gemm with a constant B (which take it where oneDNN's choice
+// is gemm:jit) against the reference kernels. Named VecKernels.* so that
+// ctest also runs them capped at sse41 and avx2 (ANVIL_MAX_ISA), which puts
+// the oneDNN matmul on gemm:jit, and so the op kernels on the packed GEMM, on
+// AVX-512 machines too.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "core/vector_isa.h"
+#include "kernel_tester.h"
+#include "kernels/vec/gemm.h"
+
+namespace anvil {
+namespace {
+
+using kernels::Backend;
+using kernels::vec::GemmActivation;
+using kernels::vec::GemmArgs;
+using kernels::vec::GemmKernels;
+using testing::attrs;
+using testing::KernelOptions;
+using testing::values;
+
+std::vector<float> uniform_values(size_t n, uint32_t seed, float lo = -1.f, float hi = 1.f) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> dist(lo, hi);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(gen);
+  return v;
+}
+
+double activate(double x, GemmActivation act, double alpha, double beta) {
+  const double sigmoid = 1 / (1 + std::exp(-x));
+  switch (act) {
+    case GemmActivation::kNone: return x;
+    case GemmActivation::kRelu: return x > 0 ? x : 0;
+    case GemmActivation::kLeakyRelu: return x >= 0 ? x : alpha * x;
+    case GemmActivation::kClip: return std::min(std::max(x, alpha), beta);
+    case GemmActivation::kSigmoid: return sigmoid;
+    case GemmActivation::kSwish: return x / (1 + std::exp(-alpha * x));
+    case GemmActivation::kHardSigmoid: return std::min(1.0, std::max(0.0, alpha * x + beta));
+    case GemmActivation::kHardSwish: return x * std::min(1.0, std::max(0.0, x / 6 + 0.5));
+    case GemmActivation::kGelu: return 0.5 * x * std::erfc(-x / std::sqrt(2.0));
+    case GemmActivation::kGeluTanh:
+      return 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
+  }
+  return x;
+}
+
+struct Product {
+  int64_t m, k, n;
+  bool bias = false, residual = false, in_place = false;
+  GemmActivation act = GemmActivation::kNone;
+  float alpha = 0, beta = 0;
+};
+
+// Runs one product on `g` and checks every element against double precision:
+// the error bound scales with the sum of |a * b| terms (float accumulation).
+void check_product(const GemmKernels& g, const Product& p, uint32_t seed) {
+  SCOPED_TRACE(::testing::Message() << p.m << "x" << p.k << "x" << p.n << " act " << static_cast<int>(p.act)
+                                    << (p.bias ? " bias" : "") << (p.residual ? " residual" : "")
+                                    << (p.in_place ? " in place" : ""));
+  const int64_t ldc = p.n + 3;  // rows of C apart by more than N, as a view would be
+  const std::vector<float> a = uniform_values(static_cast<size_t>(p.m * p.k), seed);
+  const std::vector<float> b = uniform_values(static_cast<size_t>(p.k * p.n), seed + 1);
+  const std::vector<float> bias = uniform_values(static_cast<size_t>(p.n), seed + 2, -2.f, 2.f);
+  const std::vector<float> residual = uniform_values(static_cast<size_t>(p.m * ldc), seed + 3, -2.f, 2.f);
+  std::vector<float> c(static_cast<size_t>(p.m * ldc), std::nanf(""));
+  if (p.in_place) c = residual;
+  const Tensor packed = kernels::vec::pack_gemm_b(g, b.data(), p.k, p.n, p.n, 1);
+  GemmArgs args;
+  args.a = a.data();
+  args.lda = p.k;
+  args.m = p.m;
+  args.k = p.k;
+  args.n = p.n;
+  args.b_packed = packed.data<float>();
+  args.bias = p.bias ? bias.data() : nullptr;
+  args.residual = p.in_place ? c.data() : p.residual ? residual.data() : nullptr;
+  args.c = c.data();
+  args.ldc = ldc;
+  args.epilogue = {p.act, p.alpha, p.beta};
+  kernels::vec::packed_gemm(g, args);
+  int failures = 0;
+  for (int64_t i = 0; i < p.m && failures < 5; ++i)
+    for (int64_t j = 0; j < p.n && failures < 5; ++j) {
+      double sum = 0, magnitude = 0;
+      for (int64_t q = 0; q < p.k; ++q) {
+        const double term = static_cast<double>(a[i * p.k + q]) * b[q * p.n + j];
+        sum += term;
+        magnitude += std::abs(term);
+      }
+      if (p.bias) sum += bias[j];
+      if (p.residual || p.in_place) sum += residual[i * ldc + j];
+      const double want = activate(sum, p.act, p.alpha, p.beta);
+      const double tolerance = 2e-6 * (magnitude + 4) + 2e-6 * std::abs(want);
+      const float got = c[i * ldc + j];
+      if (!(std::abs(got - want) <= tolerance)) {
+        ADD_FAILURE() << "C[" << i << "][" << j << "] = " << got << ", want " << want;
+        ++failures;
+      }
+    }
+}
+
+TEST(VecKernels, PackedGemmShapesAndTails) {
+  for (VectorIsa isa : supported_vector_isas()) {
+    SCOPED_TRACE(vector_isa_name(isa));
+    const GemmKernels& g = kernels::vec::vec_kernels_for(isa).gemm;
+    // Tiles cut at every edge: rows and columns short of a tile, k past a k-block, a single element.
+    const Product shapes[] = {{1, 1, 1},     {5, 3, 17},     {g.mr, g.kc, g.nr}, {13, 300, 33},
+                              {2, 513, 47},  {37, 64, 200},  {130, 700, 96},     {1, 1000, 64},
+                              {200, 16, 3}};
+    uint32_t seed = 1;
+    for (const Product& p : shapes) check_product(g, p, seed += 10);
+  }
+}
+
+TEST(VecKernels, PackedGemmEpilogues) {
+  for (VectorIsa isa : supported_vector_isas()) {
+    SCOPED_TRACE(vector_isa_name(isa));
+    const GemmKernels& g = kernels::vec::vec_kernels_for(isa).gemm;
+    uint32_t seed = 100;
+    for (bool bias : {false, true})
+      for (int residual = 0; residual < 3; ++residual)  // none, another buffer, C itself
+        check_product(g, {19, 40, 37, bias, residual == 1, residual == 2}, seed += 10);
+    const std::pair<GemmActivation, std::pair<float, float>> acts[] = {
+        {GemmActivation::kRelu, {0, 0}},         {GemmActivation::kLeakyRelu, {0.1f, 0}},
+        {GemmActivation::kClip, {-0.5f, 0.7f}},  {GemmActivation::kSigmoid, {0, 0}},
+        {GemmActivation::kSwish, {1.5f, 0}},     {GemmActivation::kHardSigmoid, {0.2f, 0.5f}},
+        {GemmActivation::kHardSwish, {0, 0}},    {GemmActivation::kGelu, {0, 0}},
+        {GemmActivation::kGeluTanh, {0, 0}}};
+    for (const auto& [act, ab] : acts)  // k = 300 spreads the sums over about +-10
+      check_product(g, {9, 300, 21, true, true, false, act, ab.first, ab.second}, seed += 10);
+    check_product(g, {4, 0, 9, true, true, false, GemmActivation::kRelu}, seed += 10);  // K = 0: the epilogue alone
+  }
+}
+
+TEST(VecKernels, PackedGemmGeluKeepsItsTail) {
+  // Far in the negative tail x * Phi(x) is tiny: the relative error must stay
+  // small there too (bounded by x * x / 2 rounded to float, the exponent).
+  for (VectorIsa isa : supported_vector_isas()) {
+    const GemmKernels& g = kernels::vec::vec_kernels_for(isa).gemm;
+    for (float x : {-12.f, -9.f, -6.f, -3.f, -1.f, -0.01f, 0.f, 0.5f, 3.f, 8.f}) {
+      float c[1] = {x};
+      g.epilogue(c, 1, 1, 1, nullptr, {GemmActivation::kGelu, 0, 0});
+      const double want = 0.5 * x * std::erfc(-x / std::sqrt(2.0));
+      EXPECT_LE(std::abs(c[0] - want), 1e-5 * std::abs(want) + 1e-30)
+          << vector_isa_name(isa) << ": gelu(" << x << ") = " << c[0];
+    }
+  }
+}
+
+TEST(VecKernels, PackedGemmPackingRoundTrips) {
+  for (VectorIsa isa : supported_vector_isas()) {
+    const GemmKernels& g = kernels::vec::vec_kernels_for(isa).gemm;
+    const int64_t k = 300, n = 37;
+    const std::vector<float> bt = uniform_values(static_cast<size_t>(k * n), 7);  // stored as [n, k]: Gemm's transB
+    const Tensor packed = kernels::vec::pack_gemm_b(g, bt.data(), k, n, 1, k);
+    std::vector<float> back(bt.size(), std::nanf(""));
+    kernels::vec::unpack_gemm_b(g, packed.data<float>(), k, n, back.data(), 1, k);
+    EXPECT_EQ(back, bt) << vector_isa_name(isa);
+  }
+}
+
+// The op kernels on oneDNN's backend (which hands the product to the packed
+// GEMM where its own would be gemm:jit) against the reference kernels, B and
+// the bias constant.
+void expect_matches_reference(const std::string& op, const std::vector<Tensor>& inputs, const ir::Attributes& a,
+                              std::string domain = "") {
+  KernelOptions fast, ref;
+  fast.backend = Backend::kDnnl;
+  ref.backend = Backend::kRef;
+  fast.domain = ref.domain = std::move(domain);
+  for (size_t i = 0; i < inputs.size(); ++i) fast.constant_inputs.push_back(i == 1 || i == 2);  // B and the bias
+  ref.constant_inputs = fast.constant_inputs;
+  const testing::KernelResult got = testing::run_kernel_full(op, inputs, a, fast);
+  const std::vector<float> want = values<float>(testing::run_kernel(op, inputs, a, ref)[0]);
+  const std::vector<float> have = values<float>(got.outputs[0]);
+  ASSERT_EQ(have.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i)
+    ASSERT_NEAR(have[i], want[i], 1e-4 * (1 + std::abs(want[i]))) << op << " [" << got.impl << "] at " << i;
+}
+
+Tensor random_tensor(Shape shape, uint32_t seed) {
+  Tensor t(DType::kFloat32, shape);
+  const std::vector<float> v = uniform_values(static_cast<size_t>(t.numel()), seed);
+  std::copy(v.begin(), v.end(), t.data<float>());
+  return t;
+}
+
+TEST(VecKernels, MatMulWithConstantWeightsMatchesTheReference) {
+  expect_matches_reference("MatMul", {random_tensor({2, 7, 50}, 1), random_tensor({50, 33}, 2)}, {});
+  expect_matches_reference("FusedMatMul",
+                           {random_tensor({20, 64}, 3), random_tensor({64, 40}, 4), random_tensor({40}, 5),
+                            random_tensor({20, 40}, 6)},
+                           attrs({{"activation", std::string("Gelu")}}), "anvil");
+  expect_matches_reference("FusedMatMul", {random_tensor({9, 16}, 7), random_tensor({16, 24}, 8), random_tensor({24}, 9)},
+                           attrs({{"activation", std::string("Tanh")}}), "anvil");  // no epilogue for it: oneDNN's
+  expect_matches_reference("Gemm", {random_tensor({6, 30}, 10), random_tensor({17, 30}, 11), random_tensor({17}, 12)},
+                           attrs({{"transB", int64_t{1}}, {"alpha", 0.5f}, {"beta", 2.f}}));
+  expect_matches_reference("Gemm", {random_tensor({6, 30}, 13), random_tensor({30, 17}, 14), random_tensor({6, 17}, 15)},
+                           {});
+}
+
+}  // namespace
+}  // namespace anvil
