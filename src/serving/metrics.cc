@@ -15,10 +15,16 @@ void Metrics::Histogram<N>::add(const std::array<double, N>& bounds, double valu
     }
 }
 
+void Metrics::record_enqueued(const std::string& model) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  ++models_[model].in_flight;
+}
+
 void Metrics::record_request(const std::string& model, bool ok, double queue_s, double compute_s) {
   std::lock_guard<std::mutex> lock(mutex_);
   ModelMetrics& m = models_[model];
   ++m.requests;
+  if (m.in_flight > 0) --m.in_flight;
   if (!ok) ++m.failures;
   m.queue.add(kSecondsBuckets, queue_s);
   m.compute.add(kSecondsBuckets, compute_s);
@@ -74,6 +80,9 @@ std::string Metrics::prometheus_text() const {
   header("anvil_request_rejections_total", "counter", "Requests refused with 503 because the model's queue was full.");
   for (const auto& [model, m] : models_)
     out += fmt::format("anvil_request_rejections_total{{model=\"{}\"}} {}\n", model, m.rejections);
+  header("anvil_requests_in_flight", "gauge", "Requests queued or running, by model.");
+  for (const auto& [model, m] : models_)
+    out += fmt::format("anvil_requests_in_flight{{model=\"{}\"}} {}\n", model, m.in_flight);
   header("anvil_queue_seconds", "histogram", "Time from a request's arrival to the start of its batch's run.");
   for (const auto& [model, m] : models_)
     write_histogram(out, "anvil_queue_seconds", model, kSecondsBuckets, m.queue.counts, m.queue.count, m.queue.sum);

@@ -1,6 +1,6 @@
 // Server metrics in Prometheus' text format (GET /metrics): per model, the
-// requests, failures and rejections, and histograms of queue time, compute
-// time and batch sizes.
+// requests, failures and rejections, the requests in flight, and histograms
+// of queue time, compute time and batch sizes.
 #pragma once
 
 #include <array>
@@ -12,6 +12,8 @@ namespace anvil::serving {
 
 class Metrics {
  public:
+  // A request accepted into a model's queue (in flight until record_request).
+  void record_enqueued(const std::string& model);
   // A request that reached a model: served (ok) or failed after parsing.
   void record_request(const std::string& model, bool ok, double queue_s, double compute_s);
   // A request refused before it ran: bad request (400) or a full queue (503).
@@ -33,6 +35,7 @@ class Metrics {
   };
   struct ModelMetrics {
     uint64_t requests = 0, failures = 0, rejections = 0;
+    int64_t in_flight = 0;  // queued or running
     Histogram<kSecondsBuckets.size()> queue, compute;
     Histogram<kBatchBuckets.size()> batch;
   };

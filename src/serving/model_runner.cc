@@ -118,6 +118,7 @@ std::future<std::vector<Tensor>> ModelRunner::submit(std::map<std::string, Tenso
     if (stopping_) throw QueueFull("the server is shutting down");
     if (queue_.size() >= options_.max_queue)
       throw QueueFull(fmt::format("the queue of model '{}' is full ({} requests waiting)", name_, queue_.size()));
+    if (metrics_) metrics_->record_enqueued(name_);  // before the batcher can take (and finish) it
     queue_.push_back(std::move(request));
   }
   wake_.notify_all();

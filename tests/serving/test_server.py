@@ -233,6 +233,7 @@ def test_concurrent_requests_are_batched_and_each_gets_its_rows(server):
     for name in ("anvil_requests_total", "anvil_request_failures_total", "anvil_queue_seconds_bucket",
                  "anvil_compute_seconds_sum", "anvil_request_rejections_total"):
         assert f'{name}{{model="add_one"' in text, name
+    assert 'anvil_requests_in_flight{model="add_one"} 0' in text  # every request above has been answered
 
 
 def test_a_bounded_load_with_wrk_gets_no_errors(server, tmp_path):
@@ -270,10 +271,21 @@ def test_a_full_queue_answers_503_and_sigterm_finishes_requests_in_flight(resnet
         status, raw, _ = s.request("/v2/models/resnet18/infer", body)
         assert status == 200
 
-        in_flight = {}
-        sender = threading.Thread(target=lambda: in_flight.update(r=s.request("/v2/models/resnet18/infer", body)))
-        sender.start()
-        time.sleep(0.01)
+        # SIGTERM only once the server holds a request (a fixed sleep raced a loaded
+        # machine); a request that finished before the poll saw it is sent again.
+        for attempt in range(20):
+            in_flight = {}
+            sender = threading.Thread(target=lambda: in_flight.update(r=s.request("/v2/models/resnet18/infer", body)))
+            sender.start()
+            while sender.is_alive():
+                if 'anvil_requests_in_flight{model="resnet18"} 1' in s.request("/metrics")[1].decode():
+                    break
+                time.sleep(0.001)
+            if sender.is_alive():
+                break
+            sender.join()
+        else:
+            raise AssertionError("no request was seen in flight in 20 attempts")
         s.proc.send_signal(signal.SIGTERM)
         sender.join(60)
         assert in_flight["r"][0] == 200, in_flight

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <random>
 #include <string>
+#include <tuple>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -153,6 +154,52 @@ TEST(Layouts, OneReorderServesEveryPlainConsumer) {
   for (int64_t i = 0; i < expected.numel(); ++i) {
     ASSERT_NEAR(out[0].data<float>()[i], -expected.data<float>()[i], 1e-3f) << "element " << i;
     ASSERT_NEAR(out[1].data<float>()[i], std::fabs(expected.data<float>()[i]), 1e-3f) << "element " << i;
+  }
+}
+
+// Two convolutions concatenated along channels and read by a third
+// (SqueezeNet's fire module): the Concat reads the convolutions' layout and,
+// when every input fills whole channel blocks, copies rows itself (nChw8c /
+// nChw16c at batch 1 is one row per input); with partial blocks oneDNN's
+// concat runs. Against the convolutions by hand, at batch 1 and 2.
+TEST(Layouts, ConcatOfBlockedConvolutions) {
+  for (const auto& [c1, c2, whole_blocks] : {std::tuple{16, 32, true}, std::tuple{12, 20, false}}) {
+    for (int64_t batch : {1, 2}) {
+      SCOPED_TRACE(fmt::format("{} + {} channels, batch {}", c1, c2, batch));
+      Tensor w1 = random_tensor({c1, 8, 3, 3}, 5), w2 = random_tensor({c2, 8, 3, 3}, 6);
+      Tensor w3 = random_tensor({8, c1 + c2, 1, 1}, 7);
+      auto g = std::make_unique<ir::Graph>();
+      g->opsets[""] = 17;
+      ir::Value* x = g->add_input("x", DType::kFloat32, {batch, 8, 10, 10});
+      ir::Node* a = g->add_node("Conv", {x, g->add_constant("w1", w1)}, 1, "conv1");
+      ir::Node* b = g->add_node("Conv", {x, g->add_constant("w2", w2)}, 1, "conv2");
+      for (ir::Node* conv : {a, b}) conv->attrs.set("pads", std::vector<int64_t>{1, 1, 1, 1});
+      ir::Node* cat = g->add_node("Concat", {a->output(0), b->output(0)}, 1, "cat");
+      cat->attrs.set("axis", int64_t{1});
+      ir::Node* c3 = g->add_node("Conv", {cat->output(0), g->add_constant("w3", w3)}, 1, "conv3");
+      g->add_output(c3->output(0));
+      Session s = Session::from_graph(std::move(g));
+      Tensor xv = random_tensor({batch, 8, 10, 10}, 8);
+      const std::vector<std::string> plan = s.describe_plan({{"x", xv}});
+      const std::string cat_line = line_of(plan, "cat");
+      if (whole_blocks) {  // no reorder around the Concat: it reads the convolutions' layout
+        EXPECT_EQ(index_of(plan, "cat"), index_of(plan, "conv2") + 1) << fmt::format("{}", fmt::join(plan, "\n"));
+        EXPECT_EQ(index_of(plan, "conv3"), index_of(plan, "cat") + 1) << fmt::format("{}", fmt::join(plan, "\n"));
+        if (batch == 1) EXPECT_NE(cat_line.find(" rows "), std::string::npos) << cat_line;
+      }
+      const Tensor ya = conv_by_hand(xv, w1, 1), yb = conv_by_hand(xv, w2, 1);
+      Tensor joined(DType::kFloat32, {batch, c1 + c2, 10, 10});
+      const int64_t plane = 100;
+      for (int64_t n = 0; n < batch; ++n) {
+        std::copy_n(ya.data<float>() + n * c1 * plane, c1 * plane, joined.data<float>() + n * (c1 + c2) * plane);
+        std::copy_n(yb.data<float>() + n * c2 * plane, c2 * plane, joined.data<float>() + (n * (c1 + c2) + c1) * plane);
+      }
+      const Tensor expected = conv_by_hand(joined, w3, 0);
+      const Tensor y = s.run({{"x", xv}})[0];
+      ASSERT_EQ(y.shape(), expected.shape());
+      for (int64_t i = 0; i < y.numel(); ++i)
+        ASSERT_NEAR(y.data<float>()[i], expected.data<float>()[i], 2e-3f) << "element " << i;
+    }
   }
 }
 
