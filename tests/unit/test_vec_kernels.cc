@@ -543,5 +543,57 @@ TEST(VecKernels, MalformedChainsAreRefused) {
     }
 }
 
+// Max pooling over pixels of `channels` contiguous floats, every ISA path
+// against the reference's rule (the first tap in the window, then any greater
+// one) computed here: windows cut by padding and the end, dilation, strides,
+// channel counts that fill a vector, two, or part of one; NaN first and later.
+TEST(VecKernels, MaxPoolRowsMatchTheReferenceRule) {
+  struct Case {
+    int64_t ih, iw, channels;
+    kernels::vec::PoolWindow w;
+  };
+  const Case cases[] = {
+      {11, 11, 8, {3, 3, 2, 2, 1, 1, 0, 0}},    // SqueezeNet's (ceil_mode: the last window is cut)
+      {12, 9, 16, {3, 3, 2, 2, 1, 1, 1, 1}},    // ResNet's, padded
+      {7, 8, 5, {2, 3, 1, 2, 2, 1, 1, 0}},      // dilated rows, a partial vector of channels
+      {5, 5, 40, {5, 5, 1, 1, 1, 1, 2, 2}},     // NHWC-like: many channels per pixel
+  };
+  for (VectorIsa isa : supported_vector_isas()) {
+    SCOPED_TRACE(vector_isa_name(isa));
+    const auto pool = kernels::vec::vec_kernels_for(isa).max_pool_rows;
+    uint32_t seed = 40;
+    for (const Case& t : cases) {
+      const auto& w = t.w;
+      const int64_t oh = (t.ih + 2 * w.ph - ((w.kh - 1) * w.dh + 1) + w.sh - 1) / w.sh + 1;  // ceil: a cut window
+      const int64_t ow = (t.iw + 2 * w.pw - ((w.kw - 1) * w.dw + 1) + w.sw - 1) / w.sw + 1;
+      const int64_t src_pixel = t.channels + 3, dst_pixel = t.channels + 1;  // pixels apart by more than their channels
+      std::vector<float> src = normal_values(static_cast<size_t>(t.ih * t.iw * src_pixel), seed++);
+      src[0] = std::nanf("");                              // a NaN first in its window: kept
+      src[static_cast<size_t>(5 * src_pixel + 1)] = std::nanf("");  // later in a window: passed over
+      std::vector<float> dst(static_cast<size_t>(oh * ow * dst_pixel), 123.f);
+      pool(src.data(), t.ih, t.iw, src_pixel, dst.data(), ow, dst_pixel, t.channels, w, 0, oh);
+      for (int64_t y = 0; y < oh; ++y)
+        for (int64_t x = 0; x < ow; ++x)
+          for (int64_t c = 0; c < t.channels; ++c) {
+            float best = -std::numeric_limits<float>::max();
+            bool found = false;
+            for (int64_t i = 0; i < w.kh; ++i)
+              for (int64_t j = 0; j < w.kw; ++j) {
+                const int64_t r = y * w.sh - w.ph + i * w.dh, q = x * w.sw - w.pw + j * w.dw;
+                if (r < 0 || r >= t.ih || q < 0 || q >= t.iw) continue;
+                const float v = src[static_cast<size_t>((r * t.iw + q) * src_pixel + c)];
+                if (!found || v > best) best = v;
+                found = true;
+              }
+            const float got = dst[static_cast<size_t>((y * ow + x) * dst_pixel + c)];
+            if (std::isnan(best)) EXPECT_TRUE(std::isnan(got)) << y << "," << x << "," << c;
+            else EXPECT_EQ(got, best) << y << "," << x << "," << c;
+          }
+      for (int64_t p = 0; p < oh * ow; ++p)  // the floats between pixels are left alone
+        EXPECT_EQ(dst[static_cast<size_t>(p * dst_pixel + t.channels)], 123.f);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace anvil

@@ -88,7 +88,7 @@ void gemm_tile_dispatch(int m, const float* a, int64_t lda, const float* b, int6
 inline void gemm_tile_impl(const float* a, int64_t lda, const float* b, int64_t kc, const float* init, float* c,
                            int64_t ldc, int m, int n) {
   if (n == kGemmNr) return gemm_tile_dispatch<kGemmMr>(m, a, lda, b, kc, init, c, ldc);
-  float tile[kGemmMr * kGemmNr];
+  float tile[kGemmMr * kGemmNr] = {};  // zeroed: GCC cannot see that only init rows are read
   if (init)
     for (int r = 0; r < m; ++r) __builtin_memcpy(tile + r * kGemmNr, init + r * ldc, static_cast<size_t>(n) * 4);
   gemm_tile_dispatch<kGemmMr>(m, a, lda, b, kc, init ? tile : nullptr, tile, kGemmNr);

@@ -43,6 +43,11 @@ struct GemmKernels {
   void (*epilogue)(float* c, int64_t ldc, int64_t rows, int64_t cols, const float* bias, const GemmEpilogue& e);
 };
 
+// A 2-D pooling window: kernel, stride, dilation (1: dense) and leading padding.
+struct PoolWindow {
+  int64_t kh, kw, sh, sw, dh, dw, ph, pw;
+};
+
 struct VecKernels {
   // o[j] = c[j * sc] ? x[j * sx] : y[j * sy] for j < n, on 4-byte elements;
   // each stride is 0 (a broadcast value) or 1.
@@ -62,6 +67,12 @@ struct VecKernels {
   void (*chain_block)(const ChainStep* steps, int count, const float* x, const float* const* operands, float* y,
                       int64_t n);
   GemmKernels gemm;
+  // Output rows [oh_begin, oh_end) of max pooling over one plane of ih x iw
+  // pixels, each `channels` contiguous floats, pixels src_pixel (dst_pixel)
+  // floats apart: a channel block of nChw8c / nChw16c, or NHWC's pixels. As
+  // the reference: the first tap in the window, then any greater one.
+  void (*max_pool_rows)(const float* src, int64_t ih, int64_t iw, int64_t src_pixel, float* dst, int64_t ow,
+                        int64_t dst_pixel, int64_t channels, const PoolWindow& w, int64_t oh_begin, int64_t oh_end);
 };
 
 const VecKernels& vec_kernels();                 // for vector_isa()

@@ -10,10 +10,12 @@ namespace anvil::kernels::vec {
 namespace {
 #include "kernels/vec/vec_kernels_impl.h"
 #include "kernels/vec/gemm_impl.h"
+#include "kernels/vec/pool_impl.h"
 }  // namespace
 
 extern const VecKernels kVecKernelsSse41 = {select32_impl, transpose32_impl, reduce_rows_impl, softmax_row_impl,
                                           chain_block_impl,
-                                          {kGemmMr, kGemmNr, kGemmKc, gemm_tile_impl, gemm_epilogue_impl}};
+                                          {kGemmMr, kGemmNr, kGemmKc, gemm_tile_impl, gemm_epilogue_impl},
+                                          max_pool_rows_impl};
 
 }  // namespace anvil::kernels::vec
