@@ -185,4 +185,22 @@ void PrimitiveKernel::execute(std::unordered_map<int, dnnl::memory>& args, void*
   stream().wait();
 }
 
+std::optional<PixelLayout> pixel_layout(const dnnl::memory::desc& md) {
+  const dnnl_memory_desc_t& d = md.data;
+  if (d.format_kind != dnnl_blocked || d.ndims != 4) return std::nullopt;
+  for (int i = 0; i < 4; ++i)
+    if (d.padded_dims[i] != d.dims[i] || d.padded_offsets[i] != 0) return std::nullopt;
+  const auto& b = d.format_desc.blocking;
+  const dnnl_dim_t* s = b.strides;
+  const int64_t n = d.dims[0], c = d.dims[1], h = d.dims[2], w = d.dims[3];
+  if (b.inner_nblks == 1 && b.inner_idxs[0] == 1 && c % b.inner_blks[0] == 0) {  // nChw8c, nChw16c
+    const int64_t blk = b.inner_blks[0], plane = h * w * blk;
+    if (s[3] == blk && s[2] == w * blk && s[1] == plane && (n == 1 || s[0] == c / blk * plane))
+      return PixelLayout{blk, blk, n * (c / blk), plane};
+  } else if (b.inner_nblks == 0 && s[1] == 1 && s[3] == c && s[2] == w * c && (n == 1 || s[0] == h * w * c)) {
+    return PixelLayout{c, c, n, h * w * c};  // NHWC
+  }
+  return std::nullopt;
+}
+
 }  // namespace anvil::kernels::dnnl_util

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <unordered_map>
 
@@ -110,6 +111,17 @@ dnnl::memory::desc desc_of(const TensorType& type);
 // Picks the blocked activation layout of this ISA for rank-4/5 float tensors
 // (nChw8c / nChw16c), for primitives that cannot choose one themselves (pooling).
 dnnl::memory::desc blocked_desc(const Shape& shape);
+
+// How a 4-D tensor's pixels hold their channels: `channels` contiguous floats
+// per pixel, pixels `pixel` floats apart, `planes` planes (batch x channel
+// blocks) `plane` floats apart: nChw8c / nChw16c (a channel block per plane)
+// and NHWC (all channels). Nullopt for other layouts (plain NCHW) and for
+// padding (partial channel blocks).
+struct PixelLayout {
+  int64_t channels, pixel, planes, plane;
+  bool operator==(const PixelLayout& o) const = default;
+};
+std::optional<PixelLayout> pixel_layout(const dnnl::memory::desc& md);
 
 // Base of the kernels that run one oneDNN primitive: keeps the primitive, its
 // scratchpad and its name; run() in the subclass only binds pointers.

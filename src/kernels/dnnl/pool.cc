@@ -18,33 +18,6 @@ namespace {
 using dnnl::memory;
 namespace du = dnnl_util;
 
-// How a 4-D tensor's pixels hold their channels: `channels` contiguous floats
-// per pixel, pixels `pixel` floats apart, `planes` planes (batch x channel
-// blocks) `plane` floats apart. Nullopt for other layouts (plain NCHW) and for
-// padding (partial channel blocks).
-struct PixelLayout {
-  int64_t channels, pixel, planes, plane;
-  bool operator==(const PixelLayout& o) const = default;
-};
-
-std::optional<PixelLayout> pixel_layout(const memory::desc& md) {
-  const dnnl_memory_desc_t& d = md.data;
-  if (d.format_kind != dnnl_blocked || d.ndims != 4) return std::nullopt;
-  for (int i = 0; i < 4; ++i)
-    if (d.padded_dims[i] != d.dims[i] || d.padded_offsets[i] != 0) return std::nullopt;
-  const auto& b = d.format_desc.blocking;
-  const dnnl_dim_t* s = b.strides;
-  const int64_t n = d.dims[0], c = d.dims[1], h = d.dims[2], w = d.dims[3];
-  if (b.inner_nblks == 1 && b.inner_idxs[0] == 1 && c % b.inner_blks[0] == 0) {  // nChw8c, nChw16c
-    const int64_t blk = b.inner_blks[0], plane = h * w * blk;
-    if (s[3] == blk && s[2] == w * blk && s[1] == plane && (n == 1 || s[0] == c / blk * plane))
-      return PixelLayout{blk, blk, n * (c / blk), plane};
-  } else if (b.inner_nblks == 0 && s[1] == 1 && s[3] == c && s[2] == w * c && (n == 1 || s[0] == h * w * c)) {
-    return PixelLayout{c, c, n, h * w * c};  // NHWC
-  }
-  return std::nullopt;
-}
-
 class DnnlPool : public Kernel {
  public:
   DnnlPool(const ir::Node& node) : op_(node.op_type) {}
@@ -133,7 +106,7 @@ class DnnlPool : public Kernel {
   // Anvil's loop when both tensors keep each pixel's channels together.
   void prepare_own_max_pool(const dnnl::pooling_v2_forward::primitive_desc& pd, const Shape& x, const Shape& y,
                             const SpatialGeometry& g) {
-    const std::optional<PixelLayout> src = pixel_layout(pd.src_desc()), dst = pixel_layout(pd.dst_desc());
+    const std::optional<du::PixelLayout> src = du::pixel_layout(pd.src_desc()), dst = du::pixel_layout(pd.dst_desc());
     if (!src || !dst || src->channels != dst->channels || src->planes != dst->planes) return;
     src_pixels_ = *src;
     dst_pixels_ = *dst;
@@ -162,7 +135,7 @@ class DnnlPool : public Kernel {
 
   std::string op_;
   bool own_max_ = false;
-  PixelLayout src_pixels_{}, dst_pixels_{};
+  du::PixelLayout src_pixels_{}, dst_pixels_{};
   int64_t in_h_ = 0, in_w_ = 0, out_h_ = 0, out_w_ = 0;
   vec::PoolWindow window_{};
   dnnl::primitive primitive_;
