@@ -47,6 +47,14 @@ struct SessionOptions {
   // Throughput mode: concurrent requests (at most num_threads). 0 picks by
   // the cores and the model's weight size (Session::streams() tells).
   int streams = 0;
+  // Time the alternatives of nodes that have several implementations (oneDNN
+  // or Anvil's packed GEMM for a MatMul, ...) when each plan is built, and
+  // keep the fastest; choices are saved in `tune_cache` (empty: the default,
+  // $ANVIL_TUNE_CACHE, else $XDG_CACHE_HOME/anvil/tune.json, else
+  // ~/.cache/anvil/tune.json), keyed by model, node, shapes, threads and CPU,
+  // so later sessions plan without timing. Off: each kernel's rule picks.
+  bool tune = false;
+  std::string tune_cache;
 };
 
 // Called on a stream's thread when an asynchronous run ends: the outputs, or
@@ -70,6 +78,14 @@ struct PlanStats {
   size_t num_steps = 0;      // kernels executed per run
   size_t dynamic_steps = 0;  // steps prepared at run time (shapes depend on values)
   size_t reorders = 0;       // layout conversions the planner inserted between nodes (included in num_steps)
+};
+
+// SessionOptions::tune so far: nodes whose alternatives were timed, and
+// nodes planned from the tuning cache's choices.
+struct TuningStats {
+  size_t timed_nodes = 0;
+  size_t cached_nodes = 0;
+  std::string cache_path;
 };
 
 // What one profiled run spent, node by node (Session::run with a profile).
@@ -129,6 +145,8 @@ class Session {
 
   // Statistics of the plan for the given input shapes (plans if needed).
   PlanStats plan_stats(const std::map<std::string, Tensor>& inputs) const;
+  // Zero counts when the session does not tune.
+  TuningStats tuning_stats() const;
   // Plans held in the cache now (at most SessionOptions::plan_cache_size).
   size_t cached_plans() const;
   // True when some node draws random values (RandomNormal, Bernoulli,

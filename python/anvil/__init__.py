@@ -86,7 +86,8 @@ def _int_option(name, value, low, high=None):
 class SessionOptions:
     """Options of an InferenceSession (onnxruntime's names; unknown attributes are refused)."""
 
-    __slots__ = ("_intra", "_inter", "_level", "_mode", "_streams", "_plan_cache", "enable_profiling",
+    __slots__ = ("_intra", "_inter", "_level", "_mode", "_streams", "_plan_cache", "_tune", "_tune_cache",
+                 "enable_profiling",
                  "profile_file_prefix", "log_severity_level", "log_verbosity_level", "logid",
                  "optimized_model_filepath")
 
@@ -97,6 +98,8 @@ class SessionOptions:
         self._mode = ExecutionMode.LATENCY
         self._streams = 0
         self._plan_cache = 16
+        self._tune = False
+        self._tune_cache = ""
         self.enable_profiling = False
         self.profile_file_prefix = "anvil_profile"
         self.log_severity_level = 2
@@ -164,6 +167,28 @@ class SessionOptions:
     def plan_cache_size(self, value):
         self._plan_cache = _int_option("plan_cache_size", value, 1, 1 << 20)
 
+    @property
+    def tune(self):
+        """Time the alternative kernels of each node when planning and keep the fastest (Anvil's own option)."""
+        return self._tune
+
+    @tune.setter
+    def tune(self, value):
+        if not isinstance(value, bool):
+            raise InvalidArgument(f"tune must be a bool, got {type(value).__name__}")
+        self._tune = value
+
+    @property
+    def tune_cache(self):
+        """The tuning cache file ("": $ANVIL_TUNE_CACHE, else ~/.cache/anvil/tune.json)."""
+        return self._tune_cache
+
+    @tune_cache.setter
+    def tune_cache(self, value):
+        self._tune_cache = os.fspath(value) if isinstance(value, os.PathLike) else value
+        if not isinstance(self._tune_cache, str):
+            raise InvalidArgument(f"tune_cache must be a path, got {type(value).__name__}")
+
     def _level_number(self):
         return 3 if self._level == GraphOptimizationLevel.ORT_ENABLE_ALL else int(self._level)
 
@@ -228,7 +253,8 @@ class InferenceSession:
         self._options = options
         self._model_path = path_or_bytes if isinstance(path_or_bytes, (str, os.PathLike)) else None
         self._session = _Session(path_or_bytes, options.intra_op_num_threads, options._level_number(),
-                                 options._mode_name(), options.streams, options.plan_cache_size)
+                                 options._mode_name(), options.streams, options.plan_cache_size, options.tune,
+                                 options.tune_cache)
         self._inputs = _node_args(self._session.inputs())
         self._outputs = _node_args(self._session.outputs())
         self._output_index = {o.name: i for i, o in enumerate(self._outputs)}

@@ -78,9 +78,12 @@ struct AsyncCall {
 
 class PySession {
  public:
-  PySession(py::object model, int threads, int opt_level, const std::string& mode, int streams, int plan_cache) {
+  PySession(py::object model, int threads, int opt_level, const std::string& mode, int streams, int plan_cache,
+            bool tune, const std::string& tune_cache) {
     SessionOptions options;
     options.num_threads = threads;
+    options.tune = tune;
+    options.tune_cache = tune_cache;
     options.optimization_level = opt_level;
     options.plan_cache_size = plan_cache;
     options.streams = streams;
@@ -342,8 +345,9 @@ PYBIND11_MODULE(_anvil, m) {
   });
 
   py::class_<PySession>(m, "_Session")
-      .def(py::init<py::object, int, int, const std::string&, int, int>(), py::arg("model"), py::arg("threads"),
-           py::arg("opt_level"), py::arg("mode"), py::arg("streams"), py::arg("plan_cache"))
+      .def(py::init<py::object, int, int, const std::string&, int, int, bool, const std::string&>(), py::arg("model"),
+           py::arg("threads"), py::arg("opt_level"), py::arg("mode"), py::arg("streams"), py::arg("plan_cache"),
+           py::arg("tune"), py::arg("tune_cache"))
       .def("inputs", &PySession::inputs)
       .def("outputs", &PySession::outputs)
       .def("run", &PySession::run, py::arg("feed"), py::arg("output_indices"), py::arg("profile"))

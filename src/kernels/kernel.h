@@ -103,6 +103,11 @@ class PrepareContext {
   // The layout input i's producer wrote it in: a hint for a kernel that can
   // read several (a pooling that keeps its input's blocked format). Null: plain.
   Layout incoming_layout(size_t i) const { return i < incoming_.size() ? incoming_[i] : nullptr; }
+  // Which of the kernel's alternatives (Kernel::alternatives) prepare() is to
+  // take: -1 (the default) lets the kernel's own rule pick; the tuner sets
+  // others. A kernel that cannot take the one asked for takes its rule's.
+  int choice() const { return choice_; }
+  void set_choice(int choice) { choice_ = choice; }
   void allow_blocked_layouts(bool inputs, bool outputs, std::vector<Layout> incoming = {}) {
     blocked_inputs_ = inputs;
     blocked_outputs_ = outputs;
@@ -148,6 +153,7 @@ class PrepareContext {
   int num_threads_;
   WeightCache* weights_;
   bool blocked_inputs_ = false, blocked_outputs_ = false;
+  int choice_ = -1;
   std::vector<Layout> incoming_;
   mutable std::vector<bool> values_read_;
   std::vector<TensorType> outputs_;  // from the schema; undefined where it cannot tell
@@ -205,6 +211,11 @@ class Kernel {
   virtual bool reads_input_packed_only(size_t) const { return false; }
   // Name of the implementation, for plan listings ("ref", "dnnl:jit:avx2"...).
   virtual std::string impl_name() const { return "ref"; }
+  // After prepare(): the implementations this kernel could run this node
+  // with, by name, when it has more than one (oneDNN's matmul or Anvil's
+  // packed GEMM); PrepareContext::set_choice(i) picks the i-th. Its own
+  // rule picks without a choice; `anvil --tune` times them instead.
+  virtual std::vector<std::string> alternatives() const { return {}; }
   // Activation layout the kernel computes in, for plans and profiles: "plain",
   // a oneDNN format ("aBcd8b"), "aBcd8b (staged)" when the kernel reorders
   // plain data itself (outside a plan), "abcd->aBcd8b" for a reorder.

@@ -55,6 +55,28 @@ size_t WeightCache::release(const Tensor& source) {
   return length;
 }
 
+size_t WeightCache::prune_unused() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  size_t freed = 0;
+  for (auto it = entries_.begin(); it != entries_.end();) {
+    const void* source = it->first.first;
+    bool keep = it->second.packed.use_count() > 1;
+    if (!keep && released_.count(source) && it->second.unpack) {  // the last copy that can restore it stays
+      keep = true;
+      for (auto other = entries_.lower_bound({source, std::string()});
+           other != entries_.end() && other->first.first == source; ++other)
+        if (other != it && other->second.unpack) keep = false;
+    }
+    if (keep) {
+      ++it;
+    } else {
+      freed += it->second.packed.nbytes();
+      it = entries_.erase(it);
+    }
+  }
+  return freed;
+}
+
 void WeightCache::restore(const Tensor& source) {
   std::lock_guard<std::mutex> lock(mutex_);
   restore_locked(source);

@@ -39,6 +39,10 @@ class WeightCache {
   size_t release(const Tensor& source);
   // Rebuilds a released `source` (a no-op otherwise).
   void restore(const Tensor& source);
+  // Drops the packed copies no kernel holds any more (the losers of a tuned
+  // choice), keeping for each released source one copy to restore it from.
+  // Returns the bytes freed.
+  size_t prune_unused();
   size_t packed_bytes() const;
   size_t released_bytes() const;
   size_t size() const;

@@ -1,4 +1,5 @@
 #include "runtime/executor.h"
+#include "runtime/tuner.h"
 
 #include <map>
 
@@ -127,7 +128,8 @@ std::shared_ptr<PlanEntry> GraphExecutor::plan_for(const std::vector<Tensor>& or
   // that miss together both build; the first to finish is kept.
   omp_set_num_threads(threads);
   auto entry = std::make_shared<PlanEntry>();
-  PlanOptions options{.num_threads = threads, .weights = weights_, .blocked_layouts = blocked_layouts_};
+  PlanOptions options{.num_threads = threads, .weights = weights_, .blocked_layouts = blocked_layouts_,
+                      .tuner = tuner_};
   {
     // The first plan is built alone and releases weights as it packs them;
     // later ones are built side by side and release afterwards.
@@ -143,6 +145,10 @@ std::shared_ptr<PlanEntry> GraphExecutor::plan_for(const std::vector<Tensor>& or
       building.lock();
     }
     entry->plan = build_plan(graph_, types, options);
+    if (tuner_) {  // the alternatives that lost are no longer held: drop their packed weights
+      tuner_->save();
+      if (weights_) weights_->prune_unused();
+    }
     if (release_weights_) pin_unpacked_reads(*entry->plan);  // before anything can run it
     std::lock_guard<std::mutex> lock(plans_mutex_);
     if (auto existing = plans_.find(key)) return existing;

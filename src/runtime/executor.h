@@ -20,6 +20,7 @@
 namespace anvil::runtime {
 
 struct PlanEntry;
+class Tuner;
 
 class GraphExecutor {
  public:
@@ -34,6 +35,9 @@ class GraphExecutor {
   // `inputs`: one tensor per graph input, then one per capture (subgraphs),
   // already checked against the declared types. Records into `profile` when given.
   std::vector<Tensor> run(const std::vector<Tensor>& inputs, int threads, RunProfile* profile = nullptr) const;
+
+  // Plans built from now on time their kernels' alternatives (runtime/tuner.h).
+  void set_tuner(Tuner* tuner) { tuner_ = tuner; }
 
   // The plan for these input shapes (built if needed).
   std::shared_ptr<PlanEntry> plan_for(const std::vector<Tensor>& inputs, int threads) const;
@@ -53,6 +57,7 @@ class GraphExecutor {
   kernels::WeightCache* weights_;
   bool blocked_layouts_;
   bool release_weights_;
+  Tuner* tuner_ = nullptr;
   // Plan builds hold it shared, the release of weights exclusively: no
   // kernel reads a constant while its pages are being dropped.
   mutable std::shared_mutex release_mutex_;

@@ -55,6 +55,8 @@ struct Plan {
   size_t reorders = 0;
 };
 
+class Tuner;
+
 struct PlanOptions {
   int num_threads = 1;
   // The session's packed-weight cache, shared by all its plans.
@@ -68,6 +70,8 @@ struct PlanOptions {
   // so that the originals and their packed copies never all coexist. Only
   // while no other plan of the graph exists or is being built.
   bool release_weights_early = false;
+  // Times the alternatives of kernels that have several (runtime/tuner.h); null: their rules pick.
+  Tuner* tuner = nullptr;
 };
 
 // A plan is made for the shapes of the graph inputs, never their values:
@@ -97,7 +101,7 @@ struct LayoutFreedom {
 PreparedKernel prepare_kernel(const ir::Node& node, const std::vector<kernels::TensorType>& types,
                               const std::vector<const Tensor*>& constants, int num_threads, bool ref_only,
                               std::vector<bool>* values_read = nullptr, kernels::WeightCache* weights = nullptr,
-                              const LayoutFreedom* layouts = nullptr);
+                              const LayoutFreedom* layouts = nullptr, Tuner* tuner = nullptr);
 
 // Runs a prepared kernel on tensors it allocates (constant folding).
 std::vector<Tensor> evaluate_kernel(const PreparedKernel& prepared, const std::vector<const Tensor*>& inputs);

@@ -9,6 +9,7 @@
 #include "runtime/memory_plan.h"
 #include "kernels/weight_cache.h"
 #include "runtime/plan.h"
+#include "runtime/tuner.h"
 
 namespace anvil::runtime {
 
@@ -28,12 +29,74 @@ void check_against_schema(const kernels::PrepareContext& ctx, const std::vector<
   }
 }
 
+// The kernel `entry` prepared with alternative `choice`; nullopt when it declines.
+std::optional<PreparedKernel> prepare_choice(const kernels::KernelEntry& entry, const ir::Node& node,
+                                             const std::vector<TensorType>& types,
+                                             const std::vector<const Tensor*>& constants, int num_threads,
+                                             kernels::WeightCache* weights, const LayoutFreedom* layouts, int choice) {
+  std::unique_ptr<kernels::Kernel> kernel = entry.factory(node);
+  if (!kernel) return std::nullopt;
+  kernels::PrepareContext ctx(node, types, constants, num_threads, weights);
+  if (layouts) ctx.allow_blocked_layouts(layouts->inputs, layouts->outputs, layouts->incoming);
+  ctx.set_choice(choice);
+  try {
+    std::vector<TensorType> out = kernel->prepare(ctx);
+    check_against_schema(ctx, out);
+    return PreparedKernel{std::move(kernel), std::move(out)};
+  } catch (const Error& e) {
+    if (e.kind() != ErrorKind::kUnsupported) throw;
+    return std::nullopt;
+  }
+}
+
+// Where the kernel the rules chose has alternatives: the tuning cache's
+// choice, or each alternative timed on the plan's shapes and the fastest kept.
+PreparedKernel tune(PreparedKernel chosen, const kernels::KernelEntry& entry, const ir::Node& node,
+                    const std::vector<TensorType>& types, const std::vector<const Tensor*>& constants,
+                    int num_threads, kernels::WeightCache* weights, const LayoutFreedom* layouts, Tuner& tuner) {
+  const std::vector<std::string> alternatives = chosen.kernel->alternatives();
+  if (alternatives.size() < 2) return chosen;
+  const std::string key = tuner.key(node, types, layouts ? layouts->incoming : std::vector<kernels::Layout>{},
+                                    num_threads);
+  if (const std::optional<std::string> cached = tuner.cached(key)) {
+    const auto it = std::find(alternatives.begin(), alternatives.end(), *cached);
+    if (it != alternatives.end()) {
+      tuner.count_cached();
+      const int choice = static_cast<int>(it - alternatives.begin());
+      std::optional<PreparedKernel> p =
+          prepare_choice(entry, node, types, constants, num_threads, weights, layouts, choice);
+      return p ? std::move(*p) : std::move(chosen);
+    }
+  }
+  std::map<std::string, double> times;
+  std::optional<PreparedKernel> best;
+  double best_ms = 0;
+  std::string best_name;
+  for (size_t i = 0; i < alternatives.size(); ++i) {
+    std::optional<PreparedKernel> p =
+        prepare_choice(entry, node, types, constants, num_threads, weights, layouts, static_cast<int>(i));
+    if (!p) continue;
+    const double ms = time_kernel(*p->kernel, types, constants, p->output_types);
+    times[alternatives[i]] = ms;
+    if (!best || ms < best_ms) {
+      best = std::move(p);
+      best_ms = ms;
+      best_name = alternatives[i];
+    }
+  }
+  if (!best) return chosen;
+  tuner.record(key, best_name, times);
+  chosen.kernel.reset();  // the losers' packed weights go now, so tuning holds one extra copy at a time
+  if (weights) weights->prune_unused();
+  return std::move(*best);
+}
+
 }  // namespace
 
 PreparedKernel prepare_kernel(const ir::Node& node, const std::vector<TensorType>& types,
                               const std::vector<const Tensor*>& constants, int num_threads, bool ref_only,
                               std::vector<bool>* values_read, kernels::WeightCache* weights,
-                              const LayoutFreedom* layouts) {
+                              const LayoutFreedom* layouts, Tuner* tuner) {
   auto entries = kernels::Registry::global().select(node, types);
   kernels::PrepareContext ctx(node, types, constants, num_threads, weights);
   if (layouts) ctx.allow_blocked_layouts(layouts->inputs, layouts->outputs, layouts->incoming);
@@ -53,7 +116,9 @@ PreparedKernel prepare_kernel(const ir::Node& node, const std::vector<TensorType
                     t.layout->name());
       if (values_read) *values_read = ctx.values_read();
       check_against_schema(ctx, out);
-      return {std::move(kernel), std::move(out)};
+      PreparedKernel prepared{std::move(kernel), std::move(out)};
+      if (tuner) return tune(std::move(prepared), *entry, node, types, constants, num_threads, weights, layouts, *tuner);
+      return prepared;
     } catch (const Error& e) {
       if (e.kind() != ErrorKind::kUnsupported) throw;
       declined = std::current_exception();  // try the next backend
@@ -88,6 +153,7 @@ class PlanBuilder {
         weights_(options.weights),
         blocked_layouts_(options.blocked_layouts),
         release_early_(options.release_weights_early && options.weights),
+        tuner_(options.tuner),
         plan_(std::make_unique<Plan>()) {}
 
   std::unique_ptr<Plan> build() {
@@ -193,7 +259,8 @@ class PlanBuilder {
                       });
     PreparedKernel prepared;
     try {
-      prepared = prepare_kernel(node, types, constants, threads_, /*ref_only=*/fold, nullptr, weights_, &layouts);
+      prepared = prepare_kernel(node, types, constants, threads_, /*ref_only=*/fold, nullptr, weights_, &layouts,
+                                fold ? nullptr : tuner_);
     } catch (const kernels::ValueNeeded&) {
       note_constant_reads(node, nullptr, in_slots);
       add_dynamic_step(node, constants, in_slots, index);  // its shapes depend on run-time values
@@ -449,6 +516,7 @@ class PlanBuilder {
   kernels::WeightCache* weights_;
   bool blocked_layouts_;
   bool release_early_;
+  Tuner* tuner_;
   std::map<const ir::Value*, int> constant_reads_left_;
   std::set<const ir::Value*> unreleasable_;
   std::unique_ptr<Plan> plan_;

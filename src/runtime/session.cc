@@ -18,6 +18,7 @@
 #include "passes/pipeline.h"
 #include "runtime/constant_evaluator.h"
 #include "runtime/executor.h"
+#include "runtime/tuner.h"
 #include "runtime/kernel_support.h"
 #include "runtime/stream_pool.h"
 #include "runtime/type_propagation.h"
@@ -100,6 +101,7 @@ struct Session::Impl {
   std::vector<ValueInfo> inputs, outputs;
   // Declared before the executor: its plans' kernels hold packed weights from it.
   kernels::WeightCache weights;
+  std::unique_ptr<runtime::Tuner> tuner;  // SessionOptions::tune
   std::unique_ptr<runtime::GraphExecutor> executor;
   // Started by the first run_async; declared last, so it finishes its queue
   // while the executor and weights still exist.
@@ -165,7 +167,18 @@ Session Session::from_graph(std::unique_ptr<ir::Graph> graph, const SessionOptio
   impl->executor = std::make_unique<runtime::GraphExecutor>(
       *impl->graph, &impl->weights, static_cast<size_t>(options.plan_cache_size), options.optimization_level >= 3,
       /*release_weights=*/true);
+  if (options.tune) {
+    impl->tuner = std::make_unique<runtime::Tuner>(
+        options.tune_cache.empty() ? runtime::default_tune_cache_path() : options.tune_cache,
+        runtime::model_fingerprint(*impl->graph));
+    impl->executor->set_tuner(impl->tuner.get());
+  }
   return Session(std::move(impl));
+}
+
+TuningStats Session::tuning_stats() const {
+  if (!impl_->tuner) return {};
+  return {impl_->tuner->timed_nodes(), impl_->tuner->cached_nodes(), impl_->tuner->path()};
 }
 
 const std::vector<ValueInfo>& Session::inputs() const { return impl_->inputs; }

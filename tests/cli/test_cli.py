@@ -155,6 +155,30 @@ def test_run_shape_sizes_a_symbol_in_every_input(anvil, tmp_path):
     assert read_tensor_pb(out_dir / "c.pb").shape == (10,)
 
 
+def test_run_tune_times_then_reads_the_cache(anvil, tmp_path):
+    """--tune times a MatMul's two kernels, writes the choice to --tune-cache; the next run plans from it."""
+    from onnx import helper
+    rng = np.random.default_rng(3)
+    w = numpy_helper.from_array(rng.standard_normal((64, 48)).astype(np.float32), "w")
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "mm",
+                              [float_info("x", [16, 64])], [float_info("y", [16, 48])], [w])
+    model = save_model(graph, tmp_path / "mm.onnx")
+    cache = tmp_path / "tune.json"
+    x = rng.standard_normal((16, 64)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    for run, expected in ((1, "tuning: 1 nodes timed, 0 from the cache"), (2, "tuning: 0 nodes timed, 1 from the cache")):
+        out_dir = tmp_path / f"out{run}"
+        r = anvil("run", model, "-i", f"x={tmp_path / 'x.npy'}", "-o", out_dir, "--tune", "--tune-cache", cache,
+                  timeout=60)
+        assert_ok(r)
+        assert expected in r.stdout, r.stdout
+        np.testing.assert_allclose(read_tensor_pb(out_dir / "y.pb"), x @ numpy_helper.to_array(w), rtol=1e-4, atol=1e-4)
+    choices = json.loads(cache.read_text())["choices"]
+    assert len(choices) == 1 and next(iter(choices.values()))["choice"] in ("dnnl", "packed_gemm"), choices
+    r = anvil("run", model, "--tune-cache", cache, timeout=60)  # the cache alone is refused
+    assert r.returncode != 0 and "--tune-cache requires --tune" in r.stderr and r.stderr.count("\n") == 1, r.stderr
+
+
 def test_run_threads_agree(anvil, add_model, tmp_path):
     np.save(tmp_path / "a.npy", seeded(7))
     np.save(tmp_path / "b.npy", seeded(8))

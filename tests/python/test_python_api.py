@@ -226,6 +226,24 @@ def test_bad_models_and_options_raise_their_kind(tmp_path, relu_model):
     raises(rt.InvalidArgument, lambda: rt.InferenceSession(str(relu_model), sess_options="fast"), "SessionOptions")
 
 
+def test_tune_writes_its_cache_and_keeps_the_results(tmp_path):
+    """SessionOptions.tune / tune_cache: a MatMul with constant weights is timed both ways, the choice cached."""
+    import json
+    from onnx import numpy_helper
+    w = np.random.default_rng(5).standard_normal((32, 24)).astype(np.float32)
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "mm", [float_info("x", [8, 32])],
+                              [float_info("y", [8, 24])], [numpy_helper.from_array(w, "w")])
+    model = save_model(graph, tmp_path / "mm.onnx")
+    options = rt.SessionOptions()
+    options.tune = True
+    options.tune_cache = tmp_path / "tune.json"
+    x = np.random.default_rng(6).standard_normal((8, 32)).astype(np.float32)
+    y = rt.InferenceSession(str(model), options).run(None, {"x": x})[0]
+    np.testing.assert_allclose(y, x @ w, rtol=1e-4, atol=1e-4)
+    assert len(json.loads((tmp_path / "tune.json").read_text())["choices"]) == 1
+    raises(rt.InvalidArgument, lambda: setattr(options, "tune", "yes"), "bool")
+
+
 # --- execution modes and async runs -------------------------------------------------------------
 
 def test_throughput_mode_and_async_runs(relu_model):

@@ -185,7 +185,9 @@ TEST(Layouts, ConcatOfBlockedConvolutions) {
       if (whole_blocks) {  // no reorder around the Concat: it reads the convolutions' layout
         EXPECT_EQ(index_of(plan, "cat"), index_of(plan, "conv2") + 1) << fmt::format("{}", fmt::join(plan, "\n"));
         EXPECT_EQ(index_of(plan, "conv3"), index_of(plan, "cat") + 1) << fmt::format("{}", fmt::join(plan, "\n"));
-        if (batch == 1) EXPECT_NE(cat_line.find(" rows "), std::string::npos) << cat_line;
+        if (batch == 1) {
+          EXPECT_NE(cat_line.find(" rows "), std::string::npos) << cat_line;
+        }
       }
       const Tensor ya = conv_by_hand(xv, w1, 1), yb = conv_by_hand(xv, w2, 1);
       Tensor joined(DType::kFloat32, {batch, c1 + c2, 10, 10});

@@ -30,6 +30,8 @@ struct BenchArgs {
   bool profile = false;
   std::string profile_json;
   int profile_runs = 20;
+  bool tune = false;
+  std::string tune_cache;
   std::string mode = "latency";  // latency | throughput | async
   std::string streams = "auto";
   int requests = 0;  // per cycle in throughput/async mode (0: 50 per stream)
@@ -161,6 +163,8 @@ int bench(const BenchArgs& a) {
   SessionOptions opts;
   opts.num_threads = a.threads;
   opts.optimization_level = a.opt_level;
+  opts.tune = a.tune;
+  opts.tune_cache = a.tune_cache;
   if (a.mode == "throughput") opts.mode = ExecutionMode::kThroughput;
   opts.streams = parse_streams(a.streams);
   if (a.mode != "throughput" && opts.streams > 0)
@@ -199,6 +203,7 @@ int bench(const BenchArgs& a) {
 
   fmt::print("model {}  threads {}  batch {}\n", a.model, threads, a.batch);
   fmt::print("session creation {:.1f} ms, first run {:.1f} ms (plans the model)\n", create_ms, first_ms);
+  print_tuning(session);
   fmt::print("{:<9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}   (ms, {} runs per cycle)\n", "cycle", "mean", "median",
              "p90", "p99", "min", "max", a.iters);
   for (size_t c = 0; c < cycles.size(); ++c) print_row(std::to_string(c + 1), cycles[c]);
@@ -251,6 +256,7 @@ Command add_bench(CLI::App& app) {
   app.add_option("-n,--iters", a->iters, "timed runs per cycle")->check(CLI::Range(1, 1000000));
   app.add_option("-w,--warmup", a->warmup, "untimed runs before the first cycle")->check(CLI::Range(0, 1000000));
   app.add_option("-O,--opt-level", a->opt_level, "graph optimization level 0-3 (3: blocked layouts between nodes)")->check(CLI::Range(0, 3));
+  add_tune_options(app, &a->tune, &a->tune_cache);
   app.add_option("--json", a->json, "write the results as JSON to FILE");
   app.add_flag("--profile", a->profile, "print the time of every node and of every op type");
   app.add_option("--profile-json", a->profile_json, "write a Chrome trace (Perfetto) of the profiled runs to FILE");

@@ -23,6 +23,8 @@ struct RunArgs {
   uint64_t seed = 0;
   int opt_level = 3;
   bool show_plan = false;
+  bool tune = false;
+  std::string tune_cache;
 };
 
 std::string file_name_for(const std::string& name) {
@@ -71,11 +73,14 @@ int run(const RunArgs& a) {
   SessionOptions opts;
   opts.num_threads = a.threads;
   opts.optimization_level = a.opt_level;
+  opts.tune = a.tune;
+  opts.tune_cache = a.tune_cache;
   Session session = load_session(a.model, opts);
   if (a.cases.empty()) {
     double ms = run_once(session, random_inputs(session, read_inputs(session, a.inputs), a.seed, 1, a.shapes), a.show_plan,
                          a.out_dir);
     fmt::print("time: {:.3f} ms (first run, includes planning)\n", ms);
+    print_tuning(session);
     return 0;
   }
   // Every case runs on the one session: plans are made per distinct input shape.
@@ -104,6 +109,7 @@ Command add_run(CLI::App& app) {
   app.add_option("-t,--threads", a->threads, "threads (0: all cores)")->check(CLI::Range(0, 4096));
   app.add_option("--seed", a->seed, "seed of the random inputs");
   app.add_option("-O,--opt-level", a->opt_level, "graph optimization level 0-3 (3: blocked layouts between nodes)")->check(CLI::Range(0, 3));
+  add_tune_options(app, &a->tune, &a->tune_cache);
   app.add_flag("--plan", a->show_plan, "print the kernel chosen for each node");
   return [a] { return run(*a); };
 }

@@ -42,6 +42,10 @@ std::map<std::string, Tensor> read_case_inputs(const Session& session, const std
 std::string format_bytes(size_t bytes);
 // --streams: "auto" (0) or a positive count; throws anvil::Error otherwise.
 int parse_streams(const std::string& text);
+// --tune and --tune-cache FILE (SessionOptions::tune, tune_cache).
+void add_tune_options(CLI::App& app, bool* tune, std::string* cache);
+// "tuning: N nodes timed, M from the cache FILE" when the session tunes.
+void print_tuning(const Session& session);
 // profile.cc: per-node and per-op tables, and a Chrome trace file.
 void print_profile(const std::vector<RunProfile>& runs);
 void write_chrome_trace(const std::vector<RunProfile>& runs, const std::string& path);

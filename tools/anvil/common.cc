@@ -180,4 +180,18 @@ int parse_streams(const std::string& text) {
   throw Error(ErrorKind::kInvalidArgument, "--streams must be 'auto' or a positive count, got '" + text + "'");
 }
 
+void add_tune_options(CLI::App& app, bool* tune, std::string* cache) {
+  app.add_flag("--tune", *tune,
+               "time the alternative kernels of each node when planning and keep the fastest (choices cached)");
+  app.add_option("--tune-cache", *cache,
+                 "the tuning cache file (default $ANVIL_TUNE_CACHE, else ~/.cache/anvil/tune.json)")
+      ->needs("--tune");
+}
+
+void print_tuning(const Session& session) {
+  const TuningStats t = session.tuning_stats();
+  if (t.cache_path.empty()) return;
+  fmt::print("tuning: {} nodes timed, {} from the cache {}\n", t.timed_nodes, t.cached_nodes, t.cache_path);
+}
+
 }  // namespace anvil::cli

@@ -42,6 +42,10 @@ class DnnlMatMulBase : public Kernel {
   std::string impl_name() const override { return impl_; }
 
   int inplace_input() const override { return has_sum_ ? 3 : -1; }
+  std::vector<std::string> alternatives() const override {
+    if (!packed_gemm_fits_) return {};
+    return {"dnnl", "packed_gemm"};
+  }
 
   void run(const RunContext& ctx) const override {
     if (packed_gemm_) return run_packed_gemm(ctx);
@@ -73,9 +77,10 @@ class DnnlMatMulBase : public Kernel {
       dnnl::primitive_attr attr = du::user_scratchpad_attr();
       if (post_ops_.len() > 0) attr.set_post_ops(post_ops_);
       dnnl::matmul::primitive_desc pd(desc, attr, du::engine());
-      if (b_data && du::impl_name(pd).rfind("dnnl:gemm:", 0) == 0 &&
-          prepare_packed_gemm(ctx, a, b, c, static_cast<const float*>(b_data), b_source))
-        return;
+      packed_gemm_fits_ = b_data && packed_gemm_fits(a, b, c);
+      // The rule: the packed GEMM where oneDNN's choice is gemm:jit (see the top of the file).
+      const bool packed = ctx.choice() >= 0 ? ctx.choice() == 1 : du::impl_name(pd).rfind("dnnl:gemm:", 0) == 0;
+      if (packed_gemm_fits_ && packed) return prepare_packed_gemm(ctx, a, b, c, static_cast<const float*>(b_data), b_source);
       primitive_ = dnnl::matmul(pd);
       scratchpad_md_ = pd.scratchpad_desc();
       scratch_ = scratchpad_md_.get_size();
@@ -111,22 +116,24 @@ class DnnlMatMulBase : public Kernel {
   std::string impl_;
 
  private:
-  // Takes the product onto the packed GEMM when it has the shape and the
-  // epilogue for it: 2-D, A with contiguous rows, a bias along N (or a C of
-  // the output's shape, as a residual) and a vectorized activation.
-  bool prepare_packed_gemm(const PrepareContext& ctx, const Operand& a, const Operand& b, const Operand& c,
+  // Whether the packed GEMM has the shape and the epilogue for the product:
+  // 2-D, A with contiguous rows, a bias along N (or a C of the output's shape,
+  // as a residual) and a vectorized activation.
+  bool packed_gemm_fits(const Operand& a, const Operand& b, const Operand& c) {
+    if (a.dims.size() != 2 || a.strides[1] != 1 || c.strides[1] != 1 || !vec::gemm_activation(activation_)) return false;
+    if (!has_bias_) return true;
+    const memory::dims bias = bias_md_.dims();
+    const int64_t m = a.dims[0], n = b.dims[1];
+    if (bias[0] == 1 && bias[1] == n) gemm_bias_ = GemmInput::kBias;
+    else if (bias[0] == m && bias[1] == n && !has_sum_) gemm_bias_ = GemmInput::kResidual;
+    else return false;
+    return true;
+  }
+
+  // Takes the product onto the packed GEMM (packed_gemm_fits said it can).
+  void prepare_packed_gemm(const PrepareContext& ctx, const Operand& a, const Operand& b, const Operand& c,
                            const float* b_data, const Tensor* b_source) {
-    if (a.dims.size() != 2 || a.strides[1] != 1 || c.strides[1] != 1) return false;
-    const std::optional<vec::GemmActivation> act = vec::gemm_activation(activation_);
-    if (!act) return false;
     const int64_t m = a.dims[0], k = a.dims[1], n = b.dims[1];
-    if (has_bias_) {
-      const memory::dims bias = bias_md_.dims();
-      const int64_t bias_rows = bias[0], bias_cols = bias[1];
-      if (bias_rows == 1 && bias_cols == n) gemm_bias_ = GemmInput::kBias;
-      else if (bias_rows == m && bias_cols == n && !has_sum_) gemm_bias_ = GemmInput::kResidual;
-      else return false;
-    }
     const vec::GemmKernels& g = vec::vec_kernels().gemm;
     const int64_t sk = b.strides[0], sn = b.strides[1];
     auto pack = [&] { return vec::pack_gemm_b(g, b_data, k, n, sk, sn); };
@@ -144,11 +151,10 @@ class DnnlMatMulBase : public Kernel {
     gemm_.m = m;
     gemm_.k = k;
     gemm_.n = n;
-    epilogue_.activation = *act;
+    epilogue_.activation = *vec::gemm_activation(activation_);
     gemm_.epilogue = epilogue_;
     packed_gemm_ = true;
     impl_ = std::string(vec::vec_impl_name()) + ":packed_gemm";
-    return true;
   }
 
   void run_packed_gemm(const RunContext& ctx) const {
@@ -163,7 +169,7 @@ class DnnlMatMulBase : public Kernel {
   }
 
   enum class GemmInput { kNone, kBias, kResidual };  // what the bias input is to the packed GEMM
-  bool packed_gemm_ = false;
+  bool packed_gemm_ = false, packed_gemm_fits_ = false;
   Tensor gemm_b_;
   vec::GemmArgs gemm_;  // the shape; pointers are set per run
   GemmInput gemm_bias_ = GemmInput::kNone;

@@ -78,7 +78,7 @@ class DnnlPool : public Kernel {
       scratchpad_md_ = pd->scratchpad_desc();
       scratch_ = io_.init(ctx, src_md_, pd->src_desc(), dst_md_, pd->dst_desc(), scratchpad_md_.get_size());
       impl_ = du::impl_name(*pd);
-      if (op_ == "MaxPool" && io_.planned && x.size() == 4) prepare_own_max_pool(*pd, x, y, g);
+      if (op_ == "MaxPool" && io_.planned && x.size() == 4) prepare_own_max_pool(ctx, *pd, x, y, g);
     } catch (const dnnl::error& e) {
       ctx.fail(ErrorKind::kUnsupported, "oneDNN has no pooling for this case ({})", e.what());
     }
@@ -101,13 +101,19 @@ class DnnlPool : public Kernel {
   std::string impl_name() const override { return impl_; }
   std::string layout_name() const override { return io_.name(); }
   Layout input_layout(size_t i) const override { return i == 0 ? io_.src_layout : nullptr; }
+  std::vector<std::string> alternatives() const override {
+    if (!own_max_fits_) return {};
+    return {"dnnl", "max_pool"};
+  }
 
  private:
   // Anvil's loop when both tensors keep each pixel's channels together.
-  void prepare_own_max_pool(const dnnl::pooling_v2_forward::primitive_desc& pd, const Shape& x, const Shape& y,
-                            const SpatialGeometry& g) {
+  void prepare_own_max_pool(const PrepareContext& ctx, const dnnl::pooling_v2_forward::primitive_desc& pd,
+                            const Shape& x, const Shape& y, const SpatialGeometry& g) {
     const std::optional<du::PixelLayout> src = du::pixel_layout(pd.src_desc()), dst = du::pixel_layout(pd.dst_desc());
     if (!src || !dst || src->channels != dst->channels || src->planes != dst->planes) return;
+    own_max_fits_ = true;
+    if (ctx.choice() == 0) return;  // the rule: Anvil's loop wherever it fits
     src_pixels_ = *src;
     dst_pixels_ = *dst;
     in_h_ = x[2];
@@ -134,7 +140,7 @@ class DnnlPool : public Kernel {
   }
 
   std::string op_;
-  bool own_max_ = false;
+  bool own_max_ = false, own_max_fits_ = false;
   du::PixelLayout src_pixels_{}, dst_pixels_{};
   int64_t in_h_ = 0, in_w_ = 0, out_h_ = 0, out_w_ = 0;
   vec::PoolWindow window_{};

@@ -1,0 +1,123 @@
+// SessionOptions::tune: a node with alternatives (a MatMul with constant
+// weights: oneDNN's matmul or Anvil's packed GEMM) is timed both ways when
+// planned, the faster kept and written to the tuning cache; a later session
+// plans from the cache without timing, whatever choice the file holds; a
+// malformed cache is replaced. Results against a product computed here.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "anvil/session.h"
+#include "ir/graph.h"
+
+namespace anvil {
+namespace {
+
+constexpr int64_t kM = 24, kK = 96, kN = 80;
+
+Tensor filled(Shape shape, int mul, int mod) {
+  Tensor t(DType::kFloat32, std::move(shape));
+  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = static_cast<float>((i * mul) % mod) * 0.125f - 0.5f;
+  return t;
+}
+
+std::unique_ptr<ir::Graph> matmul_graph() {
+  auto g = std::make_unique<ir::Graph>();
+  g->opsets[""] = 17;
+  ir::Value* x = g->add_input("x", DType::kFloat32, {kM, kK});
+  ir::Node* mm = g->add_node("MatMul", {x, g->add_constant("w", filled({kK, kN}, 7, 13))}, 1, "mm");
+  g->add_output(mm->output(0));
+  return g;
+}
+
+void expect_product(const Tensor& y) {
+  const Tensor x = filled({kM, kK}, 5, 11), w = filled({kK, kN}, 7, 13);
+  for (int64_t i = 0; i < kM; ++i)
+    for (int64_t j = 0; j < kN; ++j) {
+      double acc = 0;
+      for (int64_t k = 0; k < kK; ++k) acc += double(x.data<float>()[i * kK + k]) * w.data<float>()[k * kN + j];
+      ASSERT_NEAR(y.data<float>()[i * kN + j], acc, 1e-4) << i << "," << j;
+    }
+}
+
+std::string temp_path(const char* name) {
+  return (std::filesystem::temp_directory_path() / (std::string("anvil_tuner_") + name + "_" +
+                                                    std::to_string(::getpid()) + ".json"))
+      .string();
+}
+
+nlohmann::json read_json(const std::string& path) {
+  std::ifstream in(path);
+  return nlohmann::json::parse(in);
+}
+
+// Plans and runs the MatMul; returns its plan line.
+std::string plan_and_check(const std::string& cache, TuningStats* stats) {
+  SessionOptions o;
+  o.tune = true;
+  o.tune_cache = cache;
+  Session s = Session::from_graph(matmul_graph(), o);
+  const std::map<std::string, Tensor> in{{"x", filled({kM, kK}, 5, 11)}};
+  expect_product(s.run(in)[0]);
+  *stats = s.tuning_stats();
+  for (const std::string& line : s.describe_plan(in))
+    if (line.find("'mm'") != std::string::npos) return line;
+  return "";
+}
+
+TEST(Tuner, TimesTheAlternativesThenPlansFromTheCache) {
+  const std::string cache = temp_path("cache");
+  std::remove(cache.c_str());
+  TuningStats stats;
+  plan_and_check(cache, &stats);
+  EXPECT_EQ(stats.timed_nodes, 1u);
+  EXPECT_EQ(stats.cached_nodes, 0u);
+  EXPECT_EQ(stats.cache_path, cache);
+  nlohmann::json doc = read_json(cache);
+  ASSERT_EQ(doc["choices"].size(), 1u) << doc.dump();
+  nlohmann::json& entry = doc["choices"].begin().value();
+  const std::string chosen = entry["choice"];
+  EXPECT_TRUE(entry["median_ms"].contains("dnnl") && entry["median_ms"].contains("packed_gemm")) << doc.dump();
+  const double dnnl_ms = entry["median_ms"]["dnnl"], packed_ms = entry["median_ms"]["packed_gemm"];
+  EXPECT_EQ(chosen, dnnl_ms <= packed_ms ? "dnnl" : "packed_gemm");  // the faster one
+
+  // The file drives later sessions, whichever choice it holds.
+  for (const char* forced : {"dnnl", "packed_gemm"}) {
+    entry["choice"] = forced;
+    std::ofstream(cache) << doc.dump();
+    const std::string line = plan_and_check(cache, &stats);
+    EXPECT_EQ(stats.timed_nodes, 0u);
+    EXPECT_EQ(stats.cached_nodes, 1u);
+    EXPECT_EQ(line.find(":packed_gemm") != std::string::npos, std::string(forced) == "packed_gemm") << line;
+  }
+  std::remove(cache.c_str());
+}
+
+TEST(Tuner, AMalformedCacheIsReplaced) {
+  const std::string cache = temp_path("malformed");
+  for (const char* bad : {"{not json", R"({"version": 1, "choices": {"k": 3}})", R"({"version": 99, "choices": {}})"}) {
+    std::ofstream(cache) << bad;
+    TuningStats stats;
+    plan_and_check(cache, &stats);
+    EXPECT_EQ(stats.timed_nodes, 1u) << bad;
+    EXPECT_EQ(read_json(cache)["choices"].size(), 1u) << bad;  // rewritten, valid
+  }
+  std::remove(cache.c_str());
+}
+
+TEST(Tuner, OffByDefault) {
+  Session s = Session::from_graph(matmul_graph());
+  expect_product(s.run({{"x", filled({kM, kK}, 5, 11)}})[0]);
+  EXPECT_TRUE(s.tuning_stats().cache_path.empty());
+}
+
+}  // namespace
+}  // namespace anvil
