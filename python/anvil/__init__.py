@@ -180,7 +180,7 @@ class SessionOptions:
 
     @property
     def tune_cache(self):
-        """The tuning cache file ("": $ANVIL_TUNE_CACHE, else ~/.cache/anvil/tune.json)."""
+        """The tuning cache file ("": $ANVIL_TUNE_CACHE, else $XDG_CACHE_HOME/anvil/tune.json, else ~/.cache/anvil/tune.json)."""
         return self._tune_cache
 
     @tune_cache.setter

@@ -1,11 +1,14 @@
 #include "runtime/tuner.h"
 
+#include <fcntl.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -53,7 +56,9 @@ Tuner::Tuner(std::string cache_path, std::string model_id)
 
 std::string Tuner::key(const ir::Node& node, const std::vector<kernels::TensorType>& types,
                        const std::vector<kernels::Layout>& incoming, int threads) const {
-  std::string k = fmt::format("{} | {} | t{} |", model_id_, node.describe(), threads);
+  // The first output's name tells apart unnamed nodes of one op type.
+  const ir::Value* out = node.outputs.empty() ? nullptr : node.outputs[0];
+  std::string k = fmt::format("{} | {} -> {} | t{} |", model_id_, node.describe(), out ? out->name : "", threads);
   for (size_t i = 0; i < types.size(); ++i) {
     k += fmt::format(" {}{}", dtype_name(types[i].dtype), shape_str(types[i].shape));
     if (i < incoming.size() && incoming[i]) k += fmt::format(":{}", incoming[i]->name());
@@ -92,30 +97,64 @@ size_t Tuner::cached_nodes() const {
   return cached_hits_;
 }
 
+namespace {
+
+// The choices in a cache file; empty when it is missing or unreadable.
+std::map<std::string, nlohmann::json> read_choices(const std::string& path) {
+  std::map<std::string, nlohmann::json> out;
+  std::ifstream in(path);
+  if (!in) return out;
+  try {
+    const nlohmann::json doc = nlohmann::json::parse(in);
+    if (doc.at("version").get<int>() != kFileVersion) return {};
+    for (const auto& [key, entry] : doc.at("choices").items()) {
+      entry.at("choice").get<std::string>();  // well-formed entries only
+      out[key] = entry;
+    }
+  } catch (const std::exception&) {
+    return {};
+  }
+  return out;
+}
+
+}  // namespace
+
 void Tuner::save() {
   std::lock_guard<std::mutex> lock(mutex_);
   if (!dirty_) return;
-  nlohmann::json doc{{"version", kFileVersion}, {"choices", nlohmann::json::object()}};
-  for (const auto& [key, choice] : choices_) {
-    nlohmann::json entry{{"choice", choice}};
-    if (auto t = timings_.find(key); t != timings_.end()) entry["median_ms"] = t->second;
-    doc["choices"][key] = entry;
-  }
   std::error_code ec;
   const std::filesystem::path path(path_);
   if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path(), ec);
-  const std::string tmp = fmt::format("{}.{}.tmp", path_, ::getpid());
-  {
-    std::ofstream out(tmp);
-    out << doc.dump(1) << "\n";
-    if (!out) {
-      fmt::print(stderr, "anvil: warning: cannot write the tuning cache '{}'\n", path_);
-      std::filesystem::remove(tmp, ec);
-      return;
-    }
+  // Other sessions and processes may share the file: under an exclusive lock,
+  // merge what it holds now with this session's choices, write a temporary
+  // of our own, and rename it over the file.
+  const int lock_fd = ::open((path_ + ".lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (lock_fd >= 0) ::flock(lock_fd, LOCK_EX);
+  std::map<std::string, nlohmann::json> merged = read_choices(path_);
+  for (const auto& [key, choice] : choices_) {
+    nlohmann::json entry{{"choice", choice}};
+    if (auto t = timings_.find(key); t != timings_.end()) entry["median_ms"] = t->second;
+    merged[key] = entry;
   }
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) fmt::print(stderr, "anvil: warning: cannot write the tuning cache '{}' ({})\n", path_, ec.message());
+  nlohmann::json doc{{"version", kFileVersion}, {"choices", nlohmann::json::object()}};
+  for (auto& [key, entry] : merged) doc["choices"][key] = std::move(entry);
+  std::string tmp = path_ + ".XXXXXX";
+  const int fd = ::mkstemp(tmp.data());
+  bool written = false;
+  if (fd >= 0) {
+    // Node names need not be UTF-8: invalid bytes are replaced rather than failing the plan.
+    const std::string text = doc.dump(1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+    written = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+    written = ::close(fd) == 0 && written;
+    if (written) std::filesystem::rename(tmp, path, ec);
+    if (!written || ec) std::filesystem::remove(tmp, ec);
+    written = written && !ec;
+  }
+  if (lock_fd >= 0) ::close(lock_fd);  // releases the lock
+  if (!written) {
+    fmt::print(stderr, "anvil: warning: cannot write the tuning cache '{}'\n", path_);
+    return;  // still dirty: the next plan tries again
+  }
   dirty_ = false;
 }
 

@@ -194,24 +194,25 @@ void ModelRunner::launch(std::vector<std::shared_ptr<Request>> batch) {
     }
     int64_t at = 0;
     for (const auto& r : batch) {
-      bool ok = !error;
-      try {
-        if (error) {
-          r->promise.set_exception(error);
-        } else if (batch.size() == 1) {
-          r->promise.set_value(outputs);
-        } else {
-          std::vector<Tensor> mine;
-          for (const Tensor& t : outputs) mine.push_back(slice_rows(t, at, r->rows));
-          r->promise.set_value(std::move(mine));
+      std::exception_ptr failed = error;
+      std::vector<Tensor> mine;
+      if (!failed) {
+        try {
+          if (batch.size() == 1) {
+            mine = outputs;
+          } else {
+            for (const Tensor& t : outputs) mine.push_back(slice_rows(t, at, r->rows));
+          }
+        } catch (...) {  // slicing ran out of memory: this request fails, the others go on
+          failed = std::current_exception();
         }
-      } catch (...) {  // slicing ran out of memory: this request fails, the others go on
-        ok = false;
-        r->promise.set_exception(std::current_exception());
       }
       at += r->rows;
-      if (metrics_) metrics_->record_request(name_, ok, seconds_between(r->arrived, started),
+      // Recorded before the answer: a client that has its answer sees it counted (and no longer in flight).
+      if (metrics_) metrics_->record_request(name_, !failed, seconds_between(r->arrived, started),
                                              seconds_between(started, ended));
+      if (failed) r->promise.set_exception(failed);
+      else r->promise.set_value(std::move(mine));
     }
     // Notified under the lock: once it is released the batcher may return and
     // the runner be destroyed, so nothing of it may be touched after.

@@ -233,7 +233,7 @@ def test_concurrent_requests_are_batched_and_each_gets_its_rows(server):
     for name in ("anvil_requests_total", "anvil_request_failures_total", "anvil_queue_seconds_bucket",
                  "anvil_compute_seconds_sum", "anvil_request_rejections_total"):
         assert f'{name}{{model="add_one"' in text, name
-    assert 'anvil_requests_in_flight{model="add_one"} 0' in text  # every request above has been answered
+    assert 'anvil_requests_in_flight{model="add_one"} 0\n' in text  # every request above has been answered
 
 
 def test_a_bounded_load_with_wrk_gets_no_errors(server, tmp_path):
@@ -278,7 +278,7 @@ def test_a_full_queue_answers_503_and_sigterm_finishes_requests_in_flight(resnet
             sender = threading.Thread(target=lambda: in_flight.update(r=s.request("/v2/models/resnet18/infer", body)))
             sender.start()
             while sender.is_alive():
-                if 'anvil_requests_in_flight{model="resnet18"} 1' in s.request("/metrics")[1].decode():
+                if 'anvil_requests_in_flight{model="resnet18"} 1\n' in s.request("/metrics")[1].decode():
                     break
                 time.sleep(0.001)
             if sender.is_alive():

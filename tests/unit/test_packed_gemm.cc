@@ -169,8 +169,10 @@ TEST(VecKernels, PackedGemmPackingRoundTrips) {
 // The op kernels on oneDNN's backend (which hands the product to the packed
 // GEMM where its own would be gemm:jit) against the reference kernels, B and
 // the bias constant.
+// `packed`: the product fits the packed GEMM, which then runs it wherever
+// oneDNN's choice would not be brgemm (below AVX-512, or capped by ANVIL_MAX_ISA).
 void expect_matches_reference(const std::string& op, const std::vector<Tensor>& inputs, const ir::Attributes& a,
-                              std::string domain = "") {
+                              bool packed, std::string domain = "") {
   KernelOptions fast, ref;
   fast.backend = Backend::kDnnl;
   ref.backend = Backend::kRef;
@@ -180,6 +182,9 @@ void expect_matches_reference(const std::string& op, const std::vector<Tensor>& 
   const testing::KernelResult got = testing::run_kernel_full(op, inputs, a, fast);
   const std::vector<float> want = values<float>(testing::run_kernel(op, inputs, a, ref)[0]);
   const std::vector<float> have = values<float>(got.outputs[0]);
+  if (vector_isa() != VectorIsa::kAvx512) {
+    EXPECT_EQ(got.impl.find(":packed_gemm") != std::string::npos, packed) << op << ": " << got.impl;
+  }
   ASSERT_EQ(have.size(), want.size());
   for (size_t i = 0; i < want.size(); ++i)
     ASSERT_NEAR(have[i], want[i], 1e-4 * (1 + std::abs(want[i]))) << op << " [" << got.impl << "] at " << i;
@@ -193,17 +198,19 @@ Tensor random_tensor(Shape shape, uint32_t seed) {
 }
 
 TEST(VecKernels, MatMulWithConstantWeightsMatchesTheReference) {
-  expect_matches_reference("MatMul", {random_tensor({2, 7, 50}, 1), random_tensor({50, 33}, 2)}, {});
+  expect_matches_reference("MatMul", {random_tensor({2, 7, 50}, 1), random_tensor({50, 33}, 2)}, {}, true);
   expect_matches_reference("FusedMatMul",
                            {random_tensor({20, 64}, 3), random_tensor({64, 40}, 4), random_tensor({40}, 5),
                             random_tensor({20, 40}, 6)},
-                           attrs({{"activation", std::string("Gelu")}}), "anvil");
+                           attrs({{"activation", std::string("Gelu")}}), true, "anvil");
   expect_matches_reference("FusedMatMul", {random_tensor({9, 16}, 7), random_tensor({16, 24}, 8), random_tensor({24}, 9)},
-                           attrs({{"activation", std::string("Tanh")}}), "anvil");  // no epilogue for it: oneDNN's
+                           attrs({{"activation", std::string("Tanh")}}), false, "anvil");  // no epilogue for it
   expect_matches_reference("Gemm", {random_tensor({6, 30}, 10), random_tensor({17, 30}, 11), random_tensor({17}, 12)},
-                           attrs({{"transB", int64_t{1}}, {"alpha", 0.5f}, {"beta", 2.f}}));
+                           attrs({{"transB", int64_t{1}}, {"alpha", 0.5f}, {"beta", 2.f}}), true);
   expect_matches_reference("Gemm", {random_tensor({6, 30}, 13), random_tensor({30, 17}, 14), random_tensor({6, 17}, 15)},
-                           {});
+                           {}, true);  // C of the output's shape: the residual
+  expect_matches_reference("Gemm", {random_tensor({6, 30}, 16), random_tensor({30, 17}, 17), random_tensor({6, 1}, 18)},
+                           {}, false);  // C broadcast along N: oneDNN's
 }
 
 }  // namespace

@@ -93,6 +93,7 @@ int run(const RunArgs& a) {
     fmt::print("time: {:.3f} ms\n", ms);
   }
   fmt::print("{} cases, {} plans cached\n", a.cases.size(), session.cached_plans());
+  print_tuning(session);
   return 0;
 }
 

@@ -184,7 +184,8 @@ void add_tune_options(CLI::App& app, bool* tune, std::string* cache) {
   app.add_flag("--tune", *tune,
                "time the alternative kernels of each node when planning and keep the fastest (choices cached)");
   app.add_option("--tune-cache", *cache,
-                 "the tuning cache file (default $ANVIL_TUNE_CACHE, else ~/.cache/anvil/tune.json)")
+                 "the tuning cache file (default $ANVIL_TUNE_CACHE, else $XDG_CACHE_HOME/anvil/tune.json, "
+                 "else ~/.cache/anvil/tune.json)")
       ->needs("--tune");
 }
 

@@ -187,7 +187,7 @@ void PrimitiveKernel::execute(std::unordered_map<int, dnnl::memory>& args, void*
 
 std::optional<PixelLayout> pixel_layout(const dnnl::memory::desc& md) {
   const dnnl_memory_desc_t& d = md.data;
-  if (d.format_kind != dnnl_blocked || d.ndims != 4) return std::nullopt;
+  if (d.format_kind != dnnl_blocked || d.ndims != 4 || d.offset0 != 0) return std::nullopt;
   for (int i = 0; i < 4; ++i)
     if (d.padded_dims[i] != d.dims[i] || d.padded_offsets[i] != 0) return std::nullopt;
   const auto& b = d.format_desc.blocking;

@@ -2,11 +2,14 @@
 // with a bias, a residual sum and an activation as post-ops) and Gemm on
 // oneDNN's matmul (float32).
 //
-// One rule picks another implementation per node: where oneDNN's choice is
-// its gemm:jit sgemm (every CPU without AVX-512, for oneDNN 2.6.3), which
-// reads a constant B in the plain layout and repacks it on every call, a 2-D
-// product with a constant B runs on Anvil's packed GEMM (vec/gemm.h), B
-// packed once and shared through the session's weight cache.
+// One rule picks another implementation per node: unless oneDNN's choice is
+// one of its brgemm kernels (AVX-512 and up, which take prepacked weights),
+// that is where it would run its gemm:jit sgemm (every CPU without AVX-512,
+// for oneDNN 2.6.3), which reads a constant B in the plain layout and
+// repacks it on every call, or its reference matmul (a Gemm's C of the
+// output's shape), a 2-D product with a constant B runs on Anvil's packed
+// GEMM (vec/gemm.h), B packed once and shared through the session's weight
+// cache. `--tune` times both instead (Kernel::alternatives).
 #include <cstring>
 
 #include "kernels/dnnl/common.h"
@@ -79,7 +82,7 @@ class DnnlMatMulBase : public Kernel {
       dnnl::matmul::primitive_desc pd(desc, attr, du::engine());
       packed_gemm_fits_ = b_data && packed_gemm_fits(a, b, c);
       // The rule: the packed GEMM where oneDNN's choice is gemm:jit (see the top of the file).
-      const bool packed = ctx.choice() >= 0 ? ctx.choice() == 1 : du::impl_name(pd).rfind("dnnl:gemm:", 0) == 0;
+      const bool packed = ctx.choice() >= 0 ? ctx.choice() == 1 : du::impl_name(pd).rfind("dnnl:brg", 0) != 0;
       if (packed_gemm_fits_ && packed) return prepare_packed_gemm(ctx, a, b, c, static_cast<const float*>(b_data), b_source);
       primitive_ = dnnl::matmul(pd);
       scratchpad_md_ = pd.scratchpad_desc();
@@ -142,7 +145,7 @@ class DnnlMatMulBase : public Kernel {
       auto unpack = [g, k, n, sk, sn](const Tensor& packed, void* dst) {
         vec::unpack_gemm_b(g, packed.data<float>(), k, n, static_cast<float*>(dst), sk, sn);
       };
-      gemm_b_ = cache->get(*b_source, vec::gemm_layout_key(g), pack, unpack);
+      gemm_b_ = cache->get(*b_source, vec::gemm_layout_key(g, k, n, sk, sn), pack, unpack);
     } else {
       gemm_b_ = pack();
     }

@@ -103,8 +103,9 @@ void unpack_gemm_b(const GemmKernels& g, const float* packed, int64_t k, int64_t
   });
 }
 
-std::string gemm_layout_key(const GemmKernels& g) {
-  return "anvil-gemm nr=" + std::to_string(g.nr) + " kc=" + std::to_string(g.kc);
+std::string gemm_layout_key(const GemmKernels& g, int64_t k, int64_t n, int64_t stride_k, int64_t stride_n) {
+  return "anvil-gemm nr=" + std::to_string(g.nr) + " kc=" + std::to_string(g.kc) + " b=" + std::to_string(k) + "x" +
+         std::to_string(n) + " strides=" + std::to_string(stride_k) + "," + std::to_string(stride_n);
 }
 
 void packed_gemm(const GemmKernels& g, const GemmArgs& p) {

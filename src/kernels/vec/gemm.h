@@ -32,8 +32,9 @@ Tensor pack_gemm_b(const GemmKernels& g, const float* b, int64_t k, int64_t n, i
 // The inverse of pack_gemm_b (scale 1): writes b from the packed floats.
 void unpack_gemm_b(const GemmKernels& g, const float* packed, int64_t k, int64_t n, float* b, int64_t stride_k,
                    int64_t stride_n);
-// Identifies the packed layout of `g` in the session's weight cache.
-std::string gemm_layout_key(const GemmKernels& g);
+// Identifies, in the session's weight cache, B packed for `g` from a source
+// read as [k, n] with these strides (one tensor may be read both ways).
+std::string gemm_layout_key(const GemmKernels& g, int64_t k, int64_t n, int64_t stride_k, int64_t stride_n);
 
 struct GemmArgs {
   const float* a = nullptr;  // [m, k], rows lda apart
