@@ -29,24 +29,49 @@ void check_against_schema(const kernels::PrepareContext& ctx, const std::vector<
   }
 }
 
+// `entry`'s kernel prepared in `ctx`. Nullopt when its factory or its
+// prepare() declines (an Unsupported error, kept in `declined` when given);
+// other errors propagate.
+std::optional<PreparedKernel> try_prepare(const kernels::KernelEntry& entry, const ir::Node& node,
+                                          const std::vector<const Tensor*>& constants,
+                                          kernels::WeightCache* weights, kernels::PrepareContext& ctx,
+                                          std::exception_ptr* declined) {
+  std::unique_ptr<kernels::Kernel> kernel = entry.factory(node);
+  if (!kernel) return std::nullopt;
+  if (weights)  // a weight whose pages the session dropped is rebuilt before a kernel reads it
+    for (size_t i = 0; i < constants.size(); ++i)
+      if (constants[i] && !kernel->reads_input_packed_only(i)) weights->restore(*constants[i]);
+  try {
+    std::vector<TensorType> out = kernel->prepare(ctx);
+    for (const TensorType& t : out)
+      ANVIL_CHECK(!t.layout || ctx.blocked_outputs_allowed(), ErrorKind::kInternal,
+                  "{}: the kernel returned a {} output where only plain is allowed", node.describe(),
+                  t.layout->name());
+    check_against_schema(ctx, out);
+    return PreparedKernel{std::move(kernel), std::move(out)};
+  } catch (const Error& e) {
+    if (e.kind() != ErrorKind::kUnsupported) throw;
+    if (declined) *declined = std::current_exception();  // kept whole: a ValueNeeded must reach the planner as one
+    return std::nullopt;
+  }
+}
+
+kernels::PrepareContext make_context(const ir::Node& node, const std::vector<TensorType>& types,
+                                     const std::vector<const Tensor*>& constants, int num_threads,
+                                     kernels::WeightCache* weights, const LayoutFreedom* layouts) {
+  kernels::PrepareContext ctx(node, types, constants, num_threads, weights);
+  if (layouts) ctx.allow_blocked_layouts(layouts->inputs, layouts->outputs, layouts->incoming);
+  return ctx;
+}
+
 // The kernel `entry` prepared with alternative `choice`; nullopt when it declines.
 std::optional<PreparedKernel> prepare_choice(const kernels::KernelEntry& entry, const ir::Node& node,
                                              const std::vector<TensorType>& types,
                                              const std::vector<const Tensor*>& constants, int num_threads,
                                              kernels::WeightCache* weights, const LayoutFreedom* layouts, int choice) {
-  std::unique_ptr<kernels::Kernel> kernel = entry.factory(node);
-  if (!kernel) return std::nullopt;
-  kernels::PrepareContext ctx(node, types, constants, num_threads, weights);
-  if (layouts) ctx.allow_blocked_layouts(layouts->inputs, layouts->outputs, layouts->incoming);
+  kernels::PrepareContext ctx = make_context(node, types, constants, num_threads, weights, layouts);
   ctx.set_choice(choice);
-  try {
-    std::vector<TensorType> out = kernel->prepare(ctx);
-    check_against_schema(ctx, out);
-    return PreparedKernel{std::move(kernel), std::move(out)};
-  } catch (const Error& e) {
-    if (e.kind() != ErrorKind::kUnsupported) throw;
-    return std::nullopt;
-  }
+  return try_prepare(entry, node, constants, weights, ctx, nullptr);
 }
 
 // Where the kernel the rules chose has alternatives: the tuning cache's
@@ -98,31 +123,15 @@ PreparedKernel prepare_kernel(const ir::Node& node, const std::vector<TensorType
                               std::vector<bool>* values_read, kernels::WeightCache* weights,
                               const LayoutFreedom* layouts, Tuner* tuner) {
   auto entries = kernels::Registry::global().select(node, types);
-  kernels::PrepareContext ctx(node, types, constants, num_threads, weights);
-  if (layouts) ctx.allow_blocked_layouts(layouts->inputs, layouts->outputs, layouts->incoming);
-  std::exception_ptr declined;  // kept whole: a ValueNeeded must reach the planner as one
+  kernels::PrepareContext ctx = make_context(node, types, constants, num_threads, weights, layouts);
+  std::exception_ptr declined;
   for (const kernels::KernelEntry* entry : entries) {
     if (ref_only && entry->backend != kernels::Backend::kRef) continue;
-    std::unique_ptr<kernels::Kernel> kernel = entry->factory(node);
-    if (!kernel) continue;
-    if (weights)  // a weight whose pages the session dropped is rebuilt before a kernel reads it
-      for (size_t i = 0; i < constants.size(); ++i)
-        if (constants[i] && !kernel->reads_input_packed_only(i)) weights->restore(*constants[i]);
-    try {
-      std::vector<TensorType> out = kernel->prepare(ctx);
-      for (const TensorType& t : out)
-        ANVIL_CHECK(!t.layout || ctx.blocked_outputs_allowed(), ErrorKind::kInternal,
-                    "{}: the kernel returned a {} output where only plain is allowed", node.describe(),
-                    t.layout->name());
-      if (values_read) *values_read = ctx.values_read();
-      check_against_schema(ctx, out);
-      PreparedKernel prepared{std::move(kernel), std::move(out)};
-      if (tuner) return tune(std::move(prepared), *entry, node, types, constants, num_threads, weights, layouts, *tuner);
-      return prepared;
-    } catch (const Error& e) {
-      if (e.kind() != ErrorKind::kUnsupported) throw;
-      declined = std::current_exception();  // try the next backend
-    }
+    std::optional<PreparedKernel> prepared = try_prepare(*entry, node, constants, weights, ctx, &declined);
+    if (!prepared) continue;  // try the next backend
+    if (values_read) *values_read = ctx.values_read();
+    if (tuner) return tune(std::move(*prepared), *entry, node, types, constants, num_threads, weights, layouts, *tuner);
+    return std::move(*prepared);
   }
   if (declined) std::rethrow_exception(declined);
   fail(ErrorKind::kUnsupported, "{}: no kernel accepts this node", node.describe());

@@ -36,20 +36,35 @@ std::string cpu_id() {
   return fmt::format("{} / {} / oneDNN {}", cpu.model_name, vector_isa_name(vector_isa()), dnnl_isa_name());
 }
 
-}  // namespace
-
-Tuner::Tuner(std::string cache_path, std::string model_id)
-    : path_(std::move(cache_path)), model_id_(std::move(model_id)), cpu_id_(cpu_id()) {
-  std::ifstream in(path_);
-  if (!in) return;  // no file yet
+// The entries of a cache file by key: none when it is missing, and none, with
+// `error` set, when it is malformed (any entry without a "choice" string).
+std::map<std::string, nlohmann::json> read_choices(const std::string& path, std::string* error) {
+  std::map<std::string, nlohmann::json> out;
+  std::ifstream in(path);
+  if (!in) return out;  // no file yet
   try {
     const nlohmann::json doc = nlohmann::json::parse(in);
     if (const int v = doc.at("version").get<int>(); v != kFileVersion)
       throw std::runtime_error(fmt::format("version {}; this Anvil writes version {}", v, kFileVersion));
-    for (const auto& [key, entry] : doc.at("choices").items()) choices_[key] = entry.at("choice").get<std::string>();
+    for (const auto& [key, entry] : doc.at("choices").items()) {
+      entry.at("choice").get<std::string>();
+      out[key] = entry;
+    }
   } catch (const std::exception& e) {
-    fmt::print(stderr, "anvil: warning: ignoring the tuning cache '{}' ({}); it will be rewritten\n", path_, e.what());
-    choices_.clear();
+    if (error) *error = e.what();
+    return {};
+  }
+  return out;
+}
+
+}  // namespace
+
+Tuner::Tuner(std::string cache_path, std::string model_id)
+    : path_(std::move(cache_path)), model_id_(std::move(model_id)), cpu_id_(cpu_id()) {
+  std::string error;
+  for (const auto& [key, entry] : read_choices(path_, &error)) choices_[key] = entry.at("choice").get<std::string>();
+  if (!error.empty()) {
+    fmt::print(stderr, "anvil: warning: ignoring the tuning cache '{}' ({}); it will be rewritten\n", path_, error);
     dirty_ = true;
   }
 }
@@ -97,28 +112,6 @@ size_t Tuner::cached_nodes() const {
   return cached_hits_;
 }
 
-namespace {
-
-// The choices in a cache file; empty when it is missing or unreadable.
-std::map<std::string, nlohmann::json> read_choices(const std::string& path) {
-  std::map<std::string, nlohmann::json> out;
-  std::ifstream in(path);
-  if (!in) return out;
-  try {
-    const nlohmann::json doc = nlohmann::json::parse(in);
-    if (doc.at("version").get<int>() != kFileVersion) return {};
-    for (const auto& [key, entry] : doc.at("choices").items()) {
-      entry.at("choice").get<std::string>();  // well-formed entries only
-      out[key] = entry;
-    }
-  } catch (const std::exception&) {
-    return {};
-  }
-  return out;
-}
-
-}  // namespace
-
 void Tuner::save() {
   std::lock_guard<std::mutex> lock(mutex_);
   if (!dirty_) return;
@@ -130,7 +123,7 @@ void Tuner::save() {
   // of our own, and rename it over the file.
   const int lock_fd = ::open((path_ + ".lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   if (lock_fd >= 0) ::flock(lock_fd, LOCK_EX);
-  std::map<std::string, nlohmann::json> merged = read_choices(path_);
+  std::map<std::string, nlohmann::json> merged = read_choices(path_, nullptr);
   for (const auto& [key, choice] : choices_) {
     nlohmann::json entry{{"choice", choice}};
     if (auto t = timings_.find(key); t != timings_.end()) entry["median_ms"] = t->second;
