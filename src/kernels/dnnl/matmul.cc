@@ -57,7 +57,7 @@ class DnnlMatMulBase : public Kernel {
     std::unordered_map<int, memory> args;
     args[DNNL_ARG_SRC] = du::wrap(src_md_, ctx.in(0).raw());
     args[DNNL_ARG_WEIGHTS] = packed_b_ ? packed_.memory : du::wrap(weights_md_, ctx.in(1).raw());
-    if (has_bias_) args[DNNL_ARG_BIAS] = bias_const_.empty() ? du::wrap(bias_md_, ctx.in(2).raw()) : du::wrap(bias_md_, bias_const_.raw());
+    if (has_bias_) args[DNNL_ARG_BIAS] = du::wrap(bias_md_, bias_data(ctx));
     args[DNNL_ARG_DST] = du::wrap(dst_md_, ctx.out(0).raw());
     if (scratch_) args[DNNL_ARG_SCRATCHPAD] = du::wrap(scratchpad_md_, ctx.scratch);
     primitive_.execute(du::stream(), args);
@@ -106,6 +106,9 @@ class DnnlMatMulBase : public Kernel {
     epilogue_.alpha = alpha;
     epilogue_.beta = beta;
   }
+
+  // The bias: input 2, or its copy scaled by Gemm's beta at prepare().
+  const void* bias_data(const RunContext& ctx) const { return bias_const_.empty() ? ctx.in(2).raw() : bias_const_.raw(); }
 
   dnnl::primitive primitive_;
   dnnl::post_ops post_ops_;
@@ -164,7 +167,7 @@ class DnnlMatMulBase : public Kernel {
     vec::GemmArgs args = gemm_;
     args.a = ctx.in(0).data<float>();
     args.b_packed = gemm_b_.data<float>();
-    const float* bias = !has_bias_ ? nullptr : bias_const_.empty() ? ctx.in(2).data<float>() : bias_const_.data<float>();
+    const float* bias = has_bias_ ? static_cast<const float*>(bias_data(ctx)) : nullptr;
     args.bias = gemm_bias_ == GemmInput::kBias ? bias : nullptr;
     args.residual = has_sum_ ? ctx.in(3).data<float>() : gemm_bias_ == GemmInput::kResidual ? bias : nullptr;
     args.c = ctx.out(0).data<float>();

@@ -74,11 +74,11 @@ class DnnlPool : public Kernel {
         dnnl::pooling_v2_forward::primitive_desc blocked = make_pd(du::blocked_desc(x), du::blocked_desc(y));
         if (is_jit(blocked)) pd = blocked;
       }
-      primitive_ = dnnl::pooling_v2_forward(*pd);
       scratchpad_md_ = pd->scratchpad_desc();
       scratch_ = io_.init(ctx, src_md_, pd->src_desc(), dst_md_, pd->dst_desc(), scratchpad_md_.get_size());
       impl_ = du::impl_name(*pd);
       if (op_ == "MaxPool" && io_.planned && x.size() == 4) prepare_own_max_pool(ctx, *pd, x, y, g);
+      if (!own_max_) primitive_ = dnnl::pooling_v2_forward(*pd);  // not compiled for a node Anvil's loop runs
     } catch (const dnnl::error& e) {
       ctx.fail(ErrorKind::kUnsupported, "oneDNN has no pooling for this case ({})", e.what());
     }
