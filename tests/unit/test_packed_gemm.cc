@@ -6,6 +6,7 @@
 // the oneDNN matmul on gemm:jit, and so the op kernels on the packed GEMM, on
 // AVX-512 machines too.
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <cmath>
 #include <random>
@@ -56,14 +57,34 @@ struct Product {
   bool bias = false, residual = false, in_place = false;
   GemmActivation act = GemmActivation::kNone;
   float alpha = 0, beta = 0;
+  // kernels::vec::gemm (both operands packed per run) instead of packed_gemm,
+  // with A stored as [k, m] and B as [n, k] when transposed.
+  bool unpacked = false, trans_a = false, trans_b = false;
 };
+
+// `logical` [rows, cols] as stored: itself, or its transpose.
+std::vector<float> stored(const std::vector<float>& logical, int64_t rows, int64_t cols, bool transposed) {
+  if (!transposed) return logical;
+  std::vector<float> t(logical.size());
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < cols; ++j) t[j * rows + i] = logical[i * cols + j];
+  return t;
+}
+
+void run_packed(const GemmKernels& g, const Product& p, const std::vector<float>& a, const std::vector<float>& b,
+                const std::vector<float>& bias, const std::vector<float>& residual, std::vector<float>& c,
+                int64_t ldc);
+void expect_product(const Product& p, const std::vector<float>& a, const std::vector<float>& b,
+                    const std::vector<float>& bias, const std::vector<float>& residual, const std::vector<float>& c,
+                    int64_t ldc);
 
 // Runs one product on `g` and checks every element against double precision:
 // the error bound scales with the sum of |a * b| terms (float accumulation).
 void check_product(const GemmKernels& g, const Product& p, uint32_t seed) {
   SCOPED_TRACE(::testing::Message() << p.m << "x" << p.k << "x" << p.n << " act " << static_cast<int>(p.act)
                                     << (p.bias ? " bias" : "") << (p.residual ? " residual" : "")
-                                    << (p.in_place ? " in place" : ""));
+                                    << (p.in_place ? " in place" : "") << (p.unpacked ? " unpacked" : "")
+                                    << (p.trans_a ? " A^T" : "") << (p.trans_b ? " B^T" : ""));
   const int64_t ldc = p.n + 3;  // rows of C apart by more than N, as a view would be
   const std::vector<float> a = uniform_values(static_cast<size_t>(p.m * p.k), seed);
   const std::vector<float> b = uniform_values(static_cast<size_t>(p.k * p.n), seed + 1);
@@ -71,6 +92,29 @@ void check_product(const GemmKernels& g, const Product& p, uint32_t seed) {
   const std::vector<float> residual = uniform_values(static_cast<size_t>(p.m * ldc), seed + 3, -2.f, 2.f);
   std::vector<float> c(static_cast<size_t>(p.m * ldc), std::nanf(""));
   if (p.in_place) c = residual;
+  if (p.unpacked) {
+    const std::vector<float> a_stored = stored(a, p.m, p.k, p.trans_a), b_stored = stored(b, p.k, p.n, p.trans_b);
+    kernels::vec::GemmProduct product;
+    product.a = {a_stored.data(), p.trans_a ? 1 : p.k, p.trans_a ? p.m : 1};
+    product.b = {b_stored.data(), p.trans_b ? 1 : p.n, p.trans_b ? p.k : 1};
+    product.m = p.m;
+    product.k = p.k;
+    product.n = p.n;
+    product.bias = p.bias ? bias.data() : nullptr;
+    product.residual = p.in_place ? c.data() : p.residual ? residual.data() : nullptr;
+    product.c = c.data();
+    product.ldc = ldc;
+    product.epilogue = {p.act, p.alpha, p.beta};
+    kernels::vec::gemm(g, product);
+  } else {
+    run_packed(g, p, a, b, bias, residual, c, ldc);
+  }
+  expect_product(p, a, b, bias, residual, c, ldc);
+}
+
+void run_packed(const GemmKernels& g, const Product& p, const std::vector<float>& a, const std::vector<float>& b,
+                const std::vector<float>& bias, const std::vector<float>& residual, std::vector<float>& c,
+                int64_t ldc) {
   const Tensor packed = kernels::vec::pack_gemm_b(g, b.data(), p.k, p.n, p.n, 1);
   GemmArgs args;
   args.a = a.data();
@@ -85,6 +129,13 @@ void check_product(const GemmKernels& g, const Product& p, uint32_t seed) {
   args.ldc = ldc;
   args.epilogue = {p.act, p.alpha, p.beta};
   kernels::vec::packed_gemm(g, args);
+}
+
+// C against the product in double: the error bound scales with the sum of
+// |a * b| terms (float accumulation).
+void expect_product(const Product& p, const std::vector<float>& a, const std::vector<float>& b,
+                    const std::vector<float>& bias, const std::vector<float>& residual, const std::vector<float>& c,
+                    int64_t ldc) {
   int failures = 0;
   for (int64_t i = 0; i < p.m && failures < 5; ++i)
     for (int64_t j = 0; j < p.n && failures < 5; ++j) {
@@ -117,6 +168,33 @@ TEST(VecKernels, PackedGemmShapesAndTails) {
     uint32_t seed = 1;
     for (const Product& p : shapes) check_product(g, p, seed += 10);
   }
+}
+
+// Both operands packed per run (training's products): every transposition,
+// tails, the k-ranges a large B is packed in, and K split between threads.
+TEST(VecKernels, UnpackedGemmLayoutsAndPaths) {
+  const int saved_threads = omp_get_max_threads();
+  omp_set_num_threads(2);  // the split-K path needs a team of two, also on one core
+  for (VectorIsa isa : supported_vector_isas()) {
+    SCOPED_TRACE(vector_isa_name(isa));
+    const GemmKernels& g = kernels::vec::vec_kernels_for(isa).gemm;
+    uint32_t seed = 500;
+    for (bool ta : {false, true})
+      for (bool tb : {false, true}) {
+        for (Product p : {Product{1, 1, 1}, Product{13, 300, 33}, Product{130, 70, 200}, Product{7, 2, 129}}) {
+          p.unpacked = true;
+          p.trans_a = ta;
+          p.trans_b = tb;
+          check_product(g, p, seed += 10);
+        }
+        // K far larger than M and N: threads split K and sum their parts (with the epilogue after).
+        check_product(g, {14, 1100, 19, true, true, false, GemmActivation::kRelu, 0, 0, true, ta, tb}, seed += 10);
+        // B wider than one thread's packing budget: packed a k-range at a time.
+        check_product(g, {20, 1100, 1040, false, false, true, GemmActivation::kNone, 0, 0, true, ta, tb}, seed += 10);
+      }
+    check_product(g, {6, 0, 9, true, true, false, GemmActivation::kRelu, 0, 0, true}, seed += 10);  // K = 0
+  }
+  omp_set_num_threads(saved_threads);
 }
 
 TEST(VecKernels, PackedGemmEpilogues) {
@@ -211,6 +289,36 @@ TEST(VecKernels, MatMulWithConstantWeightsMatchesTheReference) {
                            {}, true);  // C of the output's shape: the residual
   expect_matches_reference("Gemm", {random_tensor({6, 30}, 16), random_tensor({30, 17}, 17), random_tensor({6, 1}, 18)},
                            {}, false);  // C broadcast along N: oneDNN's
+}
+
+// Gemm and MatMul with both operands known only at run time (as in
+// training): Anvil's GEMM, packing per run, from M of one row tile up.
+TEST(VecKernels, GemmOfRunTimeOperandsMatchesTheReference) {
+  const int mr = kernels::vec::vec_kernels().gemm.mr;
+  auto check = [&](const std::string& op, const std::vector<Tensor>& inputs, const ir::Attributes& a, bool anvil) {
+    KernelOptions fast, ref;
+    fast.backend = Backend::kDnnl;
+    ref.backend = Backend::kRef;
+    const testing::KernelResult got = testing::run_kernel_full(op, inputs, a, fast);
+    const std::vector<float> want = values<float>(testing::run_kernel(op, inputs, a, ref)[0]);
+    const std::vector<float> have = values<float>(got.outputs[0]);
+    if (vector_isa() != VectorIsa::kAvx512) {
+      const bool ran_anvil = got.impl.rfind("vec:", 0) == 0 && got.impl.find(":gemm") != std::string::npos;
+      EXPECT_EQ(ran_anvil, anvil) << op << ": " << got.impl;
+    }
+    ASSERT_EQ(have.size(), want.size());
+    for (size_t i = 0; i < want.size(); ++i)
+      ASSERT_NEAR(have[i], want[i], 1e-4 * (1 + std::abs(want[i]))) << op << " [" << got.impl << "] at " << i;
+  };
+  // A weight gradient (A transposed, K the batch), an input gradient and a forward product with its bias.
+  check("Gemm", {random_tensor({300, 20}, 20), random_tensor({300, 33}, 21)}, attrs({{"transA", int64_t{1}}}), true);
+  check("Gemm", {random_tensor({40, 17}, 22), random_tensor({17, 50}, 23)}, {}, true);
+  check("Gemm", {random_tensor({25, 30}, 24), random_tensor({17, 30}, 25), random_tensor({17}, 26)},
+        attrs({{"transB", int64_t{1}}}), true);
+  check("MatMul", {random_tensor({31, 64}, 27), random_tensor({64, 9}, 28)}, {}, true);
+  // Fewer rows than one tile: oneDNN's.
+  check("Gemm", {random_tensor({300, mr - 1}, 29), random_tensor({300, 40}, 30)}, attrs({{"transA", int64_t{1}}}),
+        false);
 }
 
 }  // namespace

@@ -7,9 +7,11 @@
 // that is where it would run its gemm:jit sgemm (every CPU without AVX-512,
 // for oneDNN 2.6.3), which reads a constant B in the plain layout and
 // repacks it on every call, or its reference matmul (a Gemm's C of the
-// output's shape), a 2-D product with a constant B runs on Anvil's packed
-// GEMM (vec/gemm.h), B packed once and shared through the session's weight
-// cache. `--tune` times both instead (Kernel::alternatives).
+// output's shape), a 2-D product runs on Anvil's GEMM (vec/gemm.h): a
+// constant B packed once and shared through the session's weight cache, or
+// operands known only at run time (training's products and gradients, A or
+// B transposed) packed per run, from M of one row tile up. `--tune` times
+// both instead (Kernel::alternatives).
 #include <cstring>
 
 #include "kernels/dnnl/common.h"
@@ -46,12 +48,12 @@ class DnnlMatMulBase : public Kernel {
 
   int inplace_input() const override { return has_sum_ ? 3 : -1; }
   std::vector<std::string> alternatives() const override {
-    if (!packed_gemm_fits_) return {};
-    return {"dnnl", "packed_gemm"};
+    if (!anvil_gemm_fits_) return {};
+    return {"dnnl", prepacked_b_ ? "packed_gemm" : "gemm"};
   }
 
   void run(const RunContext& ctx) const override {
-    if (packed_gemm_) return run_packed_gemm(ctx);
+    if (anvil_gemm_) return prepacked_b_ ? run_packed_gemm(ctx) : run_gemm(ctx);
     if (has_sum_ && ctx.in(3).raw() != ctx.out(0).raw())  // the sum post-op adds to what dst holds
       std::memcpy(ctx.out(0).raw(), ctx.in(3).raw(), ctx.out(0).nbytes());
     std::unordered_map<int, memory> args;
@@ -80,10 +82,21 @@ class DnnlMatMulBase : public Kernel {
       dnnl::primitive_attr attr = du::user_scratchpad_attr();
       if (post_ops_.len() > 0) attr.set_post_ops(post_ops_);
       dnnl::matmul::primitive_desc pd(desc, attr, du::engine());
-      packed_gemm_fits_ = b_data && packed_gemm_fits(a, b, c);
-      // The rule: the packed GEMM where oneDNN's choice is gemm:jit (see the top of the file).
-      const bool packed = ctx.choice() >= 0 ? ctx.choice() == 1 : du::impl_name(pd).rfind("dnnl:brg", 0) != 0;
-      if (packed_gemm_fits_ && packed) return prepare_packed_gemm(ctx, a, b, c, static_cast<const float*>(b_data), b_source);
+      // A constant B is packed once, for A read in place; B known only at
+      // run time is packed per run (A too where its rows are not contiguous).
+      prepacked_b_ = b_data != nullptr;
+      anvil_gemm_fits_ = anvil_gemm_fits(a, b, c) && (!prepacked_b_ || a.strides[1] == 1);
+      // Packing per run pays off from a full row tile on (a weight gradient
+      // with two classes, M = 2, ran twice as long as oneDNN's).
+      const bool gemm_rule = prepacked_b_ || a.dims[0] >= vec::vec_kernels().gemm.mr;
+      // The rule: Anvil's GEMM where oneDNN's choice is gemm:jit (see the top of the file).
+      const bool anvil =
+          ctx.choice() >= 0 ? ctx.choice() == 1 : gemm_rule && du::impl_name(pd).rfind("dnnl:brg", 0) != 0;
+      if (anvil_gemm_fits_ && anvil) {
+        set_gemm_shape(a, b, c);
+        if (prepacked_b_) prepare_packed_gemm(ctx, b, static_cast<const float*>(b_data), b_source);
+        return;
+      }
       primitive_ = dnnl::matmul(pd);
       scratchpad_md_ = pd.scratchpad_desc();
       scratch_ = scratchpad_md_.get_size();
@@ -122,11 +135,11 @@ class DnnlMatMulBase : public Kernel {
   std::string impl_;
 
  private:
-  // Whether the packed GEMM has the shape and the epilogue for the product:
-  // 2-D, A with contiguous rows, a bias along N (or a C of the output's shape,
-  // as a residual) and a vectorized activation.
-  bool packed_gemm_fits(const Operand& a, const Operand& b, const Operand& c) {
-    if (a.dims.size() != 2 || a.strides[1] != 1 || c.strides[1] != 1 || !vec::gemm_activation(activation_)) return false;
+  // Whether Anvil's GEMM has the shape and the epilogue for the product:
+  // 2-D, C with contiguous rows, a bias along N (or a C of the output's
+  // shape, as a residual) and a vectorized activation.
+  bool anvil_gemm_fits(const Operand& a, const Operand& b, const Operand& c) {
+    if (a.dims.size() != 2 || c.strides[1] != 1 || !vec::gemm_activation(activation_)) return false;
     if (!has_bias_) return true;
     const memory::dims bias = bias_md_.dims();
     const int64_t m = a.dims[0], n = b.dims[1];
@@ -136,10 +149,23 @@ class DnnlMatMulBase : public Kernel {
     return true;
   }
 
-  // Takes the product onto the packed GEMM (packed_gemm_fits said it can).
-  void prepare_packed_gemm(const PrepareContext& ctx, const Operand& a, const Operand& b, const Operand& c,
-                           const float* b_data, const Tensor* b_source) {
-    const int64_t m = a.dims[0], k = a.dims[1], n = b.dims[1];
+  // Takes the product onto Anvil's GEMM (anvil_gemm_fits said it can).
+  void set_gemm_shape(const Operand& a, const Operand& b, const Operand& c) {
+    gemm_.a = {nullptr, a.strides[0], a.strides[1]};
+    gemm_.b = {nullptr, b.strides[0], b.strides[1]};
+    gemm_.ldc = c.strides[0];
+    gemm_.m = a.dims[0];
+    gemm_.k = a.dims[1];
+    gemm_.n = b.dims[1];
+    epilogue_.activation = *vec::gemm_activation(activation_);
+    gemm_.epilogue = epilogue_;
+    anvil_gemm_ = true;
+    impl_ = std::string(vec::vec_impl_name()) + (prepacked_b_ ? ":packed_gemm" : ":gemm");
+  }
+
+  // Packs the constant B once, shared through the session's weight cache.
+  void prepare_packed_gemm(const PrepareContext& ctx, const Operand& b, const float* b_data, const Tensor* b_source) {
+    const int64_t k = gemm_.k, n = gemm_.n;
     const vec::GemmKernels& g = vec::vec_kernels().gemm;
     const int64_t sk = b.strides[0], sn = b.strides[1];
     auto pack = [&] { return vec::pack_gemm_b(g, b_data, k, n, sk, sn); };
@@ -152,32 +178,43 @@ class DnnlMatMulBase : public Kernel {
     } else {
       gemm_b_ = pack();
     }
-    gemm_.lda = a.strides[0];
-    gemm_.ldc = c.strides[0];
-    gemm_.m = m;
-    gemm_.k = k;
-    gemm_.n = n;
-    epilogue_.activation = *vec::gemm_activation(activation_);
-    gemm_.epilogue = epilogue_;
-    packed_gemm_ = true;
-    impl_ = std::string(vec::vec_impl_name()) + ":packed_gemm";
   }
 
   void run_packed_gemm(const RunContext& ctx) const {
-    vec::GemmArgs args = gemm_;
+    vec::GemmArgs args;
     args.a = ctx.in(0).data<float>();
+    args.lda = gemm_.a.row_stride;
+    args.m = gemm_.m;
+    args.k = gemm_.k;
+    args.n = gemm_.n;
     args.b_packed = gemm_b_.data<float>();
+    set_gemm_outputs(ctx, args);
+    vec::packed_gemm(vec::vec_kernels().gemm, args);
+  }
+
+  void run_gemm(const RunContext& ctx) const {
+    vec::GemmProduct product = gemm_;
+    product.a.data = ctx.in(0).data<float>();
+    product.b.data = ctx.in(1).data<float>();
+    set_gemm_outputs(ctx, product);
+    vec::gemm(vec::vec_kernels().gemm, product);
+  }
+
+  // The bias, residual, C and epilogue of a run (GemmArgs or GemmProduct).
+  template <typename Args>
+  void set_gemm_outputs(const RunContext& ctx, Args& args) const {
     const float* bias = has_bias_ ? static_cast<const float*>(bias_data(ctx)) : nullptr;
     args.bias = gemm_bias_ == GemmInput::kBias ? bias : nullptr;
     args.residual = has_sum_ ? ctx.in(3).data<float>() : gemm_bias_ == GemmInput::kResidual ? bias : nullptr;
     args.c = ctx.out(0).data<float>();
-    vec::packed_gemm(vec::vec_kernels().gemm, args);
+    args.ldc = gemm_.ldc;
+    args.epilogue = gemm_.epilogue;
   }
 
-  enum class GemmInput { kNone, kBias, kResidual };  // what the bias input is to the packed GEMM
-  bool packed_gemm_ = false, packed_gemm_fits_ = false;
+  enum class GemmInput { kNone, kBias, kResidual };  // what the bias input is to Anvil's GEMM
+  bool anvil_gemm_ = false, anvil_gemm_fits_ = false, prepacked_b_ = false;
   Tensor gemm_b_;
-  vec::GemmArgs gemm_;  // the shape; pointers are set per run
+  vec::GemmProduct gemm_;  // the shape and strides; pointers are set per run
   GemmInput gemm_bias_ = GemmInput::kNone;
   std::string activation_;
   vec::GemmEpilogue epilogue_;

@@ -24,6 +24,7 @@ class ReluGradKernel : public Kernel {
                         shape_str(ctx.input_shape(1)));
     return ctx.output_types();
   }
+  int inplace_input() const override { return 0; }  // dx over dy: a 100 MB gradient is not written anew
 
   void run(const RunContext& ctx) const override {
     const float* dy = ctx.in(0).data<float>();

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "core/checked.h"
 
@@ -63,13 +64,175 @@ void gemm_part(const GemmKernels& g, const GemmArgs& p, int64_t r0, int64_t r1, 
 }
 
 // K = 0: C is the bias, the residual and the activation alone.
-void empty_product(const GemmKernels& g, const GemmArgs& p) {
-  for (int64_t i = 0; i < p.m; ++i) {
-    float* row = p.c + i * p.ldc;
-    if (!p.residual) std::memset(row, 0, static_cast<size_t>(p.n) * sizeof(float));
-    else if (p.residual != p.c) std::memcpy(row, p.residual + i * p.ldc, static_cast<size_t>(p.n) * sizeof(float));
+void empty_product(const GemmKernels& g, float* c, int64_t ldc, int64_t m, int64_t n, const float* bias,
+                   const float* residual, const GemmEpilogue& epilogue) {
+  for (int64_t i = 0; i < m; ++i) {
+    float* row = c + i * ldc;
+    if (!residual) std::memset(row, 0, static_cast<size_t>(n) * sizeof(float));
+    else if (residual != c) std::memcpy(row, residual + i * ldc, static_cast<size_t>(n) * sizeof(float));
   }
-  g.epilogue(p.c, p.ldc, p.m, p.n, p.bias, p.epilogue);
+  g.epilogue(c, ldc, m, n, bias, epilogue);
+}
+
+// Calls part(r0, r1, p0, p1) on each thread of the team with its share of C:
+// rows [r0, r1) and panels [p0, p1).
+template <typename Part>
+void in_thread_parts(const GemmKernels& g, int64_t m, int64_t k, int64_t n, Part part) {
+  const int64_t panels = ceil_div(n, g.nr), row_tiles = ceil_div(m, g.mr);
+  const bool parallel = m * n * k >= kMinParallelFlops && panels * row_tiles > 1;
+#pragma omp parallel if (parallel)
+  {
+    const int t = omp_get_thread_num(), threads = omp_get_num_threads();
+    // Split the panels while every thread gets a few: each then reads only its
+    // part of B, and A (small next to B in inference) is shared in L3.
+    if (panels >= 4 * threads || panels >= row_tiles) {
+      const auto [p0, p1] = share(panels, t, threads);
+      part(0, m, p0, p1);
+    } else {
+      const auto [t0, t1] = share(row_tiles, t, threads);
+      part(t0 * g.mr, std::min(m, t1 * g.mr), 0, panels);
+    }
+  }
+}
+
+// ------------------------------------------------ both operands packed per run
+
+constexpr int64_t kGemmPackBudget = 512 * 1024;  // floats of B one thread packs at a time (2 MiB: its L2 and L3 share)
+
+// A thread's packing buffers, kept across runs (OpenMP's threads persist).
+struct PackBuffers {
+  std::vector<float> b, a, c;  // c: a thread's partial C when threads split K
+};
+PackBuffers& pack_buffers() {
+  thread_local PackBuffers buffers;
+  return buffers;
+}
+
+// B's rows [k0, k0 + rows) and panels [p0, p1) in the packed layout: per
+// panel, `rows` rows of g.nr floats, columns past n zero.
+void pack_b_rows(const GemmKernels& g, const GemmMatrix& b, int64_t n, int64_t k0, int64_t rows, int64_t p0, int64_t p1,
+                 float* out) {
+  for (int64_t panel = p0; panel < p1; ++panel, out += rows * g.nr) {
+    const int64_t j0 = panel * g.nr, cols = std::min<int64_t>(g.nr, n - j0);
+    const float* src = b.data + k0 * b.row_stride + j0 * b.col_stride;
+    if (b.col_stride == 1) {  // rows of the panel are contiguous in B
+      for (int64_t i = 0; i < rows; ++i) {
+        std::memcpy(out + i * g.nr, src + i * b.row_stride, static_cast<size_t>(cols) * sizeof(float));
+        std::fill(out + i * g.nr + cols, out + (i + 1) * g.nr, 0.f);
+      }
+      continue;
+    }
+    if (b.row_stride == 1) {  // B transposed: the panel's columns are rows of the source
+      g.transpose32(reinterpret_cast<const uint32_t*>(src), b.col_stride, reinterpret_cast<uint32_t*>(out), g.nr, cols,
+                    rows);
+      for (int64_t i = 0; i < rows; ++i) std::fill(out + i * g.nr + cols, out + (i + 1) * g.nr, 0.f);
+      continue;
+    }
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t j = 0; j < g.nr; ++j) out[i * g.nr + j] = j < cols ? src[i * b.row_stride + j * b.col_stride] : 0.f;
+  }
+}
+
+// A's rows [i0, i1) and columns [k0, k0 + kc) as row tiles of g.mr rows:
+// per tile, kc steps of g.mr floats (rows past i1 left unset: never read).
+void pack_a_block(const GemmKernels& g, const GemmMatrix& a, int64_t i0, int64_t i1, int64_t k0, int64_t kc,
+                  float* out) {
+  if (a.row_stride == 1) {  // A transposed: the block's rows at one k are contiguous; read them a k at a time
+    for (int64_t kk = 0; kk < kc; ++kk) {
+      const float* src = a.data + (k0 + kk) * a.col_stride;
+      for (int64_t i = i0, tile = 0; i < i1; i += g.mr, ++tile) {
+        float* dst = out + tile * kc * g.mr + kk * g.mr;
+        for (int64_t r = 0; r < std::min<int64_t>(g.mr, i1 - i); ++r) dst[r] = src[i + r];
+      }
+    }
+    return;
+  }
+  for (int64_t i = i0; i < i1; i += g.mr, out += kc * g.mr) {
+    const int64_t rows = std::min<int64_t>(g.mr, i1 - i);
+    const float* src = a.data + i * a.row_stride + k0 * a.col_stride;
+    for (int64_t kk = 0; kk < kc; ++kk)
+      for (int64_t r = 0; r < rows; ++r) out[kk * g.mr + r] = src[kk * a.col_stride + r * a.row_stride];
+  }
+}
+
+// C's rows [r0, r1) and panels [p0, p1): B packed a k-range at a time, then
+// every A block of the rows against it, a k-block at a time.
+void gemm_part_packing(const GemmKernels& g, const GemmProduct& p, int64_t r0, int64_t r1, int64_t p0, int64_t p1) {
+  const int64_t width = (p1 - p0) * g.nr;
+  const int64_t block_rows = kBlockRows / g.mr * g.mr;
+  const int64_t k_range = p.k * width <= kGemmPackBudget ? p.k : std::max<int64_t>(1, kGemmPackBudget / width / g.kc) * g.kc;
+  const bool pack_a = p.a.col_stride != 1;
+  PackBuffers& buffers = pack_buffers();
+  buffers.b.resize(static_cast<size_t>(std::min(k_range, p.k) * width));
+  if (pack_a) buffers.a.resize(static_cast<size_t>(block_rows * g.kc));
+  const bool epilogue = p.bias || p.epilogue.activation != GemmActivation::kNone;
+  for (int64_t kr = 0; kr < p.k; kr += k_range) {
+    const int64_t kr_end = std::min(p.k, kr + k_range);
+    for (int64_t k0 = kr; k0 < kr_end; k0 += g.kc)
+      pack_b_rows(g, p.b, p.n, k0, std::min<int64_t>(g.kc, kr_end - k0), p0, p1, buffers.b.data() + (k0 - kr) * width);
+    for (int64_t i0 = r0; i0 < r1; i0 += block_rows) {
+      const int64_t i1 = std::min(r1, i0 + block_rows);
+      for (int64_t k0 = kr; k0 < kr_end; k0 += g.kc) {
+        const int64_t kc = std::min<int64_t>(g.kc, kr_end - k0);
+        const bool last = k0 + kc == p.k;
+        if (pack_a) pack_a_block(g, p.a, i0, i1, k0, kc, buffers.a.data());
+        const float* block = buffers.b.data() + (k0 - kr) * width;
+        for (int64_t panel = p0; panel < p1; ++panel) {
+          const int64_t j = panel * g.nr;
+          const int n = static_cast<int>(std::min<int64_t>(g.nr, p.n - j));
+          const float* b = block + (panel - p0) * kc * g.nr;
+          for (int64_t i = i0; i < i1; i += g.mr) {
+            const int m = static_cast<int>(std::min<int64_t>(g.mr, i1 - i));
+            float* c = p.c + i * p.ldc + j;
+            const float* init = k0 > 0 ? c : p.residual ? p.residual + i * p.ldc + j : nullptr;
+            if (pack_a) g.tile_packed_a(buffers.a.data() + (i - i0) * kc, b, kc, init, c, p.ldc, m, n);
+            else g.tile(p.a.data + i * p.a.row_stride + k0, p.a.row_stride, b, kc, init, c, p.ldc, m, n);
+            if (last && epilogue) g.epilogue(c, p.ldc, m, n, p.bias ? p.bias + j : nullptr, p.epilogue);
+          }
+        }
+      }
+    }
+  }
+}
+
+// K much larger than M and N (training's weight gradients, K the batch):
+// each thread takes a k-range, so each packs only its own parts of A and B,
+// into C (thread 0) or a buffer of its own; then the rows are summed, and the
+// epilogue applied, in parallel.
+void gemm_split_k(const GemmKernels& g, const GemmProduct& p) {
+  std::vector<float*> partials(static_cast<size_t>(omp_get_max_threads()));
+  const int64_t k_blocks = ceil_div(p.k, g.kc), panels = ceil_div(p.n, g.nr);
+#pragma omp parallel
+  {
+    const int t = omp_get_thread_num(), threads = omp_get_num_threads();
+    const auto [b0, b1] = share(k_blocks, t, threads);
+    GemmProduct part = p;
+    part.k = std::min(p.k, b1 * g.kc) - b0 * g.kc;
+    part.a.data += b0 * g.kc * p.a.col_stride;
+    part.b.data += b0 * g.kc * p.b.row_stride;
+    part.bias = nullptr;
+    part.epilogue = GemmEpilogue{};
+    if (t > 0) {
+      std::vector<float>& buffer = pack_buffers().c;
+      buffer.resize(static_cast<size_t>(p.m * p.n));
+      part.c = partials[static_cast<size_t>(t)] = buffer.data();
+      part.ldc = p.n;
+      part.residual = nullptr;
+    }
+    if (part.k > 0) gemm_part_packing(g, part, 0, p.m, 0, panels);
+    else empty_product(g, part.c, part.ldc, p.m, p.n, nullptr, part.residual, part.epilogue);
+#pragma omp barrier
+    const auto [r0, r1] = share(p.m, t, threads);
+    for (int64_t i = r0; i < r1; ++i) {
+      float* row = p.c + i * p.ldc;
+      for (int u = 1; u < threads; ++u) {
+        const float* other = partials[static_cast<size_t>(u)] + i * p.n;
+        for (int64_t j = 0; j < p.n; ++j) row[j] += other[j];
+      }
+    }
+    if (p.bias || p.epilogue.activation != GemmActivation::kNone)
+      g.epilogue(p.c + r0 * p.ldc, p.ldc, r1 - r0, p.n, p.bias, p.epilogue);
+  }
 }
 
 }  // namespace
@@ -110,22 +273,18 @@ std::string gemm_layout_key(const GemmKernels& g, int64_t k, int64_t n, int64_t 
 
 void packed_gemm(const GemmKernels& g, const GemmArgs& p) {
   if (p.m == 0 || p.n == 0) return;
-  if (p.k == 0) return empty_product(g, p);
-  const int64_t panels = ceil_div(p.n, g.nr), row_tiles = ceil_div(p.m, g.mr);
-  const bool parallel = p.m * p.n * p.k >= kMinParallelFlops && panels * row_tiles > 1;
-#pragma omp parallel if (parallel)
-  {
-    const int t = omp_get_thread_num(), threads = omp_get_num_threads();
-    // Split the panels while every thread gets a few: each then reads only its
-    // part of B, and A (small next to B in inference) is shared in L3.
-    if (panels >= 4 * threads || panels >= row_tiles) {
-      const auto [p0, p1] = share(panels, t, threads);
-      gemm_part(g, p, 0, p.m, p0, p1);
-    } else {
-      const auto [t0, t1] = share(row_tiles, t, threads);
-      gemm_part(g, p, t0 * g.mr, std::min(p.m, t1 * g.mr), 0, panels);
-    }
-  }
+  if (p.k == 0) return empty_product(g, p.c, p.ldc, p.m, p.n, p.bias, p.residual, p.epilogue);
+  in_thread_parts(g, p.m, p.k, p.n,
+                  [&](int64_t r0, int64_t r1, int64_t p0, int64_t p1) { gemm_part(g, p, r0, r1, p0, p1); });
+}
+
+void gemm(const GemmKernels& g, const GemmProduct& p) {
+  if (p.m == 0 || p.n == 0) return;
+  if (p.k == 0) return empty_product(g, p.c, p.ldc, p.m, p.n, p.bias, p.residual, p.epilogue);
+  const int threads = omp_get_max_threads();
+  if (threads > 1 && p.k >= 4 * std::max(p.m, p.n) && p.k >= 2 * threads * g.kc) return gemm_split_k(g, p);
+  in_thread_parts(g, p.m, p.k, p.n,
+                  [&](int64_t r0, int64_t r1, int64_t p0, int64_t p1) { gemm_part_packing(g, p, r0, r1, p0, p1); });
 }
 
 }  // namespace anvil::kernels::vec

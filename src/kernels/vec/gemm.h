@@ -1,7 +1,8 @@
-// Anvil's packed GEMM for a constant right-hand side:
+// Anvil's GEMM:
 //   C[M, N] = act(A[M, K] * B[K, N] + bias[N] + residual[M, N])
-// B is packed once, at plan time, into panels of the ISA's tile width
-// (pack_gemm_b); A is read in place. The blocking follows the usual
+// For a constant right-hand side (packed_gemm), B is packed once, at plan
+// time, into panels of the ISA's tile width (pack_gemm_b); A is read in
+// place. For two operands known only at run time (gemm), each run packs them. The blocking follows the usual
 // three-level scheme: a k-block of one B panel in L1 across every row tile of
 // an A block that stays in L2; threads split the panels (or, when there are
 // few, the rows) so each writes its own part of C.
@@ -50,5 +51,27 @@ struct GemmArgs {
 
 // Runs the product on the calling thread's OpenMP team size.
 void packed_gemm(const GemmKernels& g, const GemmArgs& args);
+
+// A matrix read in place: element (i, j) at data[i * row_stride + j * col_stride].
+struct GemmMatrix {
+  const float* data = nullptr;
+  int64_t row_stride = 0, col_stride = 1;
+};
+
+// C[M, N] = act(A[M, K] * B[K, N] + bias[N] + residual[M, N]) with neither
+// operand packed beforehand (training's products, whose weights change every
+// step, and its gradients, A or B transposed): each thread packs its part of
+// B per run, the whole K when that fits kGemmPackBudget and a k-range at a
+// time otherwise, and A's blocks too where A's rows are not contiguous.
+struct GemmProduct {
+  GemmMatrix a, b;
+  int64_t m = 0, k = 0, n = 0;
+  const float* bias = nullptr;      // [n] or null
+  const float* residual = nullptr;  // [m, n], rows ldc apart, or null; may be c
+  float* c = nullptr;               // [m, n], rows ldc apart
+  int64_t ldc = 0;
+  GemmEpilogue epilogue;
+};
+void gemm(const GemmKernels& g, const GemmProduct& product);
 
 }  // namespace anvil::kernels::vec

@@ -6,7 +6,8 @@
 // (kGemmMr x kGemmNv vectors: 6 x 2 on AVX2 and SSE4.1, i.e. 6x16 and 6x8 floats; 12 x 2 on AVX-512,
 // leaving registers for the B row and the A broadcast), reads A straight from
 // its rows (no packing: the A block stays in L2 across a sweep over B's
-// panels) and B from a packed panel, kGemmNr floats per k.
+// panels) or, where A's rows are not contiguous, from a packed panel of
+// kGemmMr floats per k, and B from a packed panel, kGemmNr floats per k.
 
 #if defined(__AVX512F__)
 constexpr int kGemmMr = 12;
@@ -45,10 +46,11 @@ inline VF broadcast_from(const float* p) {
 }
 inline VF load_b(const float* p) { return *reinterpret_cast<const VFu*>(p); }
 
-// c[M x kGemmNr] = init + a[M x kc] * b[kc x kGemmNr]: a's rows `lda` apart,
-// b packed (kGemmNr floats per k), c and init `ldc` apart (init null: zero;
-// init may be c).
-template <int M>
+// c[M x kGemmNr] = init + a[M x kc] * b[kc x kGemmNr]: a's rows `lda` apart
+// (PackedA: a packed panel, kGemmMr floats per k, lda unused), b packed
+// (kGemmNr floats per k), c and init `ldc` apart (init null: zero; init may
+// be c).
+template <int M, bool PackedA>
 void gemm_tile_rows(const float* __restrict a, int64_t lda, const float* __restrict b, int64_t kc, const float* init,
                     float* c, int64_t ldc) {
   VF acc[M][kGemmNv];
@@ -56,13 +58,23 @@ void gemm_tile_rows(const float* __restrict a, int64_t lda, const float* __restr
   for (int r = 0; r < M; ++r)
 #pragma GCC unroll 4
     for (int v = 0; v < kGemmNv; ++v) acc[r][v] = init ? load(init + r * ldc + v * kWidth) : splat(0.f);
+  // The drivers' next tile is the one below this (same panel): its C lines
+  // arrive during this tile's kc steps instead of stalling its start (from
+  // L3 or memory once the row block outgrows L2; harmless past C's end:
+  // prefetches do not fault).
+#pragma GCC unroll 16
+  for (int r = 0; r < M; ++r) {
+    __builtin_prefetch(c + (M + r) * ldc);
+    __builtin_prefetch(c + (M + r) * ldc + kGemmNr - 1);
+  }
+#pragma GCC unroll 4
   for (int64_t k = 0; k < kc; ++k, b += kGemmNr) {
     VF bv[kGemmNv];
 #pragma GCC unroll 4
     for (int v = 0; v < kGemmNv; ++v) bv[v] = load_b(b + v * kWidth);
 #pragma GCC unroll 16
     for (int r = 0; r < M; ++r) {
-      const VF av = broadcast_from(a + r * lda + k);
+      const VF av = broadcast_from(PackedA ? a + k * kGemmMr + r : a + r * lda + k);
 #pragma GCC unroll 4
       for (int v = 0; v < kGemmNv; ++v) acc[r][v] = fmadd(av, bv[v], acc[r][v]);
     }
@@ -73,26 +85,37 @@ void gemm_tile_rows(const float* __restrict a, int64_t lda, const float* __restr
     for (int v = 0; v < kGemmNv; ++v) store(c + r * ldc + v * kWidth, acc[r][v]);
 }
 
-template <int M>
+template <int M, bool PackedA>
 void gemm_tile_dispatch(int m, const float* a, int64_t lda, const float* b, int64_t kc, const float* init, float* c,
                         int64_t ldc) {
   if constexpr (M > 1) {
-    if (m < M) return gemm_tile_dispatch<M - 1>(m, a, lda, b, kc, init, c, ldc);
+    if (m < M) return gemm_tile_dispatch<M - 1, PackedA>(m, a, lda, b, kc, init, c, ldc);
   }
-  gemm_tile_rows<M>(a, lda, b, kc, init, c, ldc);
+  gemm_tile_rows<M, PackedA>(a, lda, b, kc, init, c, ldc);
 }
 
 // One tile of m <= kGemmMr rows and n <= kGemmNr columns (init null, c, or
 // another matrix `ldc` apart); a partial width goes through a full-width tile
 // on the stack.
-inline void gemm_tile_impl(const float* a, int64_t lda, const float* b, int64_t kc, const float* init, float* c,
-                           int64_t ldc, int m, int n) {
-  if (n == kGemmNr) return gemm_tile_dispatch<kGemmMr>(m, a, lda, b, kc, init, c, ldc);
+template <bool PackedA>
+void gemm_tile_any(const float* a, int64_t lda, const float* b, int64_t kc, const float* init, float* c, int64_t ldc,
+                   int m, int n) {
+  if (n == kGemmNr) return gemm_tile_dispatch<kGemmMr, PackedA>(m, a, lda, b, kc, init, c, ldc);
   float tile[kGemmMr * kGemmNr] = {};  // zeroed: GCC cannot see that only init rows are read
   if (init)
     for (int r = 0; r < m; ++r) __builtin_memcpy(tile + r * kGemmNr, init + r * ldc, static_cast<size_t>(n) * 4);
-  gemm_tile_dispatch<kGemmMr>(m, a, lda, b, kc, init ? tile : nullptr, tile, kGemmNr);
+  gemm_tile_dispatch<kGemmMr, PackedA>(m, a, lda, b, kc, init ? tile : nullptr, tile, kGemmNr);
   for (int r = 0; r < m; ++r) __builtin_memcpy(c + r * ldc, tile + r * kGemmNr, static_cast<size_t>(n) * 4);
+}
+
+inline void gemm_tile_impl(const float* a, int64_t lda, const float* b, int64_t kc, const float* init, float* c,
+                           int64_t ldc, int m, int n) {
+  gemm_tile_any<false>(a, lda, b, kc, init, c, ldc, m, n);
+}
+
+inline void gemm_tile_packed_a_impl(const float* a, const float* b, int64_t kc, const float* init, float* c,
+                                    int64_t ldc, int m, int n) {
+  gemm_tile_any<true>(a, 0, b, kc, init, c, ldc, m, n);
 }
 
 // ---------------------------------------------------------------- epilogue

@@ -39,6 +39,11 @@ struct GemmKernels {
   // (accumulate) or another matrix, ldc apart like c.
   void (*tile)(const float* a, int64_t lda, const float* b, int64_t kc, const float* init, float* c, int64_t ldc,
                int m, int n);
+  // The same with a from a packed panel: mr floats per k (rows past m zero).
+  void (*tile_packed_a)(const float* a, const float* b, int64_t kc, const float* init, float* c, int64_t ldc, int m,
+                        int n);
+  // The ISA's transpose32 (below), which packs a transposed B per run.
+  void (*transpose32)(const uint32_t* src, int64_t src_ld, uint32_t* dst, int64_t dst_ld, int64_t rows, int64_t cols);
   // c[r][j] = act(c[r][j] + bias[j]) for r < rows, j < cols; bias may be null.
   void (*epilogue)(float* c, int64_t ldc, int64_t rows, int64_t cols, const float* bias, const GemmEpilogue& e);
 };
