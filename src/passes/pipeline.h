@@ -31,6 +31,7 @@ std::unique_ptr<Pass> make_fuse_conv_activation();
 std::unique_ptr<Pass> make_fuse_gelu();
 std::unique_ptr<Pass> make_fuse_swish();
 std::unique_ptr<Pass> make_fuse_matmul();
+std::unique_ptr<Pass> make_fuse_relu_grad();
 std::unique_ptr<Pass> make_fuse_attention();
 std::unique_ptr<Pass> make_fuse_layer_norm();
 std::unique_ptr<Pass> make_fuse_masked_softmax();

@@ -224,7 +224,7 @@ TEST(VecKernels, PackedGemmGeluKeepsItsTail) {
     const GemmKernels& g = kernels::vec::vec_kernels_for(isa).gemm;
     for (float x : {-12.f, -9.f, -6.f, -3.f, -1.f, -0.01f, 0.f, 0.5f, 3.f, 8.f}) {
       float c[1] = {x};
-      g.epilogue(c, 1, 1, 1, nullptr, {GemmActivation::kGelu, 0, 0});
+      g.epilogue(c, 1, 1, 1, nullptr, nullptr, {GemmActivation::kGelu, 0, 0});
       const double want = 0.5 * x * std::erfc(-x / std::sqrt(2.0));
       EXPECT_LE(std::abs(c[0] - want), 1e-5 * std::abs(want) + 1e-30)
           << vector_isa_name(isa) << ": gelu(" << x << ") = " << c[0];
@@ -299,6 +299,7 @@ TEST(VecKernels, GemmOfRunTimeOperandsMatchesTheReference) {
     KernelOptions fast, ref;
     fast.backend = Backend::kDnnl;
     ref.backend = Backend::kRef;
+    if (op == "GemmReluGrad") fast.domain = ref.domain = "anvil";
     const testing::KernelResult got = testing::run_kernel_full(op, inputs, a, fast);
     const std::vector<float> want = values<float>(testing::run_kernel(op, inputs, a, ref)[0]);
     const std::vector<float> have = values<float>(got.outputs[0]);
@@ -319,6 +320,12 @@ TEST(VecKernels, GemmOfRunTimeOperandsMatchesTheReference) {
   // Fewer rows than one tile: oneDNN's.
   check("Gemm", {random_tensor({300, mr - 1}, 29), random_tensor({300, 40}, 30)}, attrs({{"transA", int64_t{1}}}),
         false);
+  // The product masked by a ReLU's output (half of the uniform values are negative): the GEMM's epilogue, and
+  // below one row tile a pass after oneDNN's product.
+  check("GemmReluGrad", {random_tensor({40, 17}, 31), random_tensor({50, 17}, 32), random_tensor({40, 50}, 33)},
+        attrs({{"transB", int64_t{1}}}), true);
+  check("GemmReluGrad", {random_tensor({mr - 1, 17}, 34), random_tensor({17, 50}, 35), random_tensor({mr - 1, 50}, 36)},
+        {}, false);
 }
 
 }  // namespace

@@ -736,3 +736,87 @@ TEST(Passes, ElementwiseChainLookalikesAreLeftAlone) {
 
 }  // namespace
 }  // namespace anvil
+
+namespace anvil {
+namespace {
+
+// anvil.ReluGrad(Gemm(a, b), y) as the autodiff emits it: a [7, 5] (or
+// stored [5, 7] with transA), b [5, 20] (or [20, 5] with transB), y [7, 20]
+// with positive, negative and zero entries. `op` "MatMul" for a plain
+// product; `extra` adds C, alpha 2 or the product as a graph output.
+enum class GradExtra { kNone, kBias, kAlpha, kProductIsOutput };
+std::unique_ptr<ir::Graph> relu_grad_graph(const std::string& op, bool ta, bool tb, GradExtra extra = GradExtra::kNone) {
+  auto g = std::make_unique<ir::Graph>();
+  g->opsets[""] = 13;
+  g->opsets["anvil"] = 1;
+  ir::Value* a = g->add_input("a", DType::kFloat32, ta ? Shape{5, 7} : Shape{7, 5});
+  ir::Value* b = g->add_input("b", DType::kFloat32, tb ? Shape{20, 5} : Shape{5, 20});
+  ir::Value* y = g->add_input("y", DType::kFloat32, {7, 20});
+  std::vector<ir::Value*> inputs = {a, b};
+  if (extra == GradExtra::kBias) inputs.push_back(g->add_constant("c", ramp({20}, -1.f, 0.1f)));
+  ir::Node* product = g->add_node(op, inputs, 1);
+  if (op == "Gemm") {
+    product->attrs.set("transA", int64_t{ta});
+    product->attrs.set("transB", int64_t{tb});
+    if (extra == GradExtra::kAlpha) product->attrs.set("alpha", 2.f);
+  }
+  ir::Node* grad = g->add_node("ReluGrad", {product->output(0), y}, 1);
+  grad->domain = "anvil";
+  g->add_output(grad->output(0));
+  if (extra == GradExtra::kProductIsOutput) g->add_output(product->output(0));
+  ir::infer_types(*g);
+  return g;
+}
+
+TEST(Passes, ReluGradOfAProductBecomesOneGemmReluGrad) {
+  const Tensor a_plain = ramp({7, 5}, -1.f, 0.13f), b_plain = ramp({5, 20}, 0.9f, -0.021f);
+  Tensor y = ramp({7, 20}, -0.7f, 0.01f);
+  y.data<float>()[70] = 0.f;  // zero is not positive: masked
+  auto transposed = [](const Tensor& t) {
+    Tensor out(DType::kFloat32, {t.shape()[1], t.shape()[0]});
+    for (int64_t i = 0; i < t.shape()[0]; ++i)
+      for (int64_t j = 0; j < t.shape()[1]; ++j) out.data<float>()[j * t.shape()[0] + i] = t.data<float>()[i * t.shape()[1] + j];
+    return out;
+  };
+  const std::pair<std::string, std::pair<bool, bool>> cases[] = {
+      {"Gemm", {false, false}}, {"Gemm", {true, false}}, {"Gemm", {false, true}}, {"Gemm", {true, true}},
+      {"MatMul", {false, false}}};
+  for (const auto& [op, t] : cases) {
+    const auto [ta, tb] = t;
+    SCOPED_TRACE(op + (ta ? " A^T" : "") + (tb ? " B^T" : ""));
+    auto g = relu_grad_graph(op, ta, tb);
+    passes::optimize(*g, 2, runtime::reference_evaluator());
+    ASSERT_EQ(g->nodes().size(), 1u);
+    EXPECT_EQ(g->nodes()[0]->op_type, "GemmReluGrad");
+    EXPECT_EQ(g->nodes()[0]->attrs.get_int("transA", -1), int64_t{ta});
+    EXPECT_EQ(g->nodes()[0]->attrs.get_int("transB", -1), int64_t{tb});
+    for (int level : {0, 3}) {  // as two nodes, and fused (on oneDNN's backend: Anvil's GEMM below AVX-512)
+      SessionOptions options;
+      options.optimization_level = level;
+      Session s = Session::from_graph(relu_grad_graph(op, ta, tb), options);
+      const Tensor got = s.run({{"a", ta ? transposed(a_plain) : a_plain}, {"b", tb ? transposed(b_plain) : b_plain},
+                                {"y", y}})[0];
+      ASSERT_EQ(got.shape(), Shape({7, 20}));
+      for (int64_t i = 0; i < 7; ++i)
+        for (int64_t j = 0; j < 20; ++j) {
+          double sum = 0;
+          for (int64_t q = 0; q < 5; ++q)
+            sum += static_cast<double>(a_plain.data<float>()[i * 5 + q]) * b_plain.data<float>()[q * 20 + j];
+          const double want = y.data<float>()[i * 20 + j] > 0 ? sum : 0;
+          EXPECT_NEAR(got.data<float>()[i * 20 + j], want, 1e-5) << "level " << level << " at " << i << ", " << j;
+        }
+    }
+  }
+}
+
+TEST(Passes, ReluGradLookalikesKeepTheirProduct) {
+  for (GradExtra extra : {GradExtra::kBias, GradExtra::kAlpha, GradExtra::kProductIsOutput}) {
+    auto g = relu_grad_graph("Gemm", false, false, extra);
+    passes::optimize(*g, 2, runtime::reference_evaluator());
+    EXPECT_EQ(count_ops(*g, "GemmReluGrad"), 0u) << static_cast<int>(extra);
+    EXPECT_EQ(count_ops(*g, "ReluGrad"), 1u) << static_cast<int>(extra);
+  }
+}
+
+}  // namespace
+}  // namespace anvil

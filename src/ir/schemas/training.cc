@@ -50,6 +50,13 @@ struct Registrations {
     // Gradient kernels the autodiff emits (src/train/gradients/): each output
     // is shaped like the incoming gradient, input 0.
     r.add(OpSchema("ReluGrad", "anvil").inputs({kFloats | kHalfs}).infer(same_as_input(0)));
+    // ReluGrad(Gemm(A, B), Y) in one node (passes/fuse_relu_grad.cc): Y's
+    // type; the kernels check the product's shape against it.
+    r.add(OpSchema("GemmReluGrad", "anvil")
+              .inputs({kFloats})
+              .attr("transA", int64_t{0})
+              .attr("transB", int64_t{0})
+              .infer(same_as_input(2)));
     // The convolution gradients take the forward Conv's attributes; X and W
     // give the output shapes (dX like X, dW like W, dB like W's first axis).
     r.add(OpSchema("TrainingDropout", "anvil").inputs({kFloats, dtype_bit(DType::kInt64)}).infer(infer_training_dropout));

@@ -64,6 +64,7 @@ class DnnlMatMulBase : public Kernel {
     if (scratch_) args[DNNL_ARG_SCRATCHPAD] = du::wrap(scratchpad_md_, ctx.scratch);
     primitive_.execute(du::stream(), args);
     du::stream().wait();
+    if (gate_input_ >= 0) apply_gate(ctx);
   }
 
  protected:
@@ -123,6 +124,10 @@ class DnnlMatMulBase : public Kernel {
   // The bias: input 2, or its copy scaled by Gemm's beta at prepare().
   const void* bias_data(const RunContext& ctx) const { return bias_const_.empty() ? ctx.in(2).raw() : bias_const_.raw(); }
 
+  // GemmReluGrad: C is kept where this input is positive (the GEMM's
+  // epilogue, or a pass after oneDNN's product).
+  int gate_input_ = -1;
+
   dnnl::primitive primitive_;
   dnnl::post_ops post_ops_;
   bool has_sum_ = false;
@@ -135,6 +140,14 @@ class DnnlMatMulBase : public Kernel {
   std::string impl_;
 
  private:
+  void apply_gate(const RunContext& ctx) const {
+    float* c = ctx.out(0).data<float>();
+    const float* gate = ctx.in(static_cast<size_t>(gate_input_)).data<float>();
+    const int64_t n = ctx.out(0).numel();
+#pragma omp parallel for simd if (n > 65536) schedule(static)
+    for (int64_t i = 0; i < n; ++i) c[i] = gate[i] > 0.f ? c[i] : 0.f;
+  }
+
   // Whether Anvil's GEMM has the shape and the epilogue for the product:
   // 2-D, C with contiguous rows, a bias along N (or a C of the output's
   // shape, as a residual) and a vectorized activation.
@@ -209,6 +222,10 @@ class DnnlMatMulBase : public Kernel {
     args.c = ctx.out(0).data<float>();
     args.ldc = gemm_.ldc;
     args.epilogue = gemm_.epilogue;
+    if (gate_input_ >= 0) {
+      args.epilogue.gate = ctx.in(static_cast<size_t>(gate_input_)).data<float>();
+      args.epilogue.gate_ld = gemm_.n;
+    }
   }
 
   enum class GemmInput { kNone, kBias, kResidual };  // what the bias input is to Anvil's GEMM
@@ -271,15 +288,23 @@ class DnnlMatMul : public DnnlMatMulBase {
 
 class DnnlGemm : public DnnlMatMulBase {
  public:
-  explicit DnnlGemm(const ir::Node& node) : unscaled_b_(node.attrs.get_float("alpha", 1.f) == 1.f) {}
+  // anvil.GemmReluGrad (passes/fuse_relu_grad.cc) is a Gemm without C whose
+  // input 2 gates the output.
+  explicit DnnlGemm(const ir::Node& node) : unscaled_b_(node.attrs.get_float("alpha", 1.f) == 1.f) {
+    if (node.op_type == "GemmReluGrad") gate_input_ = 2;
+  }
   // A constant B is packed as it is, unless alpha scales it first.
   bool reads_input_packed_only(size_t i) const override { return i == 1 && unscaled_b_; }
 
   std::vector<TensorType> prepare(const PrepareContext& ctx) override {
-    const Shape& a = ctx.input_shape(0);
+    const Shape &a = ctx.input_shape(0), &b = ctx.input_shape(1);
     bool ta = ctx.attrs().get_int("transA", 0) != 0, tb = ctx.attrs().get_int("transB", 0) != 0;
     float alpha = ctx.attrs().get_float("alpha", 1.f), beta = ctx.attrs().get_float("beta", 1.f);
-    const int64_t m = ctx.output_shape(0)[0], n = ctx.output_shape(0)[1], k = ta ? a[0] : a[1];
+    // Gemm's schema has checked the operands; GemmReluGrad's only types the output as its gate.
+    ANVIL_PREPARE_CHECK(ctx, a.size() == 2 && b.size() == 2 && (ta ? a[0] : a[1]) == (tb ? b[1] : b[0]),
+                        ErrorKind::kInvalidModel, "A {} (transA={}) and B {} (transB={}) do not multiply",
+                        shape_str(a), int(ta), shape_str(b), int(tb));
+    const int64_t m = ta ? a[1] : a[0], n = tb ? b[0] : b[1], k = ta ? a[0] : a[1];
     Operand oa{{m, k}, ta ? memory::dims{1, m} : memory::dims{k, 1}};
     Operand ob{{k, n}, tb ? memory::dims{1, k} : memory::dims{n, 1}};
     const Tensor* bconst = ctx.constant(1);
@@ -289,7 +314,13 @@ class DnnlGemm : public DnnlMatMulBase {
       scaled_b = bconst->clone();
       for (int64_t i = 0; i < scaled_b.numel(); ++i) scaled_b.data<float>()[i] *= alpha;
     }
-    prepare_bias(ctx, beta);
+    if (gate_input_ >= 0)
+      ANVIL_PREPARE_CHECK(ctx, ctx.input_shape(2) == Shape({m, n}) && ctx.input_dtype(2) == DType::kFloat32,
+                          ErrorKind::kInvalidModel,
+                          "the product [{}, {}] and the activation {} differ in shape", m, n,
+                          shape_str(ctx.input_shape(2)));
+    else
+      prepare_bias(ctx, beta);
     build(ctx, oa, ob, contiguous({m, n}), bconst ? (scaled_b.empty() ? bconst->raw() : scaled_b.raw()) : nullptr,
           scaled_b.empty() ? bconst : nullptr);
     return ctx.output_types();
@@ -316,6 +347,8 @@ class DnnlGemm : public DnnlMatMulBase {
 
 ANVIL_REGISTER_KERNEL_CLASS_TYPED("MatMul", kDnnl, DnnlMatMul, {kFloat32Only});
 ANVIL_REGISTER_KERNEL_CLASS_TYPED("Gemm", kDnnl, DnnlGemm, {kFloat32Only});
+static Registrar gemm_relu_grad_dnnl("GemmReluGrad", Backend::kDnnl, factory_of<DnnlGemm>(), "anvil",
+                                      {{kFloat32Only}});
 static Registrar fused_matmul_dnnl("FusedMatMul", Backend::kDnnl, factory_of<DnnlMatMul>(), "anvil", {{kFloat32Only}});
 
 }  // namespace

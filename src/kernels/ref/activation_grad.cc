@@ -4,6 +4,8 @@
 // dropout training runs (train/training_mode.cc).
 //
 //   anvil.ReluGrad(dy, y) = dy where y > 0, else 0   (y: Relu's output, or its input)
+//   anvil.GemmReluGrad(a, b, y) = ReluGrad(Gemm(a, b), y), attributes transA
+//     and transB (passes/fuse_relu_grad.cc); the reference runs the two.
 //   anvil.TrainingDropout(x, step) -> (y, mask), attributes ratio and seed:
 //     element i is kept when a counter-based hash of (seed, step, i) maps to
 //     a uniform draw >= ratio; kept elements are scaled by 1 / (1 - ratio).
@@ -34,6 +36,50 @@ class ReluGradKernel : public Kernel {
 #pragma omp parallel for simd if (n > 65536) schedule(static)
     for (int64_t i = 0; i < n; ++i) dx[i] = y[i] > 0.f ? dy[i] : 0.f;
   }
+};
+
+class RefGemmReluGrad : public Kernel {
+ public:
+  explicit RefGemmReluGrad(const ir::Node& node) : gemm_node_(node) {
+    gemm_node_.op_type = "Gemm";
+    gemm_node_.domain = "";
+    gemm_node_.inputs.resize(2);
+  }
+
+  std::vector<TensorType> prepare(const PrepareContext& ctx) override {
+    const Shape &a = ctx.input_shape(0), &b = ctx.input_shape(1);
+    const bool ta = ctx.attrs().get_int("transA", 0) != 0, tb = ctx.attrs().get_int("transB", 0) != 0;
+    ANVIL_PREPARE_CHECK(ctx, a.size() == 2 && b.size() == 2 && (ta ? a[0] : a[1]) == (tb ? b[1] : b[0]),
+                        ErrorKind::kInvalidModel, "A {} (transA={}) and B {} (transB={}) do not multiply",
+                        shape_str(a), int(ta), shape_str(b), int(tb));
+    for (const KernelEntry* e : Registry::global().find("", "Gemm"))
+      if (e->backend == Backend::kRef) gemm_ = e->factory(gemm_node_);
+    ANVIL_INTERNAL_CHECK(gemm_);
+    PrepareContext gemm_ctx(gemm_node_, {ctx.input_type(0), ctx.input_type(1)}, {ctx.constant(0), ctx.constant(1)},
+                            ctx.num_threads());
+    std::vector<TensorType> out = gemm_->prepare(gemm_ctx);
+    ANVIL_PREPARE_CHECK(ctx, out[0].shape == ctx.input_shape(2), ErrorKind::kInvalidModel,
+                        "the product {} and the activation {} differ in shape", shape_str(out[0].shape),
+                        shape_str(ctx.input_shape(2)));
+    return out;
+  }
+
+  size_t scratch_bytes() const override { return gemm_->scratch_bytes(); }
+
+  void run(const RunContext& ctx) const override {
+    RunContext gemm_ctx;
+    gemm_ctx.inputs = {ctx.inputs[0], ctx.inputs[1]};
+    gemm_ctx.outputs = {ctx.outputs[0]};
+    gemm_ctx.scratch = ctx.scratch;
+    gemm_->run(gemm_ctx);
+    float* dx = ctx.out(0).data<float>();
+    const float* y = ctx.in(2).data<float>();
+    for (int64_t i = 0; i < ctx.out(0).numel(); ++i) dx[i] = y[i] > 0.f ? dx[i] : 0.f;
+  }
+
+ private:
+  ir::Node gemm_node_;
+  std::unique_ptr<Kernel> gemm_;
 };
 
 // splitmix64's finaliser: a well-mixed 64-bit value of any counter.
@@ -80,6 +126,10 @@ class TrainingDropoutKernel : public Kernel {
 static Registrar training_dropout("TrainingDropout", Backend::kRef,
                                   [](const ir::Node& n) { return std::make_unique<TrainingDropoutKernel>(n); },
                                   "anvil", {{kFloat32Only, dtype_bit(DType::kInt64)}});
+
+static Registrar gemm_relu_grad(
+    "GemmReluGrad", Backend::kRef, [](const ir::Node& n) { return std::make_unique<RefGemmReluGrad>(n); }, "anvil",
+    {{kFloat32Only}});
 
 static Registrar relu_grad("ReluGrad", Backend::kRef, [](const ir::Node&) { return std::make_unique<ReluGradKernel>(); },
                            "anvil", {{kFloat32Only}});

@@ -38,10 +38,28 @@ std::pair<int64_t, int64_t> share(int64_t count, int t, int threads) {
   return {count * t / threads, count * (t + 1) / threads};
 }
 
+// The epilogue of C's part at row i, column j (c points there).
+void tile_epilogue(const GemmKernels& g, float* c, int64_t ldc, int64_t i, int64_t j, int64_t rows, int64_t cols,
+                   const float* bias, const GemmEpilogue& e) {
+  g.epilogue(c, ldc, rows, cols, bias ? bias + j : nullptr, e.gate ? e.gate + i * e.gate_ld + j : nullptr, e);
+}
+
+// Asks for the gate's lines of the tile at (i, j) before its last k-block
+// runs, so the epilogue does not wait for memory (the gate is an
+// activation-sized tensor, read once).
+void prefetch_gate(const GemmEpilogue& e, int64_t i, int64_t j, int rows, int nr) {
+  if (!e.gate) return;
+  for (int r = 0; r < rows; ++r) {
+    const float* row = e.gate + (i + r) * e.gate_ld + j;
+    __builtin_prefetch(row);
+    __builtin_prefetch(row + nr - 1);
+  }
+}
+
 // C's rows [r0, r1) and panels [p0, p1), a k-block at a time.
 void gemm_part(const GemmKernels& g, const GemmArgs& p, int64_t r0, int64_t r1, int64_t p0, int64_t p1) {
   const int64_t n_padded = ceil_div(p.n, g.nr) * g.nr;
-  const bool epilogue = p.bias || p.epilogue.activation != GemmActivation::kNone;
+  const bool epilogue = p.bias || p.epilogue.any();
   for (int64_t i0 = r0; i0 < r1; i0 += kBlockRows / g.mr * g.mr) {
     const int64_t i1 = std::min(r1, i0 + kBlockRows / g.mr * g.mr);
     for (int64_t k0 = 0; k0 < p.k; k0 += g.kc) {
@@ -55,8 +73,9 @@ void gemm_part(const GemmKernels& g, const GemmArgs& p, int64_t r0, int64_t r1, 
           const int m = static_cast<int>(std::min<int64_t>(g.mr, i1 - i));
           float* c = p.c + i * p.ldc + j;
           const float* init = k0 > 0 ? c : p.residual ? p.residual + i * p.ldc + j : nullptr;
+          if (last) prefetch_gate(p.epilogue, i, j, m, n);
           g.tile(p.a + i * p.lda + k0, p.lda, block + panel * kc * g.nr, kc, init, c, p.ldc, m, n);
-          if (last && epilogue) g.epilogue(c, p.ldc, m, n, p.bias ? p.bias + j : nullptr, p.epilogue);
+          if (last && epilogue) tile_epilogue(g, c, p.ldc, i, j, m, n, p.bias, p.epilogue);
         }
       }
     }
@@ -71,7 +90,7 @@ void empty_product(const GemmKernels& g, float* c, int64_t ldc, int64_t m, int64
     if (!residual) std::memset(row, 0, static_cast<size_t>(n) * sizeof(float));
     else if (residual != c) std::memcpy(row, residual + i * ldc, static_cast<size_t>(n) * sizeof(float));
   }
-  g.epilogue(c, ldc, m, n, bias, epilogue);
+  g.epilogue(c, ldc, m, n, bias, epilogue.gate, epilogue);
 }
 
 // Calls part(r0, r1, p0, p1) on each thread of the team with its share of C:
@@ -165,7 +184,7 @@ void gemm_part_packing(const GemmKernels& g, const GemmProduct& p, int64_t r0, i
   PackBuffers& buffers = pack_buffers();
   buffers.b.resize(static_cast<size_t>(std::min(k_range, p.k) * width));
   if (pack_a) buffers.a.resize(static_cast<size_t>(block_rows * g.kc));
-  const bool epilogue = p.bias || p.epilogue.activation != GemmActivation::kNone;
+  const bool epilogue = p.bias || p.epilogue.any();
   for (int64_t kr = 0; kr < p.k; kr += k_range) {
     const int64_t kr_end = std::min(p.k, kr + k_range);
     for (int64_t k0 = kr; k0 < kr_end; k0 += g.kc)
@@ -185,9 +204,10 @@ void gemm_part_packing(const GemmKernels& g, const GemmProduct& p, int64_t r0, i
             const int m = static_cast<int>(std::min<int64_t>(g.mr, i1 - i));
             float* c = p.c + i * p.ldc + j;
             const float* init = k0 > 0 ? c : p.residual ? p.residual + i * p.ldc + j : nullptr;
+            if (last) prefetch_gate(p.epilogue, i, j, m, n);
             if (pack_a) g.tile_packed_a(buffers.a.data() + (i - i0) * kc, b, kc, init, c, p.ldc, m, n);
             else g.tile(p.a.data + i * p.a.row_stride + k0, p.a.row_stride, b, kc, init, c, p.ldc, m, n);
-            if (last && epilogue) g.epilogue(c, p.ldc, m, n, p.bias ? p.bias + j : nullptr, p.epilogue);
+            if (last && epilogue) tile_epilogue(g, c, p.ldc, i, j, m, n, p.bias, p.epilogue);
           }
         }
       }
@@ -230,8 +250,7 @@ void gemm_split_k(const GemmKernels& g, const GemmProduct& p) {
         for (int64_t j = 0; j < p.n; ++j) row[j] += other[j];
       }
     }
-    if (p.bias || p.epilogue.activation != GemmActivation::kNone)
-      g.epilogue(p.c + r0 * p.ldc, p.ldc, r1 - r0, p.n, p.bias, p.epilogue);
+    if (p.bias || p.epilogue.any()) tile_epilogue(g, p.c + r0 * p.ldc, p.ldc, r0, 0, r1 - r0, p.n, p.bias, p.epilogue);
   }
 }
 

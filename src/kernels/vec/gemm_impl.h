@@ -170,19 +170,25 @@ inline VF activate(VF x, GemmActivation act, float alpha, float beta) {
   return x;
 }
 
-// c[r][j] = act(c[r][j] + bias[j]) for r < rows, j < cols (bias may be null).
+// c[r][j] = act(c[r][j] + bias[j]) for r < rows, j < cols (bias may be
+// null), zeroed where gate (rows e.gate_ld apart; null: none) is not positive.
 inline void gemm_epilogue_impl(float* c, int64_t ldc, int64_t rows, int64_t cols, const float* bias,
-                               const GemmEpilogue& e) {
+                               const float* gate, const GemmEpilogue& e) {
   for (int64_t r = 0; r < rows; ++r) {
     float* row = c + r * ldc;
+    const float* gate_row = gate ? gate + r * e.gate_ld : nullptr;
     int64_t j = 0;
     for (; j + kWidth <= cols; j += kWidth) {
-      const VF x = load(row + j) + (bias ? load(bias + j) : splat(0.f));
-      store(row + j, activate(x, e.activation, e.alpha, e.beta));
+      VF x = activate(load(row + j) + (bias ? load(bias + j) : splat(0.f)), e.activation, e.alpha, e.beta);
+      if (gate_row) x = load(gate_row + j) > 0.f ? x : splat(0.f);
+      store(row + j, x);
     }
     if (j < cols) {
-      const VF x = load_part(row + j, cols - j, 0.f) + (bias ? load_part(bias + j, cols - j, 0.f) : splat(0.f));
-      store_part(row + j, activate(x, e.activation, e.alpha, e.beta), cols - j);
+      const int64_t n = cols - j;
+      VF x = activate(load_part(row + j, n, 0.f) + (bias ? load_part(bias + j, n, 0.f) : splat(0.f)), e.activation,
+                      e.alpha, e.beta);
+      if (gate_row) x = load_part(gate_row + j, n, 0.f) > 0.f ? x : splat(0.f);
+      store_part(row + j, x, n);
     }
   }
 }

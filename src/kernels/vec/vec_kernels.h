@@ -29,6 +29,11 @@ enum class GemmActivation { kNone, kRelu, kLeakyRelu, kClip, kSigmoid, kSwish, k
 struct GemmEpilogue {
   GemmActivation activation = GemmActivation::kNone;
   float alpha = 0, beta = 0;  // LeakyRelu's slope, Clip's bounds, Swish's alpha, HardSigmoid's alpha and beta
+  // A ReLU's gradient (training): C is kept where gate > 0 and zeroed
+  // elsewhere, after the activation; gate is [m, n], rows gate_ld apart.
+  const float* gate = nullptr;
+  int64_t gate_ld = 0;
+  bool any() const { return activation != GemmActivation::kNone || gate; }
 };
 
 // The register-blocked core of the packed GEMM (gemm.h drives it).
@@ -44,8 +49,11 @@ struct GemmKernels {
                         int n);
   // The ISA's transpose32 (below), which packs a transposed B per run.
   void (*transpose32)(const uint32_t* src, int64_t src_ld, uint32_t* dst, int64_t dst_ld, int64_t rows, int64_t cols);
-  // c[r][j] = act(c[r][j] + bias[j]) for r < rows, j < cols; bias may be null.
-  void (*epilogue)(float* c, int64_t ldc, int64_t rows, int64_t cols, const float* bias, const GemmEpilogue& e);
+  // c[r][j] = act(c[r][j] + bias[j]) for r < rows, j < cols, then zero where
+  // gate[r * e.gate_ld + j] <= 0 when gate is set (the tile's part of e.gate);
+  // bias and gate may be null.
+  void (*epilogue)(float* c, int64_t ldc, int64_t rows, int64_t cols, const float* bias, const float* gate,
+                   const GemmEpilogue& e);
 };
 
 // A 2-D pooling window: kernel, stride, dilation (1: dense) and leading padding.
