@@ -44,7 +44,8 @@ class Dataset {
   // The dtype of `field` in a batch.
   virtual DType field_dtype(int field) const = 0;
   // Writes samples indices[0..count) of `field` into rows row_offset.. of
-  // `out`, a preallocated [rows, sample_shape...] tensor of field_dtype.
+  // `out`, a preallocated [rows, sample_shape...] tensor of field_dtype,
+  // every element of those rows: the loader does not zero batches first.
   virtual void fill(int field, const int64_t* indices, int64_t count, Tensor& out, int64_t row_offset) const = 0;
 };
 
