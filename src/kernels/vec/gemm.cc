@@ -157,8 +157,11 @@ void pack_b_rows(const GemmKernels& g, const GemmMatrix& b, int64_t n, int64_t k
 void pack_a_block(const GemmKernels& g, const GemmMatrix& a, int64_t i0, int64_t i1, int64_t k0, int64_t kc,
                   float* out) {
   if (a.row_stride == 1) {  // A transposed: the block's rows at one k are contiguous; read them a k at a time
+    constexpr int64_t kAhead = 8;  // rows a page apart or more: the hardware prefetcher stops at each page's end
     for (int64_t kk = 0; kk < kc; ++kk) {
       const float* src = a.data + (k0 + kk) * a.col_stride;
+      if (kk + kAhead < kc)
+        for (int64_t i = i0; i < i1; i += 16) __builtin_prefetch(src + kAhead * a.col_stride + i);
       for (int64_t i = i0, tile = 0; i < i1; i += g.mr, ++tile) {
         float* dst = out + tile * kc * g.mr + kk * g.mr;
         for (int64_t r = 0; r < std::min<int64_t>(g.mr, i1 - i); ++r) dst[r] = src[i + r];
