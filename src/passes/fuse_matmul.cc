@@ -1,6 +1,8 @@
 // MatMul -> Add(bias) [-> Add(residual)] [-> activation] becomes one
 // anvil.FusedMatMul node, which oneDNN runs as one matmul with a bias and
-// sum/eltwise post-ops: y = act(A x B + bias + residual).
+// sum/eltwise post-ops: y = act(A x B + bias + residual). Gemm ->
+// activation (a PyTorch Linear and its ReLU) becomes anvil.FusedGemm: Gemm's
+// inputs and attributes, and the activation's.
 //
 // FusedMatMul: inputs A, B, Bias (may be omitted: a float constant running
 // along the last dimension, [N] or [1, ..., N]), Sum (may be omitted: the
@@ -37,6 +39,7 @@ class FuseMatMul : public Pass {
       ir::Node& n = *ptr;
       if (is_op(&n, "MatMul")) changed |= fuse_bias(graph, n);
       else if (is_fused_matmul(n)) changed |= fuse_next(graph, n);
+      else if (is_op(&n, "Gemm")) changed |= fuse_gemm_activation(graph, n);
     }
     return changed;
   }
@@ -58,6 +61,21 @@ class FuseMatMul : public Pass {
     mm.domain = "anvil";
     mm.inputs = {mm.inputs[0], mm.inputs[1], bias, nullptr};
     absorb(mm, *add);
+    return true;
+  }
+
+  // Gemm(A, B[, C]) -> activation, float32.
+  static bool fuse_gemm_activation(const ir::Graph& graph, ir::Node& gemm) {
+    ir::Value* y = gemm.output(0);
+    if (!y || y->dtype() != DType::kFloat32) return false;
+    ir::Node* next = single_consumer(graph, y);
+    if (!next || next->dead || next->input(0) != y) return false;
+    std::optional<FusedActivation> act = fusable_activation(*next);
+    if (!act) return false;
+    gemm.op_type = "FusedGemm";
+    gemm.domain = "anvil";
+    set_activation(gemm, *act);
+    absorb(gemm, *next);
     return true;
   }
 

@@ -299,7 +299,7 @@ TEST(VecKernels, GemmOfRunTimeOperandsMatchesTheReference) {
     KernelOptions fast, ref;
     fast.backend = Backend::kDnnl;
     ref.backend = Backend::kRef;
-    if (op == "GemmReluGrad") fast.domain = ref.domain = "anvil";
+    if (op == "GemmReluGrad" || op == "FusedGemm") fast.domain = ref.domain = "anvil";
     const testing::KernelResult got = testing::run_kernel_full(op, inputs, a, fast);
     const std::vector<float> want = values<float>(testing::run_kernel(op, inputs, a, ref)[0]);
     const std::vector<float> have = values<float>(got.outputs[0]);
@@ -326,6 +326,11 @@ TEST(VecKernels, GemmOfRunTimeOperandsMatchesTheReference) {
         attrs({{"transB", int64_t{1}}}), true);
   check("GemmReluGrad", {random_tensor({mr - 1, 17}, 34), random_tensor({17, 50}, 35), random_tensor({mr - 1, 50}, 36)},
         {}, false);
+  // A Linear and its activation (training's forward products): the bias and the activation in the epilogue.
+  check("FusedGemm", {random_tensor({30, 17}, 37), random_tensor({50, 17}, 38), random_tensor({50}, 39)},
+        attrs({{"transB", int64_t{1}}, {"activation", std::string("Relu")}}), true);
+  check("FusedGemm", {random_tensor({30, 17}, 40), random_tensor({17, 50}, 41)},
+        attrs({{"activation", std::string("Gelu")}}), true);
 }
 
 }  // namespace

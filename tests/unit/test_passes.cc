@@ -820,3 +820,52 @@ TEST(Passes, ReluGradLookalikesKeepTheirProduct) {
 
 }  // namespace
 }  // namespace anvil
+
+namespace anvil {
+namespace {
+
+// relu(x W^T + b) as PyTorch exports a Linear and its ReLU: x [3, 4], W [5, 4], b [5].
+std::unique_ptr<ir::Graph> linear_relu_graph(bool gemm_is_output) {
+  auto g = std::make_unique<ir::Graph>();
+  g->opsets[""] = 13;
+  ir::Value* x = g->add_input("x", DType::kFloat32, {3, 4});
+  ir::Node* gemm = g->add_node("Gemm", {x, g->add_constant("w", ramp({5, 4}, -1.f, 0.1f)),
+                                        g->add_constant("b", ramp({5}, 0.3f, -0.2f))}, 1);
+  gemm->attrs.set("transB", int64_t{1});
+  g->add_output(g->add_node("Relu", {gemm->output(0)}, 1)->output(0));
+  if (gemm_is_output) g->add_output(gemm->output(0));
+  ir::infer_types(*g);
+  return g;
+}
+
+TEST(Passes, GemmThenActivationBecomesOneFusedGemm) {
+  auto g = linear_relu_graph(false);
+  passes::optimize(*g, 2, runtime::reference_evaluator());
+  ASSERT_EQ(g->nodes().size(), 1u);
+  EXPECT_EQ(g->nodes()[0]->op_type, "FusedGemm");
+  EXPECT_EQ(g->nodes()[0]->attrs.get_string("activation", ""), "Relu");
+  EXPECT_EQ(g->nodes()[0]->attrs.get_int("transB", 0), 1);
+  const Tensor x = ramp({3, 4}, -2.f, 0.37f), w = ramp({5, 4}, -1.f, 0.1f), b = ramp({5}, 0.3f, -0.2f);
+  Session s = Session::from_graph(linear_relu_graph(false));
+  const Tensor y = s.run({{"x", x}})[0];
+  ASSERT_EQ(y.shape(), Shape({3, 5}));
+  int negatives = 0;
+  for (int64_t i = 0; i < 3; ++i)
+    for (int64_t j = 0; j < 5; ++j) {
+      double sum = b.data<float>()[j];
+      for (int64_t q = 0; q < 4; ++q) sum += static_cast<double>(x.data<float>()[i * 4 + q]) * w.data<float>()[j * 4 + q];
+      negatives += sum < 0;
+      EXPECT_NEAR(y.data<float>()[i * 5 + j], std::max(sum, 0.0), 1e-5) << i << ", " << j;
+    }
+  EXPECT_GT(negatives, 0);  // the ReLU had something to do
+}
+
+TEST(Passes, GemmReadTwiceKeepsItsActivation) {
+  auto g = linear_relu_graph(true);
+  passes::optimize(*g, 2, runtime::reference_evaluator());
+  EXPECT_EQ(count_ops(*g, "FusedGemm"), 0u);
+  EXPECT_EQ(count_ops(*g, "Relu"), 1u);
+}
+
+}  // namespace
+}  // namespace anvil

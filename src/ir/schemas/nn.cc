@@ -515,6 +515,14 @@ struct Registrations {
     auto& r = SchemaRegistry::global();
     r.add(OpSchema("MatMul").inputs({kNumeric | kHalfs}).infer(infer_matmul));
     r.add(OpSchema("FusedMatMul", "anvil").inputs({kFloatLike}).infer(infer_fused_matmul));
+    // anvil.FusedGemm (passes/fuse_matmul.cc): Gemm, then an activation.
+    r.add(OpSchema("FusedGemm", "anvil")
+              .inputs({kFloatLike})
+              .attr("alpha", 1.f)
+              .attr("beta", 1.f)
+              .attr("transA", int64_t{0})
+              .attr("transB", int64_t{0})
+              .infer(infer_gemm));
     r.add(OpSchema("Gemm")
               .inputs({kNumeric | kHalfs})
               .attr("alpha", 1.f)

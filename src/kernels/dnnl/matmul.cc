@@ -1,5 +1,6 @@
 // MatMul (numpy semantics, batched, broadcasting), anvil.FusedMatMul (MatMul
-// with a bias, a residual sum and an activation as post-ops) and Gemm on
+// with a bias, a residual sum and an activation as post-ops), Gemm,
+// anvil.FusedGemm (Gemm and an activation) and anvil.GemmReluGrad on
 // oneDNN's matmul (float32).
 //
 // One rule picks another implementation per node: unless oneDNN's choice is
@@ -314,6 +315,9 @@ class DnnlGemm : public DnnlMatMulBase {
       scaled_b = bconst->clone();
       for (int64_t i = 0; i < scaled_b.numel(); ++i) scaled_b.data<float>()[i] *= alpha;
     }
+    if (ctx.attrs().has("activation"))  // FusedGemm
+      set_activation(ctx, ctx.attrs().get_string("activation", ""), ctx.attrs().get_float("activation_alpha", 0.f),
+                     ctx.attrs().get_float("activation_beta", 0.f));
     if (gate_input_ >= 0)
       ANVIL_PREPARE_CHECK(ctx, ctx.input_shape(2) == Shape({m, n}) && ctx.input_dtype(2) == DType::kFloat32,
                           ErrorKind::kInvalidModel,
@@ -347,6 +351,7 @@ class DnnlGemm : public DnnlMatMulBase {
 
 ANVIL_REGISTER_KERNEL_CLASS_TYPED("MatMul", kDnnl, DnnlMatMul, {kFloat32Only});
 ANVIL_REGISTER_KERNEL_CLASS_TYPED("Gemm", kDnnl, DnnlGemm, {kFloat32Only});
+static Registrar fused_gemm_dnnl("FusedGemm", Backend::kDnnl, factory_of<DnnlGemm>(), "anvil", {{kFloat32Only}});
 static Registrar gemm_relu_grad_dnnl("GemmReluGrad", Backend::kDnnl, factory_of<DnnlGemm>(), "anvil",
                                       {{kFloat32Only}});
 static Registrar fused_matmul_dnnl("FusedMatMul", Backend::kDnnl, factory_of<DnnlMatMul>(), "anvil", {{kFloat32Only}});

@@ -1,6 +1,7 @@
 // Reference anvil.FusedMatMul: the reference MatMul, then the bias along the
 // last dimension, the residual add and the activation — the oracle for the
-// oneDNN post-op path (passes/fuse_matmul.cc describes the op).
+// oneDNN post-op path (passes/fuse_matmul.cc describes the op); and
+// anvil.FusedGemm: the reference Gemm, then the activation.
 #include <vector>
 
 #include "kernels/activation.h"
@@ -78,6 +79,49 @@ class RefFusedMatMul : public Kernel {
   float alpha_ = 0, beta_ = 0;
   bool has_bias_ = false, has_sum_ = false;
 };
+
+class RefFusedGemm : public Kernel {
+ public:
+  explicit RefFusedGemm(const ir::Node& node) : gemm_node_(node) {
+    gemm_node_.op_type = "Gemm";
+    gemm_node_.domain = "";
+    activation_ = take_activation(gemm_node_);
+  }
+
+  std::vector<TensorType> prepare(const PrepareContext& ctx) override {
+    ANVIL_PREPARE_CHECK(ctx, is_known_activation(activation_.name), ErrorKind::kInvalidModel, "unknown activation '{}'",
+                        activation_.name);
+    for (const KernelEntry* e : Registry::global().find("", "Gemm"))
+      if (e->backend == Backend::kRef) gemm_ = e->factory(gemm_node_);
+    ANVIL_INTERNAL_CHECK(gemm_);
+    std::vector<TensorType> inputs;
+    std::vector<const Tensor*> constants;
+    for (size_t i = 0; i < ctx.num_inputs(); ++i) {
+      inputs.push_back(ctx.input_type(i));
+      constants.push_back(ctx.constant(i));
+    }
+    PrepareContext gemm_ctx(gemm_node_, inputs, constants, ctx.num_threads());
+    return gemm_->prepare(gemm_ctx);
+  }
+
+  size_t scratch_bytes() const override { return gemm_->scratch_bytes(); }
+
+  void run(const RunContext& ctx) const override {
+    gemm_->run(ctx);
+    Tensor& y = ctx.out(0);
+    apply_activation(y.data<float>(), y.numel(), activation_.name, activation_.alpha, activation_.beta);
+  }
+
+ private:
+  ir::Node gemm_node_;
+  std::unique_ptr<Kernel> gemm_;
+  FusedActivationSpec activation_;
+};
+
+static Registrar fused_gemm_ref(
+    "FusedGemm", Backend::kRef,
+    [](const ir::Node& n) -> std::unique_ptr<Kernel> { return std::make_unique<RefFusedGemm>(n); }, "anvil",
+    {{kFloat32Only}});
 
 static Registrar fused_matmul_ref(
     "FusedMatMul", Backend::kRef,
