@@ -235,4 +235,11 @@ void copy_if_distinct(const RunContext& ctx, size_t in) {
   if (src.raw() != dst.raw() && src.nbytes()) std::memcpy(dst.raw(), src.raw(), src.nbytes());
 }
 
+std::unique_ptr<Kernel> Registry::make_reference(const ir::Node& node) const {
+  for (const KernelEntry* e : find(node.domain, node.op_type))
+    if (e->backend == Backend::kRef) return e->factory(node);
+  ANVIL_INTERNAL_CHECK(false);
+  return nullptr;
+}
+
 }  // namespace anvil::kernels

@@ -76,6 +76,9 @@ class Registry {
   std::vector<const KernelEntry*> select(const ir::Node& node, const std::vector<TensorType>& types) const;
   bool has_op(const std::string& domain, const std::string& op_type) const;
   std::vector<std::string> op_types() const;
+  // The reference backend's kernel for `node` (fused ops' reference kernels
+  // run the op they extend through it); never null: every op has one.
+  std::unique_ptr<Kernel> make_reference(const ir::Node& node) const;
 
  private:
   std::vector<KernelEntry> entries_;

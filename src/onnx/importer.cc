@@ -49,6 +49,11 @@ void check_ops_supported(const onnx::GraphProto& g, const std::map<std::string, 
     ANVIL_CHECK(opsets.count(domain), ErrorKind::kInvalidModel, "node {} uses domain '{}' that the model does not import",
                 node_label(n), domain);
     int opset = opsets.at(domain);
+    // Anvil's internal ops (training's gradients among them) are not read
+    // from files; its fused ones come only under com.anvil, checked below.
+    ANVIL_CHECK(domain != "anvil", ErrorKind::kUnsupported,
+                "node {}: domain 'anvil' is Anvil's internal one (files name its fused ops in {})", node_label(n),
+                kAnvilOnnxDomain);
     if (domain == kAnvilOnnxDomain) {
       ANVIL_CHECK(opset == kAnvilOnnxDomainVersion, ErrorKind::kUnsupported,
                   "node {}: the model imports {} version {}; Anvil reads version {}", node_label(n), kAnvilOnnxDomain,

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from anvil_testing import (EXIT_INVALID_ARGUMENT, EXIT_INVALID_MODEL, EXIT_OUT_OF_MEMORY, float_info,
-                           save_model)
+from anvil_testing import (EXIT_INVALID_ARGUMENT, EXIT_INVALID_MODEL, EXIT_OUT_OF_MEMORY, EXIT_UNSUPPORTED,
+                           float_info, save_model)
 from test_bad_input import check_error
 
 TIMEOUT_S = 60
@@ -70,6 +70,23 @@ def test_elementwise_chain_program_from_a_file(anvil, cases, label, attrs, patte
                               [float_info("x", (2, 4))], [float_info("y", (2, 4))])
     model = save_model(graph, cases / f"chain_{label}.onnx", check=False, extra_opsets=[("com.anvil", 1)])
     check_error(run(anvil, model), EXIT_INVALID_MODEL, "ElementwiseChain", pattern, strip=(cases,))
+
+
+def test_fused_gemm_from_a_file_that_does_not_multiply(anvil, cases):
+    """anvil optimize writes com.anvil FusedGemm nodes; a file's operands are checked before they run."""
+    graph = helper.make_graph([helper.make_node("FusedGemm", ["a", "b"], ["y"], domain="com.anvil", activation="Relu")],
+                              "g", [float_info("a", (3, 4)), float_info("b", (5, 6))], [float_info("y", (3, 6))])
+    model = save_model(graph, cases / "fused_gemm.onnx", check=False, extra_opsets=[("com.anvil", 1)])
+    check_error(run(anvil, model), EXIT_INVALID_MODEL, "FusedGemm", strip=(cases,))
+
+
+def test_internal_domain_is_not_read_from_files(anvil, cases):
+    """Training's internal ops (domain 'anvil') are refused by name, not run from a file."""
+    graph = helper.make_graph([helper.make_node("GemmReluGrad", ["a", "b", "g"], ["y"], domain="anvil")], "g",
+                              [float_info("a", (3, 4)), float_info("b", (4, 6)), float_info("g", (3, 6))],
+                              [float_info("y", (3, 6))])
+    model = save_model(graph, cases / "internal.onnx", check=False, extra_opsets=[("anvil", 1)])
+    check_error(run(anvil, model), EXIT_UNSUPPORTED, "internal", strip=(cases,))
 
 
 def test_depth_to_space_huge_blocksize(anvil, cases):

@@ -60,6 +60,7 @@ struct Product {
   // kernels::vec::gemm (both operands packed per run) instead of packed_gemm,
   // with A stored as [k, m] and B as [n, k] when transposed.
   bool unpacked = false, trans_a = false, trans_b = false;
+  bool gate = false;  // C zeroed where a gate matrix (rows ldc apart) is not positive, after the activation
 };
 
 // `logical` [rows, cols] as stored: itself, or its transpose.
@@ -72,11 +73,11 @@ std::vector<float> stored(const std::vector<float>& logical, int64_t rows, int64
 }
 
 void run_packed(const GemmKernels& g, const Product& p, const std::vector<float>& a, const std::vector<float>& b,
-                const std::vector<float>& bias, const std::vector<float>& residual, std::vector<float>& c,
-                int64_t ldc);
+                const std::vector<float>& bias, const std::vector<float>& residual, const float* gate,
+                std::vector<float>& c, int64_t ldc);
 void expect_product(const Product& p, const std::vector<float>& a, const std::vector<float>& b,
-                    const std::vector<float>& bias, const std::vector<float>& residual, const std::vector<float>& c,
-                    int64_t ldc);
+                    const std::vector<float>& bias, const std::vector<float>& residual, const float* gate,
+                    const std::vector<float>& c, int64_t ldc);
 
 // Runs one product on `g` and checks every element against double precision:
 // the error bound scales with the sum of |a * b| terms (float accumulation).
@@ -90,6 +91,8 @@ void check_product(const GemmKernels& g, const Product& p, uint32_t seed) {
   const std::vector<float> b = uniform_values(static_cast<size_t>(p.k * p.n), seed + 1);
   const std::vector<float> bias = uniform_values(static_cast<size_t>(p.n), seed + 2, -2.f, 2.f);
   const std::vector<float> residual = uniform_values(static_cast<size_t>(p.m * ldc), seed + 3, -2.f, 2.f);
+  const std::vector<float> gate_values = uniform_values(static_cast<size_t>(p.m * ldc), seed + 4);
+  const float* gate = p.gate ? gate_values.data() : nullptr;
   std::vector<float> c(static_cast<size_t>(p.m * ldc), std::nanf(""));
   if (p.in_place) c = residual;
   if (p.unpacked) {
@@ -104,17 +107,17 @@ void check_product(const GemmKernels& g, const Product& p, uint32_t seed) {
     product.residual = p.in_place ? c.data() : p.residual ? residual.data() : nullptr;
     product.c = c.data();
     product.ldc = ldc;
-    product.epilogue = {p.act, p.alpha, p.beta};
+    product.epilogue = {p.act, p.alpha, p.beta, gate, ldc};
     kernels::vec::gemm(g, product);
   } else {
-    run_packed(g, p, a, b, bias, residual, c, ldc);
+    run_packed(g, p, a, b, bias, residual, gate, c, ldc);
   }
-  expect_product(p, a, b, bias, residual, c, ldc);
+  expect_product(p, a, b, bias, residual, gate, c, ldc);
 }
 
 void run_packed(const GemmKernels& g, const Product& p, const std::vector<float>& a, const std::vector<float>& b,
-                const std::vector<float>& bias, const std::vector<float>& residual, std::vector<float>& c,
-                int64_t ldc) {
+                const std::vector<float>& bias, const std::vector<float>& residual, const float* gate,
+                std::vector<float>& c, int64_t ldc) {
   const Tensor packed = kernels::vec::pack_gemm_b(g, b.data(), p.k, p.n, p.n, 1);
   GemmArgs args;
   args.a = a.data();
@@ -127,15 +130,15 @@ void run_packed(const GemmKernels& g, const Product& p, const std::vector<float>
   args.residual = p.in_place ? c.data() : p.residual ? residual.data() : nullptr;
   args.c = c.data();
   args.ldc = ldc;
-  args.epilogue = {p.act, p.alpha, p.beta};
+  args.epilogue = {p.act, p.alpha, p.beta, gate, ldc};
   kernels::vec::packed_gemm(g, args);
 }
 
 // C against the product in double: the error bound scales with the sum of
 // |a * b| terms (float accumulation).
 void expect_product(const Product& p, const std::vector<float>& a, const std::vector<float>& b,
-                    const std::vector<float>& bias, const std::vector<float>& residual, const std::vector<float>& c,
-                    int64_t ldc) {
+                    const std::vector<float>& bias, const std::vector<float>& residual, const float* gate,
+                    const std::vector<float>& c, int64_t ldc) {
   int failures = 0;
   for (int64_t i = 0; i < p.m && failures < 5; ++i)
     for (int64_t j = 0; j < p.n && failures < 5; ++j) {
@@ -147,7 +150,8 @@ void expect_product(const Product& p, const std::vector<float>& a, const std::ve
       }
       if (p.bias) sum += bias[j];
       if (p.residual || p.in_place) sum += residual[i * ldc + j];
-      const double want = activate(sum, p.act, p.alpha, p.beta);
+      const double activated = activate(sum, p.act, p.alpha, p.beta);
+      const double want = gate && !(gate[i * ldc + j] > 0) ? 0.0 : activated;
       const double tolerance = 2e-6 * (magnitude + 4) + 2e-6 * std::abs(want);
       const float got = c[i * ldc + j];
       if (!(std::abs(got - want) <= tolerance)) {
@@ -175,6 +179,7 @@ TEST(VecKernels, PackedGemmShapesAndTails) {
 TEST(VecKernels, UnpackedGemmLayoutsAndPaths) {
   const int saved_threads = omp_get_max_threads();
   omp_set_num_threads(2);  // the split-K path needs a team of two, also on one core
+  EXPECT_EQ(omp_get_max_threads(), 2) << "OMP_THREAD_LIMIT or the like keeps the split-K path from running";
   for (VectorIsa isa : supported_vector_isas()) {
     SCOPED_TRACE(vector_isa_name(isa));
     const GemmKernels& g = kernels::vec::vec_kernels_for(isa).gemm;
@@ -187,8 +192,13 @@ TEST(VecKernels, UnpackedGemmLayoutsAndPaths) {
           p.trans_b = tb;
           check_product(g, p, seed += 10);
         }
-        // K far larger than M and N: threads split K and sum their parts (with the epilogue after).
+        // K far larger than M and N: threads split K and sum their parts (with the epilogue after, gated or not).
         check_product(g, {14, 1100, 19, true, true, false, GemmActivation::kRelu, 0, 0, true, ta, tb}, seed += 10);
+        check_product(g, {14, 1100, 19, true, false, false, GemmActivation::kNone, 0, 0, true, ta, tb, true},
+                      seed += 10);
+        // A gated product of several tiles (training's ReLU gradient), gate rows ldc apart.
+        check_product(g, {25, 70, 40, false, false, false, GemmActivation::kNone, 0, 0, true, ta, tb, true},
+                      seed += 10);
         // B wider than one thread's packing budget: packed a k-range at a time.
         check_product(g, {20, 1100, 1040, false, false, true, GemmActivation::kNone, 0, 0, true, ta, tb}, seed += 10);
       }

@@ -2,8 +2,10 @@
 // on .npy or CSV data (softmax cross-entropy, binary cross-entropy or MSE),
 // with a progress line, per-epoch reports, stopping rules, checkpoints and
 // the trained model written as ONNX.
+#include <unistd.h>  // first: it defines __GLIBC__ where that is the C library
+#if defined(__GLIBC__)
 #include <malloc.h>
-#include <unistd.h>
+#endif
 
 #include <cmath>
 #include <cstdio>
@@ -45,8 +47,10 @@ void check_writable(const std::string& path) {
 // faults and about 1.7% more samples/s on Zen 3). Where the heap cannot grow,
 // glibc still falls back to mapping.
 void keep_large_blocks() {
+#if defined(__GLIBC__)
   mallopt(M_MMAP_MAX, 0);
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
+#endif
 }
 
 int train(const TrainArgs& a) {

@@ -113,7 +113,7 @@ class DnnlMatMulBase : public Kernel {
     }
   }
 
-  // The fused activation (FusedMatMul): oneDNN's post-op, or the packed GEMM's epilogue.
+  // The fused activation (FusedMatMul, FusedGemm): oneDNN's post-op, or Anvil's GEMM's epilogue.
   void set_activation(const PrepareContext& ctx, const std::string& act, float alpha, float beta) {
     ANVIL_PREPARE_CHECK(ctx, du::append_activation(post_ops_, act, alpha, beta), ErrorKind::kUnsupported,
                         "activation '{}' has no oneDNN post-op", act);
@@ -291,7 +291,8 @@ class DnnlGemm : public DnnlMatMulBase {
  public:
   // anvil.GemmReluGrad (passes/fuse_relu_grad.cc) is a Gemm without C whose
   // input 2 gates the output.
-  explicit DnnlGemm(const ir::Node& node) : unscaled_b_(node.attrs.get_float("alpha", 1.f) == 1.f) {
+  explicit DnnlGemm(const ir::Node& node)
+      : unscaled_b_(node.attrs.get_float("alpha", 1.f) == 1.f), fused_activation_(node.op_type == "FusedGemm") {
     if (node.op_type == "GemmReluGrad") gate_input_ = 2;
   }
   // A constant B is packed as it is, unless alpha scales it first.
@@ -315,14 +316,13 @@ class DnnlGemm : public DnnlMatMulBase {
       scaled_b = bconst->clone();
       for (int64_t i = 0; i < scaled_b.numel(); ++i) scaled_b.data<float>()[i] *= alpha;
     }
-    if (ctx.attrs().has("activation"))  // FusedGemm
+    if (fused_activation_)
       set_activation(ctx, ctx.attrs().get_string("activation", ""), ctx.attrs().get_float("activation_alpha", 0.f),
                      ctx.attrs().get_float("activation_beta", 0.f));
     if (gate_input_ >= 0)
       ANVIL_PREPARE_CHECK(ctx, ctx.input_shape(2) == Shape({m, n}) && ctx.input_dtype(2) == DType::kFloat32,
-                          ErrorKind::kInvalidModel,
-                          "the product [{}, {}] and the activation {} differ in shape", m, n,
-                          shape_str(ctx.input_shape(2)));
+                          ErrorKind::kInvalidModel, "the gate must be float32 of the product's shape [{}, {}], got {} {}",
+                          m, n, dtype_name(ctx.input_dtype(2)), shape_str(ctx.input_shape(2)));
     else
       prepare_bias(ctx, beta);
     build(ctx, oa, ob, contiguous({m, n}), bconst ? (scaled_b.empty() ? bconst->raw() : scaled_b.raw()) : nullptr,
@@ -347,6 +347,7 @@ class DnnlGemm : public DnnlMatMulBase {
   }
 
   bool unscaled_b_;
+  bool fused_activation_;  // FusedGemm: Gemm's inputs, then the activation attributes'
 };
 
 ANVIL_REGISTER_KERNEL_CLASS_TYPED("MatMul", kDnnl, DnnlMatMul, {kFloat32Only});

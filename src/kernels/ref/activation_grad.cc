@@ -11,6 +11,8 @@
 //     a uniform draw >= ratio; kept elements are scaled by 1 / (1 - ratio).
 //     The draws depend on nothing else (not the plan, the thread count or
 //     how many runs came before), so a resumed run draws the same masks.
+#include <algorithm>
+
 #include "kernels/ref/common.h"
 #include "kernels/registry.h"
 
@@ -43,6 +45,7 @@ class RefGemmReluGrad : public Kernel {
   explicit RefGemmReluGrad(const ir::Node& node) : gemm_node_(node) {
     gemm_node_.op_type = "Gemm";
     gemm_node_.domain = "";
+    gemm_node_.opset = std::max(gemm_node_.opset, 13);  // fused from a MatMul of any opset; Gemm's C optional from 11
     gemm_node_.inputs.resize(2);
   }
 
@@ -52,9 +55,7 @@ class RefGemmReluGrad : public Kernel {
     ANVIL_PREPARE_CHECK(ctx, a.size() == 2 && b.size() == 2 && (ta ? a[0] : a[1]) == (tb ? b[1] : b[0]),
                         ErrorKind::kInvalidModel, "A {} (transA={}) and B {} (transB={}) do not multiply",
                         shape_str(a), int(ta), shape_str(b), int(tb));
-    for (const KernelEntry* e : Registry::global().find("", "Gemm"))
-      if (e->backend == Backend::kRef) gemm_ = e->factory(gemm_node_);
-    ANVIL_INTERNAL_CHECK(gemm_);
+    gemm_ = Registry::global().make_reference(gemm_node_);
     PrepareContext gemm_ctx(gemm_node_, {ctx.input_type(0), ctx.input_type(1)}, {ctx.constant(0), ctx.constant(1)},
                             ctx.num_threads());
     std::vector<TensorType> out = gemm_->prepare(gemm_ctx);

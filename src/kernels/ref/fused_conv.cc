@@ -24,9 +24,7 @@ class RefFusedConv : public Kernel {
   std::vector<TensorType> prepare(const PrepareContext& ctx) override {
     ANVIL_PREPARE_CHECK(ctx, is_known_activation(activation_), ErrorKind::kInvalidModel, "unknown activation '{}'",
                         activation_);
-    for (const KernelEntry* e : Registry::global().find("", "Conv"))
-      if (e->backend == Backend::kRef) conv_ = e->factory(conv_node_);
-    ANVIL_INTERNAL_CHECK(conv_);
+    conv_ = Registry::global().make_reference(conv_node_);
     std::vector<TensorType> types;
     std::vector<const Tensor*> constants;
     for (size_t i = 0; i < 3; ++i) {

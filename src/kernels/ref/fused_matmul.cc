@@ -29,9 +29,7 @@ class RefFusedMatMul : public Kernel {
     for (size_t i = 0; i < ctx.num_inputs(); ++i)
       ANVIL_PREPARE_CHECK(ctx, !ctx.has_input(i) || ctx.input_dtype(i) == DType::kFloat32, ErrorKind::kUnsupported,
                           "fused matmul is float32 only (input {} is {})", i, dtype_name(ctx.input_dtype(i)));
-    for (const KernelEntry* e : Registry::global().find("", "MatMul"))
-      if (e->backend == Backend::kRef) matmul_ = e->factory(matmul_node_);
-    ANVIL_INTERNAL_CHECK(matmul_);
+    matmul_ = Registry::global().make_reference(matmul_node_);
     PrepareContext mm_ctx(matmul_node_, {ctx.input_type(0), ctx.input_type(1)}, {ctx.constant(0), ctx.constant(1)},
                           ctx.num_threads());
     std::vector<TensorType> out = matmul_->prepare(mm_ctx);
@@ -91,9 +89,7 @@ class RefFusedGemm : public Kernel {
   std::vector<TensorType> prepare(const PrepareContext& ctx) override {
     ANVIL_PREPARE_CHECK(ctx, is_known_activation(activation_.name), ErrorKind::kInvalidModel, "unknown activation '{}'",
                         activation_.name);
-    for (const KernelEntry* e : Registry::global().find("", "Gemm"))
-      if (e->backend == Backend::kRef) gemm_ = e->factory(gemm_node_);
-    ANVIL_INTERNAL_CHECK(gemm_);
+    gemm_ = Registry::global().make_reference(gemm_node_);
     std::vector<TensorType> inputs;
     std::vector<const Tensor*> constants;
     for (size_t i = 0; i < ctx.num_inputs(); ++i) {

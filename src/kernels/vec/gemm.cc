@@ -116,7 +116,7 @@ void in_thread_parts(const GemmKernels& g, int64_t m, int64_t k, int64_t n, Part
 
 // ------------------------------------------------ both operands packed per run
 
-constexpr int64_t kGemmPackBudget = 512 * 1024;  // floats of B one thread packs at a time (2 MiB: its L2 and L3 share)
+constexpr int64_t kGemmPackBudget = 512 * 1024;  // floats of B a thread aims to pack at a time (2 MiB; one k-block at least)
 
 // A thread's packing buffers, kept across runs (OpenMP's threads persist).
 struct PackBuffers {
@@ -180,6 +180,7 @@ void pack_a_block(const GemmKernels& g, const GemmMatrix& a, int64_t i0, int64_t
 // C's rows [r0, r1) and panels [p0, p1): B packed a k-range at a time, then
 // every A block of the rows against it, a k-block at a time.
 void gemm_part_packing(const GemmKernels& g, const GemmProduct& p, int64_t r0, int64_t r1, int64_t p0, int64_t p1) {
+  if (r0 == r1 || p0 == p1) return;  // more threads than row tiles or panels
   const int64_t width = (p1 - p0) * g.nr;
   const int64_t block_rows = kBlockRows / g.mr * g.mr;
   const int64_t k_range = p.k * width <= kGemmPackBudget ? p.k : std::max<int64_t>(1, kGemmPackBudget / width / g.kc) * g.kc;

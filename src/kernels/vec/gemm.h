@@ -2,7 +2,8 @@
 //   C[M, N] = act(A[M, K] * B[K, N] + bias[N] + residual[M, N])
 // For a constant right-hand side (packed_gemm), B is packed once, at plan
 // time, into panels of the ISA's tile width (pack_gemm_b); A is read in
-// place. For two operands known only at run time (gemm), each run packs them. The blocking follows the usual
+// place. For two operands known only at run time (gemm), each run packs B,
+// and A where its rows are not contiguous. The blocking follows the usual
 // three-level scheme: a k-block of one B panel in L1 across every row tile of
 // an A block that stays in L2; threads split the panels (or, when there are
 // few, the rows) so each writes its own part of C.
@@ -60,9 +61,13 @@ struct GemmMatrix {
 
 // C[M, N] = act(A[M, K] * B[K, N] + bias[N] + residual[M, N]) with neither
 // operand packed beforehand (training's products, whose weights change every
-// step, and its gradients, A or B transposed): each thread packs its part of
-// B per run, the whole K when that fits kGemmPackBudget and a k-range at a
-// time otherwise, and A's blocks too where A's rows are not contiguous.
+// step, and its gradients, A or B transposed): each thread packs the part of
+// B its columns need per run (all of B when threads split the rows), the
+// whole K when that fits a 2 MiB budget and a k-range of at least one
+// k-block otherwise, and A's blocks too where A's rows are not contiguous.
+// The packing buffers are kept per thread. When K dwarfs M and N, threads
+// split K instead (each packs only its k-range of both) and add their parts:
+// the sums then depend on the thread count, not on the run.
 struct GemmProduct {
   GemmMatrix a, b;
   int64_t m = 0, k = 0, n = 0;

@@ -58,10 +58,10 @@ void gemm_tile_rows(const float* __restrict a, int64_t lda, const float* __restr
   for (int r = 0; r < M; ++r)
 #pragma GCC unroll 4
     for (int v = 0; v < kGemmNv; ++v) acc[r][v] = init ? load(init + r * ldc + v * kWidth) : splat(0.f);
-  // The drivers' next tile is the one below this (same panel): its C lines
-  // arrive during this tile's kc steps instead of stalling its start (from
-  // L3 or memory once the row block outgrows L2; harmless past C's end:
-  // prefetches do not fault).
+  // The drivers' next tile is mostly the one below this (same panel): its C
+  // lines arrive during this tile's kc steps instead of stalling its start
+  // (from L3 or memory once the row block outgrows L2). After a block's last
+  // row tile the lines are not used; a prefetch past C's end does not fault.
 #pragma GCC unroll 16
   for (int r = 0; r < M; ++r) {
     __builtin_prefetch(c + (M + r) * ldc);

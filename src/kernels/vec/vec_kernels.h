@@ -44,7 +44,7 @@ struct GemmKernels {
   // (accumulate) or another matrix, ldc apart like c.
   void (*tile)(const float* a, int64_t lda, const float* b, int64_t kc, const float* init, float* c, int64_t ldc,
                int m, int n);
-  // The same with a from a packed panel: mr floats per k (rows past m zero).
+  // The same with a from a packed panel: mr floats per k (rows past m unset: never read).
   void (*tile_packed_a)(const float* a, const float* b, int64_t kc, const float* init, float* c, int64_t ldc, int m,
                         int n);
   // The ISA's transpose32 (below), which packs a transposed B per run.
