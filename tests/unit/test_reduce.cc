@@ -99,9 +99,10 @@ TEST(ReduceMean, LargeInputTakesTheParallelPath) {
 }
 
 // Leading axes of whole rows (a bias gradient's shape): the column-block path,
-// with more columns than one block and a partial last block.
+// with more columns than one block (2,048) and a partial last block, rows
+// split between the threads (more than 32,768 elements).
 TEST(ReduceSum, LeadingAxesOfWholeRows) {
-  const int64_t rows = 40, cols = 300;
+  const int64_t rows = 40, cols = 2100;
   std::vector<float> v(rows * cols);
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t c = 0; c < cols; ++c) v[r * cols + c] = static_cast<float>(c) + 0.25f * static_cast<float>(r % 4);

@@ -9,6 +9,9 @@
 #include <cmath>
 #include <limits>
 #include <type_traits>
+#include <vector>
+
+#include <omp.h>
 
 #include "kernels/ref/common.h"
 #include "kernels/registry.h"
@@ -172,20 +175,32 @@ class ReduceKernel : public Kernel {
   }
 
   void column_sums(const float* x, float* y) const {
-    constexpr int64_t kBlock = 256;
+    constexpr int64_t kBlock = 2048;  // columns summed at once: a thread's doubles stay in L1
     const int64_t cols = kept_[0].size, rows = red_[0].size;
-    const int64_t blocks = (cols + kBlock - 1) / kBlock;
     const double scale = r_ == Reduction::kMean && rows > 0 ? 1.0 / static_cast<double>(rows) : 1.0;
-#pragma omp parallel for if (rows * cols > 32768)
-    for (int64_t b = 0; b < blocks; ++b) {
-      const int64_t c0 = b * kBlock, width = std::min(kBlock, cols - c0);
-      double acc[kBlock] = {};
-      for (int64_t r = 0; r < rows; ++r) {
-        const float* row = x + r * cols + c0;
+    const int threads = rows * cols > 32768 ? std::max(1, omp_get_max_threads()) : 1;
+    std::vector<double> partial(static_cast<size_t>(threads) * static_cast<size_t>(std::min(kBlock, cols)));
+    for (int64_t c0 = 0; c0 < cols; c0 += kBlock) {
+      const int64_t width = std::min(kBlock, cols - c0);
+      std::fill(partial.begin(), partial.end(), 0.0);  // a smaller team than asked leaves some parts unwritten
+      // Threads take row ranges, each read along memory: rows a page or more
+      // apart read a column block at a time stall at every page, where the
+      // hardware prefetcher stops (100 MB of a bias gradient at 10 GB/s).
+#pragma omp parallel num_threads(threads)
+      {
+        const int t = omp_get_thread_num(), team = omp_get_num_threads();
+        double* acc = partial.data() + static_cast<size_t>(t) * static_cast<size_t>(width);
+        for (int64_t r = rows * t / team; r < rows * (t + 1) / team; ++r) {
+          const float* row = x + r * cols + c0;
 #pragma omp simd
-        for (int64_t j = 0; j < width; ++j) acc[j] += static_cast<double>(row[j]);
+          for (int64_t j = 0; j < width; ++j) acc[j] += static_cast<double>(row[j]);
+        }
       }
-      for (int64_t j = 0; j < width; ++j) y[c0 + j] = static_cast<float>(acc[j] * scale);
+      for (int64_t j = 0; j < width; ++j) {
+        double sum = 0;
+        for (int t = 0; t < threads; ++t) sum += partial[static_cast<size_t>(t) * static_cast<size_t>(width) + j];
+        y[c0 + j] = static_cast<float>(sum * scale);
+      }
     }
   }
 
