@@ -214,9 +214,8 @@ class DnnlMatMulBase : public Kernel {
     vec::gemm(vec::vec_kernels().gemm, product);
   }
 
-  // The bias, residual, C and epilogue of a run (GemmArgs or GemmProduct).
-  template <typename Args>
-  void set_gemm_outputs(const RunContext& ctx, Args& args) const {
+  // The bias, residual, C and epilogue of a run.
+  void set_gemm_outputs(const RunContext& ctx, vec::GemmOutput& args) const {
     const float* bias = has_bias_ ? static_cast<const float*>(bias_data(ctx)) : nullptr;
     args.bias = gemm_bias_ == GemmInput::kBias ? bias : nullptr;
     args.residual = has_sum_ ? ctx.in(3).data<float>() : gemm_bias_ == GemmInput::kResidual ? bias : nullptr;

@@ -56,28 +56,41 @@ void prefetch_gate(const GemmEpilogue& e, int64_t i, int64_t j, int rows, int nr
   }
 }
 
-// C's rows [r0, r1) and panels [p0, p1), a k-block at a time.
+// One k-block [k0, k0 + kc) of C's rows [i0, i1) and panels [p0, p1):
+// b_block holds the block's panels from first_panel on, kc x g.nr floats
+// each; tile_a(i, m, b, init, c, n) runs the micro-kernel on row tile i (A
+// read in place or from a packed block). After the last k-block, the epilogue.
+template <typename TileA>
+void sweep_k_block(const GemmKernels& g, const GemmOutput& out, int64_t n_total, int64_t k0, int64_t kc, bool last,
+                   const float* b_block, int64_t first_panel, int64_t i0, int64_t i1, int64_t p0, int64_t p1,
+                   TileA tile_a) {
+  const bool epilogue = last && (out.bias || out.epilogue.any());
+  for (int64_t panel = p0; panel < p1; ++panel) {
+    const int64_t j = panel * g.nr;
+    const int n = static_cast<int>(std::min<int64_t>(g.nr, n_total - j));
+    const float* b = b_block + (panel - first_panel) * kc * g.nr;
+    for (int64_t i = i0; i < i1; i += g.mr) {
+      const int m = static_cast<int>(std::min<int64_t>(g.mr, i1 - i));
+      float* c = out.c + i * out.ldc + j;
+      const float* init = k0 > 0 ? c : out.residual ? out.residual + i * out.ldc + j : nullptr;
+      if (last) prefetch_gate(out.epilogue, i, j, m, n);
+      tile_a(i, m, b, init, c, n);
+      if (epilogue) tile_epilogue(g, c, out.ldc, i, j, m, n, out.bias, out.epilogue);
+    }
+  }
+}
+
+// C's rows [r0, r1) and panels [p0, p1) against the prepacked B, a k-block at a time.
 void gemm_part(const GemmKernels& g, const GemmArgs& p, int64_t r0, int64_t r1, int64_t p0, int64_t p1) {
   const int64_t n_padded = ceil_div(p.n, g.nr) * g.nr;
-  const bool epilogue = p.bias || p.epilogue.any();
   for (int64_t i0 = r0; i0 < r1; i0 += kBlockRows / g.mr * g.mr) {
     const int64_t i1 = std::min(r1, i0 + kBlockRows / g.mr * g.mr);
     for (int64_t k0 = 0; k0 < p.k; k0 += g.kc) {
       const int64_t kc = std::min<int64_t>(g.kc, p.k - k0);
-      const bool last = k0 + kc == p.k;
-      const float* block = p.b_packed + k0 * n_padded;
-      for (int64_t panel = p0; panel < p1; ++panel) {
-        const int64_t j = panel * g.nr;
-        const int n = static_cast<int>(std::min<int64_t>(g.nr, p.n - j));
-        for (int64_t i = i0; i < i1; i += g.mr) {
-          const int m = static_cast<int>(std::min<int64_t>(g.mr, i1 - i));
-          float* c = p.c + i * p.ldc + j;
-          const float* init = k0 > 0 ? c : p.residual ? p.residual + i * p.ldc + j : nullptr;
-          if (last) prefetch_gate(p.epilogue, i, j, m, n);
-          g.tile(p.a + i * p.lda + k0, p.lda, block + panel * kc * g.nr, kc, init, c, p.ldc, m, n);
-          if (last && epilogue) tile_epilogue(g, c, p.ldc, i, j, m, n, p.bias, p.epilogue);
-        }
-      }
+      sweep_k_block(g, p, p.n, k0, kc, k0 + kc == p.k, p.b_packed + k0 * n_padded, 0, i0, i1, p0, p1,
+                    [&](int64_t i, int m, const float* b, const float* init, float* c, int n) {
+                      g.tile(p.a + i * p.lda + k0, p.lda, b, kc, init, c, p.ldc, m, n);
+                    });
     }
   }
 }
@@ -188,7 +201,6 @@ void gemm_part_packing(const GemmKernels& g, const GemmProduct& p, int64_t r0, i
   PackBuffers& buffers = pack_buffers();
   buffers.b.resize(static_cast<size_t>(std::min(k_range, p.k) * width));
   if (pack_a) buffers.a.resize(static_cast<size_t>(block_rows * g.kc));
-  const bool epilogue = p.bias || p.epilogue.any();
   for (int64_t kr = 0; kr < p.k; kr += k_range) {
     const int64_t kr_end = std::min(p.k, kr + k_range);
     for (int64_t k0 = kr; k0 < kr_end; k0 += g.kc)
@@ -197,23 +209,12 @@ void gemm_part_packing(const GemmKernels& g, const GemmProduct& p, int64_t r0, i
       const int64_t i1 = std::min(r1, i0 + block_rows);
       for (int64_t k0 = kr; k0 < kr_end; k0 += g.kc) {
         const int64_t kc = std::min<int64_t>(g.kc, kr_end - k0);
-        const bool last = k0 + kc == p.k;
         if (pack_a) pack_a_block(g, p.a, i0, i1, k0, kc, buffers.a.data());
-        const float* block = buffers.b.data() + (k0 - kr) * width;
-        for (int64_t panel = p0; panel < p1; ++panel) {
-          const int64_t j = panel * g.nr;
-          const int n = static_cast<int>(std::min<int64_t>(g.nr, p.n - j));
-          const float* b = block + (panel - p0) * kc * g.nr;
-          for (int64_t i = i0; i < i1; i += g.mr) {
-            const int m = static_cast<int>(std::min<int64_t>(g.mr, i1 - i));
-            float* c = p.c + i * p.ldc + j;
-            const float* init = k0 > 0 ? c : p.residual ? p.residual + i * p.ldc + j : nullptr;
-            if (last) prefetch_gate(p.epilogue, i, j, m, n);
-            if (pack_a) g.tile_packed_a(buffers.a.data() + (i - i0) * kc, b, kc, init, c, p.ldc, m, n);
-            else g.tile(p.a.data + i * p.a.row_stride + k0, p.a.row_stride, b, kc, init, c, p.ldc, m, n);
-            if (last && epilogue) tile_epilogue(g, c, p.ldc, i, j, m, n, p.bias, p.epilogue);
-          }
-        }
+        sweep_k_block(g, p, p.n, k0, kc, k0 + kc == p.k, buffers.b.data() + (k0 - kr) * width, p0, i0, i1, p0, p1,
+                      [&](int64_t i, int m, const float* b, const float* init, float* c, int n) {
+                        if (pack_a) g.tile_packed_a(buffers.a.data() + (i - i0) * kc, b, kc, init, c, p.ldc, m, n);
+                        else g.tile(p.a.data + i * p.a.row_stride + k0, p.a.row_stride, b, kc, init, c, p.ldc, m, n);
+                      });
       }
     }
   }

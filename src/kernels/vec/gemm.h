@@ -38,16 +38,20 @@ void unpack_gemm_b(const GemmKernels& g, const float* packed, int64_t k, int64_t
 // read as [k, n] with these strides (one tensor may be read both ways).
 std::string gemm_layout_key(const GemmKernels& g, int64_t k, int64_t n, int64_t stride_k, int64_t stride_n);
 
-struct GemmArgs {
-  const float* a = nullptr;  // [m, k], rows lda apart
-  int64_t lda = 0;
-  int64_t m = 0, k = 0, n = 0;
-  const float* b_packed = nullptr;  // pack_gemm_b of [k, n]
+// What a product writes, and what it adds and applies on the way.
+struct GemmOutput {
   const float* bias = nullptr;      // [n] or null
   const float* residual = nullptr;  // [m, n], rows ldc apart, or null; may be c
   float* c = nullptr;               // [m, n], rows ldc apart
   int64_t ldc = 0;
   GemmEpilogue epilogue;
+};
+
+struct GemmArgs : GemmOutput {
+  const float* a = nullptr;  // [m, k], rows lda apart
+  int64_t lda = 0;
+  int64_t m = 0, k = 0, n = 0;
+  const float* b_packed = nullptr;  // pack_gemm_b of [k, n]
 };
 
 // Runs the product on the calling thread's OpenMP team size.
@@ -68,14 +72,9 @@ struct GemmMatrix {
 // The packing buffers are kept per thread. When K dwarfs M and N, threads
 // split K instead (each packs only its k-range of both) and add their parts:
 // the sums then depend on the thread count, not on the run.
-struct GemmProduct {
+struct GemmProduct : GemmOutput {
   GemmMatrix a, b;
   int64_t m = 0, k = 0, n = 0;
-  const float* bias = nullptr;      // [n] or null
-  const float* residual = nullptr;  // [m, n], rows ldc apart, or null; may be c
-  float* c = nullptr;               // [m, n], rows ldc apart
-  int64_t ldc = 0;
-  GemmEpilogue epilogue;
 };
 void gemm(const GemmKernels& g, const GemmProduct& product);
 
