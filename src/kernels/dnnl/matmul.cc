@@ -50,11 +50,11 @@ class DnnlMatMulBase : public Kernel {
   int inplace_input() const override { return has_sum_ ? 3 : -1; }
   std::vector<std::string> alternatives() const override {
     if (!anvil_gemm_fits_) return {};
-    return {"dnnl", prepacked_b_ ? "packed_gemm" : "gemm"};
+    return {"dnnl", constant_b_ ? "packed_gemm" : "gemm"};
   }
 
   void run(const RunContext& ctx) const override {
-    if (anvil_gemm_) return prepacked_b_ ? run_packed_gemm(ctx) : run_gemm(ctx);
+    if (anvil_gemm_) return constant_b_ ? run_packed_gemm(ctx) : run_gemm(ctx);
     if (has_sum_ && ctx.in(3).raw() != ctx.out(0).raw())  // the sum post-op adds to what dst holds
       std::memcpy(ctx.out(0).raw(), ctx.in(3).raw(), ctx.out(0).nbytes());
     std::unordered_map<int, memory> args;
@@ -86,17 +86,17 @@ class DnnlMatMulBase : public Kernel {
       dnnl::matmul::primitive_desc pd(desc, attr, du::engine());
       // A constant B is packed once, for A read in place; B known only at
       // run time is packed per run (A too where its rows are not contiguous).
-      prepacked_b_ = b_data != nullptr;
-      anvil_gemm_fits_ = anvil_gemm_fits(a, b, c) && (!prepacked_b_ || a.strides[1] == 1);
+      constant_b_ = b_data != nullptr;
+      anvil_gemm_fits_ = anvil_gemm_fits(a, b, c) && (!constant_b_ || a.strides[1] == 1);
       // Packing per run pays off from a full row tile on (a weight gradient
       // with two classes, M = 2, ran twice as long as oneDNN's).
-      const bool gemm_rule = prepacked_b_ || a.dims[0] >= vec::vec_kernels().gemm.mr;
+      const bool gemm_rule = constant_b_ || a.dims[0] >= vec::vec_kernels().gemm.mr;
       // The rule: Anvil's GEMM where oneDNN's choice is gemm:jit (see the top of the file).
       const bool anvil =
           ctx.choice() >= 0 ? ctx.choice() == 1 : gemm_rule && du::impl_name(pd).rfind("dnnl:brg", 0) != 0;
       if (anvil_gemm_fits_ && anvil) {
         set_gemm_shape(a, b, c);
-        if (prepacked_b_) prepare_packed_gemm(ctx, b, static_cast<const float*>(b_data), b_source);
+        if (constant_b_) prepare_packed_gemm(ctx, b, static_cast<const float*>(b_data), b_source);
         return;
       }
       primitive_ = dnnl::matmul(pd);
@@ -174,7 +174,7 @@ class DnnlMatMulBase : public Kernel {
     epilogue_.activation = *vec::gemm_activation(activation_);
     gemm_.epilogue = epilogue_;
     anvil_gemm_ = true;
-    impl_ = std::string(vec::vec_impl_name()) + (prepacked_b_ ? ":packed_gemm" : ":gemm");
+    impl_ = std::string(vec::vec_impl_name()) + (constant_b_ ? ":packed_gemm" : ":gemm");
   }
 
   // Packs the constant B once, shared through the session's weight cache.
@@ -229,7 +229,8 @@ class DnnlMatMulBase : public Kernel {
   }
 
   enum class GemmInput { kNone, kBias, kResidual };  // what the bias input is to Anvil's GEMM
-  bool anvil_gemm_ = false, anvil_gemm_fits_ = false, prepacked_b_ = false;
+  bool anvil_gemm_ = false, anvil_gemm_fits_ = false;
+  bool constant_b_ = false;  // B known at plan time: Anvil's GEMM packs it once (oneDNN's path: packed_b_)
   Tensor gemm_b_;
   vec::GemmProduct gemm_;  // the shape and strides; pointers are set per run
   GemmInput gemm_bias_ = GemmInput::kNone;
