@@ -3,18 +3,25 @@
 // same anonymous namespace (VF, load, store, exp_approx, sigmoid_vec).
 //
 // The micro-kernel keeps a kGemmMr x kGemmNr tile of C in registers
-// (kGemmMr x kGemmNv vectors: 6 x 2 on AVX2 and SSE4.1, i.e. 6x16 and 6x8 floats; 12 x 2 on AVX-512,
-// leaving registers for the B row and the A broadcast), reads A straight from
-// its rows (no packing: the A block stays in L2 across a sweep over B's
-// panels) or, where A's rows are not contiguous, from a packed panel of
-// kGemmMr floats per k, and B from a packed panel, kGemmNr floats per k.
+// (kGemmMr x kGemmNv vectors: 12 x 2 on AVX-512, 4 x 3 on AVX2, 6 x 2 on
+// SSE4.1, leaving registers for the B row and the A broadcast), reads A
+// straight from its rows (no packing: the A block stays in L2 across a sweep
+// over B's panels) or, where A's rows are not contiguous, from a packed panel
+// of kGemmMr floats per k, and B from a packed panel, kGemmNr floats per k.
+// AVX2 takes 4 x 24 rather than 6 x 16: 7 loads per 12 FMAs instead of 8,
+// the shape oneDNN's AVX2 sgemm uses; on Zen 3 it ran training's products
+// about 2% faster (alternating runs, docs/benchmarks.md).
 
 #if defined(__AVX512F__)
 constexpr int kGemmMr = 12;
+constexpr int kGemmNv = 2;
+#elif defined(__AVX2__)
+constexpr int kGemmMr = 4;
+constexpr int kGemmNv = 3;
 #else
 constexpr int kGemmMr = 6;
-#endif
 constexpr int kGemmNv = 2;
+#endif
 constexpr int kGemmNr = kGemmNv * kWidth;
 constexpr int kGemmKc = 256;  // a B panel's k-block (kGemmKc x kGemmNr floats) stays in L1
 
@@ -46,66 +53,81 @@ inline VF broadcast_from(const float* p) {
 }
 inline VF load_b(const float* p) { return *reinterpret_cast<const VFu*>(p); }
 
-// c[M x kGemmNr] = init + a[M x kc] * b[kc x kGemmNr]: a's rows `lda` apart
-// (PackedA: a packed panel, kGemmMr floats per k, lda unused), b packed
-// (kGemmNr floats per k), c and init `ldc` apart (init null: zero; init may
-// be c).
-template <int M, bool PackedA>
+// c[M x Nv vectors] = init + a[M x kc] * b[kc x Nv vectors]: a's rows `lda`
+// apart (PackedA: a packed panel, kGemmMr floats per k, lda unused), b packed
+// (kGemmNr floats per k, of which the first Nv vectors are read), c and init
+// `ldc` apart (init null: zero; init may be c). prefetch_next: c is in a
+// matrix, not a tile on the stack.
+template <int M, int Nv, bool PackedA>
 void gemm_tile_rows(const float* __restrict a, int64_t lda, const float* __restrict b, int64_t kc, const float* init,
-                    float* c, int64_t ldc) {
-  VF acc[M][kGemmNv];
+                    float* c, int64_t ldc, bool prefetch_next) {
+  VF acc[M][Nv];
 #pragma GCC unroll 16
   for (int r = 0; r < M; ++r)
 #pragma GCC unroll 4
-    for (int v = 0; v < kGemmNv; ++v) acc[r][v] = init ? load(init + r * ldc + v * kWidth) : splat(0.f);
+    for (int v = 0; v < Nv; ++v) acc[r][v] = init ? load(init + r * ldc + v * kWidth) : splat(0.f);
   // The drivers' next tile is mostly the one below this (same panel): its C
   // lines arrive during this tile's kc steps instead of stalling its start
   // (from L3 or memory once the row block outgrows L2). After a block's last
   // row tile the lines are not used; a prefetch past C's end does not fault.
+  if (prefetch_next) {
 #pragma GCC unroll 16
-  for (int r = 0; r < M; ++r) {
-    __builtin_prefetch(c + (M + r) * ldc);
-    __builtin_prefetch(c + (M + r) * ldc + kGemmNr - 1);
+    for (int r = 0; r < M; ++r) {
+      __builtin_prefetch(c + (M + r) * ldc);
+      __builtin_prefetch(c + (M + r) * ldc + Nv * kWidth - 1);
+    }
   }
 #pragma GCC unroll 4
   for (int64_t k = 0; k < kc; ++k, b += kGemmNr) {
-    VF bv[kGemmNv];
+    VF bv[Nv];
 #pragma GCC unroll 4
-    for (int v = 0; v < kGemmNv; ++v) bv[v] = load_b(b + v * kWidth);
+    for (int v = 0; v < Nv; ++v) bv[v] = load_b(b + v * kWidth);
 #pragma GCC unroll 16
     for (int r = 0; r < M; ++r) {
       const VF av = broadcast_from(PackedA ? a + k * kGemmMr + r : a + r * lda + k);
 #pragma GCC unroll 4
-      for (int v = 0; v < kGemmNv; ++v) acc[r][v] = fmadd(av, bv[v], acc[r][v]);
+      for (int v = 0; v < Nv; ++v) acc[r][v] = fmadd(av, bv[v], acc[r][v]);
     }
   }
 #pragma GCC unroll 16
   for (int r = 0; r < M; ++r)
 #pragma GCC unroll 4
-    for (int v = 0; v < kGemmNv; ++v) store(c + r * ldc + v * kWidth, acc[r][v]);
+    for (int v = 0; v < Nv; ++v) store(c + r * ldc + v * kWidth, acc[r][v]);
 }
 
-template <int M, bool PackedA>
+template <int M, int Nv, bool PackedA>
 void gemm_tile_dispatch(int m, const float* a, int64_t lda, const float* b, int64_t kc, const float* init, float* c,
-                        int64_t ldc) {
+                        int64_t ldc, bool prefetch_next) {
   if constexpr (M > 1) {
-    if (m < M) return gemm_tile_dispatch<M - 1, PackedA>(m, a, lda, b, kc, init, c, ldc);
+    if (m < M) return gemm_tile_dispatch<M - 1, Nv, PackedA>(m, a, lda, b, kc, init, c, ldc, prefetch_next);
   }
-  gemm_tile_rows<M, PackedA>(a, lda, b, kc, init, c, ldc);
+  gemm_tile_rows<M, Nv, PackedA>(a, lda, b, kc, init, c, ldc, prefetch_next);
+}
+
+// A tile of m <= kGemmMr rows and n <= Nv * kWidth columns on the Nv-vector
+// kernel: in place when n fills the vectors, else through a tile on the stack.
+template <int Nv, bool PackedA>
+void gemm_tile_width(const float* a, int64_t lda, const float* b, int64_t kc, const float* init, float* c, int64_t ldc,
+                     int m, int n) {
+  if (n == Nv * kWidth) return gemm_tile_dispatch<kGemmMr, Nv, PackedA>(m, a, lda, b, kc, init, c, ldc, true);
+  constexpr int kTileLd = Nv * kWidth;
+  float tile[kGemmMr * kTileLd] = {};  // zeroed: GCC cannot see that only init rows are read
+  if (init)
+    for (int r = 0; r < m; ++r) __builtin_memcpy(tile + r * kTileLd, init + r * ldc, static_cast<size_t>(n) * 4);
+  gemm_tile_dispatch<kGemmMr, Nv, PackedA>(m, a, lda, b, kc, init ? tile : nullptr, tile, kTileLd, false);
+  for (int r = 0; r < m; ++r) __builtin_memcpy(c + r * ldc, tile + r * kTileLd, static_cast<size_t>(n) * 4);
 }
 
 // One tile of m <= kGemmMr rows and n <= kGemmNr columns (init null, c, or
-// another matrix `ldc` apart); a partial width goes through a full-width tile
-// on the stack.
-template <bool PackedA>
+// another matrix `ldc` apart). A partial panel (N's last) runs on as few
+// vectors as cover it.
+template <bool PackedA, int Nv = kGemmNv>
 void gemm_tile_any(const float* a, int64_t lda, const float* b, int64_t kc, const float* init, float* c, int64_t ldc,
                    int m, int n) {
-  if (n == kGemmNr) return gemm_tile_dispatch<kGemmMr, PackedA>(m, a, lda, b, kc, init, c, ldc);
-  float tile[kGemmMr * kGemmNr] = {};  // zeroed: GCC cannot see that only init rows are read
-  if (init)
-    for (int r = 0; r < m; ++r) __builtin_memcpy(tile + r * kGemmNr, init + r * ldc, static_cast<size_t>(n) * 4);
-  gemm_tile_dispatch<kGemmMr, PackedA>(m, a, lda, b, kc, init ? tile : nullptr, tile, kGemmNr);
-  for (int r = 0; r < m; ++r) __builtin_memcpy(c + r * ldc, tile + r * kGemmNr, static_cast<size_t>(n) * 4);
+  if constexpr (Nv > 1) {
+    if (n <= (Nv - 1) * kWidth) return gemm_tile_any<PackedA, Nv - 1>(a, lda, b, kc, init, c, ldc, m, n);
+  }
+  gemm_tile_width<Nv, PackedA>(a, lda, b, kc, init, c, ldc, m, n);
 }
 
 inline void gemm_tile_impl(const float* a, int64_t lda, const float* b, int64_t kc, const float* init, float* c,
