@@ -169,16 +169,34 @@ void pack_b_rows(const GemmKernels& g, const GemmMatrix& b, int64_t n, int64_t k
   }
 }
 
+// One k of a transposed A's block: src's floats [i0, i1) (contiguous) into
+// the row tiles' slots at that k (tiles kc * mr floats apart). Mr is the
+// ISA's tile height as a constant, so whole tiles copy as one vector.
+template <int Mr>
+void pack_transposed_a_k(const float* src, int64_t i0, int64_t i1, int64_t kc, float* dst) {
+  int64_t i = i0;
+  for (; i + Mr <= i1; i += Mr, dst += kc * Mr) std::memcpy(dst, src + i, Mr * sizeof(float));
+  for (int64_t r = 0; i + r < i1; ++r) dst[r] = src[i + r];
+}
+
 // A's rows [i0, i1) and columns [k0, k0 + kc) as row tiles of g.mr rows:
 // per tile, kc steps of g.mr floats (rows past i1 left unset: never read).
 void pack_a_block(const GemmKernels& g, const GemmMatrix& a, int64_t i0, int64_t i1, int64_t k0, int64_t kc,
                   float* out) {
   if (a.row_stride == 1) {  // A transposed: the block's rows at one k are contiguous; read them a k at a time
     constexpr int64_t kAhead = 8;  // rows a page apart or more: the hardware prefetcher stops at each page's end
+    const auto pack_k = g.mr == 4    ? pack_transposed_a_k<4>
+                        : g.mr == 6  ? pack_transposed_a_k<6>
+                        : g.mr == 12 ? pack_transposed_a_k<12>
+                                     : nullptr;
     for (int64_t kk = 0; kk < kc; ++kk) {
       const float* src = a.data + (k0 + kk) * a.col_stride;
       if (kk + kAhead < kc)
         for (int64_t i = i0; i < i1; i += 16) __builtin_prefetch(src + kAhead * a.col_stride + i);
+      if (pack_k) {
+        pack_k(src, i0, i1, kc, out + kk * g.mr);
+        continue;
+      }
       for (int64_t i = i0, tile = 0; i < i1; i += g.mr, ++tile) {
         float* dst = out + tile * kc * g.mr + kk * g.mr;
         for (int64_t r = 0; r < std::min<int64_t>(g.mr, i1 - i); ++r) dst[r] = src[i + r];
