@@ -62,24 +62,34 @@ void prefetch_gate(const GemmEpilogue& e, int64_t i, int64_t j, int rows, int nr
 
 // One k-block [k0, k0 + kc) of C's rows [i0, i1) and panels [p0, p1):
 // b_block holds the block's panels from first_panel on, kc x g.nr floats
-// each; tile_a(i, m, b, init, c, n) runs the micro-kernel on row tile i (A
-// read in place or from a packed block). After the last k-block, the epilogue.
+// each; tile_a(i, m, b, init, c, n, finish) runs the micro-kernel on row tile i (A
+// read in place or from a packed block). After the last k-block, the
+// epilogue: in the micro-kernel's registers where GemmTileFinish covers it.
 template <typename TileA>
 void sweep_k_block(const GemmKernels& g, const GemmOutput& out, int64_t n_total, int64_t k0, int64_t kc, bool last,
                    const float* b_block, int64_t first_panel, int64_t i0, int64_t i1, int64_t p0, int64_t p1,
                    TileA tile_a) {
-  const bool epilogue = last && (out.bias || out.epilogue.any());
+  const GemmEpilogue& e = out.epilogue;
+  const bool epilogue = last && (out.bias || e.any());
+  const bool in_registers = e.activation == GemmActivation::kNone || e.activation == GemmActivation::kRelu;
   for (int64_t panel = p0; panel < p1; ++panel) {
     const int64_t j = panel * g.nr;
     const int n = static_cast<int>(std::min<int64_t>(g.nr, n_total - j));
     const float* b = b_block + (panel - first_panel) * kc * g.nr;
+    const bool finish_tiles = epilogue && in_registers && n == g.nr;
     for (int64_t i = i0; i < i1; i += g.mr) {
       const int m = static_cast<int>(std::min<int64_t>(g.mr, i1 - i));
       float* c = out.c + i * out.ldc + j;
       const float* init = k0 > 0 ? c : out.residual ? out.residual + i * out.ldc + j : nullptr;
-      if (last) prefetch_gate(out.epilogue, i, j, m, n);
-      tile_a(i, m, b, init, c, n);
-      if (epilogue) tile_epilogue(g, c, out.ldc, i, j, m, n, out.bias, out.epilogue);
+      if (last) prefetch_gate(e, i, j, m, n);
+      if (finish_tiles) {
+        const GemmTileFinish finish{out.bias ? out.bias + j : nullptr, e.gate ? e.gate + i * e.gate_ld + j : nullptr,
+                                    e.gate_ld, e.activation == GemmActivation::kRelu};
+        tile_a(i, m, b, init, c, n, &finish);
+        continue;
+      }
+      tile_a(i, m, b, init, c, n, nullptr);
+      if (epilogue) tile_epilogue(g, c, out.ldc, i, j, m, n, out.bias, e);
     }
   }
 }
@@ -92,8 +102,9 @@ void gemm_part(const GemmKernels& g, const GemmArgs& p, int64_t r0, int64_t r1, 
     for (int64_t k0 = 0; k0 < p.k; k0 += g.kc) {
       const int64_t kc = std::min<int64_t>(g.kc, p.k - k0);
       sweep_k_block(g, p, p.n, k0, kc, k0 + kc == p.k, p.b_packed + k0 * n_padded, 0, i0, i1, p0, p1,
-                    [&](int64_t i, int m, const float* b, const float* init, float* c, int n) {
-                      g.tile(p.a + i * p.lda + k0, p.lda, b, kc, init, c, p.ldc, m, n);
+                    [&](int64_t i, int m, const float* b, const float* init, float* c, int n,
+                        const GemmTileFinish* finish) {
+                      g.tile(p.a + i * p.lda + k0, p.lda, b, kc, init, c, p.ldc, m, n, finish);
                     });
     }
   }
@@ -233,9 +244,13 @@ void gemm_part_packing(const GemmKernels& g, const GemmProduct& p, int64_t r0, i
         const int64_t kc = std::min<int64_t>(g.kc, kr_end - k0);
         if (pack_a) pack_a_block(g, p.a, i0, i1, k0, kc, buffers.a.data());
         sweep_k_block(g, p, p.n, k0, kc, k0 + kc == p.k, buffers.b.data() + (k0 - kr) * width, p0, i0, i1, p0, p1,
-                      [&](int64_t i, int m, const float* b, const float* init, float* c, int n) {
-                        if (pack_a) g.tile_packed_a(buffers.a.data() + (i - i0) * kc, b, kc, init, c, p.ldc, m, n);
-                        else g.tile(p.a.data + i * p.a.row_stride + k0, p.a.row_stride, b, kc, init, c, p.ldc, m, n);
+                      [&](int64_t i, int m, const float* b, const float* init, float* c, int n,
+                          const GemmTileFinish* finish) {
+                        if (pack_a)
+                          g.tile_packed_a(buffers.a.data() + (i - i0) * kc, b, kc, init, c, p.ldc, m, n, finish);
+                        else
+                          g.tile(p.a.data + i * p.a.row_stride + k0, p.a.row_stride, b, kc, init, c, p.ldc, m, n,
+                                 finish);
                       });
       }
     }

@@ -53,14 +53,39 @@ inline VF broadcast_from(const float* p) {
 }
 inline VF load_b(const float* p) { return *reinterpret_cast<const VFu*>(p); }
 
+// GemmTileFinish on a tile's accumulators.
+template <int M, int Nv>
+inline void finish_tile(VF (&acc)[M][Nv], const GemmTileFinish& f) {
+  if (f.bias) {
+    VF bias[Nv];
+#pragma GCC unroll 4
+    for (int v = 0; v < Nv; ++v) bias[v] = load(f.bias + v * kWidth);
+#pragma GCC unroll 16
+    for (int r = 0; r < M; ++r)
+#pragma GCC unroll 4
+      for (int v = 0; v < Nv; ++v) acc[r][v] += bias[v];
+  }
+  if (f.relu)
+#pragma GCC unroll 16
+    for (int r = 0; r < M; ++r)
+#pragma GCC unroll 4
+      for (int v = 0; v < Nv; ++v) acc[r][v] = acc[r][v] > 0.f ? acc[r][v] : splat(0.f);
+  if (f.gate)
+#pragma GCC unroll 16
+    for (int r = 0; r < M; ++r)
+#pragma GCC unroll 4
+      for (int v = 0; v < Nv; ++v) acc[r][v] = load(f.gate + r * f.gate_ld + v * kWidth) > 0.f ? acc[r][v] : splat(0.f);
+}
+
 // c[M x Nv vectors] = init + a[M x kc] * b[kc x Nv vectors]: a's rows `lda`
 // apart (PackedA: a packed panel, kGemmMr floats per k, lda unused), b packed
 // (kGemmNr floats per k, of which the first Nv vectors are read), c and init
 // `ldc` apart (init null: zero; init may be c). prefetch_next: c is in a
-// matrix, not a tile on the stack.
+// matrix, not a tile on the stack. finish: applied before the store (null:
+// none).
 template <int M, int Nv, bool PackedA>
 void gemm_tile_rows(const float* __restrict a, int64_t lda, const float* __restrict b, int64_t kc, const float* init,
-                    float* c, int64_t ldc, bool prefetch_next) {
+                    float* c, int64_t ldc, bool prefetch_next, const GemmTileFinish* finish) {
   VF acc[M][Nv];
 #pragma GCC unroll 16
   for (int r = 0; r < M; ++r)
@@ -89,6 +114,7 @@ void gemm_tile_rows(const float* __restrict a, int64_t lda, const float* __restr
       for (int v = 0; v < Nv; ++v) acc[r][v] = fmadd(av, bv[v], acc[r][v]);
     }
   }
+  if (finish) finish_tile<M, Nv>(acc, *finish);
 #pragma GCC unroll 16
   for (int r = 0; r < M; ++r)
 #pragma GCC unroll 4
@@ -97,47 +123,47 @@ void gemm_tile_rows(const float* __restrict a, int64_t lda, const float* __restr
 
 template <int M, int Nv, bool PackedA>
 void gemm_tile_dispatch(int m, const float* a, int64_t lda, const float* b, int64_t kc, const float* init, float* c,
-                        int64_t ldc, bool prefetch_next) {
+                        int64_t ldc, bool prefetch_next, const GemmTileFinish* finish) {
   if constexpr (M > 1) {
-    if (m < M) return gemm_tile_dispatch<M - 1, Nv, PackedA>(m, a, lda, b, kc, init, c, ldc, prefetch_next);
+    if (m < M) return gemm_tile_dispatch<M - 1, Nv, PackedA>(m, a, lda, b, kc, init, c, ldc, prefetch_next, finish);
   }
-  gemm_tile_rows<M, Nv, PackedA>(a, lda, b, kc, init, c, ldc, prefetch_next);
+  gemm_tile_rows<M, Nv, PackedA>(a, lda, b, kc, init, c, ldc, prefetch_next, finish);
 }
 
 // A tile of m <= kGemmMr rows and n <= Nv * kWidth columns on the Nv-vector
 // kernel: in place when n fills the vectors, else through a tile on the stack.
 template <int Nv, bool PackedA>
 void gemm_tile_width(const float* a, int64_t lda, const float* b, int64_t kc, const float* init, float* c, int64_t ldc,
-                     int m, int n) {
-  if (n == Nv * kWidth) return gemm_tile_dispatch<kGemmMr, Nv, PackedA>(m, a, lda, b, kc, init, c, ldc, true);
+                     int m, int n, const GemmTileFinish* finish) {
+  if (n == Nv * kWidth) return gemm_tile_dispatch<kGemmMr, Nv, PackedA>(m, a, lda, b, kc, init, c, ldc, true, finish);
   constexpr int kTileLd = Nv * kWidth;
   float tile[kGemmMr * kTileLd] = {};  // zeroed: GCC cannot see that only init rows are read
   if (init)
     for (int r = 0; r < m; ++r) __builtin_memcpy(tile + r * kTileLd, init + r * ldc, static_cast<size_t>(n) * 4);
-  gemm_tile_dispatch<kGemmMr, Nv, PackedA>(m, a, lda, b, kc, init ? tile : nullptr, tile, kTileLd, false);
+  gemm_tile_dispatch<kGemmMr, Nv, PackedA>(m, a, lda, b, kc, init ? tile : nullptr, tile, kTileLd, false, nullptr);
   for (int r = 0; r < m; ++r) __builtin_memcpy(c + r * ldc, tile + r * kTileLd, static_cast<size_t>(n) * 4);
 }
 
 // One tile of m <= kGemmMr rows and n <= kGemmNr columns (init null, c, or
-// another matrix `ldc` apart). A partial panel (N's last) runs on as few
-// vectors as cover it.
+// another matrix `ldc` apart; finish only with n == kGemmNr). A partial panel
+// (N's last) runs on as few vectors as cover it.
 template <bool PackedA, int Nv = kGemmNv>
 void gemm_tile_any(const float* a, int64_t lda, const float* b, int64_t kc, const float* init, float* c, int64_t ldc,
-                   int m, int n) {
+                   int m, int n, const GemmTileFinish* finish) {
   if constexpr (Nv > 1) {
-    if (n <= (Nv - 1) * kWidth) return gemm_tile_any<PackedA, Nv - 1>(a, lda, b, kc, init, c, ldc, m, n);
+    if (n <= (Nv - 1) * kWidth) return gemm_tile_any<PackedA, Nv - 1>(a, lda, b, kc, init, c, ldc, m, n, nullptr);
   }
-  gemm_tile_width<Nv, PackedA>(a, lda, b, kc, init, c, ldc, m, n);
+  gemm_tile_width<Nv, PackedA>(a, lda, b, kc, init, c, ldc, m, n, finish);
 }
 
 inline void gemm_tile_impl(const float* a, int64_t lda, const float* b, int64_t kc, const float* init, float* c,
-                           int64_t ldc, int m, int n) {
-  gemm_tile_any<false>(a, lda, b, kc, init, c, ldc, m, n);
+                           int64_t ldc, int m, int n, const GemmTileFinish* finish) {
+  gemm_tile_any<false>(a, lda, b, kc, init, c, ldc, m, n, finish);
 }
 
 inline void gemm_tile_packed_a_impl(const float* a, const float* b, int64_t kc, const float* init, float* c,
-                                    int64_t ldc, int m, int n) {
-  gemm_tile_any<true>(a, 0, b, kc, init, c, ldc, m, n);
+                                    int64_t ldc, int m, int n, const GemmTileFinish* finish) {
+  gemm_tile_any<true>(a, 0, b, kc, init, c, ldc, m, n, finish);
 }
 
 // ---------------------------------------------------------------- epilogue

@@ -36,17 +36,32 @@ struct GemmEpilogue {
   bool any() const { return activation != GemmActivation::kNone || gate; }
 };
 
+// The last k-block's epilogue applied in registers, before a whole-width
+// tile is stored: c = relu?(acc + bias), then zeroed where gate <= 0. The
+// pointers are at the tile's first column (gate at its first row); either
+// may be null. Training's epilogues are all of this kind; others (and
+// partial tiles) take GemmKernels::epilogue, a pass over the stored tile,
+// whose reload of the just-stored C and gate stalled (4 KiB aliasing, both
+// matrices' rows a page apart).
+struct GemmTileFinish {
+  const float* bias = nullptr;
+  const float* gate = nullptr;
+  int64_t gate_ld = 0;
+  bool relu = false;
+};
+
 // The register-blocked core of the packed GEMM (gemm.h drives it).
 struct GemmKernels {
   int mr, nr, kc;  // tile rows, tile columns (a packed panel's width), k-block of the packing
   // c[m x n] = init + a[m x kc] * b for m <= mr, n <= nr: a's rows lda apart,
   // b one packed panel block (nr floats per k), init null (zero), c itself
-  // (accumulate) or another matrix, ldc apart like c.
+  // (accumulate) or another matrix, ldc apart like c. `finish` (null: none)
+  // only with n == nr.
   void (*tile)(const float* a, int64_t lda, const float* b, int64_t kc, const float* init, float* c, int64_t ldc,
-               int m, int n);
+               int m, int n, const GemmTileFinish* finish);
   // The same with a from a packed panel: mr floats per k (rows past m unset: never read).
   void (*tile_packed_a)(const float* a, const float* b, int64_t kc, const float* init, float* c, int64_t ldc, int m,
-                        int n);
+                        int n, const GemmTileFinish* finish);
   // The ISA's transpose32 (below), which packs a transposed B per run.
   void (*transpose32)(const uint32_t* src, int64_t src_ld, uint32_t* dst, int64_t dst_ld, int64_t rows, int64_t cols);
   // c[r][j] = act(c[r][j] + bias[j]) for r < rows, j < cols, then zero where
