@@ -201,6 +201,13 @@ TEST(VecKernels, UnpackedGemmLayoutsAndPaths) {
                       seed += 10);
         // B wider than one thread's packing budget: packed a k-range at a time.
         check_product(g, {20, 1100, 1040, false, false, true, GemmActivation::kNone, 0, 0, true, ta, tb}, seed += 10);
+        // Bias, residual, ReLU and gate together, over several k-blocks and k-ranges: applied in the
+        // micro-kernel's registers on whole panels, by the epilogue pass on the last, partial one.
+        check_product(g, {3 * g.mr + 1, 300, 2 * g.nr + 5, true, true, false, GemmActivation::kRelu, 0, 0, true, ta,
+                          tb, true},
+                      seed += 10);
+        check_product(g, {20, 1100, 1040, true, false, false, GemmActivation::kRelu, 0, 0, true, ta, tb, true},
+                      seed += 10);
       }
     check_product(g, {6, 0, 9, true, true, false, GemmActivation::kRelu, 0, 0, true}, seed += 10);  // K = 0
   }
@@ -221,8 +228,10 @@ TEST(VecKernels, PackedGemmEpilogues) {
         {GemmActivation::kSwish, {1.5f, 0}},     {GemmActivation::kHardSigmoid, {0.2f, 0.5f}},
         {GemmActivation::kHardSwish, {0, 0}},    {GemmActivation::kGelu, {0, 0}},
         {GemmActivation::kGeluTanh, {0, 0}}};
-    for (const auto& [act, ab] : acts)  // k = 300 spreads the sums over about +-10
-      check_product(g, {9, 300, 21, true, true, false, act, ab.first, ab.second}, seed += 10);
+    // k = 300 spreads the sums over about +-10 (and spans two k-blocks); n = one whole panel (whose epilogue
+    // runs in the micro-kernel's registers where it can) and a part of one (a pass after the store).
+    for (const auto& [act, ab] : acts)
+      check_product(g, {9, 300, g.nr + 5, true, true, false, act, ab.first, ab.second}, seed += 10);
     check_product(g, {4, 0, 9, true, true, false, GemmActivation::kRelu}, seed += 10);  // K = 0: the epilogue alone
   }
 }
@@ -302,7 +311,9 @@ TEST(VecKernels, MatMulWithConstantWeightsMatchesTheReference) {
 }
 
 // Gemm and MatMul with both operands known only at run time (as in
-// training): Anvil's GEMM, packing per run, from M of one row tile up.
+// training): Anvil's GEMM, packing per run, from M of one row tile up where
+// K is short (<= 128), and from 256 rows up otherwise (matmul.cc,
+// packing_per_run_pays).
 TEST(VecKernels, GemmOfRunTimeOperandsMatchesTheReference) {
   const int mr = kernels::vec::vec_kernels().gemm.mr;
   auto check = [&](const std::string& op, const std::vector<Tensor>& inputs, const ir::Attributes& a, bool anvil) {
@@ -322,7 +333,7 @@ TEST(VecKernels, GemmOfRunTimeOperandsMatchesTheReference) {
       ASSERT_NEAR(have[i], want[i], 1e-4 * (1 + std::abs(want[i]))) << op << " [" << got.impl << "] at " << i;
   };
   // A weight gradient (A transposed, K the batch), an input gradient and a forward product with its bias.
-  check("Gemm", {random_tensor({300, 20}, 20), random_tensor({300, 33}, 21)}, attrs({{"transA", int64_t{1}}}), true);
+  check("Gemm", {random_tensor({300, 260}, 20), random_tensor({300, 33}, 21)}, attrs({{"transA", int64_t{1}}}), true);
   check("Gemm", {random_tensor({40, 17}, 22), random_tensor({17, 50}, 23)}, {}, true);
   check("Gemm", {random_tensor({25, 30}, 24), random_tensor({17, 30}, 25), random_tensor({17}, 26)},
         attrs({{"transB", int64_t{1}}}), true);
@@ -330,6 +341,11 @@ TEST(VecKernels, GemmOfRunTimeOperandsMatchesTheReference) {
   // Fewer rows than one tile: oneDNN's.
   check("Gemm", {random_tensor({300, mr - 1}, 29), random_tensor({300, 40}, 30)}, attrs({{"transA", int64_t{1}}}),
         false);
+  // The rule's edges: one tile of rows at K = 128; K = 129 needs 256 rows.
+  check("MatMul", {random_tensor({mr, 128}, 42), random_tensor({128, 20}, 43)}, {}, true);
+  check("MatMul", {random_tensor({mr, 129}, 44), random_tensor({129, 20}, 45)}, {}, false);
+  check("MatMul", {random_tensor({255, 129}, 46), random_tensor({129, 20}, 47)}, {}, false);
+  check("MatMul", {random_tensor({256, 129}, 48), random_tensor({129, 20}, 49)}, {}, true);
   // The product masked by a ReLU's output (half of the uniform values are negative): the GEMM's epilogue, and
   // below one row tile a pass after oneDNN's product.
   check("GemmReluGrad", {random_tensor({40, 17}, 31), random_tensor({50, 17}, 32), random_tensor({40, 50}, 33)},

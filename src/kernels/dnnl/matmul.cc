@@ -28,6 +28,19 @@ namespace {
 using dnnl::memory;
 namespace du = dnnl_util;
 
+// Whether Anvil's GEMM, packing B (K x N) on every run, beats oneDNN's
+// sgemm on a product of M rows with B known only at run time. The pass over
+// B is repaid from about 256 rows on, or at any M of a full row tile when K
+// is short (attention's products: K is a head's width), where oneDNN's own
+// fixed cost is the larger. Measured with anvil_gemm_ab on Zen 3: at K >=
+// 256, M = 24-192 ran 5-20% slower than oneDNN and M >= 256 level or
+// faster; at K <= 128, M = 32-128 ran 1-20% faster; with fewer rows than a
+// tile (M = 2, a two-class weight gradient) twice as long.
+bool packing_per_run_pays(int64_t m, int64_t k) {
+  constexpr int64_t kRowsThatRepayPacking = 256, kShortK = 128;
+  return m >= vec::vec_kernels().gemm.mr && (m >= kRowsThatRepayPacking || k <= kShortK);
+}
+
 // A matrix operand as oneDNN sees it: logical dims and element strides.
 struct Operand {
   memory::dims dims;
@@ -88,9 +101,7 @@ class DnnlMatMulBase : public Kernel {
       // run time is packed per run (A too where its rows are not contiguous).
       constant_b_ = b_data != nullptr;
       anvil_gemm_fits_ = anvil_gemm_fits(a, b, c) && (!constant_b_ || a.strides[1] == 1);
-      // Packing per run pays off from a full row tile on (a weight gradient
-      // with two classes, M = 2, ran twice as long as oneDNN's).
-      const bool gemm_rule = constant_b_ || a.dims[0] >= vec::vec_kernels().gemm.mr;
+      const bool gemm_rule = constant_b_ || packing_per_run_pays(a.dims[0], a.dims[1]);
       // The rule: Anvil's GEMM where oneDNN's choice is gemm:jit (see the top of the file).
       const bool anvil =
           ctx.choice() >= 0 ? ctx.choice() == 1 : gemm_rule && du::impl_name(pd).rfind("dnnl:brg", 0) != 0;

@@ -15,7 +15,8 @@ namespace {
 // Rows of A per L2 block: 96 KiB of A at kc 256, and the block's C rows,
 // re-read every k-block (192 KiB at a thread's 512 columns), stay beside it
 // in a 512 KiB L2; at 144 rows C spilled to L3 (training's step ran about 2%
-// slower, 8 of 10 alternating pairs, Zen 3).
+// slower, 8 of 10 alternating pairs, Zen 3). Tuned on Zen 3 only: a CPU
+// with a larger L2 may want more rows.
 constexpr int64_t kBlockRows = 96;
 constexpr int64_t kMinParallelFlops = 1 << 17;  // below this a second thread costs more than it saves
 
@@ -182,7 +183,8 @@ void pack_b_rows(const GemmKernels& g, const GemmMatrix& b, int64_t n, int64_t k
 
 // One k of a transposed A's block: src's floats [i0, i1) (contiguous) into
 // the row tiles' slots at that k (tiles kc * mr floats apart). Mr is the
-// ISA's tile height as a constant, so whole tiles copy as one vector.
+// ISA's tile height as a constant, so each whole tile is one fixed-size copy
+// (one 16-byte move at Mr = 4) rather than a loop.
 template <int Mr>
 void pack_transposed_a_k(const float* src, int64_t i0, int64_t i1, int64_t kc, float* dst) {
   int64_t i = i0;

@@ -39,10 +39,10 @@ struct GemmEpilogue {
 // The last k-block's epilogue applied in registers, before a whole-width
 // tile is stored: c = relu?(acc + bias), then zeroed where gate <= 0. The
 // pointers are at the tile's first column (gate at its first row); either
-// may be null. Training's epilogues are all of this kind; others (and
-// partial tiles) take GemmKernels::epilogue, a pass over the stored tile,
-// whose reload of the just-stored C and gate stalled (4 KiB aliasing, both
-// matrices' rows a page apart).
+// may be null. A ReLU network's training epilogues are all of this kind;
+// others (GELU, ...) and partial tiles take GemmKernels::epilogue, a pass
+// over the stored tile, which stalled on the gate's loads right after C's
+// stores (perf; likely 4 KiB aliasing: both matrices' rows are a page apart).
 struct GemmTileFinish {
   const float* bias = nullptr;
   const float* gate = nullptr;
