@@ -41,4 +41,9 @@ void apply_activation(float* d, int64_t n, const std::string& name, float alpha,
     apply(d, n, [](float x) { return 0.5f * x * (1.f + std::tanh(0.79788456f * (x + 0.044715f * x * x * x))); });
 }
 
+void relu_grad(const float* dy, const float* y, float* dx, int64_t n) {
+#pragma omp parallel for simd if (n > 65536) schedule(static)
+  for (int64_t i = 0; i < n; ++i) dx[i] = y[i] > 0.f ? dy[i] : 0.f;
+}
+
 }  // namespace anvil::kernels

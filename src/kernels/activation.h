@@ -19,5 +19,8 @@ struct FusedActivationSpec {
 FusedActivationSpec take_activation(ir::Node& node);
 // name as the fusion pass writes it ("Relu", "Clip", ...); "" is a no-op.
 void apply_activation(float* data, int64_t n, const std::string& name, float alpha, float beta);
+// ReLU's gradient: dx[i] = y[i] > 0 ? dy[i] : 0 for i < n (dx may be dy),
+// split over the OpenMP team when n is large.
+void relu_grad(const float* dy, const float* y, float* dx, int64_t n);
 
 }  // namespace anvil::kernels

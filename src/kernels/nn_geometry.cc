@@ -1,4 +1,5 @@
-// Spatial geometry of Conv, ConvTranspose and the pooling ops (see nn_geometry.h).
+// Spatial geometry of Conv, ConvTranspose and the pooling ops, and Gemm's
+// product dimensions (see nn_geometry.h).
 //
 // Everything a kernel needs about windows is settled here once, so the
 // reference and oneDNN kernels see the same numbers. The output sizes are the
@@ -200,6 +201,15 @@ SpatialGeometry pool_geometry(const PrepareContext& ctx, const Shape& x) {
     g.pads_end[i] += g.ceil_extra[i];
   }
   return g;
+}
+
+GemmDims gemm_dims(const PrepareContext& ctx) {
+  const Shape &a = ctx.input_shape(0), &b = ctx.input_shape(1);
+  const bool ta = ctx.attrs().get_int("transA", 0) != 0, tb = ctx.attrs().get_int("transB", 0) != 0;
+  ANVIL_PREPARE_CHECK(ctx, a.size() == 2 && b.size() == 2 && (ta ? a[0] : a[1]) == (tb ? b[1] : b[0]),
+                      ErrorKind::kInvalidModel, "A {} (transA={}) and B {} (transB={}) do not multiply", shape_str(a),
+                      int(ta), shape_str(b), int(tb));
+  return {ta ? a[1] : a[0], ta ? a[0] : a[1], tb ? b[0] : b[1], ta, tb};
 }
 
 }  // namespace anvil::kernels

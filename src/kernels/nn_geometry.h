@@ -1,8 +1,9 @@
 // Spatial geometry of Conv, ConvTranspose and pooling nodes: kernel, strides,
 // dilations, begin/end pads and output sizes, from the ONNX attributes
 // (kernel_shape, strides, dilations, pads, auto_pad, ceil_mode, output_padding,
-// output_shape) and the output sizes the op schema computed. Shared by the
-// reference and the oneDNN kernels so both agree.
+// output_shape) and the output sizes the op schema computed; and Gemm's
+// product dimensions. Shared by the reference and the oneDNN kernels so both
+// agree.
 #pragma once
 
 #include <vector>
@@ -56,5 +57,14 @@ SpatialGeometry conv_transpose_geometry(const PrepareContext& ctx, const Shape& 
                                         const std::vector<int64_t>& kernel);
 // Kernel from the kernel_shape attribute (required).
 SpatialGeometry pool_geometry(const PrepareContext& ctx, const Shape& x);
+
+// A Gemm-like node's product: A (input 0) and B (input 1) read through the
+// transA / transB attributes as [m, k] and [k, n]. Checked here (invalid
+// model otherwise), since a fused op's schema (GemmReluGrad) does not.
+struct GemmDims {
+  int64_t m, k, n;
+  bool trans_a, trans_b;
+};
+GemmDims gemm_dims(const PrepareContext& ctx);
 
 }  // namespace anvil::kernels

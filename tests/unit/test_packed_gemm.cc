@@ -352,6 +352,27 @@ TEST(VecKernels, GemmOfRunTimeOperandsMatchesTheReference) {
         attrs({{"transB", int64_t{1}}}), true);
   check("GemmReluGrad", {random_tensor({mr - 1, 17}, 34), random_tensor({17, 50}, 35), random_tensor({mr - 1, 50}, 36)},
         {}, false);
+  // Operands that do not multiply, or a gate of another shape: one clear error from either backend (the
+  // schema types GemmReluGrad's output as its gate and checks nothing else).
+  for (Backend backend : {Backend::kDnnl, Backend::kRef}) {
+    KernelOptions o;
+    o.backend = backend;
+    o.domain = "anvil";
+    auto message = [&](const std::vector<Tensor>& inputs) {
+      try {
+        testing::run_kernel("GemmReluGrad", inputs, {}, o);
+      } catch (const Error& e) {
+        return std::string(e.what());
+      }
+      return std::string("no error");
+    };
+    EXPECT_NE(message({random_tensor({8, 17}, 50), random_tensor({16, 5}, 51), random_tensor({8, 5}, 52)})
+                  .find("do not multiply"),
+              std::string::npos);
+    EXPECT_NE(message({random_tensor({8, 17}, 53), random_tensor({17, 5}, 54), random_tensor({8, 6}, 55)})
+                  .find("shape"),
+              std::string::npos);
+  }
   // A Linear and its activation (training's forward products): the bias and the activation in the epilogue.
   check("FusedGemm", {random_tensor({30, 17}, 37), random_tensor({50, 17}, 38), random_tensor({50}, 39)},
         attrs({{"transB", int64_t{1}}, {"activation", std::string("Relu")}}), true);

@@ -15,7 +15,9 @@
 // both instead (Kernel::alternatives).
 #include <cstring>
 
+#include "kernels/activation.h"
 #include "kernels/dnnl/common.h"
+#include "kernels/nn_geometry.h"
 #include "kernels/ref/common.h"
 #include "kernels/registry.h"
 #include "kernels/vec/gemm.h"
@@ -154,10 +156,7 @@ class DnnlMatMulBase : public Kernel {
  private:
   void apply_gate(const RunContext& ctx) const {
     float* c = ctx.out(0).data<float>();
-    const float* gate = ctx.in(static_cast<size_t>(gate_input_)).data<float>();
-    const int64_t n = ctx.out(0).numel();
-#pragma omp parallel for simd if (n > 65536) schedule(static)
-    for (int64_t i = 0; i < n; ++i) c[i] = gate[i] > 0.f ? c[i] : 0.f;
+    relu_grad(c, ctx.in(static_cast<size_t>(gate_input_)).data<float>(), c, ctx.out(0).numel());
   }
 
   // Whether Anvil's GEMM has the shape and the epilogue for the product:
@@ -310,14 +309,8 @@ class DnnlGemm : public DnnlMatMulBase {
   bool reads_input_packed_only(size_t i) const override { return i == 1 && unscaled_b_; }
 
   std::vector<TensorType> prepare(const PrepareContext& ctx) override {
-    const Shape &a = ctx.input_shape(0), &b = ctx.input_shape(1);
-    bool ta = ctx.attrs().get_int("transA", 0) != 0, tb = ctx.attrs().get_int("transB", 0) != 0;
+    const auto [m, k, n, ta, tb] = gemm_dims(ctx);
     float alpha = ctx.attrs().get_float("alpha", 1.f), beta = ctx.attrs().get_float("beta", 1.f);
-    // Gemm's schema has checked the operands; GemmReluGrad's only types the output as its gate.
-    ANVIL_PREPARE_CHECK(ctx, a.size() == 2 && b.size() == 2 && (ta ? a[0] : a[1]) == (tb ? b[1] : b[0]),
-                        ErrorKind::kInvalidModel, "A {} (transA={}) and B {} (transB={}) do not multiply",
-                        shape_str(a), int(ta), shape_str(b), int(tb));
-    const int64_t m = ta ? a[1] : a[0], n = tb ? b[0] : b[1], k = ta ? a[0] : a[1];
     Operand oa{{m, k}, ta ? memory::dims{1, m} : memory::dims{k, 1}};
     Operand ob{{k, n}, tb ? memory::dims{1, k} : memory::dims{n, 1}};
     const Tensor* bconst = ctx.constant(1);

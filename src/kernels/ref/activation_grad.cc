@@ -13,6 +13,8 @@
 //     how many runs came before), so a resumed run draws the same masks.
 #include <algorithm>
 
+#include "kernels/activation.h"
+#include "kernels/nn_geometry.h"
 #include "kernels/ref/common.h"
 #include "kernels/registry.h"
 
@@ -31,12 +33,7 @@ class ReluGradKernel : public Kernel {
   int inplace_input() const override { return 0; }  // dx over dy: a 100 MB gradient is not written anew
 
   void run(const RunContext& ctx) const override {
-    const float* dy = ctx.in(0).data<float>();
-    const float* y = ctx.in(1).data<float>();
-    float* dx = ctx.out(0).data<float>();
-    const int64_t n = ctx.out(0).numel();
-#pragma omp parallel for simd if (n > 65536) schedule(static)
-    for (int64_t i = 0; i < n; ++i) dx[i] = y[i] > 0.f ? dy[i] : 0.f;
+    relu_grad(ctx.in(0).data<float>(), ctx.in(1).data<float>(), ctx.out(0).data<float>(), ctx.out(0).numel());
   }
 };
 
@@ -50,11 +47,7 @@ class RefGemmReluGrad : public Kernel {
   }
 
   std::vector<TensorType> prepare(const PrepareContext& ctx) override {
-    const Shape &a = ctx.input_shape(0), &b = ctx.input_shape(1);
-    const bool ta = ctx.attrs().get_int("transA", 0) != 0, tb = ctx.attrs().get_int("transB", 0) != 0;
-    ANVIL_PREPARE_CHECK(ctx, a.size() == 2 && b.size() == 2 && (ta ? a[0] : a[1]) == (tb ? b[1] : b[0]),
-                        ErrorKind::kInvalidModel, "A {} (transA={}) and B {} (transB={}) do not multiply",
-                        shape_str(a), int(ta), shape_str(b), int(tb));
+    gemm_dims(ctx);  // checks that A and B multiply
     gemm_ = Registry::global().make_reference(gemm_node_);
     PrepareContext gemm_ctx(gemm_node_, {ctx.input_type(0), ctx.input_type(1)}, {ctx.constant(0), ctx.constant(1)},
                             ctx.num_threads());
@@ -74,8 +67,7 @@ class RefGemmReluGrad : public Kernel {
     gemm_ctx.scratch = ctx.scratch;
     gemm_->run(gemm_ctx);
     float* dx = ctx.out(0).data<float>();
-    const float* y = ctx.in(2).data<float>();
-    for (int64_t i = 0; i < ctx.out(0).numel(); ++i) dx[i] = y[i] > 0.f ? dx[i] : 0.f;
+    relu_grad(dx, ctx.in(2).data<float>(), dx, ctx.out(0).numel());
   }
 
  private:
