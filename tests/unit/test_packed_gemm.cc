@@ -263,6 +263,25 @@ TEST(VecKernels, PackedGemmPackingRoundTrips) {
   }
 }
 
+// A row tile packed for tile_packed_a: k steps of mr floats, row r of the
+// tile at slot r; rows short of a tile and k past a multiple of four included.
+TEST(VecKernels, GemmPackATransposesARowTile) {
+  for (VectorIsa isa : supported_vector_isas()) {
+    SCOPED_TRACE(vector_isa_name(isa));
+    const GemmKernels& g = kernels::vec::vec_kernels_for(isa).gemm;
+    const int64_t lda = 301;
+    const std::vector<float> a = uniform_values(static_cast<size_t>(g.mr * lda), 9);
+    for (int m = 1; m <= g.mr; ++m)
+      for (int64_t kc : {1, 4, 7, 256}) {
+        std::vector<float> out(static_cast<size_t>(kc * g.mr), std::nanf(""));
+        g.pack_a(a.data() + 3, lda, m, kc, out.data());
+        for (int64_t k = 0; k < kc; ++k)
+          for (int r = 0; r < m; ++r)
+            ASSERT_EQ(out[k * g.mr + r], a[r * lda + 3 + k]) << "m " << m << " kc " << kc << " at k " << k << " row " << r;
+      }
+  }
+}
+
 // The op kernels on oneDNN's backend (which hands the product to the packed
 // GEMM where its own would be gemm:jit) against the reference kernels, B and
 // the bias constant.

@@ -220,6 +220,10 @@ void pack_a_block(const GemmKernels& g, const GemmMatrix& a, int64_t i0, int64_t
   for (int64_t i = i0; i < i1; i += g.mr, out += kc * g.mr) {
     const int64_t rows = std::min<int64_t>(g.mr, i1 - i);
     const float* src = a.data + i * a.row_stride + k0 * a.col_stride;
+    if (a.col_stride == 1) {
+      g.pack_a(src, a.row_stride, static_cast<int>(rows), kc, out);
+      continue;
+    }
     for (int64_t kk = 0; kk < kc; ++kk)
       for (int64_t r = 0; r < rows; ++r) out[kk * g.mr + r] = src[kk * a.col_stride + r * a.row_stride];
   }
@@ -232,7 +236,10 @@ void gemm_part_packing(const GemmKernels& g, const GemmProduct& p, int64_t r0, i
   const int64_t width = (p1 - p0) * g.nr;
   const int64_t block_rows = kBlockRows / g.mr * g.mr;
   const int64_t k_range = p.k * width <= kGemmPackBudget ? p.k : std::max<int64_t>(1, kGemmPackBudget / width / g.kc) * g.kc;
-  const bool pack_a = p.a.col_stride != 1;
+  // A's blocks are packed where its rows are not contiguous, and where each
+  // serves several panels: then a tile reads its A contiguously, off B's L1
+  // sets (GemmKernels::pack_a), and the copy is shared by the panels.
+  const bool pack_a = p.a.col_stride != 1 || p1 - p0 >= 4;
   PackBuffers& buffers = pack_buffers();
   buffers.b.resize(static_cast<size_t>(std::min(k_range, p.k) * width));
   if (pack_a) buffers.a.resize(static_cast<size_t>(block_rows * g.kc));

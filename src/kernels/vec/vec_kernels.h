@@ -62,6 +62,9 @@ struct GemmKernels {
   // The same with a from a packed panel: mr floats per k (rows past m unset: never read).
   void (*tile_packed_a)(const float* a, const float* b, int64_t kc, const float* init, float* c, int64_t ldc, int m,
                         int n, const GemmTileFinish* finish);
+  // A row tile of m <= mr rows (lda apart, columns contiguous) over kc
+  // columns into tile_packed_a's layout (rows past m unset).
+  void (*pack_a)(const float* a, int64_t lda, int m, int64_t kc, float* out);
   // The ISA's transpose32 (below), which packs a transposed B per run.
   void (*transpose32)(const uint32_t* src, int64_t src_ld, uint32_t* dst, int64_t dst_ld, int64_t rows, int64_t cols);
   // c[r][j] = act(c[r][j] + bias[j]) for r < rows, j < cols, then zero where
