@@ -156,6 +156,32 @@ PackBuffers& pack_buffers() {
   return buffers;
 }
 
+// `rows` rows of Nr floats, src's ld apart, to dst back to back: one
+// fixed-size copy per row (a call to memcpy per 96 bytes cost more than the
+// copy), source rows asked for kAhead rows early (rows a page apart or more:
+// the hardware prefetcher stops at each page's end).
+template <int Nr>
+void copy_rows(const float* src, int64_t ld, int64_t rows, float* dst) {
+  constexpr int64_t kAhead = 8;
+  for (int64_t i = 0; i < rows; ++i, dst += Nr) {
+    if (i + kAhead < rows) {
+      __builtin_prefetch(src + (i + kAhead) * ld);
+      __builtin_prefetch(src + (i + kAhead) * ld + Nr - 1);
+    }
+    std::memcpy(dst, src + i * ld, Nr * sizeof(float));
+  }
+}
+
+// copy_rows for the ISAs' panel widths; false for another width.
+bool copy_full_rows(int nr, const float* src, int64_t ld, int64_t rows, float* dst) {
+  switch (nr) {
+    case 8: copy_rows<8>(src, ld, rows, dst); return true;
+    case 24: copy_rows<24>(src, ld, rows, dst); return true;
+    case 32: copy_rows<32>(src, ld, rows, dst); return true;
+    default: return false;
+  }
+}
+
 // B's rows [k0, k0 + rows) and panels [p0, p1) in the packed layout: per
 // panel, `rows` rows of g.nr floats, columns past n zero.
 void pack_b_rows(const GemmKernels& g, const GemmMatrix& b, int64_t n, int64_t k0, int64_t rows, int64_t p0, int64_t p1,
@@ -164,6 +190,7 @@ void pack_b_rows(const GemmKernels& g, const GemmMatrix& b, int64_t n, int64_t k
     const int64_t j0 = panel * g.nr, cols = std::min<int64_t>(g.nr, n - j0);
     const float* src = b.data + k0 * b.row_stride + j0 * b.col_stride;
     if (b.col_stride == 1) {  // rows of the panel are contiguous in B
+      if (cols == g.nr && copy_full_rows(g.nr, src, b.row_stride, rows, out)) continue;
       for (int64_t i = 0; i < rows; ++i) {
         std::memcpy(out + i * g.nr, src + i * b.row_stride, static_cast<size_t>(cols) * sizeof(float));
         std::fill(out + i * g.nr + cols, out + (i + 1) * g.nr, 0.f);
@@ -181,39 +208,48 @@ void pack_b_rows(const GemmKernels& g, const GemmMatrix& b, int64_t n, int64_t k
   }
 }
 
-// One k of a transposed A's block: src's floats [i0, i1) (contiguous) into
-// the row tiles' slots at that k (tiles kc * mr floats apart). Mr is the
-// ISA's tile height as a constant, so each whole tile is one fixed-size copy
-// (one 16-byte move at Mr = 4) rather than a loop.
+// Up to kSteps consecutive k of a transposed A's block: rows src, src + ld,
+// ... (each the block's floats [i0, i1), contiguous) into the row tiles'
+// slots at those k (tiles kc * Mr floats apart). A tile's slots for four k
+// are one run of 4 * Mr floats, written in one visit: a k at a time, each
+// of the tiles' lines (a page apart, so in one L1 set) was fetched again
+// for each of its four k. Mr is the ISA's tile height as a constant, so a
+// tile's row is one fixed-size copy.
+constexpr int kSteps = 4;
 template <int Mr>
-void pack_transposed_a_k(const float* src, int64_t i0, int64_t i1, int64_t kc, float* dst) {
+void pack_transposed_a_steps(const float* src, int64_t ld, int steps, int64_t i0, int64_t i1, int64_t kc,
+                             float* dst) {
   int64_t i = i0;
-  for (; i + Mr <= i1; i += Mr, dst += kc * Mr) std::memcpy(dst, src + i, Mr * sizeof(float));
-  for (int64_t r = 0; i + r < i1; ++r) dst[r] = src[i + r];
+  for (; i + Mr <= i1; i += Mr, dst += kc * Mr)
+    for (int q = 0; q < steps; ++q) std::memcpy(dst + q * Mr, src + q * ld + i, Mr * sizeof(float));
+  for (int q = 0; q < steps; ++q)
+    for (int64_t r = 0; i + r < i1; ++r) dst[q * Mr + r] = src[q * ld + i + r];
 }
 
 // A's rows [i0, i1) and columns [k0, k0 + kc) as row tiles of g.mr rows:
 // per tile, kc steps of g.mr floats (rows past i1 left unset: never read).
 void pack_a_block(const GemmKernels& g, const GemmMatrix& a, int64_t i0, int64_t i1, int64_t k0, int64_t kc,
                   float* out) {
-  if (a.row_stride == 1) {  // A transposed: the block's rows at one k are contiguous; read them a k at a time
+  if (a.row_stride == 1) {  // A transposed: the block's rows at one k are contiguous; read them kSteps k at a time
     constexpr int64_t kAhead = 8;  // rows a page apart or more: the hardware prefetcher stops at each page's end
-    const auto pack_k = g.mr == 4    ? pack_transposed_a_k<4>
-                        : g.mr == 6  ? pack_transposed_a_k<6>
-                        : g.mr == 12 ? pack_transposed_a_k<12>
-                                     : nullptr;
-    for (int64_t kk = 0; kk < kc; ++kk) {
+    const auto pack_steps = g.mr == 4    ? pack_transposed_a_steps<4>
+                            : g.mr == 6  ? pack_transposed_a_steps<6>
+                            : g.mr == 12 ? pack_transposed_a_steps<12>
+                                         : nullptr;
+    for (int64_t kk = 0; kk < kc; kk += kSteps) {
+      const int steps = static_cast<int>(std::min<int64_t>(kSteps, kc - kk));
       const float* src = a.data + (k0 + kk) * a.col_stride;
-      if (kk + kAhead < kc)
-        for (int64_t i = i0; i < i1; i += 16) __builtin_prefetch(src + kAhead * a.col_stride + i);
-      if (pack_k) {
-        pack_k(src, i0, i1, kc, out + kk * g.mr);
+      for (int64_t ahead = kAhead; ahead < kAhead + steps && kk + ahead < kc; ++ahead)
+        for (int64_t i = i0; i < i1; i += 16) __builtin_prefetch(src + ahead * a.col_stride + i);
+      if (pack_steps) {
+        pack_steps(src, a.col_stride, steps, i0, i1, kc, out + kk * g.mr);
         continue;
       }
-      for (int64_t i = i0, tile = 0; i < i1; i += g.mr, ++tile) {
-        float* dst = out + tile * kc * g.mr + kk * g.mr;
-        for (int64_t r = 0; r < std::min<int64_t>(g.mr, i1 - i); ++r) dst[r] = src[i + r];
-      }
+      for (int q = 0; q < steps; ++q)
+        for (int64_t i = i0, tile = 0; i < i1; i += g.mr, ++tile) {
+          float* dst = out + tile * kc * g.mr + (kk + q) * g.mr;
+          for (int64_t r = 0; r < std::min<int64_t>(g.mr, i1 - i); ++r) dst[r] = src[q * a.col_stride + i + r];
+        }
     }
     return;
   }
