@@ -44,7 +44,7 @@ KernelResult run_kernel_full(const std::string& op, const std::vector<Tensor>& i
   }
 
   // As in the planner: the schema checks the inputs first, then a kernel is selected by op version and dtypes.
-  kernels::PrepareContext pctx(node, types, constants, 1);
+  kernels::PrepareContext pctx(node, types, constants, options.num_threads);
   auto entries = kernels::Registry::global().select(node, types);
   const kernels::KernelEntry* entry = nullptr;
   for (const auto* e : entries)

@@ -38,6 +38,7 @@ struct KernelOptions {
   // Which inputs are known at plan time. Empty: the integer-typed inputs are
   // (as the session does for small integer inputs); float inputs are not.
   std::vector<bool> constant_inputs;
+  int num_threads = 1;  // the planned thread count the kernel sees (PrepareContext::num_threads)
 };
 
 struct KernelResult {

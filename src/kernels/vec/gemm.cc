@@ -74,14 +74,14 @@ void sweep_k_block(const GemmKernels& g, const GemmOutput& out, int64_t n_total,
   const bool epilogue = last && (out.bias || e.any());
   const bool in_registers = e.activation == GemmActivation::kNone || e.activation == GemmActivation::kRelu;
   for (int64_t panel = p0; panel < p1; ++panel) {
-    const int64_t j = panel * g.nr;
+    const int64_t j = panel * g.nr, column = out.ldv ? j / g.width * out.ldv : j;
     const int n = static_cast<int>(std::min<int64_t>(g.nr, n_total - j));
     const float* b = b_block + (panel - first_panel) * kc * g.nr;
-    const bool finish_tiles = epilogue && in_registers && n == g.nr;
+    const bool finish_tiles = epilogue && in_registers && n % g.width == 0;
     for (int64_t i = i0; i < i1; i += g.mr) {
       const int m = static_cast<int>(std::min<int64_t>(g.mr, i1 - i));
-      float* c = out.c + i * out.ldc + j;
-      const float* init = k0 > 0 ? c : out.residual ? out.residual + i * out.ldc + j : nullptr;
+      float* c = out.c + i * out.ldc + column;
+      const float* init = k0 > 0 ? c : out.residual ? out.residual + i * out.ldc + column : nullptr;
       if (last) prefetch_gate(e, i, j, m, n);
       if (finish_tiles) {
         const GemmTileFinish finish{out.bias ? out.bias + j : nullptr, e.gate ? e.gate + i * e.gate_ld + j : nullptr,
@@ -292,7 +292,7 @@ void gemm_part_packing(const GemmKernels& g, const GemmProduct& p, int64_t r0, i
                       [&](int64_t i, int m, const float* b, const float* init, float* c, int n,
                           const GemmTileFinish* finish) {
                         if (pack_a)
-                          g.tile_packed_a(buffers.a.data() + (i - i0) * kc, b, kc, init, c, p.ldc, m, n, finish);
+                          g.tile_packed_a(buffers.a.data() + (i - i0) * kc, b, kc, init, c, p.ldc, g.width, m, n, finish);
                         else
                           g.tile(p.a.data + i * p.a.row_stride + k0, p.a.row_stride, b, kc, init, c, p.ldc, m, n,
                                  finish);
@@ -338,6 +338,32 @@ void gemm_split_k(const GemmKernels& g, const GemmProduct& p) {
       }
     }
     if (p.bias || p.epilogue.any()) tile_epilogue(g, p.c + r0 * p.ldc, p.ldc, r0, 0, r1 - r0, p.n, p.bias, p.epilogue);
+  }
+}
+
+// ------------------------------------------------------- convolution
+
+// Output pixels [r0, r1) and panels [p0, p1) of one batch item: A's row
+// blocks gathered from the image a k-block at a time, against the packed B.
+void conv_part(const GemmKernels& g, const ConvGemmArgs& p, const ConvGather& input, const GemmOutput& out,
+               int64_t r0, int64_t r1, int64_t p0, int64_t p1) {
+  if (r0 == r1 || p0 == p1) return;
+  const int64_t n_padded = ceil_div(p.n, g.nr) * g.nr, block_rows = kBlockRows / g.mr * g.mr;
+  std::vector<float>& a_block = pack_buffers().a;
+  a_block.resize(static_cast<size_t>(block_rows * g.kc));
+  for (int64_t i0 = r0; i0 < r1; i0 += block_rows) {
+    const int64_t i1 = std::min(r1, i0 + block_rows);
+    for (int64_t k0 = 0; k0 < p.k; k0 += g.kc) {
+      const int64_t kc = std::min<int64_t>(g.kc, p.k - k0);
+      float* a = a_block.data();
+      for (int64_t i = i0; i < i1; i += g.mr)
+        g.gather_conv_a(input, i, static_cast<int>(std::min<int64_t>(g.mr, i1 - i)), k0, kc, a + (i - i0) * kc);
+      sweep_k_block(g, out, p.n, k0, kc, k0 + kc == p.k, p.b_packed + k0 * n_padded, 0, i0, i1, p0, p1,
+                    [&](int64_t i, int m, const float* b, const float* init, float* c, int n,
+                        const GemmTileFinish* finish) {
+                      g.tile_packed_a(a + (i - i0) * kc, b, kc, init, c, out.ldc, out.ldv, m, n, finish);
+                    });
+    }
   }
 }
 
@@ -391,6 +417,24 @@ void gemm(const GemmKernels& g, const GemmProduct& p) {
   if (threads > 1 && p.k >= 4 * std::max(p.m, p.n) && p.k >= 2 * threads * g.kc) return gemm_split_k(g, p);
   in_thread_parts(g, p.m, p.k, p.n,
                   [&](int64_t r0, int64_t r1, int64_t p0, int64_t p1) { gemm_part_packing(g, p, r0, r1, p0, p1); });
+}
+
+void conv_gemm(const GemmKernels& g, const ConvGemmArgs& p) {
+  if (p.pixels == 0 || p.n == 0) return;
+  for (int64_t item = 0; item < p.batch; ++item) {
+    ConvGather input = p.input;
+    input.x += item * p.x_item;
+    GemmOutput out;
+    out.bias = p.bias;
+    out.residual = p.residual ? p.residual + item * p.y_item : nullptr;
+    out.c = p.y + item * p.y_item;
+    out.ldc = g.width;
+    out.ldv = p.pixels * g.width;
+    out.epilogue.activation = p.relu ? GemmActivation::kRelu : GemmActivation::kNone;
+    in_thread_parts(g, p.pixels, p.k, p.n, [&](int64_t r0, int64_t r1, int64_t p0, int64_t p1) {
+      conv_part(g, p, input, out, r0, r1, p0, p1);
+    });
+  }
 }
 
 }  // namespace anvil::kernels::vec

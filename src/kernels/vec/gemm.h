@@ -44,6 +44,11 @@ struct GemmOutput {
   const float* residual = nullptr;  // [m, n], rows ldc apart, or null; may be c
   float* c = nullptr;               // [m, n], rows ldc apart
   int64_t ldc = 0;
+  // 0: a row's columns are contiguous. Else its vectors (GemmKernels::width
+  // columns each) are ldv floats apart, as in a blocked activation layout
+  // (conv_gemm); n is then a multiple of the width, and only a ReLU or no
+  // activation is applied.
+  int64_t ldv = 0;
   GemmEpilogue epilogue;
 };
 
@@ -77,5 +82,24 @@ struct GemmProduct : GemmOutput {
   int64_t m = 0, k = 0, n = 0;
 };
 void gemm(const GemmKernels& g, const GemmProduct& product);
+
+// A 2-D convolution (one group) as a GEMM over blocked activations, per batch
+// item: y[p, o] = relu?(sum_k A[p, k] B[k, o] + bias[o] + residual[p, o]),
+// A the input read through ConvGather (an implicit im2col, gathered into the
+// micro-kernel's panels a row block at a time), B the weights as [KH * KW *
+// C_in, C_out] (k = (kh * KW + kw) * C_in + c) packed by pack_gemm_b, y and
+// the residual in the input's blocked layout (nChw8c on AVX2). C_in and
+// C_out are multiples of GemmKernels::width.
+struct ConvGemmArgs {
+  ConvGather input;                           // x: the first batch item
+  int64_t batch = 1, x_item = 0, y_item = 0;  // floats from one batch item to the next
+  int64_t pixels = 0, k = 0, n = 0;           // output pixels per item, KH * KW * C_in, C_out
+  const float* b_packed = nullptr;
+  const float* bias = nullptr;      // [C_out] or null
+  const float* residual = nullptr;  // laid out as y, or null; may be y
+  float* y = nullptr;
+  bool relu = false;
+};
+void conv_gemm(const GemmKernels& g, const ConvGemmArgs& args);
 
 }  // namespace anvil::kernels::vec

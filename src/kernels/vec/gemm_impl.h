@@ -80,26 +80,33 @@ inline void finish_tile(VF (&acc)[M][Nv], const GemmTileFinish& f) {
 // c[M x Nv vectors] = init + a[M x kc] * b[kc x Nv vectors]: a's rows `lda`
 // apart (PackedA: a packed panel, kGemmMr floats per k, lda unused), b packed
 // (kGemmNr floats per k, of which the first Nv vectors are read), c and init
-// `ldc` apart (init null: zero; init may be c). prefetch_next: c is in a
-// matrix, not a tile on the stack. finish: applied before the store (null:
-// none).
+// rows `ldc` apart and their vectors `ldv` apart (kWidth: a row's columns
+// are contiguous; a blocked activation layout has them a plane apart; init
+// null: zero; init may be c). prefetch_next: c is in a matrix, not a tile on
+// the stack. finish: applied before the store (null: none).
 template <int M, int Nv, bool PackedA>
 void gemm_tile_rows(const float* __restrict a, int64_t lda, const float* __restrict b, int64_t kc, const float* init,
-                    float* c, int64_t ldc, bool prefetch_next, const GemmTileFinish* finish) {
+                    float* c, int64_t ldc, int64_t ldv, bool prefetch_next, const GemmTileFinish* finish) {
   VF acc[M][Nv];
 #pragma GCC unroll 16
   for (int r = 0; r < M; ++r)
 #pragma GCC unroll 4
-    for (int v = 0; v < Nv; ++v) acc[r][v] = init ? load(init + r * ldc + v * kWidth) : splat(0.f);
+    for (int v = 0; v < Nv; ++v) acc[r][v] = init ? load(init + r * ldc + v * ldv) : splat(0.f);
   // The drivers' next tile is mostly the one below this (same panel): its C
   // lines arrive during this tile's kc steps instead of stalling its start
   // (from L3 or memory once the row block outgrows L2). After a block's last
   // row tile the lines are not used; a prefetch past C's end does not fault.
   if (prefetch_next) {
+    if (ldv == kWidth) {
 #pragma GCC unroll 16
-    for (int r = 0; r < M; ++r) {
-      __builtin_prefetch(c + (M + r) * ldc);
-      __builtin_prefetch(c + (M + r) * ldc + Nv * kWidth - 1);
+      for (int r = 0; r < M; ++r) {
+        __builtin_prefetch(c + (M + r) * ldc);
+        __builtin_prefetch(c + (M + r) * ldc + Nv * kWidth - 1);
+      }
+    } else {  // per vector column, the next tile's rows are contiguous (M * ldc floats)
+#pragma GCC unroll 4
+      for (int v = 0; v < Nv; ++v)
+        for (int64_t at = 0; at < M * ldc; at += 64 / sizeof(float)) __builtin_prefetch(c + M * ldc + v * ldv + at);
     }
   }
 #pragma GCC unroll 4
@@ -118,52 +125,57 @@ void gemm_tile_rows(const float* __restrict a, int64_t lda, const float* __restr
 #pragma GCC unroll 16
   for (int r = 0; r < M; ++r)
 #pragma GCC unroll 4
-    for (int v = 0; v < Nv; ++v) store(c + r * ldc + v * kWidth, acc[r][v]);
+    for (int v = 0; v < Nv; ++v) store(c + r * ldc + v * ldv, acc[r][v]);
 }
 
 template <int M, int Nv, bool PackedA>
 void gemm_tile_dispatch(int m, const float* a, int64_t lda, const float* b, int64_t kc, const float* init, float* c,
-                        int64_t ldc, bool prefetch_next, const GemmTileFinish* finish) {
+                        int64_t ldc, int64_t ldv, bool prefetch_next, const GemmTileFinish* finish) {
   if constexpr (M > 1) {
-    if (m < M) return gemm_tile_dispatch<M - 1, Nv, PackedA>(m, a, lda, b, kc, init, c, ldc, prefetch_next, finish);
+    if (m < M)
+      return gemm_tile_dispatch<M - 1, Nv, PackedA>(m, a, lda, b, kc, init, c, ldc, ldv, prefetch_next, finish);
   }
-  gemm_tile_rows<M, Nv, PackedA>(a, lda, b, kc, init, c, ldc, prefetch_next, finish);
+  gemm_tile_rows<M, Nv, PackedA>(a, lda, b, kc, init, c, ldc, ldv, prefetch_next, finish);
 }
 
 // A tile of m <= kGemmMr rows and n <= Nv * kWidth columns on the Nv-vector
-// kernel: in place when n fills the vectors, else through a tile on the stack.
+// kernel: in place when n fills the vectors, else (only with ldv == kWidth)
+// through a tile on the stack, without `finish`.
 template <int Nv, bool PackedA>
 void gemm_tile_width(const float* a, int64_t lda, const float* b, int64_t kc, const float* init, float* c, int64_t ldc,
-                     int m, int n, const GemmTileFinish* finish) {
-  if (n == Nv * kWidth) return gemm_tile_dispatch<kGemmMr, Nv, PackedA>(m, a, lda, b, kc, init, c, ldc, true, finish);
+                     int64_t ldv, int m, int n, const GemmTileFinish* finish) {
+  if (n == Nv * kWidth)
+    return gemm_tile_dispatch<kGemmMr, Nv, PackedA>(m, a, lda, b, kc, init, c, ldc, ldv, true, finish);
   constexpr int kTileLd = Nv * kWidth;
   float tile[kGemmMr * kTileLd] = {};  // zeroed: GCC cannot see that only init rows are read
   if (init)
     for (int r = 0; r < m; ++r) __builtin_memcpy(tile + r * kTileLd, init + r * ldc, static_cast<size_t>(n) * 4);
-  gemm_tile_dispatch<kGemmMr, Nv, PackedA>(m, a, lda, b, kc, init ? tile : nullptr, tile, kTileLd, false, nullptr);
+  gemm_tile_dispatch<kGemmMr, Nv, PackedA>(m, a, lda, b, kc, init ? tile : nullptr, tile, kTileLd, kWidth, false,
+                                           nullptr);
   for (int r = 0; r < m; ++r) __builtin_memcpy(c + r * ldc, tile + r * kTileLd, static_cast<size_t>(n) * 4);
 }
 
 // One tile of m <= kGemmMr rows and n <= kGemmNr columns (init null, c, or
-// another matrix `ldc` apart; finish only with n == kGemmNr). A partial panel
-// (N's last) runs on as few vectors as cover it.
+// another matrix laid out as c; finish only with n a multiple of kWidth). A
+// partial panel (N's last) runs on as few vectors as cover it.
 template <bool PackedA, int Nv = kGemmNv>
 void gemm_tile_any(const float* a, int64_t lda, const float* b, int64_t kc, const float* init, float* c, int64_t ldc,
-                   int m, int n, const GemmTileFinish* finish) {
+                   int64_t ldv, int m, int n, const GemmTileFinish* finish) {
   if constexpr (Nv > 1) {
-    if (n <= (Nv - 1) * kWidth) return gemm_tile_any<PackedA, Nv - 1>(a, lda, b, kc, init, c, ldc, m, n, nullptr);
+    if (n <= (Nv - 1) * kWidth)
+      return gemm_tile_any<PackedA, Nv - 1>(a, lda, b, kc, init, c, ldc, ldv, m, n, finish);
   }
-  gemm_tile_width<Nv, PackedA>(a, lda, b, kc, init, c, ldc, m, n, finish);
+  gemm_tile_width<Nv, PackedA>(a, lda, b, kc, init, c, ldc, ldv, m, n, finish);
 }
 
 inline void gemm_tile_impl(const float* a, int64_t lda, const float* b, int64_t kc, const float* init, float* c,
                            int64_t ldc, int m, int n, const GemmTileFinish* finish) {
-  gemm_tile_any<false>(a, lda, b, kc, init, c, ldc, m, n, finish);
+  gemm_tile_any<false>(a, lda, b, kc, init, c, ldc, kWidth, m, n, finish);
 }
 
 inline void gemm_tile_packed_a_impl(const float* a, const float* b, int64_t kc, const float* init, float* c,
-                                    int64_t ldc, int m, int n, const GemmTileFinish* finish) {
-  gemm_tile_any<true>(a, 0, b, kc, init, c, ldc, m, n, finish);
+                                    int64_t ldc, int64_t ldv, int m, int n, const GemmTileFinish* finish) {
+  gemm_tile_any<true>(a, 0, b, kc, init, c, ldc, ldv, m, n, finish);
 }
 
 // A row tile (m <= kGemmMr rows, lda apart, columns contiguous) as the
@@ -192,6 +204,60 @@ inline void gemm_pack_a_impl(const float* a, int64_t lda, int m, int64_t kc, flo
   }
   for (; r0 < m; ++r0)
     for (int64_t k = 0; k < kc; ++k) out[k * kGemmMr + r0] = a[r0 * lda + k];
+}
+
+// ------------------------------------------------------------- convolution
+
+// Pixel r's kWidth channels [c, c + kWidth) at tap (kh, kw) of the window of
+// output pixel (oh, ow): a pointer into the image, null in the padding.
+inline const float* conv_source(const ConvGather& cv, int64_t oh, int64_t ow, int64_t kh, int64_t kw, int64_t c) {
+  const int64_t ih = oh * cv.sh - cv.ph + kh * cv.dh, iw = ow * cv.sw - cv.pw + kw * cv.dw;
+  if (ih < 0 || ih >= cv.ih || iw < 0 || iw >= cv.iw) return nullptr;
+  return cv.x + (c / kWidth * cv.ih * cv.iw + ih * cv.iw + iw) * kWidth;
+}
+
+#if defined(__AVX2__) && !defined(__AVX512F__)
+// Four pixels' kWidth (8) channels as 8 k-steps of 4 floats (32 in a row).
+inline void store_transposed_4x8(const float* const (&src)[4], float* out) {
+  __m256 r[4];
+  for (int i = 0; i < 4; ++i) r[i] = src[i] ? _mm256_loadu_ps(src[i]) : _mm256_setzero_ps();
+  const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+  const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+  const __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+  const __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+  _mm256_storeu_ps(out, _mm256_permute2f128_ps(u0, u1, 0x20));
+  _mm256_storeu_ps(out + 8, _mm256_permute2f128_ps(u2, u3, 0x20));
+  _mm256_storeu_ps(out + 16, _mm256_permute2f128_ps(u0, u1, 0x31));
+  _mm256_storeu_ps(out + 24, _mm256_permute2f128_ps(u2, u3, 0x31));
+}
+#endif
+
+// Rows [p0, p0 + m) (m <= kGemmMr output pixels) and columns [k0, k0 + kc)
+// of a convolution's implicit A (ConvGather; k0 and kc multiples of
+// kWidth) as tile_packed_a's panel: kc steps of kGemmMr floats, rows past m
+// zero. A tap's block of kWidth channels is one load per pixel.
+inline void gemm_gather_conv_a_impl(const ConvGather& cv, int64_t p0, int m, int64_t k0, int64_t kc, float* out) {
+  int64_t oh[kGemmMr], ow[kGemmMr];
+  for (int r = 0; r < m; ++r) {
+    oh[r] = (p0 + r) / cv.ow;
+    ow[r] = (p0 + r) % cv.ow;
+  }
+  int64_t tap = k0 / cv.channels, c = k0 % cv.channels;
+  for (int64_t k = 0; k < kc; k += kWidth, out += kWidth * kGemmMr) {
+    const int64_t kh = tap / cv.kw, kw = tap % cv.kw;
+    const float* src[kGemmMr];
+    for (int r = 0; r < kGemmMr; ++r) src[r] = r < m ? conv_source(cv, oh[r], ow[r], kh, kw, c) : nullptr;
+#if defined(__AVX2__) && !defined(__AVX512F__)
+    store_transposed_4x8(src, out);
+#else
+    for (int q = 0; q < kWidth; ++q)
+      for (int r = 0; r < kGemmMr; ++r) out[q * kGemmMr + r] = src[r] ? src[r][q] : 0.f;
+#endif
+    if ((c += kWidth) == cv.channels) {
+      c = 0;
+      ++tap;
+    }
+  }
 }
 
 // ---------------------------------------------------------------- epilogue

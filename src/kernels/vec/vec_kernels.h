@@ -50,21 +50,40 @@ struct GemmTileFinish {
   bool relu = false;
 };
 
+// A 2-D convolution's input read as a GEMM's A (an implicit im2col): row p
+// is output pixel (p / ow, p % ow), column k = (kh * kw + kw_i) * channels +
+// c is channel c under tap (kh_i, kw_i); zero where the window leaves the
+// image. The image (x) is one batch item in the blocked layout of the
+// vector width (nChw8c on AVX2: channel blocks of `width`, each a plane of
+// ih x iw pixels of `width` floats); channels is a multiple of the width.
+struct ConvGather {
+  const float* x = nullptr;
+  int64_t channels = 0, ih = 0, iw = 0, ow = 0;
+  int64_t kh = 0, kw = 0, sh = 1, sw = 1, ph = 0, pw = 0, dh = 1, dw = 1;
+};
+
 // The register-blocked core of the packed GEMM (gemm.h drives it).
 struct GemmKernels {
   int mr, nr, kc;  // tile rows, tile columns (a packed panel's width), k-block of the packing
+  int width;       // floats per vector (nr is a multiple)
   // c[m x n] = init + a[m x kc] * b for m <= mr, n <= nr: a's rows lda apart,
   // b one packed panel block (nr floats per k), init null (zero), c itself
   // (accumulate) or another matrix, ldc apart like c. `finish` (null: none)
   // only with n == nr.
   void (*tile)(const float* a, int64_t lda, const float* b, int64_t kc, const float* init, float* c, int64_t ldc,
                int m, int n, const GemmTileFinish* finish);
-  // The same with a from a packed panel: mr floats per k (rows past m unset: never read).
-  void (*tile_packed_a)(const float* a, const float* b, int64_t kc, const float* init, float* c, int64_t ldc, int m,
-                        int n, const GemmTileFinish* finish);
+  // The same with a from a packed panel: mr floats per k (rows past m unset:
+  // never read), and c's (and init's) vectors of a row ldv floats apart
+  // (width: contiguous; n then a multiple of width unless ldv == width).
+  void (*tile_packed_a)(const float* a, const float* b, int64_t kc, const float* init, float* c, int64_t ldc,
+                        int64_t ldv, int m, int n, const GemmTileFinish* finish);
   // A row tile of m <= mr rows (lda apart, columns contiguous) over kc
   // columns into tile_packed_a's layout (rows past m unset).
   void (*pack_a)(const float* a, int64_t lda, int m, int64_t kc, float* out);
+  // Output pixels [p0, p0 + m) (m <= mr) and columns [k0, k0 + kc) of a
+  // convolution's implicit A into tile_packed_a's layout (k0 and kc
+  // multiples of width; rows past m zero).
+  void (*gather_conv_a)(const ConvGather& conv, int64_t p0, int m, int64_t k0, int64_t kc, float* out);
   // The ISA's transpose32 (below), which packs a transposed B per run.
   void (*transpose32)(const uint32_t* src, int64_t src_ld, uint32_t* dst, int64_t dst_ld, int64_t rows, int64_t cols);
   // c[r][j] = act(c[r][j] + bias[j]) for r < rows, j < cols, then zero where

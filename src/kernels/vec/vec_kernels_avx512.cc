@@ -15,7 +15,8 @@ namespace {
 
 extern const VecKernels kVecKernelsAvx512 = {select32_impl, transpose32_impl, reduce_rows_impl, softmax_row_impl,
                                           chain_block_impl,
-                                          {kGemmMr, kGemmNr, kGemmKc, gemm_tile_impl, gemm_tile_packed_a_impl, gemm_pack_a_impl, transpose32_impl, gemm_epilogue_impl},
+                                          {kGemmMr, kGemmNr, kGemmKc, kWidth, gemm_tile_impl, gemm_tile_packed_a_impl, gemm_pack_a_impl,
+                                           gemm_gather_conv_a_impl, transpose32_impl, gemm_epilogue_impl},
                                           max_pool_rows_impl};
 
 }  // namespace anvil::kernels::vec

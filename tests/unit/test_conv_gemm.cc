@@ -1,0 +1,195 @@
+// Anvil's convolution as a GEMM over blocked activations (vec::conv_gemm):
+// every ISA path the CPU has against a convolution computed here in double,
+// over strides, padding, dilation, 1x1 and 3x3 windows, batches, a bias, a
+// residual and ReLU. Named VecKernels.* so that ctest also runs it capped
+// at sse41 and avx2 (ANVIL_MAX_ISA).
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <cmath>
+#include <random>
+
+#include "core/vector_isa.h"
+#include "kernel_tester.h"
+#include "kernels/vec/gemm.h"
+
+namespace anvil {
+namespace {
+
+using kernels::vec::ConvGemmArgs;
+using kernels::vec::GemmKernels;
+
+struct ConvCase {
+  int64_t batch, cin, ih, iw, cout, kh, kw, stride, pad, dilation;
+  bool bias = false, residual = false, relu = false;
+};
+
+std::vector<float> uniform_values(size_t n, uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> dist(-1.f, 1.f);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(gen);
+  return v;
+}
+
+// Element (n, c, h, w) of an [N, C, H, W] tensor in blocked layout of `width` channels.
+int64_t blocked_at(int64_t width, int64_t c_total, int64_t h_total, int64_t w_total, int64_t n, int64_t c, int64_t h,
+                   int64_t w) {
+  return ((n * (c_total / width) + c / width) * h_total * w_total + h * w_total + w) * width + c % width;
+}
+
+void check_conv(const GemmKernels& g, const ConvCase& t, uint32_t seed) {
+  SCOPED_TRACE(::testing::Message() << "batch " << t.batch << " cin " << t.cin << " " << t.ih << "x" << t.iw
+                                    << " cout " << t.cout << " k " << t.kh << "x" << t.kw << " stride " << t.stride
+                                    << " pad " << t.pad << " dilation " << t.dilation);
+  const int64_t w = g.width;
+  const int64_t oh = (t.ih + 2 * t.pad - t.dilation * (t.kh - 1) - 1) / t.stride + 1;
+  const int64_t ow = (t.iw + 2 * t.pad - t.dilation * (t.kw - 1) - 1) / t.stride + 1;
+  const std::vector<float> x = uniform_values(static_cast<size_t>(t.batch * t.cin * t.ih * t.iw), seed);
+  const std::vector<float> weights = uniform_values(static_cast<size_t>(t.cout * t.cin * t.kh * t.kw), seed + 1);
+  const std::vector<float> bias = uniform_values(static_cast<size_t>(t.cout), seed + 2);
+  const std::vector<float> residual = uniform_values(static_cast<size_t>(t.batch * t.cout * oh * ow), seed + 3);
+
+  // B as [KH * KW * C_in, C_out] from ONNX's [C_out, C_in, KH, KW].
+  const int64_t taps = t.kh * t.kw, k = taps * t.cin;
+  std::vector<float> b(static_cast<size_t>(k * t.cout));
+  for (int64_t o = 0; o < t.cout; ++o)
+    for (int64_t c = 0; c < t.cin; ++c)
+      for (int64_t tap = 0; tap < taps; ++tap) b[(tap * t.cin + c) * t.cout + o] = weights[(o * t.cin + c) * taps + tap];
+  const Tensor packed = kernels::vec::pack_gemm_b(g, b.data(), k, t.cout, t.cout, 1);
+
+  std::vector<float> xb(x.size()), yb(residual.size(), std::nanf(""));
+  for (int64_t n = 0; n < t.batch; ++n)
+    for (int64_t c = 0; c < t.cin; ++c)
+      for (int64_t h = 0; h < t.ih; ++h)
+        for (int64_t i = 0; i < t.iw; ++i)
+          xb[blocked_at(w, t.cin, t.ih, t.iw, n, c, h, i)] = x[((n * t.cin + c) * t.ih + h) * t.iw + i];
+  if (t.residual)
+    for (int64_t n = 0; n < t.batch; ++n)
+      for (int64_t o = 0; o < t.cout; ++o)
+        for (int64_t p = 0; p < oh * ow; ++p)
+          yb[blocked_at(w, t.cout, oh, ow, n, o, p / ow, p % ow)] = residual[(n * t.cout + o) * oh * ow + p];
+
+  ConvGemmArgs args;
+  args.input = {xb.data(), t.cin, t.ih, t.iw, ow, t.kh, t.kw, t.stride, t.stride, t.pad, t.pad, t.dilation, t.dilation};
+  args.batch = t.batch;
+  args.x_item = t.cin * t.ih * t.iw;
+  args.y_item = t.cout * oh * ow;
+  args.pixels = oh * ow;
+  args.k = k;
+  args.n = t.cout;
+  args.b_packed = packed.data<float>();
+  args.bias = t.bias ? bias.data() : nullptr;
+  args.residual = t.residual ? yb.data() : nullptr;  // in place, as FusedConv's sum
+  args.y = yb.data();
+  args.relu = t.relu;
+  kernels::vec::conv_gemm(g, args);
+
+  int failures = 0;
+  for (int64_t n = 0; n < t.batch && failures < 5; ++n)
+    for (int64_t o = 0; o < t.cout && failures < 5; ++o)
+      for (int64_t y = 0; y < oh && failures < 5; ++y)
+        for (int64_t i = 0; i < ow && failures < 5; ++i) {
+          double sum = t.bias ? bias[o] : 0, magnitude = 0;
+          for (int64_t c = 0; c < t.cin; ++c)
+            for (int64_t a = 0; a < t.kh; ++a)
+              for (int64_t e = 0; e < t.kw; ++e) {
+                const int64_t h = y * t.stride - t.pad + a * t.dilation, v = i * t.stride - t.pad + e * t.dilation;
+                if (h < 0 || h >= t.ih || v < 0 || v >= t.iw) continue;
+                const double term = double{x[((n * t.cin + c) * t.ih + h) * t.iw + v]} *
+                                    weights[((o * t.cin + c) * t.kh + a) * t.kw + e];
+                sum += term;
+                magnitude += std::abs(term);
+              }
+          if (t.residual) sum += residual[(n * t.cout + o) * oh * ow + y * ow + i];
+          const double want = t.relu && sum < 0 ? 0.0 : sum;
+          const float got = yb[blocked_at(w, t.cout, oh, ow, n, o, y, i)];
+          if (!(std::abs(got - want) <= 2e-6 * (magnitude + 4))) {
+            ADD_FAILURE() << "y[" << n << "][" << o << "][" << y << "][" << i << "] = " << got << ", want " << want;
+            ++failures;
+          }
+        }
+}
+
+TEST(VecKernels, ConvGemmMatchesADirectConvolution) {
+  for (VectorIsa isa : supported_vector_isas()) {
+    SCOPED_TRACE(vector_isa_name(isa));
+    const GemmKernels& g = kernels::vec::vec_kernels_for(isa).gemm;
+    const int64_t w = g.width;
+    // batch, cin, ih, iw, cout, kh, kw, stride, pad, dilation, bias, residual, relu
+    const ConvCase cases[] = {
+        {1, 2 * w, 7, 7, 4 * w, 3, 3, 1, 1, 1, true, false, true},   // ResNet's 3x3 at 7x7: 49 pixels, a partial tile
+        {2, w, 9, 6, 3 * w, 3, 3, 2, 1, 1, false, true, true},       // stride 2, a batch, a residual
+        {1, 3 * w, 5, 5, w, 1, 1, 1, 0, 1, true, true, false},       // 1x1, C_out one vector
+        {1, w, 8, 8, 2 * w, 1, 1, 2, 0, 1, false, false, false},     // strided 1x1 (a downsample)
+        {1, w, 6, 7, 5 * w, 3, 2, 1, 2, 2, true, false, true},       // dilation, an uneven window, wide padding
+        {1, 40 * w, 3, 3, 2 * w, 3, 3, 1, 1, 1, true, true, true},   // K over several k-blocks
+        {1, w, 30, 30, 2 * w, 3, 3, 1, 1, 1, false, false, true},    // pixels over several row blocks
+        {1, w, 1, 1, 9 * w, 3, 3, 1, 1, 1, true, false, false},      // one pixel, mostly padding, many panels
+    };
+    uint32_t seed = 1;
+    for (const ConvCase& t : cases) check_conv(g, t, seed += 10);
+  }
+}
+
+Tensor random_tensor(Shape shape, uint32_t seed) {
+  Tensor t(DType::kFloat32, shape);
+  const std::vector<float> v = uniform_values(static_cast<size_t>(t.numel()), seed);
+  std::copy(v.begin(), v.end(), t.data<float>());
+  return t;
+}
+
+// Conv and FusedConv on oneDNN's backend at two threads against the
+// reference kernels; `gemm`: the rule puts the node on conv_gemm, which it
+// does where oneDNN's choice is jit:avx2 (AVX2, or capped there).
+void expect_conv_matches_reference(const std::string& op, const std::vector<Tensor>& inputs, const ir::Attributes& a,
+                                   bool gemm) {
+  testing::KernelOptions fast, ref;
+  fast.backend = kernels::Backend::kDnnl;
+  ref.backend = kernels::Backend::kRef;
+  fast.domain = ref.domain = op == "FusedConv" ? "anvil" : "";
+  fast.constant_inputs = ref.constant_inputs = {false, true, true, false};
+  fast.num_threads = 2;
+  const testing::KernelResult got = testing::run_kernel_full(op, inputs, a, fast);
+  const std::vector<float> want = testing::values<float>(testing::run_kernel(op, inputs, a, ref)[0]);
+  const std::vector<float> have = testing::values<float>(got.outputs[0]);
+  EXPECT_EQ(got.impl.find(":conv_gemm") != std::string::npos, gemm && vector_isa() == VectorIsa::kAvx2)
+      << op << ": " << got.impl;
+  ASSERT_EQ(have.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i)
+    ASSERT_NEAR(have[i], want[i], 1e-4 * (1 + std::abs(want[i]))) << op << " [" << got.impl << "] at " << i;
+}
+
+TEST(VecKernels, ConvOnTheGemmMatchesTheReference) {
+  const int saved_threads = omp_get_max_threads();
+  omp_set_num_threads(2);
+  using testing::attrs;
+  const ir::Attributes pad1 = attrs({{"pads", std::vector<int64_t>{1, 1, 1, 1}}});
+  expect_conv_matches_reference("Conv", {random_tensor({1, 16, 7, 7}, 1), random_tensor({24, 16, 3, 3}, 2),
+                                         random_tensor({24}, 3)},
+                                pad1, true);
+  // A residual and ReLU, stride 2 from 14x14 to 7x7, no bias.
+  expect_conv_matches_reference(
+      "FusedConv",
+      {random_tensor({2, 8, 14, 14}, 4), random_tensor({16, 8, 3, 3}, 5), Tensor(), random_tensor({2, 16, 7, 7}, 6)},
+      attrs({{"pads", std::vector<int64_t>{1, 1, 1, 1}},
+             {"strides", std::vector<int64_t>{2, 2}},
+             {"activation", std::string("Relu")}}),
+      true);
+  // Left to oneDNN: an output plane over the rule's size, channels short of a
+  // vector, two groups, an activation the GEMM does not apply in registers.
+  expect_conv_matches_reference("Conv", {random_tensor({1, 8, 9, 9}, 7), random_tensor({8, 8, 3, 3}, 8), Tensor()},
+                                pad1, false);
+  expect_conv_matches_reference("Conv", {random_tensor({1, 12, 7, 7}, 9), random_tensor({8, 12, 3, 3}, 10), Tensor()},
+                                pad1, false);
+  expect_conv_matches_reference(
+      "Conv", {random_tensor({1, 16, 7, 7}, 11), random_tensor({16, 8, 3, 3}, 12), Tensor()},
+      attrs({{"pads", std::vector<int64_t>{1, 1, 1, 1}}, {"group", int64_t{2}}}), false);
+  expect_conv_matches_reference("FusedConv",
+                                {random_tensor({1, 8, 7, 7}, 13), random_tensor({8, 8, 1, 1}, 14), random_tensor({8}, 15)},
+                                attrs({{"activation", std::string("Sigmoid")}}), false);
+  omp_set_num_threads(saved_threads);
+}
+
+}  // namespace
+}  // namespace anvil
