@@ -9,7 +9,9 @@
 #include <cmath>
 #include <random>
 
+#include "anvil/session.h"
 #include "core/vector_isa.h"
+#include "ir/graph.h"
 #include "kernel_tester.h"
 #include "kernels/vec/gemm.h"
 
@@ -22,6 +24,7 @@ using kernels::vec::GemmKernels;
 struct ConvCase {
   int64_t batch, cin, ih, iw, cout, kh, kw, stride, pad, dilation;
   bool bias = false, residual = false, relu = false;
+  bool residual_apart = false;  // the residual in its own buffer, not y's
 };
 
 std::vector<float> uniform_values(size_t n, uint32_t seed) {
@@ -58,7 +61,7 @@ void check_conv(const GemmKernels& g, const ConvCase& t, uint32_t seed) {
       for (int64_t tap = 0; tap < taps; ++tap) b[(tap * t.cin + c) * t.cout + o] = weights[(o * t.cin + c) * taps + tap];
   const Tensor packed = kernels::vec::pack_gemm_b(g, b.data(), k, t.cout, t.cout, 1);
 
-  std::vector<float> xb(x.size()), yb(residual.size(), std::nanf(""));
+  std::vector<float> xb(x.size()), yb(residual.size(), std::nanf("")), rb(residual.size());
   for (int64_t n = 0; n < t.batch; ++n)
     for (int64_t c = 0; c < t.cin; ++c)
       for (int64_t h = 0; h < t.ih; ++h)
@@ -68,7 +71,8 @@ void check_conv(const GemmKernels& g, const ConvCase& t, uint32_t seed) {
     for (int64_t n = 0; n < t.batch; ++n)
       for (int64_t o = 0; o < t.cout; ++o)
         for (int64_t p = 0; p < oh * ow; ++p)
-          yb[blocked_at(w, t.cout, oh, ow, n, o, p / ow, p % ow)] = residual[(n * t.cout + o) * oh * ow + p];
+          (t.residual_apart ? rb : yb)[blocked_at(w, t.cout, oh, ow, n, o, p / ow, p % ow)] =
+              residual[(n * t.cout + o) * oh * ow + p];
 
   ConvGemmArgs args;
   args.input = {xb.data(), t.cin, t.ih, t.iw, ow, t.kh, t.kw, t.stride, t.stride, t.pad, t.pad, t.dilation, t.dilation};
@@ -80,7 +84,7 @@ void check_conv(const GemmKernels& g, const ConvCase& t, uint32_t seed) {
   args.n = t.cout;
   args.b_packed = packed.data<float>();
   args.bias = t.bias ? bias.data() : nullptr;
-  args.residual = t.residual ? yb.data() : nullptr;  // in place, as FusedConv's sum
+  args.residual = !t.residual ? nullptr : t.residual_apart ? rb.data() : yb.data();  // y: in place, as FusedConv's sum
   args.y = yb.data();
   args.relu = t.relu;
   kernels::vec::conv_gemm(g, args);
@@ -126,6 +130,7 @@ TEST(VecKernels, ConvGemmMatchesADirectConvolution) {
         {1, 40 * w, 3, 3, 2 * w, 3, 3, 1, 1, 1, true, true, true},   // K over several k-blocks
         {1, w, 30, 30, 2 * w, 3, 3, 1, 1, 1, false, false, true},    // pixels over several row blocks
         {1, w, 1, 1, 9 * w, 3, 3, 1, 1, 1, true, false, false},      // one pixel, mostly padding, many panels
+        {2, w, 5, 5, 2 * w, 3, 3, 1, 1, 1, true, true, true, true},  // the residual apart from y
     };
     uint32_t seed = 1;
     for (const ConvCase& t : cases) check_conv(g, t, seed += 10);
@@ -176,6 +181,12 @@ TEST(VecKernels, ConvOnTheGemmMatchesTheReference) {
              {"strides", std::vector<int64_t>{2, 2}},
              {"activation", std::string("Relu")}}),
       true);
+  // Asymmetric padding (ONNX's begin and end pads), and a 1x1 window.
+  expect_conv_matches_reference(
+      "Conv", {random_tensor({1, 8, 6, 7}, 16), random_tensor({16, 8, 3, 3}, 17), random_tensor({16}, 18)},
+      attrs({{"pads", std::vector<int64_t>{0, 2, 1, 0}}}), true);
+  expect_conv_matches_reference("Conv",
+                                {random_tensor({1, 24, 7, 7}, 19), random_tensor({8, 24, 1, 1}, 20), Tensor()}, {}, true);
   // Left to oneDNN: an output plane over the rule's size, channels short of a
   // vector, two groups, an activation the GEMM does not apply in registers.
   expect_conv_matches_reference("Conv", {random_tensor({1, 8, 9, 9}, 7), random_tensor({8, 8, 3, 3}, 8), Tensor()},
@@ -189,6 +200,51 @@ TEST(VecKernels, ConvOnTheGemmMatchesTheReference) {
                                 {random_tensor({1, 8, 7, 7}, 13), random_tensor({8, 8, 1, 1}, 14), random_tensor({8}, 15)},
                                 attrs({{"activation", std::string("Sigmoid")}}), false);
   omp_set_num_threads(saved_threads);
+}
+
+// A direct convolution (pads 1, stride 1) of x [1, C, H, W] by w [O, C, 3, 3], in double.
+std::vector<float> direct_conv3x3(const Tensor& x, const Tensor& w) {
+  const int64_t c_in = x.dim(1), h = x.dim(2), wd = x.dim(3), c_out = w.dim(0);
+  std::vector<float> y(static_cast<size_t>(c_out * h * wd));
+  for (int64_t o = 0; o < c_out; ++o)
+    for (int64_t i = 0; i < h; ++i)
+      for (int64_t j = 0; j < wd; ++j) {
+        double sum = 0;
+        for (int64_t c = 0; c < c_in; ++c)
+          for (int64_t a = 0; a < 3; ++a)
+            for (int64_t b = 0; b < 3; ++b) {
+              const int64_t r = i - 1 + a, q = j - 1 + b;
+              if (r >= 0 && r < h && q >= 0 && q < wd)
+                sum += double{x.data<float>()[(c * h + r) * wd + q]} * w.data<float>()[((o * c_in + c) * 3 + a) * 3 + b];
+            }
+        y[static_cast<size_t>((o * h + i) * wd + j)] = static_cast<float>(sum);
+      }
+  return y;
+}
+
+// The weights packed for conv_gemm are the only copy the session keeps; a
+// later plan that leaves the node to oneDNN (a plane over the rule's size)
+// rebuilds the original from them: its outputs show the unpacking is exact.
+TEST(VecKernels, ConvGemmWeightsRestoreForAnotherPlan) {
+  auto g = std::make_unique<ir::Graph>();
+  g->opsets[""] = 17;
+  ir::Value* x = g->add_input("x", DType::kFloat32, {1, 64, -1, -1});
+  const Tensor w = random_tensor({128, 64, 3, 3}, 30);  // 288 KiB: worth releasing
+  // A copy the session alone holds: a caller's tensor is never released.
+  ir::Node* conv = g->add_node("Conv", {x, g->add_constant("w", w.clone())}, 1);
+  conv->attrs.set("pads", std::vector<int64_t>{1, 1, 1, 1});
+  g->add_output(conv->output(0));
+  SessionOptions options;
+  options.num_threads = 2;
+  Session s = Session::from_graph(std::move(g), options);
+  for (int64_t side : {7, 12, 7}) {  // conv_gemm (on AVX2), oneDNN, conv_gemm's plan again
+    SCOPED_TRACE(::testing::Message() << side << "x" << side);
+    const Tensor in = random_tensor({1, 64, side, side}, static_cast<uint32_t>(side));
+    const Tensor y = s.run({{"x", in}})[0];
+    const std::vector<float> want = direct_conv3x3(in, w);
+    ASSERT_EQ(static_cast<size_t>(y.numel()), want.size());
+    for (size_t i = 0; i < want.size(); ++i) ASSERT_NEAR(y.data<float>()[i], want[i], 1e-4f * (1 + std::abs(want[i]))) << i;
+  }
 }
 
 }  // namespace

@@ -196,8 +196,11 @@ TEST(VecKernels, UnpackedGemmLayoutsAndPaths) {
         check_product(g, {14, 1100, 19, true, true, false, GemmActivation::kRelu, 0, 0, true, ta, tb}, seed += 10);
         check_product(g, {14, 1100, 19, true, false, false, GemmActivation::kNone, 0, 0, true, ta, tb, true},
                       seed += 10);
-        // A gated product of several tiles (training's ReLU gradient), gate rows ldc apart.
+        // A gated product of several tiles (training's ReLU gradient), gate rows ldc apart; N = 40 ends
+        // in a panel of whole vectors on every ISA, gated in the micro-kernel's registers.
         check_product(g, {25, 70, 40, false, false, false, GemmActivation::kNone, 0, 0, true, ta, tb, true},
+                      seed += 10);
+        check_product(g, {25, 70, 48, true, false, false, GemmActivation::kRelu, 0, 0, true, ta, tb, true},
                       seed += 10);
         // B wider than one thread's packing budget: packed a k-range at a time.
         check_product(g, {20, 1100, 1040, false, false, true, GemmActivation::kNone, 0, 0, true, ta, tb}, seed += 10);

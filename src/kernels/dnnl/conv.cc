@@ -1,8 +1,8 @@
 // Conv, anvil.FusedConv and ConvTranspose on oneDNN (float32, 1-D to 3-D).
 //
 // One rule picks another implementation for 2-D convolutions: where oneDNN's
-// choice is its direct jit:avx2 kernel on small output planes (ResNet's
-// 14x14 and 7x7 stages), the convolution runs as Anvil's GEMM over the same
+// choice is its jit:avx2 kernel on small output planes (ResNet's 7x7 stage)
+// and the plan has two threads or more, the convolution runs as Anvil's GEMM over the same
 // blocked layouts (vec::conv_gemm: the input gathered into the GEMM's panels
 // as an implicit im2col, the weights packed once). `--tune` times both
 // (Kernel::alternatives).
@@ -58,7 +58,8 @@ class DnnlConvBase : public Kernel {
     group_ = ctx.attrs().get_int("group", 1);
   }
 
-  // Weights packed for oneDNN (when constant and pack_weights), bias, and the activations' layouts.
+  // Weights packed for oneDNN and its scratchpad (unless the node runs on
+  // Anvil's GEMM: pack_weights false), bias, and the activations' layouts.
   void finish_prepare(const PrepareContext& ctx, const dnnl::primitive_desc_base& pd, const memory::desc& plain,
                       bool pack_weights = true) {
     weights_plain_ = plain;
@@ -68,7 +69,8 @@ class DnnlConvBase : public Kernel {
     }
     if (ctx.has_input(2)) bias_desc_ = du::plain_desc(ctx.input_shape(2), DType::kFloat32);
     impl_ = du::impl_name(pd);
-    scratch_ = io_.init(ctx, src_md_, pd.src_desc(), dst_md_, pd.dst_desc(), pd.scratchpad_desc().get_size());
+    const size_t primitive_scratch = pack_weights ? pd.scratchpad_desc().get_size() : 0;  // none on Anvil's GEMM
+    scratch_ = io_.init(ctx, src_md_, pd.src_desc(), dst_md_, pd.dst_desc(), primitive_scratch);
     dst_bytes_ = pd.dst_desc().get_size();
   }
 
@@ -262,6 +264,7 @@ class DnnlConv : public DnnlConvBase {
   void run_conv_gemm(const RunContext& ctx, const Tensor* sum) const {
     memory dst = output_with_sum(ctx, sum);
     const memory src = io_.src.input(ctx.in(0).raw(), ctx.scratch);
+    du::stream().wait();  // the staging reorders, if any, have written
     vec::ConvGemmArgs args = conv_;
     args.input.x = static_cast<const float*>(src.get_data_handle());
     args.b_packed = conv_b_.data<float>();

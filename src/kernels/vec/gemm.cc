@@ -6,6 +6,7 @@
 #include <cstring>
 #include <vector>
 
+#include "core/check.h"
 #include "core/checked.h"
 
 namespace anvil::kernels::vec {
@@ -420,6 +421,11 @@ void gemm(const GemmKernels& g, const GemmProduct& p) {
 }
 
 void conv_gemm(const GemmKernels& g, const ConvGemmArgs& p) {
+  // The micro-kernel stores whole vectors a plane apart and the gather reads a tap's channels a vector at a time.
+  ANVIL_CHECK(p.n % g.width == 0 && p.input.channels % g.width == 0 && p.input.channels > 0 &&
+                  p.k == p.input.kh * p.input.kw * p.input.channels,
+              ErrorKind::kInternal, "conv_gemm: channels {} -> {} are not whole vectors of {} or K {} is not the window",
+              p.input.channels, p.n, g.width, p.k);
   if (p.pixels == 0 || p.n == 0) return;
   for (int64_t item = 0; item < p.batch; ++item) {
     ConvGather input = p.input;

@@ -5,9 +5,10 @@
 // The micro-kernel keeps a kGemmMr x kGemmNr tile of C in registers
 // (kGemmMr x kGemmNv vectors: 12 x 2 on AVX-512, 4 x 3 on AVX2, 6 x 2 on
 // SSE4.1, leaving registers for the B row and the A broadcast), reads A
-// straight from its rows (no packing: the A block stays in L2 across a sweep
-// over B's panels) or, where A's rows are not contiguous, from a packed panel
-// of kGemmMr floats per k, and B from a packed panel, kGemmNr floats per k.
+// straight from its rows (the A block stays in L2 across a sweep over B's
+// panels) or from a packed panel of kGemmMr floats per k (gemm_pack_a_impl,
+// the transposed packing in gemm.cc, the convolution's gather), and B from a
+// packed panel, kGemmNr floats per k.
 // AVX2 takes 4 x 24 rather than 6 x 16: 7 loads per 12 FMAs instead of 8,
 // the shape oneDNN's AVX2 sgemm uses; on Zen 3 it ran training's products
 // about 2% faster (alternating runs, docs/benchmarks.md).
@@ -217,6 +218,7 @@ inline const float* conv_source(const ConvGather& cv, int64_t oh, int64_t ow, in
 }
 
 #if defined(__AVX2__) && !defined(__AVX512F__)
+static_assert(kGemmMr == 4 && kWidth == 8, "store_transposed_4x8 fills AVX2's 4-row tiles");
 // Four pixels' kWidth (8) channels as 8 k-steps of 4 floats (32 in a row).
 inline void store_transposed_4x8(const float* const (&src)[4], float* out) {
   __m256 r[4];

@@ -51,8 +51,8 @@ struct GemmTileFinish {
 };
 
 // A 2-D convolution's input read as a GEMM's A (an implicit im2col): row p
-// is output pixel (p / ow, p % ow), column k = (kh * kw + kw_i) * channels +
-// c is channel c under tap (kh_i, kw_i); zero where the window leaves the
+// is output pixel (p / ow, p % ow), column k = (kh_i * kw + kw_i) * channels
+// + c is channel c under tap (kh_i, kw_i); zero where the window leaves the
 // image. The image (x) is one batch item in the blocked layout of the
 // vector width (nChw8c on AVX2: channel blocks of `width`, each a plane of
 // ih x iw pixels of `width` floats); channels is a multiple of the width.
@@ -69,7 +69,7 @@ struct GemmKernels {
   // c[m x n] = init + a[m x kc] * b for m <= mr, n <= nr: a's rows lda apart,
   // b one packed panel block (nr floats per k), init null (zero), c itself
   // (accumulate) or another matrix, ldc apart like c. `finish` (null: none)
-  // only with n == nr.
+  // only with n a multiple of width.
   void (*tile)(const float* a, int64_t lda, const float* b, int64_t kc, const float* init, float* c, int64_t ldc,
                int m, int n, const GemmTileFinish* finish);
   // The same with a from a packed panel: mr floats per k (rows past m unset:
