@@ -1,8 +1,9 @@
 // Conv, anvil.FusedConv and ConvTranspose on oneDNN (float32, 1-D to 3-D).
 //
 // One rule picks another implementation for 2-D convolutions: where oneDNN's
-// choice is its jit:avx2 kernel on small output planes (ResNet's 7x7 stage)
-// and the plan has two threads or more, the convolution runs as Anvil's GEMM over the same
+// choice is its jit:avx2 kernel on small output planes (ResNet's 7x7 stage,
+// and its 14x14 3x3 convolutions) and the plan has two threads or more, the
+// convolution runs as Anvil's GEMM over the same
 // blocked layouts (vec::conv_gemm: the input gathered into the GEMM's panels
 // as an implicit im2col, the weights packed once). `--tune` times both
 // (Kernel::alternatives).
@@ -190,17 +191,21 @@ class DnnlConv : public DnnlConvBase {
   // Output planes of at most this many pixels run on Anvil's GEMM where
   // oneDNN's choice is jit:avx2, on two threads or more (choose_conv_gemm).
   // Measured on Zen 3 (tuner and alternating runs): at 2 threads ResNet's
-  // 7x7 stage ran 5-20% faster per node (oneDNN splits 7 output rows
-  // unevenly; the GEMM splits C_out's panels), ResNet-18 about 12% and
-  // ResNet-50 2% faster in the model; at 14x14 the GEMM was 0-20% slower,
-  // and at one thread level to 10% slower.
+  // 7x7 stage ran up to 20% faster per node (oneDNN splits 7 output rows
+  // unevenly; the GEMM splits C_out's panels), ResNet-18 about 11% and
+  // ResNet-50 2% faster in the model. At 14x14, 3x3 windows ran 0.72-1.10
+  // of oneDNN's time once the gather did its window arithmetic per tap
+  // (ResNet-18 another 9% faster), 1x1 ones 0.99-1.24; at one thread the
+  // GEMM was level to 10% slower.
   static constexpr int64_t kConvGemmMaxPixels = 64;
+  static constexpr int64_t kConvGemmMaxPixelsWindow = 196;  // windows wider than 1x1 (ResNet's 14x14 3x3s)
 
   // Whether the convolution runs on vec::conv_gemm: where it fits (2-D, one
   // group, constant weights, channels in whole vectors, no activation but
   // ReLU, and oneDNN's layouts the blocked one of the vector width), by the
   // tuner's choice or else by the rule: oneDNN's choice is its jit:avx2
-  // kernel, the output plane at most kConvGemmMaxPixels, two threads or more.
+  // kernel, the output plane at most kConvGemmMaxPixels (a 1x1 window) or
+  // kConvGemmMaxPixelsWindow (wider ones), two threads or more.
   bool choose_conv_gemm(const PrepareContext& ctx, const Shape& x, const Shape& w, const Shape& y,
                         const dnnl::convolution_forward::primitive_desc& pd) {
     const int64_t width = vec::vec_kernels().gemm.width;
@@ -214,8 +219,8 @@ class DnnlConv : public DnnlConvBase {
     conv_gemm_fits_ = true;
     if (ctx.choice() >= 0) return ctx.choice() == 1;
     const std::string impl = du::impl_name(pd);
-    return (impl == "dnnl:jit:avx2" || impl == "dnnl:jit_1x1:avx2") && y[2] * y[3] <= kConvGemmMaxPixels &&
-           ctx.num_threads() >= 2;
+    const int64_t pixels = y[2] * y[3], max_pixels = w[2] * w[3] > 1 ? kConvGemmMaxPixelsWindow : kConvGemmMaxPixels;
+    return (impl == "dnnl:jit:avx2" || impl == "dnnl:jit_1x1:avx2") && pixels <= max_pixels && ctx.num_threads() >= 2;
   }
 
   // The GEMM's geometry, and the weights as B [KH * KW * C_in, C_out] packed

@@ -244,11 +244,16 @@ inline void gemm_gather_conv_a_impl(const ConvGather& cv, int64_t p0, int m, int
     oh[r] = (p0 + r) / cv.ow;
     ow[r] = (p0 + r) % cv.ow;
   }
+  // The pixels' sources at the current tap, moved a channel block (a plane)
+  // at a time within it: the window arithmetic once per tap, not per block.
+  const int64_t plane = cv.ih * cv.iw * kWidth;
   int64_t tap = k0 / cv.channels, c = k0 % cv.channels;
+  const float* src[kGemmMr];
+  const auto at_tap = [&] {
+    for (int r = 0; r < kGemmMr; ++r) src[r] = r < m ? conv_source(cv, oh[r], ow[r], tap / cv.kw, tap % cv.kw, c) : nullptr;
+  };
+  at_tap();
   for (int64_t k = 0; k < kc; k += kWidth, out += kWidth * kGemmMr) {
-    const int64_t kh = tap / cv.kw, kw = tap % cv.kw;
-    const float* src[kGemmMr];
-    for (int r = 0; r < kGemmMr; ++r) src[r] = r < m ? conv_source(cv, oh[r], ow[r], kh, kw, c) : nullptr;
 #if defined(__AVX2__) && !defined(__AVX512F__)
     store_transposed_4x8(src, out);
 #else
@@ -258,6 +263,10 @@ inline void gemm_gather_conv_a_impl(const ConvGather& cv, int64_t p0, int m, int
     if ((c += kWidth) == cv.channels) {
       c = 0;
       ++tap;
+      if (k + kWidth < kc) at_tap();
+    } else {
+      for (int r = 0; r < kGemmMr; ++r)
+        if (src[r]) src[r] += plane;
     }
   }
 }
