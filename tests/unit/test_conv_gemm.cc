@@ -188,13 +188,16 @@ TEST(VecKernels, ConvOnTheGemmMatchesTheReference) {
   expect_conv_matches_reference(
       "Conv", {random_tensor({1, 8, 6, 7}, 16), random_tensor({16, 8, 3, 3}, 17), random_tensor({16}, 18)},
       attrs({{"pads", std::vector<int64_t>{0, 2, 1, 0}}}), true);
+  expect_conv_matches_reference(
+      "Conv", {random_tensor({1, 24, 7, 7}, 19), random_tensor({512, 24, 1, 1}, 20), Tensor()}, {}, true);
+  // Left to oneDNN: a 1x1 window with fewer than 512 outputs.
   expect_conv_matches_reference("Conv",
-                                {random_tensor({1, 24, 7, 7}, 19), random_tensor({8, 24, 1, 1}, 20), Tensor()}, {}, true);
+                                {random_tensor({1, 24, 7, 7}, 25), random_tensor({64, 24, 1, 1}, 26), Tensor()}, {}, false);
   // Left to oneDNN: output planes over the rule's sizes (3x3 and 1x1), channels short of a
   // vector, two groups, an activation the GEMM does not apply in registers.
   expect_conv_matches_reference("Conv", {random_tensor({1, 8, 15, 15}, 7), random_tensor({8, 8, 3, 3}, 8), Tensor()},
                                 pad1, false);
-  expect_conv_matches_reference("Conv", {random_tensor({1, 8, 9, 9}, 21), random_tensor({8, 8, 1, 1}, 22), Tensor()},
+  expect_conv_matches_reference("Conv", {random_tensor({1, 8, 9, 9}, 21), random_tensor({512, 8, 1, 1}, 22), Tensor()},
                                 {}, false);
   expect_conv_matches_reference("Conv", {random_tensor({1, 12, 7, 7}, 9), random_tensor({8, 12, 3, 3}, 10), Tensor()},
                                 pad1, false);

@@ -199,13 +199,17 @@ class DnnlConv : public DnnlConvBase {
   // GEMM was level to 10% slower.
   static constexpr int64_t kConvGemmMaxPixels = 64;
   static constexpr int64_t kConvGemmMaxPixelsWindow = 196;  // windows wider than 1x1 (ResNet's 14x14 3x3s)
+  // A 1x1 window also needs this many output channels: ResNet's (512, 2048)
+  // ran 0.87-0.98 of oneDNN's time at 7x7, MobileNetV2's (160, 320) 1.01-1.04.
+  static constexpr int64_t kConvGemmMinOutputs1x1 = 512;
 
   // Whether the convolution runs on vec::conv_gemm: where it fits (2-D, one
   // group, constant weights, channels in whole vectors, no activation but
   // ReLU, and oneDNN's layouts the blocked one of the vector width), by the
   // tuner's choice or else by the rule: oneDNN's choice is its jit:avx2
-  // kernel, the output plane at most kConvGemmMaxPixels (a 1x1 window) or
-  // kConvGemmMaxPixelsWindow (wider ones), two threads or more.
+  // kernel, the output plane at most kConvGemmMaxPixels (a 1x1 window, with
+  // kConvGemmMinOutputs1x1 outputs) or kConvGemmMaxPixelsWindow (wider
+  // ones), two threads or more.
   bool choose_conv_gemm(const PrepareContext& ctx, const Shape& x, const Shape& w, const Shape& y,
                         const dnnl::convolution_forward::primitive_desc& pd) {
     const int64_t width = vec::vec_kernels().gemm.width;
@@ -219,8 +223,10 @@ class DnnlConv : public DnnlConvBase {
     conv_gemm_fits_ = true;
     if (ctx.choice() >= 0) return ctx.choice() == 1;
     const std::string impl = du::impl_name(pd);
-    const int64_t pixels = y[2] * y[3], max_pixels = w[2] * w[3] > 1 ? kConvGemmMaxPixelsWindow : kConvGemmMaxPixels;
-    return (impl == "dnnl:jit:avx2" || impl == "dnnl:jit_1x1:avx2") && pixels <= max_pixels && ctx.num_threads() >= 2;
+    const int64_t pixels = y[2] * y[3];
+    const bool small = w[2] * w[3] > 1 ? pixels <= kConvGemmMaxPixelsWindow
+                                       : pixels <= kConvGemmMaxPixels && w[0] >= kConvGemmMinOutputs1x1;
+    return (impl == "dnnl:jit:avx2" || impl == "dnnl:jit_1x1:avx2") && small && ctx.num_threads() >= 2;
   }
 
   // The GEMM's geometry, and the weights as B [KH * KW * C_in, C_out] packed
