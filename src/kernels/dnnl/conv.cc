@@ -37,6 +37,16 @@ memory::desc activation_desc(const Shape& shape) {
   return memory::desc(du::dims(shape), memory::data_type::f32, memory::format_tag::any);
 }
 
+// Convolution weights w [C_out, C_in, taps] and conv_gemm's B [taps * C_in,
+// C_out] hold element (o, c, t) at w[(o * C_in + c) * taps + t] and
+// b[(t * C_in + c) * C_out + o]: calls f(w's index, b's index) for each.
+template <typename F>
+void for_each_conv_weight(int64_t cout, int64_t cin, int64_t taps, F f) {
+  for (int64_t o = 0; o < cout; ++o)
+    for (int64_t c = 0; c < cin; ++c)
+      for (int64_t t = 0; t < taps; ++t) f((o * cin + c) * taps + t, (t * cin + c) * cout + o);
+}
+
 // What Conv and ConvTranspose share: input checks, weights handling, execution.
 class DnnlConvBase : public Kernel {
  public:
@@ -246,12 +256,13 @@ class DnnlConv : public DnnlConvBase {
     conv_.relu = fused_ && ctx.attrs().get_string("activation", "") == "Relu";
     const Tensor& source = *ctx.constant(1);
     const int64_t k = conv_.k;
+    // The gather's K runs over a tap's channels (contiguous in nChw8c), so
+    // B's rows are not one stride through ONNX's [C_out, C_in, KH, KW]: the
+    // weights go through a [K, C_out] copy on the way in and out.
     auto pack = [&gk, &source, k, cout, cin, taps] {
       std::vector<float> b(static_cast<size_t>(k * cout));
-      const float* wd = source.data<float>();
-      for (int64_t o = 0; o < cout; ++o)
-        for (int64_t c = 0; c < cin; ++c)
-          for (int64_t t = 0; t < taps; ++t) b[(t * cin + c) * cout + o] = wd[(o * cin + c) * taps + t];
+      const float* w = source.data<float>();
+      for_each_conv_weight(cout, cin, taps, [&](int64_t wi, int64_t bi) { b[static_cast<size_t>(bi)] = w[wi]; });
       return vec::pack_gemm_b(gk, b.data(), k, cout, cout, 1);
     };
     WeightCache* cache = ctx.weight_cache();
@@ -259,10 +270,8 @@ class DnnlConv : public DnnlConvBase {
       auto unpack = [gk, k, cout, cin, taps](const Tensor& packed, void* dst) {
         std::vector<float> b(static_cast<size_t>(k * cout));
         vec::unpack_gemm_b(gk, packed.data<float>(), k, cout, b.data(), cout, 1);
-        float* wd = static_cast<float*>(dst);
-        for (int64_t o = 0; o < cout; ++o)
-          for (int64_t c = 0; c < cin; ++c)
-            for (int64_t t = 0; t < taps; ++t) wd[(o * cin + c) * taps + t] = b[(t * cin + c) * cout + o];
+        float* w = static_cast<float*>(dst);
+        for_each_conv_weight(cout, cin, taps, [&](int64_t wi, int64_t bi) { w[wi] = b[static_cast<size_t>(bi)]; });
       };
       conv_b_ = cache->get(source, "anvil-conv-gemm " + vec::gemm_layout_key(gk, k, cout, cout, 1), pack, unpack);
     } else {

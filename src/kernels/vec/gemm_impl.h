@@ -190,16 +190,7 @@ inline void gemm_pack_a_impl(const float* a, int64_t lda, int m, int64_t kc, flo
   for (; r0 + 4 <= m; r0 += 4) {
     const float* s = a + r0 * lda;
     int64_t k = 0;
-    for (; k + 4 <= kc; k += 4) {
-      __m128 x0 = _mm_loadu_ps(s + k), x1 = _mm_loadu_ps(s + lda + k), x2 = _mm_loadu_ps(s + 2 * lda + k),
-             x3 = _mm_loadu_ps(s + 3 * lda + k);
-      _MM_TRANSPOSE4_PS(x0, x1, x2, x3);
-      float* d = out + k * kGemmMr + r0;
-      _mm_storeu_ps(d, x0);
-      _mm_storeu_ps(d + kGemmMr, x1);
-      _mm_storeu_ps(d + 2 * kGemmMr, x2);
-      _mm_storeu_ps(d + 3 * kGemmMr, x3);
-    }
+    for (; k + 4 <= kc; k += 4) transpose_4x4(s + k, lda, out + k * kGemmMr + r0, kGemmMr);
     for (; k < kc; ++k)
       for (int r = 0; r < 4; ++r) out[k * kGemmMr + r0 + r] = s[r * lda + k];
   }

@@ -44,6 +44,18 @@ inline void select32_impl(const bool* cond, const uint32_t* x, const uint32_t* y
 
 // ---------------------------------------------------------------- Transpose
 
+// dst[j * dst_ld + i] = src[i * src_ld + j] for one 4x4 block of floats (SSE
+// on every ISA: the 4-row tiles of the GEMM's A panels, SSE4.1's Transpose).
+inline void transpose_4x4(const float* src, int64_t src_ld, float* dst, int64_t dst_ld) {
+  __m128 r0 = _mm_loadu_ps(src), r1 = _mm_loadu_ps(src + src_ld), r2 = _mm_loadu_ps(src + 2 * src_ld),
+         r3 = _mm_loadu_ps(src + 3 * src_ld);
+  _MM_TRANSPOSE4_PS(r0, r1, r2, r3);
+  _mm_storeu_ps(dst, r0);
+  _mm_storeu_ps(dst + dst_ld, r1);
+  _mm_storeu_ps(dst + 2 * dst_ld, r2);
+  _mm_storeu_ps(dst + 3 * dst_ld, r3);
+}
+
 #if defined(__AVX2__)
 constexpr int64_t kTile = 8;
 // dst[j][i] = src[i][j] for one 8x8 block of 4-byte values (bits moved as floats: no arithmetic).
@@ -69,15 +81,7 @@ inline void transpose_tile(const uint32_t* src, int64_t src_ld, uint32_t* dst, i
 #else
 constexpr int64_t kTile = 4;
 inline void transpose_tile(const uint32_t* src, int64_t src_ld, uint32_t* dst, int64_t dst_ld) {
-  __m128 r0 = _mm_loadu_ps(reinterpret_cast<const float*>(src));
-  __m128 r1 = _mm_loadu_ps(reinterpret_cast<const float*>(src + src_ld));
-  __m128 r2 = _mm_loadu_ps(reinterpret_cast<const float*>(src + 2 * src_ld));
-  __m128 r3 = _mm_loadu_ps(reinterpret_cast<const float*>(src + 3 * src_ld));
-  _MM_TRANSPOSE4_PS(r0, r1, r2, r3);
-  _mm_storeu_ps(reinterpret_cast<float*>(dst), r0);
-  _mm_storeu_ps(reinterpret_cast<float*>(dst + dst_ld), r1);
-  _mm_storeu_ps(reinterpret_cast<float*>(dst + 2 * dst_ld), r2);
-  _mm_storeu_ps(reinterpret_cast<float*>(dst + 3 * dst_ld), r3);
+  transpose_4x4(reinterpret_cast<const float*>(src), src_ld, reinterpret_cast<float*>(dst), dst_ld);
 }
 #endif
 
