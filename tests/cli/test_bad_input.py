@@ -312,6 +312,23 @@ def test_bench_zero_count(anvil, relu_model, flag):
     check_error(result, EXIT_USAGE, flag.lstrip("-"))
 
 
+@pytest.mark.parametrize("mode", ["latency", "throughput"])
+def test_bench_batch_on_a_fixed_batch_model(anvil, relu_model, mode):
+    # The relu model's first dimension is fixed at 1: a throughput counted as
+    # 4 rows per run would be made up.
+    result = anvil("bench", relu_model, "--batch", "4", "--mode", mode, "--cycles", "1", "--iters", "1",
+                   "--requests", "1", timeout=TIMEOUT_S)
+    check_error(result, EXIT_INVALID_ARGUMENT, r"--batch 4 sizes no input")
+
+
+def test_bench_batch_on_a_symbolic_batch_model(anvil, cases):
+    model = make_relu_model(cases / "relu_batch.onnx", shape=("batch", 3, 4, 4))
+    result = anvil("bench", model, "--batch", "4", "--cycles", "1", "--iters", "1", "--warmup", "0",
+                   timeout=TIMEOUT_S)
+    assert result.returncode == 0, result.stderr
+    assert "batch 4" in result.stdout
+
+
 def test_conformance_missing_folder(anvil, cases):
     result = anvil("conformance", cases / "no_such_case", timeout=TIMEOUT_S)
     check_error(result, EXIT_INVALID_ARGUMENT, r"no_such_case")

@@ -68,6 +68,19 @@ void print_row(const std::string& label, const Stats& s) {
              s.min, s.max);
 }
 
+// Throughput counts `batch` inferences per run, so a --batch that sized no
+// input (a model whose first dimensions are fixed, or inputs read from files
+// of another batch) would report a made-up figure.
+void check_batch_applies(int batch, const std::map<std::string, Tensor>& inputs) {
+  if (batch == 1) return;
+  for (const auto& [name, t] : inputs)
+    if (t.rank() > 0 && t.shape()[0] == batch) return;
+  throw Error(ErrorKind::kInvalidArgument,
+              fmt::format("--batch {} sizes no input: the model's first dimensions are fixed (export it with a "
+                          "symbolic batch axis) or the input files have another batch",
+                          batch));
+}
+
 double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
 
 // One cycle of `requests` runs through run_async, `inflight` of them queued or
@@ -173,6 +186,7 @@ int bench(const BenchArgs& a) {
   Session session = load_session(a.model, opts, a.batch);
   double create_ms = ms_since(t0);
   std::map<std::string, Tensor> inputs = random_inputs(session, read_inputs(session, a.inputs), 0, a.batch, a.shapes);
+  check_batch_applies(a.batch, inputs);
 
   t0 = Clock::now();
   session.run(inputs);
