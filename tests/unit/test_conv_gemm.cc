@@ -148,13 +148,13 @@ Tensor random_tensor(Shape shape, uint32_t seed) {
 // reference kernels; `gemm`: the rule puts the node on conv_gemm, which it
 // does where oneDNN's choice is jit:avx2 (AVX2, or capped there).
 void expect_conv_matches_reference(const std::string& op, const std::vector<Tensor>& inputs, const ir::Attributes& a,
-                                   bool gemm) {
+                                   bool gemm, int threads = 2) {
   testing::KernelOptions fast, ref;
   fast.backend = kernels::Backend::kDnnl;
   ref.backend = kernels::Backend::kRef;
   fast.domain = ref.domain = op == "FusedConv" ? "anvil" : "";
   fast.constant_inputs = ref.constant_inputs = {false, true, true, false};
-  fast.num_threads = 2;
+  fast.num_threads = threads;
   const testing::KernelResult got = testing::run_kernel_full(op, inputs, a, fast);
   const std::vector<float> want = testing::values<float>(testing::run_kernel(op, inputs, a, ref)[0]);
   const std::vector<float> have = testing::values<float>(got.outputs[0]);
@@ -190,6 +190,12 @@ TEST(VecKernels, ConvOnTheGemmMatchesTheReference) {
       attrs({{"pads", std::vector<int64_t>{0, 2, 1, 0}}}), true);
   expect_conv_matches_reference(
       "Conv", {random_tensor({1, 24, 7, 7}, 19), random_tensor({512, 24, 1, 1}, 20), Tensor()}, {}, true);
+  // At one thread: a 3x3 window taken, a 1x1 one with 512 outputs left to oneDNN.
+  expect_conv_matches_reference("Conv", {random_tensor({1, 16, 7, 7}, 30), random_tensor({24, 16, 3, 3}, 31),
+                                         random_tensor({24}, 32)},
+                                pad1, true, 1);
+  expect_conv_matches_reference(
+      "Conv", {random_tensor({1, 24, 7, 7}, 33), random_tensor({512, 24, 1, 1}, 34), Tensor()}, {}, false, 1);
   // Left to oneDNN: a 1x1 window with fewer than 512 outputs.
   expect_conv_matches_reference("Conv",
                                 {random_tensor({1, 24, 7, 7}, 25), random_tensor({64, 24, 1, 1}, 26), Tensor()}, {}, false);

@@ -199,14 +199,17 @@ class DnnlConv : public DnnlConvBase {
 
  private:
   // Output planes of at most this many pixels run on Anvil's GEMM where
-  // oneDNN's choice is jit:avx2, on two threads or more (choose_conv_gemm).
+  // oneDNN's choice is jit:avx2 (choose_conv_gemm).
   // Measured on Zen 3 (tuner and alternating runs): at 2 threads ResNet's
   // 7x7 stage ran up to 20% faster per node (oneDNN splits 7 output rows
   // unevenly; the GEMM splits C_out's panels), ResNet-18 about 11% and
   // ResNet-50 2% faster in the model. At 14x14, 3x3 windows ran 0.72-1.10
   // of oneDNN's time once the gather did its window arithmetic per tap
-  // (ResNet-18 another 9% faster), 1x1 ones 0.99-1.24; at one thread the
-  // GEMM was level to 10% slower.
+  // (ResNet-18 another 9% faster), 1x1 ones 0.99-1.24. At one thread,
+  // windows wider than 1x1 on planes of 196 pixels or fewer read 0.65-0.92
+  // of oneDNN's time (ResNet-18, ResNet-50, SqueezeNet; ResNet-18 ran 0.93
+  // of its time, 7 of 8 pairs faster); 1x1 windows there read 1.03-1.15,
+  // so those stay at two threads or more.
   static constexpr int64_t kConvGemmMaxPixels = 64;
   static constexpr int64_t kConvGemmMaxPixelsWindow = 196;  // windows wider than 1x1 (ResNet's 14x14 3x3s)
   // A 1x1 window also needs this many output channels: ResNet's (512, 2048)
@@ -218,8 +221,8 @@ class DnnlConv : public DnnlConvBase {
   // ReLU, and oneDNN's layouts the blocked one of the vector width), by the
   // tuner's choice or else by the rule: oneDNN's choice is its jit:avx2
   // kernel, the output plane at most kConvGemmMaxPixels (a 1x1 window, with
-  // kConvGemmMinOutputs1x1 outputs) or kConvGemmMaxPixelsWindow (wider
-  // ones), two threads or more.
+  // kConvGemmMinOutputs1x1 outputs and two threads or more) or
+  // kConvGemmMaxPixelsWindow (wider windows).
   bool choose_conv_gemm(const PrepareContext& ctx, const Shape& x, const Shape& w, const Shape& y,
                         const dnnl::convolution_forward::primitive_desc& pd) {
     const int64_t width = vec::vec_kernels().gemm.width;
@@ -235,8 +238,9 @@ class DnnlConv : public DnnlConvBase {
     const std::string impl = du::impl_name(pd);
     const int64_t pixels = y[2] * y[3];
     const bool small = w[2] * w[3] > 1 ? pixels <= kConvGemmMaxPixelsWindow
-                                       : pixels <= kConvGemmMaxPixels && w[0] >= kConvGemmMinOutputs1x1;
-    return (impl == "dnnl:jit:avx2" || impl == "dnnl:jit_1x1:avx2") && small && ctx.num_threads() >= 2;
+                                       : pixels <= kConvGemmMaxPixels && w[0] >= kConvGemmMinOutputs1x1 &&
+                                             ctx.num_threads() >= 2;
+    return (impl == "dnnl:jit:avx2" || impl == "dnnl:jit_1x1:avx2") && small;
   }
 
   // The GEMM's geometry, and the weights as B [KH * KW * C_in, C_out] packed
