@@ -234,6 +234,30 @@ TEST(DepthToSpace, DcrAndCrd) {
             ErrorKind::kInvalidArgument);
 }
 
+// Large enough for the copy's threads, whose runs of rows start mid-plane:
+// every element against the ONNX formula, blocksize 3 (rows 3 long).
+TEST(DepthToSpace, LargeBlocksize3EveryElement) {
+  const int64_t n = 1, c = 27, h = 41, w = 31, b = 3, co = c / (b * b);  // 11,439 rows: split mid-plane
+  Tensor x = f32({n, c, h, w}, iota_f(n * c * h * w));
+  for (const std::string mode : {"DCR", "CRD"}) {
+    SCOPED_TRACE(mode);
+    Tensor y = run_kernel("DepthToSpace", {x}, attrs({{"blocksize", b}, {"mode", mode}}))[0];
+    ASSERT_EQ(y.shape(), (Shape{n, co, h * b, w * b}));
+    const float* got = y.data<float>();
+    int64_t at = 0, wrong = 0;
+    for (int64_t in = 0; in < n; ++in)
+      for (int64_t oc = 0; oc < co; ++oc)
+        for (int64_t row = 0; row < h * b; ++row)
+          for (int64_t col = 0; col < w * b; ++col, ++at) {
+            const int64_t i = row % b, j = col % b;
+            const int64_t ic = mode == "DCR" ? (i * b + j) * co + oc : oc * b * b + i * b + j;
+            const float want = static_cast<float>(((in * c + ic) * h + row / b) * w + col / b);
+            if (got[at] != want && ++wrong <= 3) ADD_FAILURE() << "y[" << at << "] = " << got[at] << ", want " << want;
+          }
+    EXPECT_EQ(wrong, 0);
+  }
+}
+
 TEST(SpaceToDepth, InvertsDepthToSpaceDcr) {
   ir::Attributes block2 = attrs({{"blocksize", int64_t{2}}});
   std::vector<Tensor> out = run_kernel("SpaceToDepth", {f32({1, 2, 2, 2}, iota_f(8))}, block2);

@@ -10,6 +10,8 @@
 #include <cstring>
 #include <limits>
 
+#include <omp.h>
+
 #include "core/checked.h"
 #include "ir/dim_math.h"
 #include "kernels/ref/common.h"
@@ -59,6 +61,10 @@ class StridedCopy {
     }
   }
 
+  // The output as rows of the last axis. Each thread takes a run of rows and
+  // steps an odometer over the outer axes: index arithmetic per row would
+  // cost more than the copy where rows are short (DepthToSpace's rows are
+  // the blocksize long).
   void run(const void* in, void* out) const {
     if (numel_ == 0) return;
     const int64_t inner = shape_.back(), step = strides_.back(), rows = numel_ / inner;
@@ -67,19 +73,32 @@ class StridedCopy {
       using T = typename decltype(tag)::type;
       const T* src = static_cast<const T*>(in) + offset_;
       T* dst = static_cast<T*>(out);
-#pragma omp parallel for if (numel_ > kParallelThreshold)
-      for (int64_t r = 0; r < rows; ++r) {
-        int64_t rem = r, base = 0;
+#pragma omp parallel if (numel_ > kParallelThreshold)
+      {
+        const int64_t threads = omp_get_num_threads(), t = omp_get_thread_num();
+        const int64_t r0 = rows * t / threads, r1 = rows * (t + 1) / threads;
+        std::vector<int64_t> index(static_cast<size_t>(std::max(outer_rank, 1)));
+        int64_t rem = r0, base = 0;
         for (int a = outer_rank - 1; a >= 0; --a) {
-          base += rem % shape_[static_cast<size_t>(a)] * strides_[static_cast<size_t>(a)];
+          index[static_cast<size_t>(a)] = rem % shape_[static_cast<size_t>(a)];
+          base += index[static_cast<size_t>(a)] * strides_[static_cast<size_t>(a)];
           rem /= shape_[static_cast<size_t>(a)];
         }
-        const T* s = src + base;
-        T* d = dst + r * inner;
-        if (step == 1) {
-          std::memcpy(d, s, static_cast<size_t>(inner) * sizeof(T));
-        } else {
-          for (int64_t i = 0; i < inner; ++i) d[i] = s[i * step];
+        for (int64_t r = r0; r < r1; ++r) {
+          const T* s = src + base;
+          T* d = dst + r * inner;
+          if (step == 1) {
+            std::memcpy(d, s, static_cast<size_t>(inner) * sizeof(T));
+          } else {
+            for (int64_t i = 0; i < inner; ++i) d[i] = s[i * step];
+          }
+          for (int a = outer_rank - 1; a >= 0; --a) {  // the next row's index
+            const size_t u = static_cast<size_t>(a);
+            base += strides_[u];
+            if (++index[u] < shape_[u]) break;
+            base -= index[u] * strides_[u];
+            index[u] = 0;
+          }
         }
       }
     });
@@ -388,7 +407,6 @@ class PadKernel : public Kernel {
   std::vector<std::vector<int64_t>> maps_;  // per axis: output index -> input index or -1
 };
 
-// DepthToSpace / SpaceToDepth on [N, C, H, W] as a 6-D strided copy.
 // CenterCropPad (opset 18): each axis cropped or zero-padded to its new size,
 // centred (an odd difference leaves the extra element at the end).
 class CenterCropPadKernel : public Kernel {
@@ -445,6 +463,7 @@ class CenterCropPadKernel : public Kernel {
   size_t elem_ = 1;
 };
 
+// DepthToSpace / SpaceToDepth on [N, C, H, W] as a 6-D strided copy.
 class DepthSpaceKernel : public StridedKernel {
  public:
   DepthSpaceKernel(const ir::Node&, bool to_space) : to_space_(to_space) {}
