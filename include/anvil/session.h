@@ -78,6 +78,7 @@ struct PlanStats {
   size_t num_steps = 0;      // kernels executed per run
   size_t dynamic_steps = 0;  // steps prepared at run time (shapes depend on values)
   size_t reorders = 0;       // layout conversions the planner inserted between nodes (included in num_steps)
+  size_t concats_in_place = 0;  // concats whose inputs their producers wrote straight into the output
 };
 
 // SessionOptions::tune so far: nodes whose alternatives were timed, and

@@ -193,6 +193,11 @@ class Kernel {
   // When >= 0, output 0 may overwrite that input in place if nothing reads
   // the input afterwards; run() must then work whether or not they share memory.
   virtual int inplace_input() const { return -1; }
+  // Non-empty (after prepare()) when each input i is a contiguous byte range
+  // of output 0, starting at offset i (a concat of one row per input): the
+  // planner may then have the producers write straight into those ranges,
+  // and run() must skip an input whose bytes are already in place.
+  virtual std::vector<size_t> input_offsets_in_output() const { return {}; }
   // True when run() makes the output tensors itself (assigning *ctx.outputs[i]):
   // control flow, whose output shapes are known only once a body has run, and
   // the sequence and optional ops.

@@ -203,12 +203,13 @@ std::vector<Tensor> GraphExecutor::execute(PlanEntry& entry, const std::vector<T
   char* base = static_cast<char*>(arena.get());
   std::vector<Tensor> views(plan.slots.size());
   auto memory_of = [&](int slot) -> void* {
-    while (plan.slots[slot].kind == Slot::Kind::kAlias) slot = plan.slots[slot].index;
+    size_t within = 0;  // an alias's offset into the slot it shares: nonzero only into the arena
+    for (; plan.slots[slot].kind == Slot::Kind::kAlias; slot = plan.slots[slot].index) within += plan.slots[slot].offset;
     const Slot& s = plan.slots[slot];
     switch (s.kind) {
       case Slot::Kind::kInput: return const_cast<void*>(inputs[s.index].raw());
       case Slot::Kind::kConstant: return const_cast<void*>(s.constant->raw());
-      case Slot::Kind::kArena: return base + s.offset;
+      case Slot::Kind::kArena: return base + s.offset + within;
       case Slot::Kind::kOutput: return outputs[s.index].raw();
       case Slot::Kind::kAlias: case Slot::Kind::kDynamic: break;
     }

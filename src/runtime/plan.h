@@ -27,8 +27,8 @@ struct Slot {
   kernels::TensorType type;
   int index = -1;
   const Tensor* constant = nullptr;
-  size_t offset = 0;
-  int buffer = -1;  // kArena: id in the memory planner
+  size_t offset = 0;  // kArena: into the arena; kAlias: into the slot it shares (an input's range of a concat)
+  int buffer = -1;    // kArena: id in the memory planner
 };
 
 struct Step {
@@ -53,6 +53,7 @@ struct Plan {
   size_t folded_nodes = 0;
   size_t dynamic_steps = 0;
   size_t reorders = 0;
+  size_t concats_in_place = 0;  // concats whose inputs were written straight into the output
 };
 
 class Tuner;

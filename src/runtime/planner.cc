@@ -170,6 +170,7 @@ class PlanBuilder {
     bind_inputs_and_constants();
     const auto& nodes = graph_.nodes();
     for (size_t i = 0; i < nodes.size(); ++i) add_node(*nodes[i], static_cast<int>(i));
+    for (size_t i = 0; i < plan_->steps.size(); ++i) place_inputs_in_output(plan_->steps[i]);
     bind_graph_outputs();
     place_buffers();
     return std::move(plan_);
@@ -464,6 +465,51 @@ class PlanBuilder {
     return slot;
   }
 
+  // A concat of one row per input (Kernel::input_offsets_in_output): each
+  // input's buffer becomes its range of the output's, so the producers write
+  // there and the concat copies nothing (SqueezeNet's fire modules, at batch
+  // 1 in nChw8c). Taken where each input is an arena buffer of its own, of
+  // exactly its range's size (so no producer writes past it), last read by
+  // the concat (so no later step overwrites it in place), and the output is
+  // an arena buffer too; that buffer then lives from the first producer on.
+  void place_inputs_in_output(const Step& step) {
+    if (!step.kernel || step.outputs.size() != 1 || step.outputs[0] < 0 || !step.node) return;
+    const std::vector<size_t> offsets = step.kernel->input_offsets_in_output();
+    const int out = step.outputs[0];
+    if (offsets.empty() || offsets.size() != step.inputs.size() || plan_->slots[out].kind != Slot::Kind::kArena) return;
+    const int index = node_index(*step.node);
+    std::vector<int> roots;
+    for (size_t k = 0; k < step.inputs.size(); ++k) {
+      if (step.inputs[k] < 0) return;
+      const int root = root_of(step.inputs[k]);
+      const Slot& r = plan_->slots[root];
+      const bool own = r.kind == Slot::Kind::kArena && root != out &&
+                       std::find(roots.begin(), roots.end(), root) == roots.end();
+      if (!own || offsets[k] % kArenaAlignment != 0 || root_last_use_[root] > index ||
+          buffer_bytes_[r.buffer] != kernels::type_bytes(plan_->slots[step.inputs[k]].type))
+        return;
+      roots.push_back(root);
+    }
+    const int buffer = plan_->slots[out].buffer;
+    for (size_t k = 0; k < roots.size(); ++k) {
+      Slot& r = plan_->slots[roots[k]];
+      buffer_first_[buffer] = std::min(buffer_first_[buffer], buffer_first_[r.buffer]);
+      buffer_bytes_[r.buffer] = 0;
+      r.kind = Slot::Kind::kAlias;
+      r.index = out;
+      r.offset = offsets[k];
+      r.buffer = -1;
+    }
+    ++plan_->concats_in_place;
+  }
+
+  int node_index(const ir::Node& node) {
+    if (node_index_.empty())
+      for (size_t i = 0; i < graph_.nodes().size(); ++i) node_index_[graph_.nodes()[i].get()] = static_cast<int>(i);
+    auto it = node_index_.find(&node);
+    return it == node_index_.end() ? kForever : it->second;
+  }
+
   int last_use(const ir::Value* v) const {
     auto it = last_use_.find(v);
     return it == last_use_.end() ? -1 : it->second;
@@ -534,6 +580,7 @@ class PlanBuilder {
   std::map<const ir::Value*, int> last_use_;
   std::map<const ir::Value*, int> output_index_;
   std::map<int, int> root_last_use_;  // arena root slot -> last node index that reads it or an alias
+  std::map<const ir::Node*, int> node_index_;
   std::vector<size_t> buffer_bytes_;
   std::vector<int> buffer_first_, buffer_last_;
   std::vector<std::pair<size_t, int>> scratch_buffers_;  // (step, buffer)

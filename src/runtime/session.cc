@@ -302,7 +302,7 @@ PlanStats Session::plan_stats(const std::map<std::string, Tensor>& inputs) const
   const runtime::Plan& plan = impl_->executor->plan_of(*impl_->plan_for(inputs));
   // Resident weights: the constants, less the pages dropped for packed copies, plus the packed copies.
   const size_t weights = plan.weight_bytes - impl_->weights.released_bytes() + impl_->weights.packed_bytes();
-  return {plan.arena_bytes, weights, plan.steps.size(), plan.dynamic_steps, plan.reorders};
+  return {plan.arena_bytes, weights, plan.steps.size(), plan.dynamic_steps, plan.reorders, plan.concats_in_place};
 }
 
 size_t Session::cached_plans() const { return impl_->executor->cached_plans(); }

@@ -61,6 +61,16 @@ class DnnlConcat : public du::PrimitiveKernel {
   }
 
   Layout input_layout(size_t i) const override { return i < in_layouts_.size() ? in_layouts_[i] : nullptr; }
+  std::vector<size_t> input_offsets_in_output() const override {
+    if (rows_ != 1) return {};
+    std::vector<size_t> offsets;
+    size_t at = 0;
+    for (size_t b : row_bytes_) {
+      offsets.push_back(at);
+      at += b;
+    }
+    return offsets;
+  }
   std::string layout_name() const override {
     return in_layouts_.empty() ? "plain" : kernels::layout_name(in_layouts_[0]);
   }
@@ -149,6 +159,10 @@ class DnnlConcat : public du::PrimitiveKernel {
       unsigned char* to = dst + static_cast<size_t>(r) * out_row;
       for (size_t i = 0; i < n; ++i) {
         const auto* from = static_cast<const unsigned char*>(ctx.in(i).raw()) + static_cast<size_t>(r) * row_bytes_[i];
+        if (from == to) {  // written in place by its producer (input_offsets_in_output)
+          to += row_bytes_[i];
+          continue;
+        }
         const auto blocks = static_cast<int64_t>((row_bytes_[i] + kBlock - 1) / kBlock);
 #pragma omp parallel for schedule(static) if (blocks > 1)
         for (int64_t k = 0; k < blocks; ++k) {

@@ -157,6 +157,17 @@ class ConcatKernel : public Kernel {
     return ctx.output_types();
   }
 
+  std::vector<size_t> input_offsets_in_output() const override {
+    if (outer_ != 1) return {};
+    std::vector<size_t> offsets;
+    size_t at = 0;
+    for (size_t c : chunk_bytes_) {
+      offsets.push_back(at);
+      at += c;
+    }
+    return offsets;
+  }
+
   void run(const RunContext& ctx) const override {
     auto* dst = static_cast<unsigned char*>(ctx.out(0).raw());
     const size_t n = chunk_bytes_.size();
@@ -165,7 +176,8 @@ class ConcatKernel : public Kernel {
       unsigned char* d = dst + static_cast<size_t>(o) * row_bytes_;
       for (size_t i = 0; i < n; ++i) {
         const size_t c = chunk_bytes_[i];
-        if (c) std::memcpy(d, static_cast<const unsigned char*>(ctx.in(i).raw()) + static_cast<size_t>(o) * c, c);
+        const auto* s = static_cast<const unsigned char*>(ctx.in(i).raw()) + static_cast<size_t>(o) * c;
+        if (c && s != d) std::memcpy(d, s, c);  // equal: written in place by its producer
         d += c;
       }
     }
