@@ -194,7 +194,7 @@ class Kernel {
   // the input afterwards; run() must then work whether or not they share memory.
   virtual int inplace_input() const { return -1; }
   // Non-empty (after prepare()) when each input i is a contiguous byte range
-  // of output 0, starting at offset i (a concat of one row per input): the
+  // of output 0, starting at offsets[i] (a concat of one row per input): the
   // planner may then have the producers write straight into those ranges,
   // and run() must skip an input whose bytes are already in place.
   virtual std::vector<size_t> input_offsets_in_output() const { return {}; }

@@ -170,7 +170,7 @@ class PlanBuilder {
     bind_inputs_and_constants();
     const auto& nodes = graph_.nodes();
     for (size_t i = 0; i < nodes.size(); ++i) add_node(*nodes[i], static_cast<int>(i));
-    for (size_t i = 0; i < plan_->steps.size(); ++i) place_inputs_in_output(plan_->steps[i]);
+    place_concats_in_place();
     bind_graph_outputs();
     place_buffers();
     return std::move(plan_);
@@ -465,29 +465,54 @@ class PlanBuilder {
     return slot;
   }
 
-  // A concat of one row per input (Kernel::input_offsets_in_output): each
-  // input's buffer becomes its range of the output's, so the producers write
-  // there and the concat copies nothing (SqueezeNet's fire modules, at batch
-  // 1 in nChw8c). Taken where each input is an arena buffer of its own, of
-  // exactly its range's size (so no producer writes past it), last read by
-  // the concat (so no later step overwrites it in place), and the output is
-  // an arena buffer too; that buffer then lives from the first producer on.
-  void place_inputs_in_output(const Step& step) {
-    if (!step.kernel || step.outputs.size() != 1 || step.outputs[0] < 0 || !step.node) return;
+  // Concats of one row per input (Kernel::input_offsets_in_output) planned in
+  // place, each input's buffer becoming its range of the output's: the
+  // producers write there and the concat copies nothing (SqueezeNet's fire
+  // modules, at batch 1 in nChw8c). The output's buffer then lives from the
+  // first producer on, which can raise the peak where an input is made long
+  // before its concat (a U-Net's skips); so all of them stay copies when the
+  // arena would grow.
+  void place_concats_in_place() {
+    const std::vector<Slot> slots = plan_->slots;
+    const std::vector<size_t> bytes = buffer_bytes_;
+    const std::vector<int> first = buffer_first_;
+    size_t placed = 0;
+    for (const Step& step : plan_->steps) placed += place_inputs_in_output(step);
+    if (placed == 0) return;
+    if (arena_bytes_of_buffers() > arena_bytes_of(bytes, first, buffer_last_)) {
+      plan_->slots = slots;
+      buffer_bytes_ = bytes;
+      buffer_first_ = first;
+      return;
+    }
+    plan_->concats_in_place = placed;
+  }
+
+  // One concat (see place_concats_in_place): taken where each input is an
+  // arena buffer of its own, of exactly its range's size (so no producer
+  // writes past it), last read by the concat (so no later step overwrites
+  // it in place), and the output is an arena buffer too. Returns 1 if taken.
+  size_t place_inputs_in_output(const Step& step) {
+    if (!step.kernel || step.outputs.size() != 1 || step.outputs[0] < 0 || !step.node) return 0;
     const std::vector<size_t> offsets = step.kernel->input_offsets_in_output();
     const int out = step.outputs[0];
-    if (offsets.empty() || offsets.size() != step.inputs.size() || plan_->slots[out].kind != Slot::Kind::kArena) return;
+    if (offsets.empty() || offsets.size() != step.inputs.size() || plan_->slots[out].kind != Slot::Kind::kArena) return 0;
     const int index = node_index(*step.node);
+    const size_t out_bytes = buffer_bytes_[plan_->slots[out].buffer];
     std::vector<int> roots;
     for (size_t k = 0; k < step.inputs.size(); ++k) {
-      if (step.inputs[k] < 0) return;
+      if (step.inputs[k] < 0 || index < 0) return 0;
       const int root = root_of(step.inputs[k]);
       const Slot& r = plan_->slots[root];
       const bool own = r.kind == Slot::Kind::kArena && root != out &&
                        std::find(roots.begin(), roots.end(), root) == roots.end();
-      if (!own || offsets[k] % kArenaAlignment != 0 || root_last_use_[root] > index ||
-          buffer_bytes_[r.buffer] != kernels::type_bytes(plan_->slots[step.inputs[k]].type))
-        return;
+      if (!own || root_last_use_[root] > index) return 0;
+      // The ranges as the kernel reports them: aligned, of the input's size, apart, inside the output.
+      const size_t size = kernels::type_bytes(plan_->slots[step.inputs[k]].type);
+      const size_t end = k + 1 < offsets.size() ? offsets[k + 1] : out_bytes;
+      if (offsets[k] % kArenaAlignment != 0 || buffer_bytes_[r.buffer] != size || offsets[k] > end ||
+          end - offsets[k] < size)
+        return 0;
       roots.push_back(root);
     }
     const int buffer = plan_->slots[out].buffer;
@@ -500,15 +525,24 @@ class PlanBuilder {
       r.offset = offsets[k];
       r.buffer = -1;
     }
-    ++plan_->concats_in_place;
+    return 1;
   }
 
+  // The graph index of a step's node; -1 for the reorders the planner made.
   int node_index(const ir::Node& node) {
     if (node_index_.empty())
       for (size_t i = 0; i < graph_.nodes().size(); ++i) node_index_[graph_.nodes()[i].get()] = static_cast<int>(i);
     auto it = node_index_.find(&node);
-    return it == node_index_.end() ? kForever : it->second;
+    return it == node_index_.end() ? -1 : it->second;
   }
+
+  static size_t arena_bytes_of(const std::vector<size_t>& bytes, const std::vector<int>& first,
+                               const std::vector<int>& last) {
+    MemoryPlanner planner;
+    for (size_t b = 0; b < bytes.size(); ++b) planner.add(bytes[b], first[b], last[b]);
+    return plan_greedy_by_size(planner).arena_bytes;
+  }
+  size_t arena_bytes_of_buffers() const { return arena_bytes_of(buffer_bytes_, buffer_first_, buffer_last_); }
 
   int last_use(const ir::Value* v) const {
     auto it = last_use_.find(v);

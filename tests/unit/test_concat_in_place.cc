@@ -5,6 +5,7 @@
 // cases the planner must leave alone.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <functional>
 #include <random>
 #include <string>
@@ -130,6 +131,54 @@ TEST(ConcatInPlace, TheOutputLivesFromTheFirstProducer) {
     for (int64_t i = 0; i < 4; ++i)
       for (int64_t j = 0; j < 4; ++j) transposed.push_back(relu(2 * x.data<float>()[(c * 4 + j) * 4 + i]));
   expect_values(run(b, x, 1)[0], channels({transposed, map(x, [](float v) { return relu(-3 * v); })}));
+}
+
+// An input made long before its concat while a large buffer lives: the
+// output's buffer, live from that input on, would sit beside the large one
+// and raise the arena's peak, so the concat stays a copy.
+TEST(ConcatInPlace, LeftAloneWhenTheArenaWouldGrow) {
+  Builder b(kShape);
+  ir::Value* a = b.scaled(2);
+  ir::Value* y = b.g->add_input("y", DType::kFloat32, {1, 16, 64, 64});
+  ir::Value* big = b.op("Sigmoid", {b.op("Mul", {y, b.g->add_constant("three", scalar(3))})});
+  ir::Node* sum = b.g->add_node("ReduceSum", {big}, 1);
+  sum->attrs.set("keepdims", int64_t{0});
+  b.g->add_output(b.op("Relu", {b.concat({a, b.scaled(-3)})}));
+  b.g->add_output(sum->output(0));
+  const Tensor x = random_tensor(kShape, 9), yv = random_tensor({1, 16, 64, 64}, 10);
+  Session s = Session::from_graph(std::move(b.g));
+  EXPECT_EQ(s.plan_stats({{"x", x}, {"y", yv}}).concats_in_place, 0u);
+  std::vector<Tensor> out = s.run({{"x", x}, {"y", yv}});
+  expect_values(out[0], channels({map(x, [](float v) { return relu(2 * v); }), map(x, [](float v) { return relu(-3 * v); })}));
+  double want = 0;
+  for (int64_t i = 0; i < yv.numel(); ++i) want += 1 / (1 + std::exp(-3.0 * yv.data<float>()[i]));
+  EXPECT_NEAR(out[1].data<float>()[0], want, 1e-3 * want);
+}
+
+// float64, which the oneDNN backend's concat does not take: the reference
+// kernel's skip of inputs already in place.
+TEST(ConcatInPlace, TheReferenceConcatToo) {
+  auto g = std::make_unique<ir::Graph>();
+  g->opsets[""] = 13;
+  ir::Value* x = g->add_input("x", DType::kFloat64, kShape);
+  const auto times = [&](const std::string& name, double k) {
+    Tensor t(DType::kFloat64, {});
+    t.data<double>()[0] = k;
+    return g->add_node("Mul", {x, g->add_constant(name, t)}, 1)->output(0);
+  };
+  ir::Node* concat = g->add_node("Concat", {times("two", 2), times("minus3", -3)}, 1);
+  concat->attrs.set("axis", int64_t{1});
+  g->add_output(g->add_node("Neg", {concat->output(0)}, 1)->output(0));
+  Tensor xv(DType::kFloat64, kShape);
+  for (int64_t i = 0; i < xv.numel(); ++i) xv.data<double>()[i] = 0.25 * static_cast<double>(i % 7) - 0.5;
+  Session s = Session::from_graph(std::move(g));
+  EXPECT_EQ(s.plan_stats({{"x", xv}}).concats_in_place, 1u);
+  const Tensor y = s.run({{"x", xv}})[0];
+  ASSERT_EQ(y.numel(), 2 * xv.numel());
+  for (int64_t i = 0; i < y.numel(); ++i) {
+    const double v = xv.data<double>()[i % xv.numel()];
+    ASSERT_EQ(y.data<double>()[i], i < xv.numel() ? -2 * v : 3 * v) << "element " << i;
+  }
 }
 
 // An input read after the concat: the concat's output, overwritten in place

@@ -144,7 +144,7 @@ Tensor random_tensor(Shape shape, uint32_t seed) {
   return t;
 }
 
-// Conv and FusedConv on oneDNN's backend at two threads against the
+// Conv and FusedConv on oneDNN's backend at `threads` threads against the
 // reference kernels; `gemm`: the rule puts the node on conv_gemm, which it
 // does where oneDNN's choice is jit:avx2 (AVX2, or capped there).
 void expect_conv_matches_reference(const std::string& op, const std::vector<Tensor>& inputs, const ir::Attributes& a,

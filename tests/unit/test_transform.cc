@@ -6,6 +6,8 @@
 #include <limits>
 #include <numeric>
 
+#include <omp.h>
+
 #include "anvil/error.h"
 #include "core/half.h"
 #include "kernel_tester.h"
@@ -237,6 +239,8 @@ TEST(DepthToSpace, DcrAndCrd) {
 // Large enough for the copy's threads, whose runs of rows start mid-plane:
 // every element against the ONNX formula, blocksize 3 (rows 3 long).
 TEST(DepthToSpace, LargeBlocksize3EveryElement) {
+  const int saved_threads = omp_get_max_threads();
+  omp_set_num_threads(2);  // two runs of rows, also on a one-core machine
   const int64_t n = 1, c = 27, h = 41, w = 31, b = 3, co = c / (b * b);  // 11,439 rows: split mid-plane
   Tensor x = f32({n, c, h, w}, iota_f(n * c * h * w));
   for (const std::string mode : {"DCR", "CRD"}) {
@@ -256,6 +260,7 @@ TEST(DepthToSpace, LargeBlocksize3EveryElement) {
           }
     EXPECT_EQ(wrong, 0);
   }
+  omp_set_num_threads(saved_threads);
 }
 
 TEST(SpaceToDepth, InvertsDepthToSpaceDcr) {

@@ -2,8 +2,8 @@
 //
 // One rule picks another implementation for 2-D convolutions: where oneDNN's
 // choice is its jit:avx2 kernel on small output planes (ResNet's 7x7 stage,
-// and its 14x14 3x3 convolutions) and the plan has two threads or more, the
-// convolution runs as Anvil's GEMM over the same
+// and its 14x14 3x3 convolutions; 1x1 windows only with two threads or
+// more), the convolution runs as Anvil's GEMM over the same
 // blocked layouts (vec::conv_gemm: the input gathered into the GEMM's panels
 // as an implicit im2col, the weights packed once). `--tune` times both
 // (Kernel::alternatives).
