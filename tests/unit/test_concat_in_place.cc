@@ -7,23 +7,17 @@
 
 #include <cmath>
 #include <functional>
-#include <random>
 #include <string>
 #include <vector>
 
 #include "anvil/session.h"
 #include "ir/graph.h"
+#include "kernel_tester.h"
 
 namespace anvil {
 namespace {
 
-Tensor random_tensor(Shape shape, unsigned seed) {
-  Tensor t(DType::kFloat32, std::move(shape));
-  std::mt19937 gen(seed);
-  std::uniform_real_distribution<float> dist(-1.f, 1.f);
-  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = dist(gen);
-  return t;
-}
+using testing::random_f32;
 
 Tensor scalar(float v) {
   Tensor t(DType::kFloat32, {});
@@ -92,7 +86,7 @@ TEST(ConcatInPlace, ProducersWriteIntoTheOutput) {
   Builder b(kShape);
   ir::Value* c = b.concat({b.scaled(2), b.scaled(-3)});
   b.g->add_output(b.op("Relu", {c}));  // in place over the concat's buffer
-  const Tensor x = random_tensor(kShape, 1);
+  const Tensor x = random_f32(kShape, 1);
   std::vector<Tensor> y = run(b, x, 1);
   expect_values(y[0], channels({map(x, [](float v) { return relu(2 * v); }), map(x, [](float v) { return relu(-3 * v); })}));
 }
@@ -102,7 +96,7 @@ TEST(ConcatInPlace, NestedConcatsChainTheirOffsets) {
   ir::Value* inner = b.concat({b.scaled(2), b.scaled(-3)});
   ir::Value* outer = b.concat({b.scaled(5), inner});
   b.g->add_output(b.op("Relu", {outer}));
-  const Tensor x = random_tensor(kShape, 2);
+  const Tensor x = random_f32(kShape, 2);
   std::vector<Tensor> y = run(b, x, 2);
   expect_values(y[0], channels({map(x, [](float v) { return relu(5 * v); }), map(x, [](float v) { return relu(2 * v); }),
                                 map(x, [](float v) { return relu(-3 * v); })}));
@@ -112,7 +106,7 @@ TEST(ConcatInPlace, AnInputWrittenInPlaceBeforeTheConcat) {
   Builder b(kShape);
   ir::Value* a = b.op("Relu", {b.scaled(2)});  // shares the Mul's buffer
   b.g->add_output(b.op("Neg", {b.concat({a, b.scaled(-3)})}));
-  const Tensor x = random_tensor(kShape, 3);
+  const Tensor x = random_f32(kShape, 3);
   std::vector<Tensor> y = run(b, x, 1);
   expect_values(y[0], channels({map(x, [](float v) { return -relu(2 * v); }), map(x, [](float v) { return 3 * v; })}));
 }
@@ -125,7 +119,7 @@ TEST(ConcatInPlace, TheOutputLivesFromTheFirstProducer) {
   ir::Node* t = b.g->add_node("Transpose", {b.scaled(2)}, 1);
   t->attrs.set("perm", std::vector<int64_t>{0, 1, 3, 2});
   b.g->add_output(b.op("Relu", {b.concat({t->output(0), b.scaled(-3)})}));
-  const Tensor x = random_tensor(kShape, 8);
+  const Tensor x = random_f32(kShape, 8);
   std::vector<float> transposed;
   for (int64_t c = 0; c < 16; ++c)
     for (int64_t i = 0; i < 4; ++i)
@@ -145,7 +139,7 @@ TEST(ConcatInPlace, LeftAloneWhenTheArenaWouldGrow) {
   sum->attrs.set("keepdims", int64_t{0});
   b.g->add_output(b.op("Relu", {b.concat({a, b.scaled(-3)})}));
   b.g->add_output(sum->output(0));
-  const Tensor x = random_tensor(kShape, 9), yv = random_tensor({1, 16, 64, 64}, 10);
+  const Tensor x = random_f32(kShape, 9), yv = random_f32({1, 16, 64, 64}, 10);
   Session s = Session::from_graph(std::move(b.g));
   EXPECT_EQ(s.plan_stats({{"x", x}, {"y", yv}}).concats_in_place, 0u);
   std::vector<Tensor> out = s.run({{"x", x}, {"y", yv}});
@@ -189,14 +183,14 @@ TEST(ConcatInPlace, LeftAloneWhenAnInputIsReadLater) {
   ir::Value* c = b.concat({a, b.scaled(-3)});
   b.g->add_output(b.op("Relu", {c}));
   b.g->add_output(b.op("Neg", {a}));
-  const Tensor x = random_tensor(kShape, 4);
+  const Tensor x = random_f32(kShape, 4);
   std::vector<Tensor> y = run(b, x, 0);
   expect_values(y[0], channels({map(x, [](float v) { return relu(2 * v); }), map(x, [](float v) { return relu(-3 * v); })}));
   expect_values(y[1], map(x, [](float v) { return -2 * v; }));
 }
 
 TEST(ConcatInPlace, LeftAloneForGraphInputsRepeatsAndGraphOutputs) {
-  const Tensor x = random_tensor(kShape, 5);
+  const Tensor x = random_f32(kShape, 5);
   {
     Builder b(kShape);
     b.g->add_output(b.op("Relu", {b.concat({b.x, b.scaled(-3)})}));
@@ -223,7 +217,7 @@ TEST(ConcatInPlace, LeftAloneForRowsAndUnalignedRanges) {
   {
     Builder b(kShape);
     b.g->add_output(b.op("Relu", {b.concat({b.scaled(2), b.scaled(-3)}, 2)}));
-    const Tensor x = random_tensor(kShape, 6);
+    const Tensor x = random_f32(kShape, 6);
     std::vector<float> want;
     for (int64_t c = 0; c < 16; ++c)
       for (float k : {2.f, -3.f})
@@ -234,7 +228,7 @@ TEST(ConcatInPlace, LeftAloneForRowsAndUnalignedRanges) {
     const Shape small = {1, 3, 1, 1};
     Builder b(small);
     b.g->add_output(b.op("Relu", {b.concat({b.scaled(2), b.scaled(-3)})}));
-    const Tensor x = random_tensor(small, 7);
+    const Tensor x = random_f32(small, 7);
     expect_values(run(b, x, 0)[0],
                   channels({map(x, [](float v) { return relu(2 * v); }), map(x, [](float v) { return relu(-3 * v); })}));
   }

@@ -10,6 +10,7 @@
 
 #include <omp.h>
 
+#include "kernels/concat_ranges.h"
 #include "kernels/dnnl/common.h"
 #include "kernels/ref/common.h"
 #include "kernels/registry.h"
@@ -62,14 +63,7 @@ class DnnlConcat : public du::PrimitiveKernel {
 
   Layout input_layout(size_t i) const override { return i < in_layouts_.size() ? in_layouts_[i] : nullptr; }
   std::vector<size_t> input_offsets_in_output() const override {
-    if (rows_ != 1) return {};
-    std::vector<size_t> offsets;
-    size_t at = 0;
-    for (size_t b : row_bytes_) {
-      offsets.push_back(at);
-      at += b;
-    }
-    return offsets;
+    return rows_ != 1 ? std::vector<size_t>{} : offsets_end_to_end(row_bytes_);
   }
   std::string layout_name() const override {
     return in_layouts_.empty() ? "plain" : kernels::layout_name(in_layouts_[0]);

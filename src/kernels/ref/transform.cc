@@ -14,6 +14,7 @@
 
 #include "core/checked.h"
 #include "ir/dim_math.h"
+#include "kernels/concat_ranges.h"
 #include "kernels/ref/common.h"
 #include "kernels/registry.h"
 
@@ -158,14 +159,7 @@ class ConcatKernel : public Kernel {
   }
 
   std::vector<size_t> input_offsets_in_output() const override {
-    if (outer_ != 1) return {};
-    std::vector<size_t> offsets;
-    size_t at = 0;
-    for (size_t c : chunk_bytes_) {
-      offsets.push_back(at);
-      at += c;
-    }
-    return offsets;
+    return outer_ != 1 ? std::vector<size_t>{} : offsets_end_to_end(chunk_bytes_);
   }
 
   void run(const RunContext& ctx) const override {
