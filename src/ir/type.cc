@@ -74,7 +74,10 @@ std::string Type::str() const {
 
 std::string dims_str(const SymShape& dims) {
   std::string s = "[";
-  for (size_t i = 0; i < dims.size(); ++i) s += (i ? "," : "") + dims[i].str();
+  for (size_t i = 0; i < dims.size(); ++i) {
+    if (i) s += ',';
+    s += dims[i].str();  // appended, not "," + str(): GCC 12 misreads that temporary (-Wrestrict)
+  }
   return s + "]";
 }
 
