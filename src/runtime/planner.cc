@@ -498,10 +498,11 @@ class PlanBuilder {
     const int out = step.outputs[0];
     if (offsets.empty() || offsets.size() != step.inputs.size() || plan_->slots[out].kind != Slot::Kind::kArena) return 0;
     const int index = node_index(*step.node);
+    if (index < 0) return 0;
     const size_t out_bytes = buffer_bytes_[plan_->slots[out].buffer];
     std::vector<int> roots;
     for (size_t k = 0; k < step.inputs.size(); ++k) {
-      if (step.inputs[k] < 0 || index < 0) return 0;
+      if (step.inputs[k] < 0) return 0;
       const int root = root_of(step.inputs[k]);
       const Slot& r = plan_->slots[root];
       const bool own = r.kind == Slot::Kind::kArena && root != out &&
@@ -536,11 +537,15 @@ class PlanBuilder {
     return it == node_index_.end() ? -1 : it->second;
   }
 
-  static size_t arena_bytes_of(const std::vector<size_t>& bytes, const std::vector<int>& first,
-                               const std::vector<int>& last) {
+  static MemoryPlanner planner_of(const std::vector<size_t>& bytes, const std::vector<int>& first,
+                                  const std::vector<int>& last) {
     MemoryPlanner planner;
     for (size_t b = 0; b < bytes.size(); ++b) planner.add(bytes[b], first[b], last[b]);
-    return plan_greedy_by_size(planner).arena_bytes;
+    return planner;
+  }
+  static size_t arena_bytes_of(const std::vector<size_t>& bytes, const std::vector<int>& first,
+                               const std::vector<int>& last) {
+    return plan_greedy_by_size(planner_of(bytes, first, last)).arena_bytes;
   }
   size_t arena_bytes_of_buffers() const { return arena_bytes_of(buffer_bytes_, buffer_first_, buffer_last_); }
 
@@ -586,8 +591,7 @@ class PlanBuilder {
   }
 
   void place_buffers() {
-    MemoryPlanner planner;
-    for (size_t b = 0; b < buffer_bytes_.size(); ++b) planner.add(buffer_bytes_[b], buffer_first_[b], buffer_last_[b]);
+    const MemoryPlanner planner = planner_of(buffer_bytes_, buffer_first_, buffer_last_);
     MemoryPlan mp = plan_greedy_by_size(planner);
     ANVIL_INTERNAL_CHECK(plan_is_valid(planner, mp));
     plan_->arena_bytes = mp.arena_bytes;

@@ -139,6 +139,7 @@ class DnnlConv : public DnnlConvBase {
 
     dnnl::primitive_attr attr = du::user_scratchpad_attr();
     dnnl::post_ops ops;
+    const std::string act = fused_ ? ctx.attrs().get_string("activation", "") : "";
     if (fused_) {
       has_sum_ = ctx.has_input(3);
       if (has_sum_) {
@@ -146,7 +147,6 @@ class DnnlConv : public DnnlConvBase {
                             ErrorKind::kUnsupported, "residual input must match the output {}", shape_str(y));
         ops.append_sum(1.f);
       }
-      std::string act = ctx.attrs().get_string("activation", "");
       ANVIL_PREPARE_CHECK(ctx, du::append_activation(ops, act, ctx.attrs().get_float("activation_alpha", 0.f),
                                                      ctx.attrs().get_float("activation_beta", 0.f)),
                           ErrorKind::kUnsupported, "activation {} has no oneDNN post-op", act);
@@ -169,13 +169,13 @@ class DnnlConv : public DnnlConvBase {
                                            src_any, w_any, bias_md(ctx, cout), dst_any, du::dims(g.strides),
                                            du::dims_minus(g.dilations, 1), du::dims(g.pads_begin), du::dims(g.pads_end));
       dnnl::convolution_forward::primitive_desc pd(desc, attr, du::engine());
-      const bool anvil = choose_conv_gemm(ctx, x, w, y, pd);
+      const bool anvil = choose_conv_gemm(ctx, x, w, y, act, pd);
       if (!anvil) {
         primitive_ = dnnl::convolution_forward(pd);
         scratchpad_md_ = pd.scratchpad_desc();
       }
       finish_prepare(ctx, pd, w_plain, !anvil);
-      if (anvil) prepare_conv_gemm(ctx, x, w, y, g);
+      if (anvil) prepare_conv_gemm(ctx, x, w, y, g, act == "Relu");
     } catch (const dnnl::error& e) {
       ctx.fail(ErrorKind::kUnsupported, "oneDNN has no convolution for this case ({})", e.what());
     }
@@ -224,9 +224,8 @@ class DnnlConv : public DnnlConvBase {
   // kConvGemmMinOutputs1x1 outputs and two threads or more) or
   // kConvGemmMaxPixelsWindow (wider windows).
   bool choose_conv_gemm(const PrepareContext& ctx, const Shape& x, const Shape& w, const Shape& y,
-                        const dnnl::convolution_forward::primitive_desc& pd) {
+                        const std::string& act, const dnnl::convolution_forward::primitive_desc& pd) {
     const int64_t width = vec::vec_kernels().gemm.width;
-    const std::string act = fused_ ? ctx.attrs().get_string("activation", "") : "";
     if (x.size() != 4 || group_ != 1 || !ctx.constant(1) || (act != "" && act != "Relu")) return false;
     if (x[1] % width != 0 || w[0] % width != 0) return false;
     for (const dnnl::memory::desc& md : {pd.src_desc(), pd.dst_desc()}) {
@@ -246,7 +245,7 @@ class DnnlConv : public DnnlConvBase {
   // The GEMM's geometry, and the weights as B [KH * KW * C_in, C_out] packed
   // once, shared through the session's weight cache.
   void prepare_conv_gemm(const PrepareContext& ctx, const Shape& x, const Shape& w, const Shape& y,
-                         const SpatialGeometry& g) {
+                         const SpatialGeometry& g, bool relu) {
     const vec::GemmKernels& gk = vec::vec_kernels().gemm;
     const int64_t cout = w[0], cin = w[1], taps = w[2] * w[3];
     conv_.input = {nullptr, cin, x[2], x[3], y[3], w[2], w[3], g.strides[0], g.strides[1], g.pads_begin[0],
@@ -257,7 +256,7 @@ class DnnlConv : public DnnlConvBase {
     conv_.pixels = y[2] * y[3];
     conv_.k = taps * cin;
     conv_.n = cout;
-    conv_.relu = fused_ && ctx.attrs().get_string("activation", "") == "Relu";
+    conv_.relu = relu;
     const Tensor& source = *ctx.constant(1);
     const int64_t k = conv_.k;
     // The gather's K runs over a tap's channels (contiguous in nChw8c), so

@@ -15,6 +15,7 @@
 
 #include "kernels/ref/common.h"
 #include "kernels/registry.h"
+#include "kernels/thread_share.h"
 
 namespace anvil::kernels {
 
@@ -190,7 +191,8 @@ class ReduceKernel : public Kernel {
       {
         const int t = omp_get_thread_num(), team = omp_get_num_threads();
         double* acc = partial.data() + static_cast<size_t>(t) * static_cast<size_t>(width);
-        for (int64_t r = rows * t / team; r < rows * (t + 1) / team; ++r) {
+        const auto [r0, r1] = share(rows, t, team);
+        for (int64_t r = r0; r < r1; ++r) {
           const float* row = x + r * cols + c0;
 #pragma omp simd
           for (int64_t j = 0; j < width; ++j) acc[j] += static_cast<double>(row[j]);

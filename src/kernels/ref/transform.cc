@@ -17,6 +17,7 @@
 #include "kernels/concat_ranges.h"
 #include "kernels/ref/common.h"
 #include "kernels/registry.h"
+#include "kernels/thread_share.h"
 
 namespace anvil::kernels {
 namespace {
@@ -76,8 +77,7 @@ class StridedCopy {
       T* dst = static_cast<T*>(out);
 #pragma omp parallel if (numel_ > kParallelThreshold)
       {
-        const int64_t threads = omp_get_num_threads(), t = omp_get_thread_num();
-        const int64_t r0 = rows * t / threads, r1 = rows * (t + 1) / threads;
+        const auto [r0, r1] = share(rows, omp_get_thread_num(), omp_get_num_threads());
         std::vector<int64_t> index(static_cast<size_t>(std::max(outer_rank, 1)));
         int64_t rem = r0, base = 0;
         for (int a = outer_rank - 1; a >= 0; --a) {

@@ -8,6 +8,7 @@
 
 #include "core/check.h"
 #include "core/checked.h"
+#include "kernels/thread_share.h"
 
 namespace anvil::kernels::vec {
 
@@ -37,11 +38,6 @@ void for_each_packed(const GemmKernels& g, int64_t k, int64_t n, F f) {
         for (int64_t j = panel * g.nr; j < (panel + 1) * g.nr; ++j) f(i, j, offset++);
     }
   }
-}
-
-// The half-open range of `count` items that thread t of `threads` takes.
-std::pair<int64_t, int64_t> share(int64_t count, int t, int threads) {
-  return {count * t / threads, count * (t + 1) / threads};
 }
 
 // The epilogue of C's part at row i, column j (c points there).

@@ -1,0 +1,15 @@
+// Splitting `count` items between the threads of an OpenMP team.
+#pragma once
+
+#include <cstdint>
+#include <utility>
+
+namespace anvil::kernels {
+
+// The half-open range of `count` items that thread t of `threads` takes:
+// contiguous, in thread order, sizes differing by at most one.
+inline std::pair<int64_t, int64_t> share(int64_t count, int t, int threads) {
+  return {count * t / threads, count * (t + 1) / threads};
+}
+
+}  // namespace anvil::kernels
