@@ -213,12 +213,17 @@ void run_inference(const OpSchema& schema, InferContext& ctx) {
 
 class Inferencer {
  public:
+  // `write_types`: false to read the graph's types and only track values.
+  explicit Inferencer(bool write_types = true) : write_types_(write_types) {}
+
+  std::map<const Value*, SymValues> take_values() { return std::move(values_); }
+
   size_t run(Graph& graph) {
     for (const auto& v : graph.values())
       if (v->is_constant())
         if (auto vals = values_of(*v->constant)) values_[v.get()] = std::move(*vals);
     // Subgraph captures take the type the enclosing graph gave the outer value.
-    if (Node* owner = graph.owner)
+    if (Node* owner = graph.owner; owner && write_types_)
       for (const auto& c : graph.captures) {
         const Value* outer = owner->input(owner->num_explicit_inputs() + c.implicit_index);
         if (outer && outer->type.defined()) c.inner->type = outer->type;
@@ -226,7 +231,8 @@ class Inferencer {
     size_t inferred = 0;
     for (const auto& node : graph.nodes()) {
       if (node->dead) continue;
-      for (Graph* sub : node->attrs.subgraphs()) inferred += run(*sub);
+      if (write_types_)
+        for (Graph* sub : node->attrs.subgraphs()) inferred += run(*sub);
       if (infer_node(*node)) ++inferred;
     }
     return inferred;
@@ -234,6 +240,15 @@ class Inferencer {
 
  private:
   bool infer_node(Node& node) {
+    if (write_types_) return infer_node_types(node);
+    try {
+      return infer_node_types(node);
+    } catch (const Error&) {
+      return false;  // values only: a node the graph's types do not fit tracks none (import reports it)
+    }
+  }
+
+  bool infer_node_types(Node& node) {
     const OpSchema* schema = SchemaRegistry::global().find(node);
     if (!schema || !schema->infer_fn()) return false;
     std::vector<const Type*> inputs;
@@ -250,18 +265,25 @@ class Inferencer {
     for (size_t o = 0; o < node.outputs.size(); ++o) {
       Value* out = node.outputs[o];
       if (!out) continue;
-      if (const auto& t = ctx.outputs()[o]) out->type = merge(node, *out, out->type, *t);
+      if (const auto& t = ctx.outputs()[o]; t && write_types_) out->type = merge(node, *out, out->type, *t);
       if (const auto& v = ctx.output_values()[o]) values_[out] = *v;
     }
     return true;
   }
 
   std::map<const Value*, SymValues> values_;
+  bool write_types_;
 };
 
 }  // namespace
 
 size_t infer_types(Graph& graph) { return Inferencer().run(graph); }
+
+std::map<const Value*, SymValues> infer_values(const Graph& graph) {
+  Inferencer inferencer(/*write_types=*/false);
+  inferencer.run(const_cast<Graph&>(graph));  // writes nothing to the graph without write_types
+  return inferencer.take_values();
+}
 
 std::optional<NodeInference> infer_node_outputs(const Node& node, const std::vector<Type>& inputs,
                                                 const std::vector<const Tensor*>& constants) {

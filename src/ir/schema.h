@@ -193,6 +193,12 @@ SymShape broadcast(const InferContext& ctx, const SymShape& a, const SymShape& b
 // outputs as declared. Returns the number of nodes inferred.
 size_t infer_types(Graph& graph);
 
+// The values inference tracks through the top-level graph's small integer
+// tensors (shapes, their elements, Reshape targets), read from the types the
+// graph holds and left unchanged: a value whose every element is a known
+// number computes the same at every run (passes/fold_shapes.cc).
+std::map<const Value*, SymValues> infer_values(const Graph& graph);
+
 // What the node's schema computes for concrete inputs when a plan is built.
 struct NodeInference {
   std::vector<std::optional<Type>> outputs;  // nullopt or not static: the kernel sizes it (NonZero)

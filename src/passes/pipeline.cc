@@ -30,6 +30,7 @@ std::vector<std::unique_ptr<Pass>> passes_for_level(int level, const ConstantEva
   std::vector<std::unique_ptr<Pass>> passes;
   if (level >= 1) {
     passes.push_back(make_eliminate_identity());
+    passes.push_back(make_fold_shapes());
     passes.push_back(make_fold_constants(evaluator));
     passes.push_back(make_dead_code());
   }
@@ -48,7 +49,13 @@ std::vector<std::unique_ptr<Pass>> passes_for_level(int level, const ConstantEva
 
 std::vector<std::unique_ptr<Pass>> late_passes_for_level(int level) {
   std::vector<std::unique_ptr<Pass>> passes;
+  if (level >= 1) {
+    passes.push_back(make_simplify_reshapes());
+    passes.push_back(make_eliminate_identity());
+    passes.push_back(make_dead_code());
+  }
   if (level >= 2) {
+    passes.push_back(make_fold_matmul_transpose());
     passes.push_back(make_fuse_masked_softmax());
     passes.push_back(make_fuse_elementwise_chain());
   }

@@ -1,12 +1,17 @@
 // The optimization levels and the passes each one runs.
 //   0: nothing
-//   1: cleanup — identity elimination, constant folding, dead code
+//   1: cleanup — identity elimination, shape folding (known elements of
+//      shapes under symbolic dims), constant folding, dead code; then, late,
+//      Transpose / Reshape elimination
 //   2: + fusions — Conv+BatchNorm, GELU, Swish (x * sigmoid(x)), Conv/MatMul
 //      + bias + residual Add + activation (oneDNN post-ops), multi-head
 //      attention, LayerNormalization;
-//      then, once those have settled, the Softmax of a masked sum (late, so
-//      that the attention fusion sees its Add + Softmax first) and chains of
+//      then, once those have settled, transposes folded into the matmuls
+//      that read them, the Softmax of a masked sum (late, so that the
+//      attention fusion sees its Add + Softmax first) and chains of
 //      element-wise ops (late, so they take only what no other fusion did)
+//   Late passes run after the others reach a fixed point, so the fusions see
+//   the exporter's shuffles as it wrote them.
 #pragma once
 
 #include <memory>
@@ -24,7 +29,10 @@ std::vector<std::unique_ptr<Pass>> late_passes_for_level(int level);
 int optimize(ir::Graph& graph, int level, const ConstantEvaluator& evaluator);
 
 std::unique_ptr<Pass> make_eliminate_identity();
+std::unique_ptr<Pass> make_fold_shapes();
 std::unique_ptr<Pass> make_fold_constants(ConstantEvaluator evaluator);
+std::unique_ptr<Pass> make_simplify_reshapes();
+std::unique_ptr<Pass> make_fold_matmul_transpose();
 std::unique_ptr<Pass> make_dead_code();
 std::unique_ptr<Pass> make_fuse_conv_batchnorm();
 std::unique_ptr<Pass> make_fuse_conv_activation();

@@ -17,10 +17,21 @@ void infer_matmul(InferContext& ctx) {
   ctx.set_output(0, Type::tensor(ctx.dtype(0), matmul_dims(ctx, ctx.dims(0), ctx.dims(1))));
 }
 
-// anvil.FusedMatMul (passes/fuse_matmul.cc): MatMul's output; the bias runs
-// along its last dimension and the residual has its shape.
+// An operand of anvil.FusedMatMul with its last two axes swapped when `trans`
+// is set (passes/fold_matmul_transpose.cc).
+SymShape maybe_transposed(const InferContext& ctx, const char* trans, size_t input) {
+  SymShape s = ctx.dims(input);
+  if (ctx.attr_int(trans) == 0) return s;
+  if (s.size() < 2) ctx.fail_input("{} is set on input {} of rank {}; it needs rank 2 or more", trans, input, s.size());
+  std::swap(s[s.size() - 2], s.back());
+  return s;
+}
+
+// anvil.FusedMatMul (passes/fuse_matmul.cc): MatMul's output, of its operands
+// as transA / transB give them; the bias runs along its last dimension and
+// the residual has its shape.
 void infer_fused_matmul(InferContext& ctx) {
-  const SymShape y = matmul_dims(ctx, ctx.dims(0), ctx.dims(1));
+  const SymShape y = matmul_dims(ctx, maybe_transposed(ctx, "transA", 0), maybe_transposed(ctx, "transB", 1));
   ctx.set_output(0, Type::tensor(ctx.dtype(0), y));
   if (y.empty()) return;
   const Dim& n = y.back();
@@ -514,7 +525,11 @@ struct Registrations {
   Registrations() {
     auto& r = SchemaRegistry::global();
     r.add(OpSchema("MatMul").inputs({kNumeric | kHalfs}).infer(infer_matmul));
-    r.add(OpSchema("FusedMatMul", "anvil").inputs({kFloatLike}).infer(infer_fused_matmul));
+    r.add(OpSchema("FusedMatMul", "anvil")
+              .inputs({kFloatLike})
+              .attr("transA", int64_t{0})
+              .attr("transB", int64_t{0})
+              .infer(infer_fused_matmul));
     // anvil.FusedGemm (passes/fuse_matmul.cc): Gemm, then an activation.
     r.add(OpSchema("FusedGemm", "anvil")
               .inputs({kFloatLike})

@@ -57,6 +57,16 @@ Operand contiguous(const Shape& shape) {
   return o;
 }
 
+// A contiguous tensor of `shape` read with its last two axes swapped when `trans` (FusedMatMul's transA / transB).
+Operand maybe_transposed(const Shape& shape, bool trans) {
+  Operand o = contiguous(shape);
+  if (trans && shape.size() >= 2) {
+    std::swap(o.dims[shape.size() - 2], o.dims.back());
+    std::swap(o.strides[shape.size() - 2], o.strides.back());
+  }
+  return o;
+}
+
 class DnnlMatMulBase : public Kernel {
  public:
   size_t scratch_bytes() const override { return scratch_; }
@@ -250,29 +260,34 @@ class DnnlMatMulBase : public Kernel {
 
 // MatMul, and FusedMatMul: its bias (input 2, along the last dimension), its
 // residual (input 3, the output's shape) and its activation become the
-// matmul's bias and post-ops.
+// matmul's bias and post-ops; an operand it takes transposed (transA /
+// transB) is read through swapped strides.
 class DnnlMatMul : public DnnlMatMulBase {
  public:
   explicit DnnlMatMul(const ir::Node&) {}
   bool reads_input_packed_only(size_t i) const override { return i == 1; }  // a constant B is packed
 
   std::vector<TensorType> prepare(const PrepareContext& ctx) override {
-    // The schema has checked the operands; 1-D ones gain a dimension here, as in numpy.
+    // The schema has checked the operands (a transposed one has rank 2 or
+    // more); 1-D ones gain a dimension here, as in numpy.
+    const bool trans_a = ctx.attrs().get_int("transA", 0) != 0, trans_b = ctx.attrs().get_int("transB", 0) != 0;
     Shape a = ctx.input_shape(0), b = ctx.input_shape(1);
-    if (b.size() == 2 && a.size() > 2) a = {shape_numel(a) / a.back(), a.back()};  // one 2-D matmul: faster than batched
+    if (b.size() == 2 && a.size() > 2 && !trans_a)
+      a = {shape_numel(a) / a.back(), a.back()};  // one 2-D matmul: faster than batched
     if (a.size() == 1) a.insert(a.begin(), 1);
     if (b.size() == 1) b.push_back(1);
     size_t rank = std::max(a.size(), b.size());
     ANVIL_PREPARE_CHECK(ctx, rank <= 12, ErrorKind::kUnsupported, "rank {} matmul", rank);
     a.insert(a.begin(), rank - a.size(), 1);
     b.insert(b.begin(), rank - b.size(), 1);
+    const Operand oa = maybe_transposed(a, trans_a), ob = maybe_transposed(b, trans_b);
     Shape c(rank);
-    for (size_t i = 0; i + 2 < rank; ++i) c[i] = a[i] == 1 ? b[i] : a[i];
-    c[rank - 2] = a[rank - 2];
-    c[rank - 1] = b[rank - 1];
+    for (size_t i = 0; i + 2 < rank; ++i) c[i] = oa.dims[i] == 1 ? ob.dims[i] : oa.dims[i];
+    c[rank - 2] = oa.dims[rank - 2];
+    c[rank - 1] = ob.dims[rank - 1];
     prepare_fusion(ctx, rank);
     const Tensor* bconst = ctx.constant(1);
-    build(ctx, contiguous(a), contiguous(b), contiguous(c), bconst ? bconst->raw() : nullptr, bconst);
+    build(ctx, oa, ob, contiguous(c), bconst ? bconst->raw() : nullptr, bconst);
     return ctx.output_types();  // without the dimensions 1-D operands gained
   }
 

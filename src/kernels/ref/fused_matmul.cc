@@ -1,5 +1,6 @@
-// Reference anvil.FusedMatMul: the reference MatMul, then the bias along the
-// last dimension, the residual add and the activation — the oracle for the
+// Reference anvil.FusedMatMul: the reference MatMul (of copies with their last
+// two axes swapped, for transA / transB), then the bias along the last
+// dimension, the residual add and the activation — the oracle for the
 // oneDNN post-op path (passes/fuse_matmul.cc describes the op); and
 // anvil.FusedGemm: the reference Gemm, then the activation.
 #include <vector>
@@ -17,6 +18,10 @@ class RefFusedMatMul : public Kernel {
     matmul_node_.op_type = "MatMul";
     matmul_node_.domain = "";
     matmul_node_.inputs.resize(2);
+    trans_a_ = matmul_node_.attrs.get_int("transA", 0) != 0;
+    trans_b_ = matmul_node_.attrs.get_int("transB", 0) != 0;
+    matmul_node_.attrs.erase("transA");
+    matmul_node_.attrs.erase("transB");
     const FusedActivationSpec act = take_activation(matmul_node_);
     activation_ = act.name;
     alpha_ = act.alpha;
@@ -30,7 +35,8 @@ class RefFusedMatMul : public Kernel {
       ANVIL_PREPARE_CHECK(ctx, !ctx.has_input(i) || ctx.input_dtype(i) == DType::kFloat32, ErrorKind::kUnsupported,
                           "fused matmul is float32 only (input {} is {})", i, dtype_name(ctx.input_dtype(i)));
     matmul_ = Registry::global().make_reference(matmul_node_);
-    PrepareContext mm_ctx(matmul_node_, {ctx.input_type(0), ctx.input_type(1)}, {ctx.constant(0), ctx.constant(1)},
+    const TensorType a = operand_type(ctx, 0, trans_a_), b = operand_type(ctx, 1, trans_b_);
+    PrepareContext mm_ctx(matmul_node_, {a, b}, {trans_a_ ? nullptr : ctx.constant(0), trans_b_ ? nullptr : ctx.constant(1)},
                           ctx.num_threads());
     std::vector<TensorType> out = matmul_->prepare(mm_ctx);
     has_bias_ = ctx.has_input(2);
@@ -55,7 +61,8 @@ class RefFusedMatMul : public Kernel {
       sum = saved.data();
     }
     RunContext mm_ctx;
-    mm_ctx.inputs = {ctx.inputs[0], ctx.inputs[1]};
+    Tensor a_t = trans_a_ ? last_two_swapped(ctx.in(0)) : Tensor(), b_t = trans_b_ ? last_two_swapped(ctx.in(1)) : Tensor();
+    mm_ctx.inputs = {trans_a_ ? &a_t : ctx.inputs[0], trans_b_ ? &b_t : ctx.inputs[1]};
     mm_ctx.outputs = {&y};
     mm_ctx.scratch = ctx.scratch;
     matmul_->run(mm_ctx);
@@ -71,8 +78,30 @@ class RefFusedMatMul : public Kernel {
   }
 
  private:
+  // Input i's type as the plain MatMul reads it: its last two axes swapped when `trans`.
+  static TensorType operand_type(const PrepareContext& ctx, size_t i, bool trans) {
+    TensorType t = ctx.input_type(i);
+    if (trans) std::swap(t.shape[t.shape.size() - 2], t.shape.back());  // the schema checked rank >= 2
+    return t;
+  }
+
+  // A copy of `x` with its last two axes swapped.
+  static Tensor last_two_swapped(const Tensor& x) {
+    Shape shape = x.shape();
+    const int64_t rows = shape[shape.size() - 2], cols = shape.back(), batch = x.numel() / std::max<int64_t>(rows * cols, 1);
+    std::swap(shape[shape.size() - 2], shape.back());
+    Tensor y(DType::kFloat32, shape);
+    const float* src = x.data<float>();
+    float* dst = y.data<float>();
+    for (int64_t m = 0; m < batch; ++m)
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c = 0; c < cols; ++c) dst[(m * cols + c) * rows + r] = src[(m * rows + r) * cols + c];
+    return y;
+  }
+
   ir::Node matmul_node_;
   std::unique_ptr<Kernel> matmul_;
+  bool trans_a_ = false, trans_b_ = false;
   std::string activation_;
   float alpha_ = 0, beta_ = 0;
   bool has_bias_ = false, has_sum_ = false;

@@ -1,0 +1,151 @@
+// Removes layout shuffles that move no data, or merges them:
+//   - a Transpose of the identity permutation, and a Reshape, Flatten,
+//     Squeeze or Unsqueeze whose output surely has its input's shape, become
+//     Identity (eliminate_identity removes them);
+//   - Transpose(Transpose(x, p1), p2) becomes Transpose(x, p) with
+//     p[i] = p1[p2[i]];
+//   - a Transpose that keeps the order of every axis longer than 1 moves no
+//     element: it becomes a Reshape, which aliases its input (no copy);
+//   - a Reshape-like op (Reshape, Flatten, Squeeze, Unsqueeze) of another
+//     becomes one Reshape of the first one's input, where the outer's shape
+//     does not depend on the inner's dims (a static output, or a constant
+//     Reshape target without the 0 that copies an input dim).
+// Runs with the late passes, after the fusions that match the exporter's
+// shuffles as they are (attention's head reshapes and transposes).
+#include <algorithm>
+#include <numeric>
+
+#include "passes/match.h"
+#include "passes/pipeline.h"
+
+namespace anvil::passes {
+
+namespace {
+
+bool is_reshape_like(const ir::Node* n) {
+  return is_op(n, "Reshape") || is_op(n, "Flatten") || is_op(n, "Squeeze") || is_op(n, "Unsqueeze");
+}
+
+// Transpose's permutation (reversed axes when the attribute is absent); empty without a known rank.
+std::vector<int64_t> permutation(const ir::Node& t) {
+  const ir::Value* x = t.input(0);
+  if (!x || !x->type.has_shape()) return {};
+  std::vector<int64_t> perm = t.attrs.get_ints("perm");
+  const auto rank = static_cast<int64_t>(x->type.rank());
+  if (perm.empty()) {
+    perm.resize(static_cast<size_t>(rank));
+    std::iota(perm.rbegin(), perm.rend(), int64_t{0});
+  }
+  std::vector<bool> seen(static_cast<size_t>(rank), false);
+  if (static_cast<int64_t>(perm.size()) != rank) return {};
+  for (int64_t axis : perm) {
+    if (axis < 0 || axis >= rank || seen[static_cast<size_t>(axis)]) return {};  // the schema reports it
+    seen[static_cast<size_t>(axis)] = true;
+  }
+  return perm;
+}
+
+bool is_identity(const std::vector<int64_t>& perm) {
+  for (size_t i = 0; i < perm.size(); ++i)
+    if (perm[i] != static_cast<int64_t>(i)) return false;
+  return true;
+}
+
+// Whether the axes of `x` that may be longer than 1 keep their order under `perm`.
+bool moves_only_unit_axes(const ir::SymShape& x, const std::vector<int64_t>& perm) {
+  int64_t last = -1;
+  for (int64_t axis : perm) {
+    if (x[static_cast<size_t>(axis)] == ir::Dim::known(1)) continue;
+    if (axis < last) return false;
+    last = axis;
+  }
+  return true;
+}
+
+void make_identity(ir::Node& n) {
+  n.op_type = "Identity";
+  n.attrs = {};
+  n.inputs.resize(1);
+}
+
+// Turns `n` into Reshape(x, its own static output shape).
+bool make_static_reshape(ir::Graph& graph, ir::Node& n, ir::Value* x) {
+  const ir::Value* y = n.output(0);
+  if (n.opset < 5 || !y->type.is_static()) return false;  // Reshape takes its shape as an input from opset 5
+  const Shape shape = y->type.shape_or_minus_one();
+  Tensor target(DType::kInt64, {static_cast<int64_t>(shape.size())});
+  std::copy(shape.begin(), shape.end(), target.data<int64_t>());
+  ir::Value* target_value = graph.add_constant(graph.unique_name(y->name + "_shape"), std::move(target));
+  n.op_type = "Reshape";
+  n.attrs = {};
+  n.inputs = {x, target_value};
+  return true;
+}
+
+// A Reshape's constant target that does not copy dims from its input (no 0, or allowzero).
+bool target_independent_of_input(const ir::Node& reshape) {
+  const ir::Value* target = reshape.input(1);
+  if (!is_op(&reshape, "Reshape") || !target || !target->is_constant() ||
+      target->constant->dtype() != DType::kInt64)
+    return false;
+  if (reshape.attrs.get_int("allowzero", 0) != 0) return true;
+  const int64_t* t = target->constant->data<int64_t>();
+  return std::none_of(t, t + target->constant->numel(), [](int64_t d) { return d == 0; });
+}
+
+class SimplifyReshapes : public Pass {
+ public:
+  std::string name() const override { return "simplify_reshapes"; }
+
+  bool run(ir::Graph& graph) override {
+    bool changed = false;
+    for (size_t i = 0; i < graph.nodes().size(); ++i) {  // make_static_reshape adds values, not nodes
+      ir::Node& n = *graph.nodes()[i];
+      if (n.dead || !n.input(0) || !n.output(0)) continue;
+      if (is_op(&n, "Transpose")) changed |= simplify_transpose(graph, n);
+      else if (is_reshape_like(&n)) changed |= simplify_reshape(graph, n);
+    }
+    return changed;
+  }
+
+ private:
+  static bool simplify_transpose(ir::Graph& graph, ir::Node& t) {
+    std::vector<int64_t> perm = permutation(t);
+    if (perm.empty()) return false;
+    if (is_identity(perm)) {
+      make_identity(t);
+      return true;
+    }
+    ir::Node* inner = producer_op(t.input(0), "Transpose");
+    if (std::vector<int64_t> inner_perm = inner ? permutation(*inner) : std::vector<int64_t>{};
+        !inner_perm.empty()) {
+      for (int64_t& axis : perm) axis = inner_perm[static_cast<size_t>(axis)];
+      t.inputs[0] = inner->input(0);
+      t.attrs.set("perm", perm);
+      return true;
+    }
+    ir::Value* x = t.input(0);
+    return moves_only_unit_axes(x->type.dims(), perm) && make_static_reshape(graph, t, x);
+  }
+
+  static bool simplify_reshape(ir::Graph& graph, ir::Node& r) {
+    ir::Value* x = r.input(0);
+    if (surely_same_shape(x->type, r.output(0)->type)) {
+      make_identity(r);
+      return true;
+    }
+    ir::Node* inner = x->producer;
+    if (!is_reshape_like(inner) || !inner->input(0)) return false;
+    if (target_independent_of_input(r)) {
+      r.inputs[0] = inner->input(0);
+      return true;
+    }
+    return make_static_reshape(graph, r, inner->input(0));
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Pass> make_simplify_reshapes() { return std::make_unique<SimplifyReshapes>(); }
+
+}  // namespace anvil::passes
