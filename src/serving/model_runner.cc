@@ -125,6 +125,18 @@ std::future<std::vector<Tensor>> ModelRunner::submit(std::map<std::string, Tenso
   return result;
 }
 
+int64_t fair_share(int64_t waiting, int64_t streams, int64_t max_batch) {
+  return std::min<int64_t>(max_batch, std::max<int64_t>(1, (waiting + streams - 1) / std::max<int64_t>(streams, 1)));
+}
+
+bool batch_ready(int64_t rows, int64_t limit, bool more_waiting, int64_t max_batch) {
+  // Waiting is for rows that have not come yet: once the batch holds its
+  // share and more wait, those are the next stream's, and this stream would
+  // idle until the deadline for nothing (it did: 2-3% of the server's
+  // throughput on ResNet-18 at 16 requests in flight).
+  return rows >= max_batch || (rows >= limit && more_waiting);
+}
+
 void ModelRunner::batch_loop() {
   std::unique_lock<std::mutex> lock(mutex_);
   for (;;) {
@@ -151,8 +163,7 @@ std::vector<std::shared_ptr<ModelRunner::Request>> ModelRunner::take_batch(std::
     // the next stream to free up idle while this one works through it.
     int64_t waiting = rows;
     for (const auto& r : queue_) waiting += r->rows;
-    const int64_t streams = session_.streams();
-    const int64_t limit = std::min<int64_t>(max_batch(), std::max<int64_t>(1, (waiting + streams - 1) / streams));
+    const int64_t limit = fair_share(waiting, session_.streams(), max_batch());
     for (auto it = queue_.begin(); it != queue_.end() && rows < limit;) {
       if ((*it)->key == batch[0]->key && rows + (*it)->rows <= limit) {
         rows += (*it)->rows;
@@ -162,7 +173,7 @@ std::vector<std::shared_ptr<ModelRunner::Request>> ModelRunner::take_batch(std::
         ++it;
       }
     }
-    if (rows >= max_batch() || stopping_ || Clock::now() >= deadline) break;
+    if (batch_ready(rows, limit, !queue_.empty(), max_batch()) || stopping_ || Clock::now() >= deadline) break;
     wake_.wait_until(lock, deadline);
   }
   return batch;

@@ -1,11 +1,13 @@
 // KServe v2 codec: JSON and binary tensors in, responses out, and every
-// malformed request refused with an invalid-argument error.
+// malformed request refused with an invalid-argument error; and the dynamic
+// batcher's rule (serving/model_runner.h).
 #include <gtest/gtest.h>
 
 #include <cstring>
 
 #include "anvil/error.h"
 #include "serving/kserve.h"
+#include "serving/model_runner.h"
 
 namespace anvil::serving {
 namespace {
@@ -148,3 +150,27 @@ TEST(KServe, MetadataHasKServeTypesAndSymbolicDims) {
 
 }  // namespace
 }  // namespace anvil::serving
+
+namespace anvil {
+namespace {
+
+TEST(Batching, ABatchTakesAFairShareOfTheWaitingRows) {
+  EXPECT_EQ(serving::fair_share(1, 2, 8), 1);
+  EXPECT_EQ(serving::fair_share(7, 2, 8), 4);   // rounded up: the last rows do not wait for a third stream
+  EXPECT_EQ(serving::fair_share(40, 2, 8), 8);  // never past max_batch
+  EXPECT_EQ(serving::fair_share(5, 1, 8), 5);   // one stream takes everything
+}
+
+TEST(Batching, ABatchWaitsOnlyForRowsNotYetQueued) {
+  // Its share taken and rows left for the next stream: it runs now.
+  EXPECT_TRUE(serving::batch_ready(2, 2, /*more_waiting=*/true, 8));
+  // Its share taken and nothing else queued: more rows may come, so it waits (until the deadline).
+  EXPECT_FALSE(serving::batch_ready(2, 2, /*more_waiting=*/false, 8));
+  // Below its share (rows of another shape wait): it waits.
+  EXPECT_FALSE(serving::batch_ready(1, 2, /*more_waiting=*/true, 8));
+  // Full: it runs.
+  EXPECT_TRUE(serving::batch_ready(8, 8, /*more_waiting=*/false, 8));
+}
+
+}  // namespace
+}  // namespace anvil
