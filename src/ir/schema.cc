@@ -213,17 +213,12 @@ void run_inference(const OpSchema& schema, InferContext& ctx) {
 
 class Inferencer {
  public:
-  // `write_types`: false to read the graph's types and only track values.
-  explicit Inferencer(bool write_types = true) : write_types_(write_types) {}
-
-  std::map<const Value*, SymValues> take_values() { return std::move(values_); }
-
   size_t run(Graph& graph) {
     for (const auto& v : graph.values())
       if (v->is_constant())
         if (auto vals = values_of(*v->constant)) values_[v.get()] = std::move(*vals);
     // Subgraph captures take the type the enclosing graph gave the outer value.
-    if (Node* owner = graph.owner; owner && write_types_)
+    if (Node* owner = graph.owner)
       for (const auto& c : graph.captures) {
         const Value* outer = owner->input(owner->num_explicit_inputs() + c.implicit_index);
         if (outer && outer->type.defined()) c.inner->type = outer->type;
@@ -231,8 +226,7 @@ class Inferencer {
     size_t inferred = 0;
     for (const auto& node : graph.nodes()) {
       if (node->dead) continue;
-      if (write_types_)
-        for (Graph* sub : node->attrs.subgraphs()) inferred += run(*sub);
+      for (Graph* sub : node->attrs.subgraphs()) inferred += run(*sub);
       if (infer_node(*node)) ++inferred;
     }
     return inferred;
@@ -240,15 +234,6 @@ class Inferencer {
 
  private:
   bool infer_node(Node& node) {
-    if (write_types_) return infer_node_types(node);
-    try {
-      return infer_node_types(node);
-    } catch (const Error&) {
-      return false;  // values only: a node the graph's types do not fit tracks none (import reports it)
-    }
-  }
-
-  bool infer_node_types(Node& node) {
     const OpSchema* schema = SchemaRegistry::global().find(node);
     if (!schema || !schema->infer_fn()) return false;
     std::vector<const Type*> inputs;
@@ -265,25 +250,74 @@ class Inferencer {
     for (size_t o = 0; o < node.outputs.size(); ++o) {
       Value* out = node.outputs[o];
       if (!out) continue;
-      if (const auto& t = ctx.outputs()[o]; t && write_types_) out->type = merge(node, *out, out->type, *t);
+      if (const auto& t = ctx.outputs()[o]) out->type = merge(node, *out, out->type, *t);
       if (const auto& v = ctx.output_values()[o]) values_[out] = *v;
     }
     return true;
   }
 
   std::map<const Value*, SymValues> values_;
-  bool write_types_;
+};
+
+// Inference from the graph inputs' declared types and the constants alone
+// (infer_run_time_facts); it reads no other declared type and writes nothing.
+class FactInferencer {
+ public:
+  InferredFacts run(const Graph& graph) {
+    for (const Value* v : graph.inputs()) facts_.types[v] = v->type;
+    for (const auto& v : graph.values()) {
+      if (!v->is_constant()) continue;
+      facts_.types[v.get()] = Type::tensor(v->constant->dtype(), v->constant->shape());
+      if (auto vals = values_of(*v->constant)) facts_.values[v.get()] = std::move(*vals);
+    }
+    for (const auto& node : graph.nodes())
+      if (!node->dead) infer_node(*node);
+    return std::move(facts_);
+  }
+
+ private:
+  void infer_node(const Node& node) {
+    const OpSchema* schema = SchemaRegistry::global().find(node);
+    if (!schema || !schema->infer_fn() || node.has_subgraphs()) return;  // outputs stay unknown
+    static const Type unknown;
+    std::vector<const Type*> inputs;
+    std::vector<std::optional<SymValues>> values;
+    for (const Value* v : node.inputs) {
+      auto t = v ? facts_.types.find(v) : facts_.types.end();
+      inputs.push_back(!v ? nullptr : t == facts_.types.end() ? &unknown : &t->second);  // nullptr: omitted
+      auto it = v ? facts_.values.find(v) : facts_.values.end();
+      values.push_back(it == facts_.values.end() ? std::nullopt : std::optional<SymValues>(it->second));
+    }
+    try {
+      check_input_dtypes(node, *schema, inputs);
+      check_required_attrs(node, *schema);
+      InferContext ctx(node, *schema, std::move(inputs), std::move(values));
+      run_inference(*schema, ctx);
+      for (size_t o = 0; o < node.outputs.size(); ++o) {
+        const Value* out = node.outputs[o];
+        if (!out) continue;
+        if (const auto& t = ctx.outputs()[o]) facts_.types[out] = *t;
+        if (const auto& v = ctx.output_values()[o]) facts_.values[out] = *v;
+      }
+    } catch (const Error&) {
+      // A node these types do not fit (import reported it, or a run will): its outputs stay unknown.
+    }
+  }
+
+  InferredFacts facts_;
 };
 
 }  // namespace
 
 size_t infer_types(Graph& graph) { return Inferencer().run(graph); }
 
-std::map<const Value*, SymValues> infer_values(const Graph& graph) {
-  Inferencer inferencer(/*write_types=*/false);
-  inferencer.run(const_cast<Graph&>(graph));  // writes nothing to the graph without write_types
-  return inferencer.take_values();
+const Type& InferredFacts::type_of(const Value* v) const {
+  static const Type unknown;
+  auto it = types.find(v);
+  return it == types.end() ? unknown : it->second;
 }
+
+InferredFacts infer_run_time_facts(const Graph& graph) { return FactInferencer().run(graph); }
 
 std::optional<NodeInference> infer_node_outputs(const Node& node, const std::vector<Type>& inputs,
                                                 const std::vector<const Tensor*>& constants) {

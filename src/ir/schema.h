@@ -193,11 +193,22 @@ SymShape broadcast(const InferContext& ctx, const SymShape& a, const SymShape& b
 // outputs as declared. Returns the number of nodes inferred.
 size_t infer_types(Graph& graph);
 
-// The values inference tracks through the top-level graph's small integer
-// tensors (shapes, their elements, Reshape targets), read from the types the
-// graph holds and left unchanged: a value whose every element is a known
-// number computes the same at every run (passes/fold_shapes.cc).
-std::map<const Value*, SymValues> infer_values(const Graph& graph);
+// What holds at every run of the top-level graph: the types inferred from
+// the graph inputs' declared types (which each run's inputs are checked
+// against) and the constants alone, and the values inference tracks through
+// small integer tensors (shapes, their elements, Reshape targets). The types
+// the model declares for other values are not read: they may be stale (a
+// batch dim made symbolic on the inputs only). Symbols of one name are taken
+// to be one length in every input. Values without a schema, or made by
+// control flow, are absent (unknown). The graph is left unchanged
+// (passes/fold_shapes.cc, passes/simplify_reshapes.cc).
+struct InferredFacts {
+  std::map<const Value*, Type> types;
+  std::map<const Value*, SymValues> values;
+  // `v`'s inferred type; an undefined Type when unknown.
+  const Type& type_of(const Value* v) const;
+};
+InferredFacts infer_run_time_facts(const Graph& graph);
 
 // What the node's schema computes for concrete inputs when a plan is built.
 struct NodeInference {

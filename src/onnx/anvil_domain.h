@@ -15,7 +15,9 @@
 namespace anvil::onnx_io {
 
 inline constexpr const char* kAnvilOnnxDomain = "com.anvil";
-inline constexpr int kAnvilOnnxDomainVersion = 1;
+// Version 2 (2026-12-04) added FusedMatMul's transA / transB, which a
+// version-1 reader would ignore; version-1 files read the same under 2.
+inline constexpr int kAnvilOnnxDomainVersion = 2;
 
 struct AnvilDomainOp {
   const char* op_type;

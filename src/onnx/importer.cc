@@ -55,9 +55,9 @@ void check_ops_supported(const onnx::GraphProto& g, const std::map<std::string, 
                 "node {}: domain 'anvil' is Anvil's internal one (files name its fused ops in {})", node_label(n),
                 kAnvilOnnxDomain);
     if (domain == kAnvilOnnxDomain) {
-      ANVIL_CHECK(opset == kAnvilOnnxDomainVersion, ErrorKind::kUnsupported,
-                  "node {}: the model imports {} version {}; Anvil reads version {}", node_label(n), kAnvilOnnxDomain,
-                  opset, kAnvilOnnxDomainVersion);
+      ANVIL_CHECK(opset >= 1 && opset <= kAnvilOnnxDomainVersion, ErrorKind::kUnsupported,
+                  "node {}: the model imports {} version {}; Anvil reads versions 1 to {}", node_label(n),
+                  kAnvilOnnxDomain, opset, kAnvilOnnxDomainVersion);
       std::optional<AnvilDomainOp> op = anvil_domain_op(n.op_type());
       ANVIL_CHECK(op, ErrorKind::kUnsupported, "node {}: {} has no op {} (its ops: the fused ones `anvil optimize` writes)",
                   node_label(n), kAnvilOnnxDomain, n.op_type());

@@ -1,7 +1,8 @@
 // Folds shape computations that give the same numbers at every run, even
 // where the graph's inputs have symbolic dims: Shape(x)[2] of an x typed
-// [batch, seq, 768] is 768, whatever batch and seq are. Type inference
-// tracks such small integer tensors element by element (ir::infer_values);
+// [batch, seq, 768] is 768, whatever batch and seq are. Type inference from
+// the graph inputs tracks such small integer tensors element by element
+// (ir::infer_run_time_facts; the model's own value_info is not trusted);
 // a node's output whose every element is a known number becomes that
 // constant, and fold_constants carries it on through the Concat / Unsqueeze /
 // Reshape chains that PyTorch's exporter builds around it. The elements that
@@ -14,17 +15,18 @@ namespace anvil::passes {
 
 namespace {
 
-// `v`'s elements as a constant of its own type, when they are all known numbers.
-std::optional<Tensor> known_constant(const ir::Value& v, const std::map<const ir::Value*, ir::SymValues>& values) {
-  auto it = values.find(&v);
-  if (it == values.end() || v.is_constant() || !v.type.is_static()) return std::nullopt;
+// `v`'s elements as a constant of its inferred type, when they are all known numbers.
+std::optional<Tensor> known_constant(const ir::Value& v, const ir::InferredFacts& facts) {
+  auto it = facts.values.find(&v);
+  const ir::Type& type = facts.type_of(&v);
+  if (it == facts.values.end() || v.is_constant() || !type.is_static()) return std::nullopt;
   const std::optional<std::vector<int64_t>> numbers = ir::numbers_of(it->second);
-  const Shape shape = v.type.shape_or_minus_one();
+  const Shape shape = type.shape_or_minus_one();
   if (!numbers || static_cast<int64_t>(numbers->size()) != shape_numel(shape)) return std::nullopt;
-  if (v.dtype() != DType::kInt64 && v.dtype() != DType::kInt32) return std::nullopt;
-  Tensor t(v.dtype(), shape);
+  if (type.dtype() != DType::kInt64 && type.dtype() != DType::kInt32) return std::nullopt;
+  Tensor t(type.dtype(), shape);
   for (size_t i = 0; i < numbers->size(); ++i) {
-    if (v.dtype() == DType::kInt64) t.data<int64_t>()[i] = (*numbers)[i];
+    if (type.dtype() == DType::kInt64) t.data<int64_t>()[i] = (*numbers)[i];
     else t.data<int32_t>()[i] = static_cast<int32_t>((*numbers)[i]);
   }
   return t;
@@ -35,15 +37,16 @@ class FoldShapes : public Pass {
   std::string name() const override { return "fold_shapes"; }
 
   bool run(ir::Graph& graph) override {
-    const std::map<const ir::Value*, ir::SymValues> values = ir::infer_values(graph);
+    const ir::InferredFacts facts = ir::infer_run_time_facts(graph);
     bool changed = false;
     for (const auto& node : graph.nodes()) {
       ir::Node& n = *node;
       if (n.dead || n.outputs.size() != 1 || !n.output(0) || n.has_subgraphs() || ir::is_random_op(n)) continue;
-      std::optional<Tensor> t = known_constant(*n.output(0), values);
+      std::optional<Tensor> t = known_constant(*n.output(0), facts);
       if (!t) continue;
       ir::Value* out = n.output(0);
       // The value itself becomes the constant, as in fold_constants: its name (maybe a graph output) survives.
+      out->type = ir::Type::tensor(t->dtype(), t->shape());
       out->constant = std::move(*t);
       out->producer = nullptr;
       n.dead = true;

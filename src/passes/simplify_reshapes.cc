@@ -10,11 +10,14 @@
 //     becomes one Reshape of the first one's input, where the outer's shape
 //     does not depend on the inner's dims (a static output, or a constant
 //     Reshape target without the 0 that copies an input dim).
-// Runs with the late passes, after the fusions that match the exporter's
-// shuffles as they are (attention's head reshapes and transposes).
+// Shapes come from inference from the graph inputs (ir::infer_run_time_facts),
+// not from the model's value_info, which may be stale. Runs with the late
+// passes, after the fusions that match the exporter's shuffles as they are
+// (attention's head reshapes and transposes).
 #include <algorithm>
 #include <numeric>
 
+#include "ir/schema.h"
 #include "passes/match.h"
 #include "passes/pipeline.h"
 
@@ -26,12 +29,13 @@ bool is_reshape_like(const ir::Node* n) {
   return is_op(n, "Reshape") || is_op(n, "Flatten") || is_op(n, "Squeeze") || is_op(n, "Unsqueeze");
 }
 
-// Transpose's permutation (reversed axes when the attribute is absent); empty without a known rank.
-std::vector<int64_t> permutation(const ir::Node& t) {
-  const ir::Value* x = t.input(0);
-  if (!x || !x->type.has_shape()) return {};
+// Transpose's permutation (reversed axes when the attribute is absent); empty
+// without a known rank or when malformed.
+std::vector<int64_t> permutation(const ir::Node& t, const ir::InferredFacts& facts) {
+  const ir::Type& x = facts.type_of(t.input(0));
+  if (!x.is_tensor() || !x.has_shape()) return {};
   std::vector<int64_t> perm = t.attrs.get_ints("perm");
-  const auto rank = static_cast<int64_t>(x->type.rank());
+  const auto rank = static_cast<int64_t>(x.rank());
   if (perm.empty()) {
     perm.resize(static_cast<size_t>(rank));
     std::iota(perm.rbegin(), perm.rend(), int64_t{0});
@@ -68,14 +72,15 @@ void make_identity(ir::Node& n) {
   n.inputs.resize(1);
 }
 
-// Turns `n` into Reshape(x, its own static output shape).
-bool make_static_reshape(ir::Graph& graph, ir::Node& n, ir::Value* x) {
-  const ir::Value* y = n.output(0);
-  if (n.opset < 5 || !y->type.is_static()) return false;  // Reshape takes its shape as an input from opset 5
-  const Shape shape = y->type.shape_or_minus_one();
+// Turns `n` into Reshape(x, its own static output shape `y`). Not for empty
+// outputs: a 0 in the target would copy the input's dim.
+bool make_static_reshape(ir::Graph& graph, ir::Node& n, ir::Value* x, const ir::Type& y) {
+  if (n.opset < 5 || !y.is_tensor() || !y.is_static()) return false;  // Reshape's shape is an input from opset 5
+  const Shape shape = y.shape_or_minus_one();
+  if (std::count(shape.begin(), shape.end(), 0)) return false;
   Tensor target(DType::kInt64, {static_cast<int64_t>(shape.size())});
   std::copy(shape.begin(), shape.end(), target.data<int64_t>());
-  ir::Value* target_value = graph.add_constant(graph.unique_name(y->name + "_shape"), std::move(target));
+  ir::Value* target_value = graph.add_constant(graph.unique_name(n.output(0)->name + "_shape"), std::move(target));
   n.op_type = "Reshape";
   n.attrs = {};
   n.inputs = {x, target_value};
@@ -88,7 +93,7 @@ bool target_independent_of_input(const ir::Node& reshape) {
   if (!is_op(&reshape, "Reshape") || !target || !target->is_constant() ||
       target->constant->dtype() != DType::kInt64)
     return false;
-  if (reshape.attrs.get_int("allowzero", 0) != 0) return true;
+  if (reshape.opset >= 14 && reshape.attrs.get_int("allowzero", 0) != 0) return true;  // allowzero is opset 14's
   const int64_t* t = target->constant->data<int64_t>();
   return std::none_of(t, t + target->constant->numel(), [](int64_t d) { return d == 0; });
 }
@@ -98,26 +103,28 @@ class SimplifyReshapes : public Pass {
   std::string name() const override { return "simplify_reshapes"; }
 
   bool run(ir::Graph& graph) override {
+    // The rewrites keep every value's meaning, so the facts stay true as they go.
+    const ir::InferredFacts facts = ir::infer_run_time_facts(graph);
     bool changed = false;
     for (size_t i = 0; i < graph.nodes().size(); ++i) {  // make_static_reshape adds values, not nodes
       ir::Node& n = *graph.nodes()[i];
       if (n.dead || !n.input(0) || !n.output(0)) continue;
-      if (is_op(&n, "Transpose")) changed |= simplify_transpose(graph, n);
-      else if (is_reshape_like(&n)) changed |= simplify_reshape(graph, n);
+      if (is_op(&n, "Transpose")) changed |= simplify_transpose(graph, n, facts);
+      else if (is_reshape_like(&n)) changed |= simplify_reshape(graph, n, facts);
     }
     return changed;
   }
 
  private:
-  static bool simplify_transpose(ir::Graph& graph, ir::Node& t) {
-    std::vector<int64_t> perm = permutation(t);
+  static bool simplify_transpose(ir::Graph& graph, ir::Node& t, const ir::InferredFacts& facts) {
+    std::vector<int64_t> perm = permutation(t, facts);
     if (perm.empty()) return false;
     if (is_identity(perm)) {
       make_identity(t);
       return true;
     }
     ir::Node* inner = producer_op(t.input(0), "Transpose");
-    if (std::vector<int64_t> inner_perm = inner ? permutation(*inner) : std::vector<int64_t>{};
+    if (std::vector<int64_t> inner_perm = inner ? permutation(*inner, facts) : std::vector<int64_t>{};
         !inner_perm.empty()) {
       for (int64_t& axis : perm) axis = inner_perm[static_cast<size_t>(axis)];
       t.inputs[0] = inner->input(0);
@@ -125,12 +132,13 @@ class SimplifyReshapes : public Pass {
       return true;
     }
     ir::Value* x = t.input(0);
-    return moves_only_unit_axes(x->type.dims(), perm) && make_static_reshape(graph, t, x);
+    return moves_only_unit_axes(facts.type_of(x).dims(), perm) &&
+           make_static_reshape(graph, t, x, facts.type_of(t.output(0)));
   }
 
-  static bool simplify_reshape(ir::Graph& graph, ir::Node& r) {
+  static bool simplify_reshape(ir::Graph& graph, ir::Node& r, const ir::InferredFacts& facts) {
     ir::Value* x = r.input(0);
-    if (surely_same_shape(x->type, r.output(0)->type)) {
+    if (surely_same_shape(facts.type_of(x), facts.type_of(r.output(0)))) {
       make_identity(r);
       return true;
     }
@@ -140,7 +148,7 @@ class SimplifyReshapes : public Pass {
       r.inputs[0] = inner->input(0);
       return true;
     }
-    return make_static_reshape(graph, r, inner->input(0));
+    return make_static_reshape(graph, r, inner->input(0), facts.type_of(r.output(0)));
   }
 };
 

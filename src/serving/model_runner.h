@@ -6,10 +6,11 @@
 // runs at once (alone), and under load requests gather into larger batches
 // while the streams are busy. A batch takes at most its fair share of the
 // waiting rows (waiting / streams, at most max_batch), so that the next stream
-// to free up finds work too. It runs once it holds max_batch rows, or its
-// share while more rows wait (those are the next stream's); otherwise it
-// waits for more requests until max_queue_delay after its first request
-// arrived (0: it never waits).
+// to free up finds work too. It runs once it holds max_batch rows, or when
+// requests are left in the queue after it took what fits its share (those
+// are the next stream's); otherwise, the queue empty, it waits for more
+// requests until max_queue_delay after its first request arrived (0: it
+// never waits).
 #pragma once
 
 #include <chrono>
@@ -35,13 +36,13 @@ struct BatchingOptions {
   size_t max_queue = 64;                          // requests waiting; more are refused
 };
 
-// The batching rule. The most rows a batch may take when `waiting` rows are
-// queued (its own included) for `streams` streams:
+// The batching rule. The most rows a batch may take when `waiting` rows of
+// its key (its own included) are queued for `streams` streams:
 int64_t fair_share(int64_t waiting, int64_t streams, int64_t max_batch);
-// Whether a batch of `rows` runs now rather than wait for more requests:
-// it is full, or it holds its share (`limit`) and `more_waiting` rows are
-// left for the next stream.
-bool batch_ready(int64_t rows, int64_t limit, bool more_waiting, int64_t max_batch);
+// Whether a batch of `rows`, having taken what fits its share, runs now
+// rather than wait for more requests: it is full, or requests are
+// `left_waiting` in the queue for the next stream.
+bool batch_ready(int64_t rows, bool left_waiting, int64_t max_batch);
 
 // Thrown by submit() when max_queue requests are waiting (HTTP 503).
 class QueueFull : public std::runtime_error {

@@ -92,7 +92,7 @@ def test_optimize_writes_fused_ops_that_anvil_reads_back(anvil, tmp_path, inputs
     # MatMul + bias + GELU in one node (the residual comes after the activation: its own Add);
     # LayerNorm (opset 17) written in com.anvil in an opset-13 model
     assert ops == [("", "Add"), ("com.anvil", "FusedMatMul"), ("com.anvil", "LayerNormalization")], ops
-    assert {(o.domain, o.version) for o in opt.opset_import} == {("", 13), ("com.anvil", 1)}
+    assert {(o.domain, o.version) for o in opt.opset_import} == {("", 13), ("com.anvil", 2)}
     onnx.checker.check_model(opt)
     want = expected(*inputs, w, b)
     for model, opt_level in [(tmp_path / "mlp.onnx", "0"), (tmp_path / "opt.onnx", "0"), (tmp_path / "opt.onnx", "3")]:
@@ -109,6 +109,41 @@ def test_optimize_level_0_is_plain_onnx_that_onnxruntime_runs(anvil, tmp_path, i
     session = ort.InferenceSession(str(tmp_path / "same.onnx"), providers=["CPUExecutionProvider"])
     got = session.run(None, {"x": inputs[0], "r": inputs[1]})[0]
     np.testing.assert_allclose(got, expected(*inputs, w, b), rtol=1e-4, atol=1e-4)
+
+
+def test_a_transpose_folded_into_a_matmul_reads_back(anvil, tmp_path):
+    # y = MatMul(Transpose(a), b): written as com.anvil FusedMatMul with transA (domain version 2), whose
+    # meaning a version-1 reader would miss; read back by Anvil, and a version-1 file still reads.
+    nodes = [helper.make_node("Transpose", ["a"], ["at"], perm=[1, 0]), helper.make_node("MatMul", ["at", "b"], ["y"])]
+    graph = helper.make_graph(nodes, "t", [helper.make_tensor_value_info("a", TensorProto.FLOAT, [5, 3]),
+                                           helper.make_tensor_value_info("b", TensorProto.FLOAT, [5, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 4])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 7
+    onnx.save(model, str(tmp_path / "t.onnx"))
+    assert_ok(anvil("optimize", tmp_path / "t.onnx", tmp_path / "opt.onnx", timeout=TIMEOUT_S))
+    opt = onnx.load(str(tmp_path / "opt.onnx"))
+    assert [(n.domain, n.op_type) for n in opt.graph.node] == [("com.anvil", "FusedMatMul")]
+    assert {a.name: a.i for a in opt.graph.node[0].attribute}.get("transA") == 1
+    assert ("com.anvil", 2) in {(o.domain, o.version) for o in opt.opset_import}
+    rng = np.random.default_rng(11)
+    a, b = rng.standard_normal((5, 3)).astype(np.float32), rng.standard_normal((5, 4)).astype(np.float32)
+    np.save(tmp_path / "a.npy", a)
+    np.save(tmp_path / "b.npy", b)
+    out = tmp_path / "out"
+    assert_ok(anvil("run", tmp_path / "opt.onnx", "-i", f"a={tmp_path / 'a.npy'}", "-i", f"b={tmp_path / 'b.npy'}",
+                    "-o", out, "-O", "0", timeout=TIMEOUT_S))
+    np.testing.assert_allclose(read_tensor_pb(out / output_file_name("y")), a.T @ b, rtol=1e-5, atol=1e-5)
+    for o in opt.opset_import:
+        if o.domain == "com.anvil":
+            o.version = 1
+    del opt.graph.node[0].attribute[:]  # a version-1 FusedMatMul: no transA
+    opt.graph.node[0].input[0] = "at"
+    opt.graph.node.insert(0, helper.make_node("Transpose", ["a"], ["at"], perm=[1, 0]))
+    onnx.save(opt, str(tmp_path / "v1.onnx"))
+    assert_ok(anvil("run", tmp_path / "v1.onnx", "-i", f"a={tmp_path / 'a.npy'}", "-i", f"b={tmp_path / 'b.npy'}",
+                    "-o", tmp_path / "out1", "-O", "0", timeout=TIMEOUT_S))
+    np.testing.assert_allclose(read_tensor_pb(tmp_path / "out1" / output_file_name("y")), a.T @ b, rtol=1e-5, atol=1e-5)
 
 
 def test_optimize_bad_arguments(anvil, tmp_path):

@@ -162,14 +162,13 @@ TEST(Batching, ABatchTakesAFairShareOfTheWaitingRows) {
 }
 
 TEST(Batching, ABatchWaitsOnlyForRowsNotYetQueued) {
-  // Its share taken and rows left for the next stream: it runs now.
-  EXPECT_TRUE(serving::batch_ready(2, 2, /*more_waiting=*/true, 8));
-  // Its share taken and nothing else queued: more rows may come, so it waits (until the deadline).
-  EXPECT_FALSE(serving::batch_ready(2, 2, /*more_waiting=*/false, 8));
-  // Below its share (rows of another shape wait): it waits.
-  EXPECT_FALSE(serving::batch_ready(1, 2, /*more_waiting=*/true, 8));
+  // Requests left in the queue (the rest of the share's rows, a request too
+  // wide to fit it, another shape): the next stream's; this batch runs now.
+  EXPECT_TRUE(serving::batch_ready(2, /*left_waiting=*/true, 8));
+  // The queue empty: more rows may come, so it waits (until the deadline).
+  EXPECT_FALSE(serving::batch_ready(2, /*left_waiting=*/false, 8));
   // Full: it runs.
-  EXPECT_TRUE(serving::batch_ready(8, 8, /*more_waiting=*/false, 8));
+  EXPECT_TRUE(serving::batch_ready(8, /*left_waiting=*/false, 8));
 }
 
 }  // namespace

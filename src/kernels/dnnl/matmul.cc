@@ -264,15 +264,17 @@ class DnnlMatMulBase : public Kernel {
 // transB) is read through swapped strides.
 class DnnlMatMul : public DnnlMatMulBase {
  public:
-  explicit DnnlMatMul(const ir::Node&) {}
+  // transA / transB are FusedMatMul's: ONNX's MatMul has no such attributes.
+  explicit DnnlMatMul(const ir::Node& node)
+      : trans_a_(node.domain == "anvil" && node.attrs.get_int("transA", 0) != 0),
+        trans_b_(node.domain == "anvil" && node.attrs.get_int("transB", 0) != 0) {}
   bool reads_input_packed_only(size_t i) const override { return i == 1; }  // a constant B is packed
 
   std::vector<TensorType> prepare(const PrepareContext& ctx) override {
     // The schema has checked the operands (a transposed one has rank 2 or
     // more); 1-D ones gain a dimension here, as in numpy.
-    const bool trans_a = ctx.attrs().get_int("transA", 0) != 0, trans_b = ctx.attrs().get_int("transB", 0) != 0;
     Shape a = ctx.input_shape(0), b = ctx.input_shape(1);
-    if (b.size() == 2 && a.size() > 2 && !trans_a)
+    if (b.size() == 2 && a.size() > 2 && !trans_a_)
       a = {shape_numel(a) / a.back(), a.back()};  // one 2-D matmul: faster than batched
     if (a.size() == 1) a.insert(a.begin(), 1);
     if (b.size() == 1) b.push_back(1);
@@ -280,7 +282,7 @@ class DnnlMatMul : public DnnlMatMulBase {
     ANVIL_PREPARE_CHECK(ctx, rank <= 12, ErrorKind::kUnsupported, "rank {} matmul", rank);
     a.insert(a.begin(), rank - a.size(), 1);
     b.insert(b.begin(), rank - b.size(), 1);
-    const Operand oa = maybe_transposed(a, trans_a), ob = maybe_transposed(b, trans_b);
+    const Operand oa = maybe_transposed(a, trans_a_), ob = maybe_transposed(b, trans_b_);
     Shape c(rank);
     for (size_t i = 0; i + 2 < rank; ++i) c[i] = oa.dims[i] == 1 ? ob.dims[i] : oa.dims[i];
     c[rank - 2] = oa.dims[rank - 2];
@@ -292,6 +294,8 @@ class DnnlMatMul : public DnnlMatMulBase {
   }
 
  private:
+  const bool trans_a_, trans_b_;
+
   void prepare_fusion(const PrepareContext& ctx, size_t rank) {
     if (ctx.has_input(2)) {  // [N] or [1, ..., N]: the schema checked it
       Shape bias(rank, 1);
