@@ -118,9 +118,10 @@ HttpServer::HttpServer(const HttpOptions& options, std::vector<ModelRunner*> mod
   http_->set_payload_max_length(options.max_request_bytes);
   // SO_REUSEADDR only: cpp-httplib's default also sets SO_REUSEPORT, which lets a
   // second server bind a port in use and silently take half its connections.
-  http_->set_socket_options([](socket_t sock) {
+  http_->set_socket_options([this](socket_t sock) {
     int yes = 1;
     setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+    listen_fd_ = sock;
   });
   http_->set_keep_alive_max_count(1000);
   http_->set_read_timeout(30, 0);
@@ -182,6 +183,10 @@ void HttpServer::bind() {
     throw Error(ErrorKind::kInvalidArgument,
                 fmt::format("cannot listen on {}:{} (address in use, or not this machine's)", options_.host,
                             options_.port));
+  // Debian's cpp-httplib 0.11 listens with a backlog of 5: 16 clients
+  // connecting at once overflowed it, and a dropped handshake costs the
+  // client a second or more. Listening again on the bound socket raises it.
+  if (listen_fd_ >= 0) ::listen(listen_fd_, SOMAXCONN);
 }
 
 void HttpServer::serve() {

@@ -68,6 +68,7 @@ class HttpServer {
   std::atomic<bool> stop_requested_{false};
   std::atomic<State> state_{kIdle};
   int port_ = 0;
+  int listen_fd_ = -1;  // the listening socket, once bound
   std::mutex parse_mutex_;
   std::condition_variable parse_free_;
   int large_parses_ = 0;
