@@ -56,6 +56,7 @@ std::vector<std::unique_ptr<Pass>> late_passes_for_level(int level) {
   }
   if (level >= 2) {
     passes.push_back(make_fold_matmul_transpose());
+    passes.push_back(make_fuse_shared_input_matmuls());
     passes.push_back(make_fuse_masked_softmax());
     passes.push_back(make_fuse_elementwise_chain());
   }

@@ -7,7 +7,8 @@
 //      + bias + residual Add + activation (oneDNN post-ops), multi-head
 //      attention, LayerNormalization;
 //      then, once those have settled, transposes folded into the matmuls
-//      that read them, the Softmax of a masked sum (late, so that the
+//      that read them, products of one input by several weights as one
+//      (a layer's Q, K and V projections), the Softmax of a masked sum (late, so that the
 //      attention fusion sees its Add + Softmax first) and chains of
 //      element-wise ops (late, so they take only what no other fusion did)
 //   Late passes run after the others reach a fixed point, so the fusions see
@@ -33,6 +34,7 @@ std::unique_ptr<Pass> make_fold_shapes();
 std::unique_ptr<Pass> make_fold_constants(ConstantEvaluator evaluator);
 std::unique_ptr<Pass> make_simplify_reshapes();
 std::unique_ptr<Pass> make_fold_matmul_transpose();
+std::unique_ptr<Pass> make_fuse_shared_input_matmuls();
 std::unique_ptr<Pass> make_dead_code();
 std::unique_ptr<Pass> make_fuse_conv_batchnorm();
 std::unique_ptr<Pass> make_fuse_conv_activation();

@@ -871,3 +871,69 @@ TEST(Passes, GemmReadTwiceKeepsItsActivation) {
 
 }  // namespace
 }  // namespace anvil
+
+namespace anvil {
+namespace {
+
+// x [2, 5, 8] times three weights [8, Ni] (Ni = 4, 6, 4), each plus its bias
+// (or, `mixed_bias`, the second without one), each a graph output.
+std::unique_ptr<ir::Graph> shared_input_products(bool mixed_bias = false) {
+  auto g = std::make_unique<ir::Graph>();
+  g->opsets[""] = 13;
+  ir::Value* x = g->add_input("x", DType::kFloat32, {2, 5, 8});
+  const int64_t widths[] = {4, 6, 4};
+  for (int i = 0; i < 3; ++i) {
+    const std::string n = std::to_string(i);
+    ir::Value* w = g->add_constant("w" + n, ramp({8, widths[i]}, -1.f + 0.3f * float(i), 0.05f));
+    ir::Value* y = g->add_node("MatMul", {x, w}, 1)->output(0);
+    if (!(mixed_bias && i == 1)) y = g->add_node("Add", {y, g->add_constant("b" + n, ramp({widths[i]}, float(i), 0.5f))}, 1)->output(0);
+    y->name = "y" + n;
+    g->add_output(y);
+  }
+  ir::infer_types(*g);
+  return g;
+}
+
+TEST(Passes, ProductsOfOneInputBecomeOneProductAndASplit) {
+  auto g = shared_input_products();
+  passes::optimize(*g, 2, runtime::reference_evaluator());
+  size_t live = 0;
+  for (const auto& n : g->nodes()) live += !n->dead;
+  EXPECT_EQ(live, 2u);
+  ASSERT_EQ(count_ops(*g, "FusedMatMul"), 1u);
+  ASSERT_EQ(count_ops(*g, "Split"), 1u);
+  for (const auto& n : g->nodes())
+    if (n->op_type == "FusedMatMul") EXPECT_EQ(n->input(1)->constant->shape(), Shape({8, 14}));
+
+  Session s = Session::from_graph(shared_input_products());
+  Tensor x = ramp({2, 5, 8}, 0.5f, -0.02f);
+  std::vector<Tensor> y = s.run({{"x", x}});
+  const int64_t widths[] = {4, 6, 4};
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_EQ(y[static_cast<size_t>(i)].shape(), Shape({2, 5, widths[i]}));
+    for (int64_t r = 0; r < 10; ++r)
+      for (int64_t j = 0; j < widths[i]; ++j) {
+        double want = double(i) + 0.5 * double(j);  // the bias
+        for (int64_t k = 0; k < 8; ++k)
+          want += double(x.data<float>()[r * 8 + k]) * (-1.0 + 0.3 * i + 0.05 * double(k * widths[i] + j));
+        EXPECT_NEAR(y[static_cast<size_t>(i)].data<float>()[r * widths[i] + j], want, 1e-4) << i << " " << r << " " << j;
+      }
+  }
+  ASSERT_EQ(s.outputs().size(), 3u);
+  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(s.outputs()[i].name, "y" + std::to_string(i));
+}
+
+TEST(Passes, ProductsThatDisagreeKeepTheirOwnProduct) {
+  // The second has no bias: it stays apart, and the two with one merge.
+  auto g = shared_input_products(/*mixed_bias=*/true);
+  passes::optimize(*g, 2, runtime::reference_evaluator());
+  EXPECT_EQ(count_ops(*g, "FusedMatMul") + count_ops(*g, "MatMul"), 2u);
+  EXPECT_EQ(count_ops(*g, "Split"), 1u);
+  // Level 1 merges nothing.
+  auto basic = shared_input_products();
+  passes::optimize(*basic, 1, runtime::reference_evaluator());
+  EXPECT_EQ(count_ops(*basic, "Split"), 0u);
+}
+
+}  // namespace
+}  // namespace anvil
