@@ -346,7 +346,8 @@ TEST(VecKernels, GemmOfRunTimeOperandsMatchesTheReference) {
     const testing::KernelResult got = testing::run_kernel_full(op, inputs, a, fast);
     const std::vector<float> want = values<float>(testing::run_kernel(op, inputs, a, ref)[0]);
     const std::vector<float> have = values<float>(got.outputs[0]);
-    if (vector_isa() != VectorIsa::kAvx512) {
+    // On AVX-512 oneDNN's brgemm keeps the products, but a gated one, whose gate only the GEMM fuses.
+    if (vector_isa() != VectorIsa::kAvx512 || op == "GemmReluGrad") {
       const bool ran_anvil = got.impl.rfind("vec:", 0) == 0 && got.impl.find(":gemm") != std::string::npos;
       EXPECT_EQ(ran_anvil, anvil) << op << ": " << got.impl;
     }

@@ -114,9 +114,12 @@ class DnnlMatMulBase : public Kernel {
       constant_b_ = b_data != nullptr;
       anvil_gemm_fits_ = anvil_gemm_fits(a, b, c) && (!constant_b_ || a.strides[1] == 1);
       const bool gemm_rule = constant_b_ || packing_per_run_pays(a.dims[0], a.dims[1]);
-      // The rule: Anvil's GEMM where oneDNN's choice is gemm:jit (see the top of the file).
-      const bool anvil =
-          ctx.choice() >= 0 ? ctx.choice() == 1 : gemm_rule && du::impl_name(pd).rfind("dnnl:brg", 0) != 0;
+      // The rule: Anvil's GEMM where oneDNN's choice is gemm:jit (see the top
+      // of the file), and for a gated product (GemmReluGrad) even against
+      // brgemm: the GEMM applies the gate in its epilogue, where after
+      // oneDNN's product it is a pass of its own over C.
+      const bool brgemm = du::impl_name(pd).rfind("dnnl:brg", 0) == 0;
+      const bool anvil = ctx.choice() >= 0 ? ctx.choice() == 1 : gemm_rule && (!brgemm || gate_input_ >= 0);
       if (anvil_gemm_fits_ && anvil) {
         set_gemm_shape(a, b, c);
         if (constant_b_) prepare_packed_gemm(ctx, b, static_cast<const float*>(b_data), b_source);
