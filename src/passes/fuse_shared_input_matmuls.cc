@@ -10,7 +10,9 @@
 // constants along the last axis, on all of them or on none. Runs with the
 // late passes, on the FusedMatMuls fuse_matmul has formed.
 #include <algorithm>
+#include <cstring>
 #include <map>
+#include <numeric>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -43,17 +45,34 @@ bool mergeable(const ir::Node& n) {
   return !bias || (is_float_constant(bias) && bias->constant->numel() == w->constant->shape()[1]);
 }
 
-// The attributes that must agree for nodes to share one product (the activation's).
+// The attributes that must agree for nodes to share one product (the
+// activation's), its parameters by their exact bits.
 std::string activation_key(const ir::Node& n) {
-  return n.attrs.get_string("activation", "") + "/" + std::to_string(n.attrs.get_float("activation_alpha", 0.f)) +
-         "/" + std::to_string(n.attrs.get_float("activation_beta", 0.f));
+  auto bits = [&](const char* name) {
+    const float f = n.attrs.get_float(name, 0.f);
+    uint32_t u;
+    std::memcpy(&u, &f, sizeof u);
+    return std::to_string(u);
+  };
+  return n.attrs.get_string("activation", "") + "/" + bits("activation_alpha") + "/" + bits("activation_beta");
 }
+
+// Each product's N, the columns of its weights.
+std::vector<int64_t> widths_of(const std::vector<ir::Node*>& nodes) {
+  std::vector<int64_t> widths;
+  for (const ir::Node* n : nodes) widths.push_back(n->input(1)->constant->shape()[1]);
+  return widths;
+}
+
+// The graph's default-domain opset, as Graph::add_node gives new nodes.
+int default_opset(const ir::Graph& graph) { return graph.opsets.count("") ? graph.opsets.at("") : 17; }
 
 class FuseSharedInputMatMuls : public Pass {
  public:
   std::string name() const override { return "fuse_shared_input_matmuls"; }
 
   bool run(ir::Graph& graph) override {
+    if (default_opset(graph) < 2) return false;  // Split has a kernel from opset 2
     // Groups by input, weight rows, activation and whether a bias is there,
     // in graph order (so the merged nodes' names do not depend on addresses).
     std::map<std::tuple<const ir::Value*, int64_t, std::string, bool>, size_t> group_of;
@@ -72,17 +91,28 @@ class FuseSharedInputMatMuls : public Pass {
         merge(graph, nodes);
         changed = true;
       }
+    merged_.clear();
     return changed;
   }
 
  private:
-  static void merge(ir::Graph& graph, const std::vector<ir::Node*>& nodes) {
-    ir::Node& first = *nodes[0];
-    const int64_t k = first.input(1)->constant->shape()[0];
-    std::vector<int64_t> widths;
-    int64_t n_total = 0;
-    for (const ir::Node* n : nodes) n_total += widths.emplace_back(n->input(1)->constant->shape()[1]);
+  std::map<std::vector<const ir::Value*>, std::pair<ir::Value*, ir::Value*>> merged_;
 
+  // The merged weights and bias of a list of weight and bias values, made
+  // once: layers that share their weights (ALBERT) share the merged ones too.
+  std::pair<ir::Value*, ir::Value*> merged_constants(ir::Graph& graph, const std::vector<ir::Node*>& nodes) {
+    std::vector<const ir::Value*> key;
+    for (const ir::Node* n : nodes) key.insert(key.end(), {n->input(1), n->input(2)});
+    auto it = merged_.find(key);
+    if (it != merged_.end()) return it->second;
+    return merged_[key] = make_merged_constants(graph, nodes);
+  }
+
+  static std::pair<ir::Value*, ir::Value*> make_merged_constants(ir::Graph& graph, const std::vector<ir::Node*>& nodes) {
+    const ir::Node& first = *nodes[0];
+    const int64_t k = first.input(1)->constant->shape()[0];
+    const std::vector<int64_t> widths = widths_of(nodes);
+    const int64_t n_total = std::accumulate(widths.begin(), widths.end(), int64_t{0});
     Tensor weights(DType::kFloat32, {k, n_total});
     std::vector<float> bias;
     int64_t column = 0;
@@ -101,13 +131,21 @@ class FuseSharedInputMatMuls : public Pass {
       std::copy(bias.begin(), bias.end(), b.data<float>());
       b_value = graph.add_constant(graph.unique_name(first.name + "_merged_bias"), std::move(b));
     }
+    return {w_value, b_value};
+  }
 
+  void merge(ir::Graph& graph, const std::vector<ir::Node*>& nodes) {
+    ir::Node& first = *nodes[0];
+    const std::vector<int64_t> widths = widths_of(nodes);
+    const int64_t n_total = std::accumulate(widths.begin(), widths.end(), int64_t{0});
+    const auto [w_value, b_value] = merged_constants(graph, nodes);
     ir::Node* product = graph.add_node("FusedMatMul", {first.input(0), w_value, b_value, nullptr}, 1,
                                        graph.unique_name(first.name + "_merged"));
     product->domain = "anvil";
     product->opset = first.opset;
     product->attrs = first.attrs;
     ir::SymShape dims = first.input(0)->type.dims();
+    const auto last_axis = static_cast<int64_t>(dims.size()) - 1;  // Split takes negative axes only from opset 11
     dims.back() = ir::Dim::known(n_total);
     product->output(0)->type = ir::Type::tensor(DType::kFloat32, dims);
 
@@ -117,10 +155,10 @@ class FuseSharedInputMatMuls : public Pass {
     Tensor sizes(DType::kInt64, {static_cast<int64_t>(widths.size())});
     std::copy(widths.begin(), widths.end(), sizes.data<int64_t>());
     std::vector<ir::Value*> split_inputs{product->output(0)};
-    const int opset = graph.opsets.count("") ? graph.opsets.at("") : 17;
+    const int opset = default_opset(graph);
     if (opset >= 13) split_inputs.push_back(graph.add_constant(graph.unique_name(first.name + "_split"), std::move(sizes)));
     ir::Node* split = graph.add_node_with_outputs("Split", split_inputs, outputs, graph.unique_name(first.name + "_split"));
-    split->attrs.set("axis", int64_t{-1});
+    split->attrs.set("axis", last_axis);
     if (opset < 13) split->attrs.set("split", widths);
     for (ir::Node* n : nodes) n->dead = true;
   }

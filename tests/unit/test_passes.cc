@@ -923,6 +923,28 @@ TEST(Passes, ProductsOfOneInputBecomeOneProductAndASplit) {
   for (size_t i = 0; i < 3; ++i) EXPECT_EQ(s.outputs()[i].name, "y" + std::to_string(i));
 }
 
+TEST(Passes, LayersThatShareWeightsShareTheMergedOnes) {
+  // Two inputs (two layers, as in ALBERT) times the same two weights: one merged weight tensor, read twice.
+  auto g = std::make_unique<ir::Graph>();
+  g->opsets[""] = 13;
+  ir::Value* w0 = g->add_constant("w0", ramp({8, 4}, -1.f, 0.05f));
+  ir::Value* w1 = g->add_constant("w1", ramp({8, 4}, 0.5f, -0.03f));
+  ir::Value* b = g->add_constant("b", ramp({4}, 0.f, 1.f));
+  for (const char* name : {"x1", "x2"}) {
+    ir::Value* x = g->add_input(name, DType::kFloat32, {3, 8});
+    for (ir::Value* w : {w0, w1})
+      g->add_output(g->add_node("Add", {g->add_node("MatMul", {x, w}, 1)->output(0), b}, 1)->output(0));
+  }
+  ir::infer_types(*g);
+  passes::optimize(*g, 2, runtime::reference_evaluator());
+  std::vector<const ir::Value*> weights;
+  for (const auto& n : g->nodes())
+    if (!n->dead && n->op_type == "FusedMatMul") weights.push_back(n->input(1));
+  ASSERT_EQ(weights.size(), 2u);
+  EXPECT_EQ(weights[0], weights[1]);
+  EXPECT_EQ(weights[0]->constant->shape(), Shape({8, 8}));
+}
+
 TEST(Passes, ProductsThatDisagreeKeepTheirOwnProduct) {
   // The second has no bias: it stays apart, and the two with one merge.
   auto g = shared_input_products(/*mixed_bias=*/true);
