@@ -20,12 +20,7 @@ class FoldConstants : public Pass {
       std::optional<std::vector<Tensor>> results = evaluator_(n, inputs);
       if (!results) continue;
       for (size_t o = 0; o < n.outputs.size() && o < results->size(); ++o) {
-        ir::Value* out = n.outputs[o];
-        if (!out) continue;
-        // The output value itself becomes the constant, so its name (maybe a graph output) survives.
-        out->constant = std::move((*results)[o]);
-        out->type = ir::Type::tensor(out->constant->dtype(), out->constant->shape());
-        out->producer = nullptr;
+        if (ir::Value* out = n.outputs[o]) become_constant(*out, std::move((*results)[o]));
       }
       n.dead = true;
       changed = true;

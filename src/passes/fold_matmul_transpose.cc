@@ -18,17 +18,13 @@ ir::Value* last_two_axes_swapped(const ir::Value* v) {
   const ir::Node* t = producer_op(v, "Transpose");
   if (!t || !t->input(0) || !t->input(0)->type.has_shape()) return nullptr;
   const size_t rank = t->input(0)->type.rank();
-  const std::vector<int64_t> perm = t->attrs.get_ints("perm");
-  if (rank < 2) return nullptr;
-  if (perm.empty()) return rank == 2 ? t->input(0) : nullptr;  // the default reverses the axes
-  if (perm.size() != rank) return nullptr;
+  const std::vector<int64_t> perm = transpose_permutation(*t, rank);
+  if (rank < 2 || perm.empty()) return nullptr;
   for (size_t i = 0; i + 2 < rank; ++i)
     if (perm[i] != static_cast<int64_t>(i)) return nullptr;
   const auto last = static_cast<int64_t>(rank - 1);
   return perm[rank - 2] == last && perm[rank - 1] == last - 1 ? t->input(0) : nullptr;
 }
-
-bool is_anvil_op(const ir::Node& n, const char* op) { return !n.dead && n.domain == "anvil" && n.op_type == op; }
 
 bool is_float32(const ir::Node& n) {
   return n.input(0) && n.input(1) && n.input(0)->dtype() == DType::kFloat32 &&
@@ -44,8 +40,8 @@ class FoldMatMulTranspose : public Pass {
     for (const auto& node : graph.nodes()) {
       ir::Node& n = *node;
       if (n.dead || !is_float32(n)) continue;
-      const bool matmul = is_op(&n, "MatMul") || is_anvil_op(n, "FusedMatMul");
-      const bool gemm = is_op(&n, "Gemm") || is_anvil_op(n, "FusedGemm");
+      const bool matmul = is_op(&n, "MatMul") || is_anvil_op(&n, "FusedMatMul");
+      const bool gemm = is_op(&n, "Gemm") || is_anvil_op(&n, "FusedGemm");
       if (!matmul && !gemm) continue;
       for (size_t i = 0; i < 2; ++i) changed |= fold(n, i, matmul);
     }

@@ -44,11 +44,7 @@ class FoldShapes : public Pass {
       if (n.dead || n.outputs.size() != 1 || !n.output(0) || n.has_subgraphs() || ir::is_random_op(n)) continue;
       std::optional<Tensor> t = known_constant(*n.output(0), facts);
       if (!t) continue;
-      ir::Value* out = n.output(0);
-      // The value itself becomes the constant, as in fold_constants: its name (maybe a graph output) survives.
-      out->type = ir::Type::tensor(t->dtype(), t->shape());
-      out->constant = std::move(*t);
-      out->producer = nullptr;
+      become_constant(*n.output(0), std::move(*t));
       n.dead = true;
       changed = true;
     }

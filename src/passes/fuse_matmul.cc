@@ -18,7 +18,6 @@ namespace anvil::passes {
 
 namespace {
 
-bool is_fused_matmul(const ir::Node& n) { return !n.dead && n.domain == "anvil" && n.op_type == "FusedMatMul"; }
 
 // A float constant of N elements laid along the last dimension of an output of rank `rank`.
 bool is_bias(const ir::Value* v, int64_t n, int rank) {
@@ -38,7 +37,7 @@ class FuseMatMul : public Pass {
     for (const auto& ptr : graph.nodes()) {
       ir::Node& n = *ptr;
       if (is_op(&n, "MatMul")) changed |= fuse_bias(graph, n);
-      else if (is_fused_matmul(n)) changed |= fuse_next(graph, n);
+      else if (is_anvil_op(&n, "FusedMatMul")) changed |= fuse_next(graph, n);
       else if (is_op(&n, "Gemm")) changed |= fuse_gemm_activation(graph, n);
     }
     return changed;

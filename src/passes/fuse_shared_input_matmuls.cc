@@ -24,7 +24,6 @@ namespace anvil::passes {
 
 namespace {
 
-bool is_fused_matmul(const ir::Node& n) { return !n.dead && n.domain == "anvil" && n.op_type == "FusedMatMul"; }
 
 // The constant bias of `n` as a vector of its N values, or empty when it has none.
 std::vector<float> bias_of(const ir::Node& n) {
@@ -37,7 +36,7 @@ std::vector<float> bias_of(const ir::Node& n) {
 bool mergeable(const ir::Node& n) {
   const ir::Value* a = n.input(0);
   const ir::Value* w = n.input(1);
-  if (!is_fused_matmul(n) || !a || !is_float_constant(w) || a->dtype() != DType::kFloat32) return false;
+  if (!is_anvil_op(&n, "FusedMatMul") || !a || !is_float_constant(w) || a->dtype() != DType::kFloat32) return false;
   if (w->constant->rank() != 2 || n.input(3) || n.attrs.get_int("transA", 0) || n.attrs.get_int("transB", 0))
     return false;
   if (!a->type.has_shape() || a->type.rank() < 2 || !n.output(0)) return false;

@@ -2,10 +2,28 @@
 
 #include <cmath>
 #include <limits>
+#include <numeric>
 
 namespace anvil::passes {
 
 bool is_op(const ir::Node* n, const char* op) { return n && !n->dead && n->domain.empty() && n->op_type == op; }
+
+bool is_anvil_op(const ir::Node* n, const char* op) { return n && !n->dead && n->domain == "anvil" && n->op_type == op; }
+
+std::vector<int64_t> transpose_permutation(const ir::Node& t, size_t rank) {
+  std::vector<int64_t> perm = t.attrs.get_ints("perm");
+  if (perm.empty()) {
+    perm.resize(rank);
+    std::iota(perm.rbegin(), perm.rend(), int64_t{0});
+  }
+  if (perm.size() != rank) return {};
+  std::vector<bool> seen(rank, false);
+  for (int64_t axis : perm) {
+    if (axis < 0 || axis >= static_cast<int64_t>(rank) || seen[static_cast<size_t>(axis)]) return {};  // the schema reports it
+    seen[static_cast<size_t>(axis)] = true;
+  }
+  return perm;
+}
 
 ir::Node* producer_op(const ir::Value* v, const char* op) {
   return v && is_op(v->producer, op) ? v->producer : nullptr;

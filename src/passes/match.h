@@ -2,8 +2,10 @@
 // and never change it, so a pass can test a whole pattern before rewriting.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "ir/graph.h"
 
@@ -11,6 +13,11 @@ namespace anvil::passes {
 
 // `n` is live, in the default domain, and of type `op`.
 bool is_op(const ir::Node* n, const char* op);
+// `n` is live, in Anvil's internal domain, and of type `op` (FusedMatMul, ...).
+bool is_anvil_op(const ir::Node* n, const char* op);
+// Transpose `t`'s permutation of an input of `rank` axes (the axes reversed
+// when the attribute is absent); empty when it is not one.
+std::vector<int64_t> transpose_permutation(const ir::Node& t, size_t rank);
 // The live producer of `v` when it is an `op` node, else nullptr.
 ir::Node* producer_op(const ir::Value* v, const char* op);
 // The value of a constant float32/float64 tensor with one element, of rank 0 or 1.

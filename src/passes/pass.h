@@ -31,5 +31,8 @@ size_t use_count(const ir::Graph& graph, const ir::Value* v);
 bool used_once(const ir::Graph& graph, const ir::Value* v);
 // The single live node reading `v`, or nullptr.
 ir::Node* single_consumer(const ir::Graph& graph, const ir::Value* v);
+// Makes `v` the constant `t` in place, so that its name (maybe a graph
+// output's) survives; the caller kills the node that produced it.
+void become_constant(ir::Value& v, Tensor t);
 
 }  // namespace anvil::passes

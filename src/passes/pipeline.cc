@@ -24,6 +24,12 @@ ir::Node* single_consumer(const ir::Graph& graph, const ir::Value* v) {
   return nullptr;
 }
 
+void become_constant(ir::Value& v, Tensor t) {
+  v.type = ir::Type::tensor(t.dtype(), t.shape());
+  v.constant = std::move(t);
+  v.producer = nullptr;
+}
+
 std::vector<std::unique_ptr<Pass>> passes_for_level(int level, const ConstantEvaluator& evaluator) {
   ANVIL_CHECK(level >= 0 && level <= 3, ErrorKind::kInvalidArgument, "optimization level must be 0 to 3, got {}",
               level);

@@ -15,7 +15,6 @@
 // passes, after the fusions that match the exporter's shuffles as they are
 // (attention's head reshapes and transposes).
 #include <algorithm>
-#include <numeric>
 
 #include "ir/schema.h"
 #include "passes/match.h"
@@ -34,19 +33,7 @@ bool is_reshape_like(const ir::Node* n) {
 std::vector<int64_t> permutation(const ir::Node& t, const ir::InferredFacts& facts) {
   const ir::Type& x = facts.type_of(t.input(0));
   if (!x.is_tensor() || !x.has_shape()) return {};
-  std::vector<int64_t> perm = t.attrs.get_ints("perm");
-  const auto rank = static_cast<int64_t>(x.rank());
-  if (perm.empty()) {
-    perm.resize(static_cast<size_t>(rank));
-    std::iota(perm.rbegin(), perm.rend(), int64_t{0});
-  }
-  std::vector<bool> seen(static_cast<size_t>(rank), false);
-  if (static_cast<int64_t>(perm.size()) != rank) return {};
-  for (int64_t axis : perm) {
-    if (axis < 0 || axis >= rank || seen[static_cast<size_t>(axis)]) return {};  // the schema reports it
-    seen[static_cast<size_t>(axis)] = true;
-  }
-  return perm;
+  return transpose_permutation(t, static_cast<size_t>(x.rank()));
 }
 
 bool is_identity(const std::vector<int64_t>& perm) {
