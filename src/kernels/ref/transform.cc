@@ -23,6 +23,7 @@ namespace anvil::kernels {
 namespace {
 
 constexpr int64_t kParallelThreshold = 32768;
+constexpr int64_t kShortRow = 8;  // elements: a last axis shorter is walked as a block's outer loop
 
 // Calls fn(TypeTag<U>{}) with the unsigned integer type as wide as one element.
 template <typename Fn>
@@ -63,14 +64,19 @@ class StridedCopy {
     }
   }
 
-  // The output as rows of the last axis. Each thread takes a run of rows and
+  // The output as rows, each a 2-D block of its last two axes ([mid, inner],
+  // mid = 1 where the last axis is long). Each thread takes a run of rows and
   // steps an odometer over the outer axes: index arithmetic per row would
-  // cost more than the copy where rows are short (DepthToSpace's rows are
-  // the blocksize long).
+  // cost more than the copy where rows are short. A short last axis
+  // (DepthToSpace's, the blocksize long) is walked as the block's outer loop,
+  // so the inner loop runs along the longer axis before it.
   void run(const void* in, void* out) const {
     if (numel_ == 0) return;
-    const int64_t inner = shape_.back(), step = strides_.back(), rows = numel_ / inner;
-    const int outer_rank = static_cast<int>(shape_.size()) - 1;
+    const bool two_d = shape_.size() >= 2 && shape_.back() < kShortRow;
+    const int outer_rank = static_cast<int>(shape_.size()) - (two_d ? 2 : 1);
+    const int64_t inner = shape_.back(), step = strides_.back();
+    const int64_t mid = two_d ? shape_[shape_.size() - 2] : 1, mid_step = two_d ? strides_[shape_.size() - 2] : 0;
+    const int64_t block = mid * inner, rows = numel_ / block;
     dispatch_size(elem_, [&](auto tag) {
       using T = typename decltype(tag)::type;
       const T* src = static_cast<const T*>(in) + offset_;
@@ -87,8 +93,11 @@ class StridedCopy {
         }
         for (int64_t r = r0; r < r1; ++r) {
           const T* s = src + base;
-          T* d = dst + r * inner;
-          if (step == 1) {
+          T* d = dst + r * block;
+          if (two_d) {
+            for (int64_t j = 0; j < inner; ++j)
+              for (int64_t m = 0; m < mid; ++m) d[m * inner + j] = s[m * mid_step + j * step];
+          } else if (step == 1) {
             std::memcpy(d, s, static_cast<size_t>(inner) * sizeof(T));
           } else {
             for (int64_t i = 0; i < inner; ++i) d[i] = s[i * step];
