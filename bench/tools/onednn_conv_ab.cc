@@ -2,11 +2,14 @@
 // source and destination, weights in the layout oneDNN picks (reordered once,
 // outside the timing), bias and ReLU fused (the downsamples have no ReLU).
 // Each iteration runs every convolution in the model's order, so that, as in
-// the model, each one finds the previous one's output in cache and its own
-// weights not. Written against both oneDNN 2.x (Debian's 2.6.3) and 3.x (the
+// the model, the others' weights pass through the caches between two runs of
+// one (each reads its own source buffer, not the previous output). Written against both oneDNN 2.x (Debian's 2.6.3) and 3.x (the
 // PyPI build `onednn-cpu-gomp`), to compare the two on the same shapes
-// (issue 7, item 8). Not part of the build: it links one oneDNN or the other.
+// (issue 7, item 8). The build makes build/bin/anvil_onednn_conv_ab against
+// Debian's oneDNN; by hand, against either:
 //
+//   pip download --no-deps -d /tmp/whl onednn-cpu-gomp==2023.2.0 onednn-devel-cpu-gomp==2023.2.0
+//   (unzip both wheels; ONEDNN3 = a folder with their include/ and lib/libdnnl.so.3)
 //   g++ -O2 -fopenmp bench/tools/onednn_conv_ab.cc -ldnnl -o /tmp/conv_ab_26
 //   g++ -O2 -fopenmp -I$ONEDNN3/include bench/tools/onednn_conv_ab.cc \
 //       $ONEDNN3/lib/libdnnl.so.3 -Wl,-rpath,$ONEDNN3/lib -o /tmp/conv_ab_32
