@@ -241,7 +241,7 @@ TEST(DepthToSpace, DcrAndCrd) {
 TEST(DepthToSpace, LargeBlocksize3EveryElement) {
   const int saved_threads = omp_get_max_threads();
   omp_set_num_threads(2);  // two runs of rows, also on a one-core machine
-  const int64_t n = 1, c = 27, h = 41, w = 31, b = 3, co = c / (b * b);  // 11,439 rows: split mid-plane
+  const int64_t n = 1, c = 27, h = 41, w = 31, b = 3, co = c / (b * b);  // 369 blocks of [w, b]: split mid-plane
   Tensor x = f32({n, c, h, w}, iota_f(n * c * h * w));
   for (const std::string mode : {"DCR", "CRD"}) {
     SCOPED_TRACE(mode);
@@ -261,6 +261,77 @@ TEST(DepthToSpace, LargeBlocksize3EveryElement) {
     EXPECT_EQ(wrong, 0);
   }
   omp_set_num_threads(saved_threads);
+}
+
+// Values i % 251 (they fit every element type) in a tensor of `shape`.
+template <typename T>
+Tensor counting(DType dtype, const Shape& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  std::vector<T> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) v[static_cast<size_t>(i)] = static_cast<T>(i % 251);
+  return make_tensor<T>(dtype, shape, v);
+}
+
+// Output elements that are not the input element source(i) of `counting`.
+template <typename T>
+int64_t count_wrong(const Tensor& y, const std::function<int64_t(int64_t)>& source) {
+  int64_t wrong = 0;
+  for (int64_t i = 0; i < y.numel(); ++i)
+    if (y.data<T>()[i] != static_cast<T>(source(i) % 251) && ++wrong <= 3)
+      ADD_FAILURE() << "y[" << i << "] = " << +y.data<T>()[i] << ", want input element " << source(i);
+  return wrong;
+}
+
+// Strided copies whose last axis is short, on 3 threads, in 1-, 4- and 8-byte
+// elements, every element against its index formula: 2-D blocks where the
+// short axis is far apart in the input and the blocks give every thread
+// work (3 channels moved innermost over 16 images), rows otherwise (one
+// image: one block; a contiguous or a reversed short last axis).
+template <typename T>
+void check_short_last_axes(DType dtype) {
+  const int saved_threads = omp_get_max_threads();
+  omp_set_num_threads(3);
+  for (int64_t images : {16, 1}) {
+    SCOPED_TRACE(images);
+    const int64_t c = 3, h = 20, w = 25;
+    Tensor y = run_kernel("Transpose", {counting<T>(dtype, {images, c, h, w})},
+                          attrs({{"perm", std::vector<int64_t>{0, 2, 3, 1}}}))[0];
+    ASSERT_EQ(y.shape(), (Shape{images, h, w, c}));
+    EXPECT_EQ(count_wrong<T>(y, [&](int64_t i) {
+                const int64_t ci = i % c, wi = i / c % w, hi = i / (c * w) % h, ni = i / (c * w * h);
+                return ((ni * c + ci) * h + hi) * w + wi;
+              }),
+              0);
+  }
+  Tensor y = run_kernel("Slice", {counting<T>(dtype, {6000, 8}), i64({1}, {0}), i64({1}, {6}), i64({1}, {1})})[0];
+  ASSERT_EQ(y.shape(), (Shape{6000, 6}));
+  EXPECT_EQ(count_wrong<T>(y, [](int64_t i) { return i / 6 * 8 + i % 6; }), 0);
+  // Axes 1 and 3 reversed: in strides [9000, -900, 6, -1], 40 rows of [150, 6] split 13/14/13.
+  y = run_kernel("Slice", {counting<T>(dtype, {4, 10, 150, 6}), i64({2}, {-1, -1}), i64({2}, {kMin, kMin}),
+                           i64({2}, {1, 3}), i64({2}, {-1, -1})})[0];
+  ASSERT_EQ(y.shape(), (Shape{4, 10, 150, 6}));
+  EXPECT_EQ(count_wrong<T>(y, [](int64_t i) {
+              const int64_t l = i % 6, k = i / 6 % 150, j = i / 900 % 10, n = i / 9000;
+              return ((n * 10 + (9 - j)) * 150 + k) * 6 + (5 - l);
+            }),
+            0);
+  omp_set_num_threads(saved_threads);
+}
+
+TEST(StridedCopy, ShortLastAxesAcrossThreads) {
+  {
+    SCOPED_TRACE("uint8");
+    check_short_last_axes<uint8_t>(DType::kUInt8);
+  }
+  {
+    SCOPED_TRACE("float32");
+    check_short_last_axes<float>(DType::kFloat32);
+  }
+  {
+    SCOPED_TRACE("int64");
+    check_short_last_axes<int64_t>(DType::kInt64);
+  }
 }
 
 TEST(SpaceToDepth, InvertsDepthToSpaceDcr) {

@@ -7,6 +7,7 @@
 // walked in order and each output axis has a (possibly negative) input stride.
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 
@@ -72,7 +73,13 @@ class StridedCopy {
   // so the inner loop runs along the longer axis before it.
   void run(const void* in, void* out) const {
     if (numel_ == 0) return;
-    const bool two_d = shape_.size() >= 2 && shape_.back() < kShortRow;
+    // Only where the block's inner loop then reads closer (DepthToSpace's
+    // planes are far apart, its pixels adjacent) and the blocks still give
+    // every thread work: one block per image would run on one thread.
+    const int64_t mid_len = shape_.size() >= 2 ? shape_[shape_.size() - 2] : 1;
+    const bool two_d = shape_.size() >= 2 && shape_.back() < kShortRow &&
+                       std::abs(strides_[shape_.size() - 2]) < std::abs(strides_.back()) &&
+                       numel_ / (mid_len * shape_.back()) >= 4 * static_cast<int64_t>(omp_get_max_threads());
     const int outer_rank = static_cast<int>(shape_.size()) - (two_d ? 2 : 1);
     const int64_t inner = shape_.back(), step = strides_.back();
     const int64_t mid = two_d ? shape_[shape_.size() - 2] : 1, mid_step = two_d ? strides_[shape_.size() - 2] : 0;
