@@ -1,6 +1,8 @@
-// ResNet-18's convolutions at batch 1 on one oneDNN, as Anvil runs them: NHWC
-// source and destination, weights in the layout oneDNN picks (reordered once,
-// outside the timing), bias and ReLU fused (the downsamples have no ReLU).
+// ResNet-18's convolutions at batch 1 on one oneDNN, in the primitives Anvil
+// creates for them: NHWC source and destination, weights in the layout
+// oneDNN picks (reordered once, outside the timing), bias and ReLU fused (the
+// downsamples have no ReLU). Unlike the model, no residual add is fused into
+// the blocks' second convolutions.
 // Each iteration runs every convolution in the model's order, so that, as in
 // the model, the others' weights pass through the caches between two runs of
 // one (each reads its own source buffer, not the previous output). Written against both oneDNN 2.x (Debian's 2.6.3) and 3.x (the
@@ -11,8 +13,8 @@
 //   pip download --no-deps -d /tmp/whl onednn-cpu-gomp==2023.2.0 onednn-devel-cpu-gomp==2023.2.0
 //   (unzip both wheels; ONEDNN3 = a folder with their include/ and lib/libdnnl.so.3)
 //   g++ -O2 -fopenmp bench/tools/onednn_conv_ab.cc -ldnnl -o /tmp/conv_ab_26
-//   g++ -O2 -fopenmp -I$ONEDNN3/include bench/tools/onednn_conv_ab.cc \
-//       $ONEDNN3/lib/libdnnl.so.3 -Wl,-rpath,$ONEDNN3/lib -o /tmp/conv_ab_32
+//   g++ -O2 -fopenmp -I$ONEDNN3/include bench/tools/onednn_conv_ab.cc $ONEDNN3/lib/libdnnl.so.3
+//       -Wl,-rpath,$ONEDNN3/lib -o /tmp/conv_ab_32   (one line)
 //   OMP_NUM_THREADS=1 /tmp/conv_ab_26 ITERATIONS
 //
 // Prints, per convolution, oneDNN's implementation and the median time over
