@@ -103,15 +103,21 @@ class PrepareContext {
   // The layout input i's producer wrote it in: a hint for a kernel that can
   // read several (a pooling that keeps its input's blocked format). Null: plain.
   Layout incoming_layout(size_t i) const { return i < incoming_.size() ? incoming_[i] : nullptr; }
+  // Whether output 0 is an input of a Concat along axis 1 of 4-D tensors (a
+  // hint from the planner, which places such concats in place where each
+  // input is a whole range of channel blocks).
+  bool output_feeds_channel_concat() const { return feeds_channel_concat_; }
   // Which of the kernel's alternatives (Kernel::alternatives) prepare() is to
   // take: -1 (the default) lets the kernel's own rule pick; the tuner sets
   // others. A kernel that cannot take the one asked for takes its rule's.
   int choice() const { return choice_; }
   void set_choice(int choice) { choice_ = choice; }
-  void allow_blocked_layouts(bool inputs, bool outputs, std::vector<Layout> incoming = {}) {
+  void allow_blocked_layouts(bool inputs, bool outputs, std::vector<Layout> incoming = {},
+                             bool feeds_channel_concat = false) {
     blocked_inputs_ = inputs;
     blocked_outputs_ = outputs;
     incoming_ = std::move(incoming);
+    feeds_channel_concat_ = feeds_channel_concat;
   }
   size_t num_inputs() const { return types_.size(); }
   // False for an omitted optional input.
@@ -152,7 +158,7 @@ class PrepareContext {
   std::vector<const Tensor*> constants_;
   int num_threads_;
   WeightCache* weights_;
-  bool blocked_inputs_ = false, blocked_outputs_ = false;
+  bool blocked_inputs_ = false, blocked_outputs_ = false, feeds_channel_concat_ = false;
   int choice_ = -1;
   std::vector<Layout> incoming_;
   mutable std::vector<bool> values_read_;

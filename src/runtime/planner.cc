@@ -60,7 +60,7 @@ kernels::PrepareContext make_context(const ir::Node& node, const std::vector<Ten
                                      const std::vector<const Tensor*>& constants, int num_threads,
                                      kernels::WeightCache* weights, const LayoutFreedom* layouts) {
   kernels::PrepareContext ctx(node, types, constants, num_threads, weights);
-  if (layouts) ctx.allow_blocked_layouts(layouts->inputs, layouts->outputs, layouts->incoming);
+  if (layouts) ctx.allow_blocked_layouts(layouts->inputs, layouts->outputs, layouts->incoming, layouts->feeds_channel_concat);
   return ctx;
 }
 
@@ -189,6 +189,20 @@ class PlanBuilder {
       last_use_[graph_.outputs()[k]] = kForever;
       output_index_.emplace(graph_.outputs()[k], static_cast<int>(k));  // first occurrence wins
     }
+    for (const auto& node : nodes)
+      if (is_channel_concat(*node))
+        for (const ir::Value* v : node->inputs)
+          if (v) channel_concat_inputs_.insert(v);
+  }
+
+  // A Concat along axis 1 (of 4-D tensors where a convolution's output is
+  // an input): in place when its inputs are whole channel blocks
+  // (place_concats_in_place).
+  static bool is_channel_concat(const ir::Node& node) {
+    if (node.op_type != "Concat" || !node.domain.empty() || node.outputs.empty() || !node.outputs[0]) return false;
+    const ir::Type& t = node.outputs[0]->type;
+    const int64_t axis = node.attrs.get_int("axis", 0);
+    return axis == 1 || (axis == -3 && t.is_tensor() && t.has_shape() && t.rank() == 4);
   }
 
   int add_slot(Slot s) {
@@ -267,6 +281,8 @@ class PlanBuilder {
     layouts.outputs = layouts.inputs && std::none_of(node.outputs.begin(), node.outputs.end(), [&](const ir::Value* v) {
                         return v && output_index_.count(v);
                       });
+    layouts.feeds_channel_concat = layouts.outputs && !node.outputs.empty() && node.outputs[0] &&
+                                   channel_concat_inputs_.count(node.outputs[0]);
     PreparedKernel prepared;
     try {
       prepared = prepare_kernel(node, types, constants, threads_, /*ref_only=*/fold, nullptr, weights_, &layouts,
@@ -617,6 +633,7 @@ class PlanBuilder {
   std::map<const ir::Value*, int> slot_of_;
   std::map<const ir::Value*, int> last_use_;
   std::map<const ir::Value*, int> output_index_;
+  std::set<const ir::Value*> channel_concat_inputs_;
   std::map<int, int> root_last_use_;  // arena root slot -> last node index that reads it or an alias
   std::map<const ir::Node*, int> node_index_;
   std::vector<size_t> buffer_bytes_;

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <functional>
 #include <string>
 #include <vector>
@@ -232,6 +233,83 @@ TEST(ConcatInPlace, LeftAloneForRowsAndUnalignedRanges) {
     expect_values(run(b, x, 0)[0],
                   channels({map(x, [](float v) { return relu(2 * v); }), map(x, [](float v) { return relu(-3 * v); })}));
   }
+}
+
+// y = conv(x, w) + bias, stride 1, `k` x `k` window, zero padding k / 2: by hand.
+std::vector<float> conv_by_hand(const Tensor& x, const Tensor& w, float bias) {
+  const int64_t c = x.dim(1), h = x.dim(2), wd = x.dim(3), co = w.dim(0), k = w.dim(2), pad = k / 2;
+  std::vector<float> y(static_cast<size_t>(co * h * wd), bias);
+  for (int64_t o = 0; o < co; ++o)
+    for (int64_t i = 0; i < h; ++i)
+      for (int64_t j = 0; j < wd; ++j) {
+        double acc = bias;
+        for (int64_t ci = 0; ci < c; ++ci)
+          for (int64_t a = 0; a < k; ++a)
+            for (int64_t b = 0; b < k; ++b) {
+              const int64_t ii = i + a - pad, jj = j + b - pad;
+              if (ii < 0 || ii >= h || jj < 0 || jj >= wd) continue;
+              acc += static_cast<double>(x.data<float>()[(ci * h + ii) * wd + jj]) *
+                     w.data<float>()[((o * c + ci) * k + a) * k + b];
+            }
+        y[static_cast<size_t>((o * h + i) * wd + j)] = static_cast<float>(acc);
+      }
+  return y;
+}
+
+Tensor filled(Shape shape, float v) {
+  Tensor t(DType::kFloat32, std::move(shape));
+  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = v;
+  return t;
+}
+
+// A fire module's shape: x [1, 16, 6, 7] through a 1x1 and a 3x3
+// convolution (32 channels each, bias 0.25), concatenated along channels.
+struct FireModule {
+  FireModule() : b(Shape{1, 16, 6, 7}), w1(random_f32({32, 16, 1, 1}, 2)), w3(random_f32({32, 16, 3, 3}, 3)) {
+    ir::Value* c = b.concat({conv(w1, "w1"), conv(w3, "w3")});
+    b.g->add_output(b.op("Relu", {c}));
+  }
+  ir::Value* conv(const Tensor& w, const std::string& name) {
+    ir::Node* n = b.g->add_node("Conv", {b.x, b.g->add_constant(name, w), b.g->add_constant(name + "_b", filled({32}, 0.25f))}, 1);
+    n->attrs.set("pads", std::vector<int64_t>(4, w.dim(2) / 2));
+    return n->output(0);
+  }
+  std::vector<float> expected(const Tensor& x) const {
+    std::vector<float> want = channels({conv_by_hand(x, w1, 0.25f), conv_by_hand(x, w3, 0.25f)});
+    for (float& v : want) v = relu(v);
+    return want;
+  }
+  Builder b;
+  Tensor w1, w3;
+};
+
+// The convolutions write channel blocks (nChw16c on AVX-512, where oneDNN's
+// own pick is NHWC, whose channel ranges the concat would have to copy), so
+// the concat is planned in place.
+TEST(ConcatInPlace, ConvolutionsFeedingAChannelConcatWriteChannelBlocks) {
+  FireModule fire;
+  const Tensor x = random_f32(fire.b.x_shape, 1);
+  const std::vector<float> want = fire.expected(x);
+  std::vector<Tensor> y = run(fire.b, x, 1);
+  ASSERT_EQ(static_cast<size_t>(y[0].numel()), want.size());
+  for (size_t i = 0; i < want.size(); ++i) ASSERT_NEAR(y[0].data<float>()[i], want[i], 1e-4f) << "element " << i;
+}
+
+// ctest runs VecKernels.* again under ANVIL_MAX_ISA=sse41 and avx2, each test
+// in a process of its own: there the first oneDNN call of the process is
+// this plan's, and asking for the ISA's channel blocks must not fix oneDNN's
+// ISA before the cap is applied.
+TEST(VecKernels, ConvolutionsAskingForChannelBlocksKeepTheIsaCap) {
+  const char* cap = std::getenv("ANVIL_MAX_ISA");
+  if (!cap || (std::string(cap) != "sse41" && std::string(cap) != "avx2")) GTEST_SKIP() << "no ISA cap below AVX-512";
+  FireModule fire;
+  const Tensor x = random_f32(fire.b.x_shape, 1);
+  Session s = Session::from_graph(std::move(fire.b.g));
+  for (const std::string& line : s.describe_plan({{"x", x}}))
+    EXPECT_EQ(line.find("avx512"), std::string::npos) << line;
+  std::vector<Tensor> y = s.run({{"x", x}});
+  const std::vector<float> want = fire.expected(x);
+  for (size_t i = 0; i < want.size(); ++i) ASSERT_NEAR(y[0].data<float>()[i], want[i], 1e-4f) << "element " << i;
 }
 
 }  // namespace

@@ -174,6 +174,7 @@ void Staging::finish(const dnnl::memory& written, void* data) const {
 
 dnnl::memory::desc blocked_desc(const Shape& shape) {
   using tag = dnnl::memory::format_tag;
+  (void)engine();  // ANVIL_MAX_ISA is applied before oneDNN is first asked its ISA (which fixes it)
   bool wide = dnnl::get_effective_cpu_isa() >= dnnl::cpu_isa::avx512_core;
   tag t = shape.size() == 4 ? (wide ? tag::nChw16c : tag::nChw8c) : (wide ? tag::nCdhw16c : tag::nCdhw8c);
   return dnnl::memory::desc(dims(shape), dnnl::memory::data_type::f32, t);
