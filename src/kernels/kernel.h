@@ -103,9 +103,9 @@ class PrepareContext {
   // The layout input i's producer wrote it in: a hint for a kernel that can
   // read several (a pooling that keeps its input's blocked format). Null: plain.
   Layout incoming_layout(size_t i) const { return i < incoming_.size() ? incoming_[i] : nullptr; }
-  // Whether output 0 is an input of a Concat along axis 1 of 4-D tensors (a
-  // hint from the planner, which places such concats in place where each
-  // input is a whole range of channel blocks).
+  // Whether output 0 is an input of a Concat along channels (axis 1) that the
+  // planner can place in place once each input is a whole range of channel
+  // blocks (not a graph output; every input a convolution's, read last there).
   bool output_feeds_channel_concat() const { return feeds_channel_concat_; }
   // Which of the kernel's alternatives (Kernel::alternatives) prepare() is to
   // take: -1 (the default) lets the kernel's own rule pick; the tuner sets

@@ -95,7 +95,7 @@ struct LayoutFreedom {
   bool inputs = false;
   bool outputs = false;
   std::vector<kernels::Layout> incoming;  // per input: its producer's layout
-  bool feeds_channel_concat = false;       // output 0 is an input of a Concat along axis 1 (4-D)
+  bool feeds_channel_concat = false;       // PrepareContext::output_feeds_channel_concat
 };
 // `values_read`, when given, receives which inputs prepare() looked at.
 // Throws kernels::ValueNeeded when every backend needs an input's value that

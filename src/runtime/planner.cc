@@ -189,20 +189,31 @@ class PlanBuilder {
       last_use_[graph_.outputs()[k]] = kForever;
       output_index_.emplace(graph_.outputs()[k], static_cast<int>(k));  // first occurrence wins
     }
-    for (const auto& node : nodes)
-      if (is_channel_concat(*node))
-        for (const ir::Value* v : node->inputs)
-          if (v) channel_concat_inputs_.insert(v);
+    for (size_t i = 0; i < nodes.size(); ++i)
+      if (convolutions_may_write_in_place(*nodes[i], static_cast<int>(i)))
+        for (const ir::Value* v : nodes[i]->inputs) channel_concat_inputs_.insert(v);
   }
 
-  // A Concat along axis 1 (of 4-D tensors where a convolution's output is
-  // an input): in place when its inputs are whole channel blocks
-  // (place_concats_in_place).
-  static bool is_channel_concat(const ir::Node& node) {
+  // Whether the inputs of `node` (at `index`) are worth writing in channel
+  // blocks (the hint PrepareContext::output_feeds_channel_concat): a Concat
+  // along axis 1 that place_concats_in_place could take once they are, so
+  // not a graph output, every input a distinct convolution's output read
+  // last by the concat. Otherwise the convolutions would switch kernels (and
+  // the concat would see mixed layouts) for no copy saved.
+  bool convolutions_may_write_in_place(const ir::Node& node, int index) const {
     if (node.op_type != "Concat" || !node.domain.empty() || node.outputs.empty() || !node.outputs[0]) return false;
+    if (output_index_.count(node.outputs[0])) return false;
     const ir::Type& t = node.outputs[0]->type;
     const int64_t axis = node.attrs.get_int("axis", 0);
-    return axis == 1 || (axis == -3 && t.is_tensor() && t.has_shape() && t.rank() == 4);
+    if (!(axis == 1 || (axis == -3 && t.is_tensor() && t.has_shape() && t.rank() == 4))) return false;
+    std::set<const ir::Value*> seen;
+    for (const ir::Value* v : node.inputs) {
+      if (!v || !seen.insert(v).second || !v->producer) return false;
+      const ir::Node& p = *v->producer;
+      const bool conv = (p.op_type == "Conv" && p.domain.empty()) || (p.op_type == "FusedConv" && p.domain == "anvil");
+      if (!conv || v != p.outputs[0] || last_use_.at(v) != index) return false;
+    }
+    return true;
   }
 
   int add_slot(Slot s) {
@@ -484,7 +495,7 @@ class PlanBuilder {
   // Concats of one row per input (Kernel::input_offsets_in_output) planned in
   // place, each input's buffer becoming its range of the output's: the
   // producers write there and the concat copies nothing (SqueezeNet's fire
-  // modules, at batch 1 in nChw8c). The output's buffer then lives from the
+  // modules, at batch 1 in nChw8c / nChw16c). The output's buffer then lives from the
   // first producer on, which can raise the peak where an input is made long
   // before its concat (a U-Net's skips); so all of them stay copies when the
   // arena would grow.

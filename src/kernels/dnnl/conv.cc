@@ -9,6 +9,7 @@
 // (Kernel::alternatives).
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 
 #include "kernels/dnnl/common.h"
 #include "kernels/nn_geometry.h"
@@ -39,20 +40,21 @@ memory::desc activation_desc(const Shape& shape) {
 
 // Whether a 2-D convolution of x into y asks for channel blocks (nChw16c on
 // AVX-512, nChw8c below) rather than oneDNN's pick: where its output feeds a
-// channel Concat, whose inputs in whole channel blocks are planned in place
-// (in NHWC, oneDNN's pick for brgconv on AVX-512, each input's channels are a
-// strided range and the concat copies), and where its input already arrives
-// in those blocks (no reorder). SqueezeNet on AVX-512: its concats were 6% of
-// a run, and jit's nChw16c convolutions ran its fire modules as fast as
-// brgconv's NHWC ones. ResNet's 3x3s run 3-13% slower in nChw16c, so a
-// model without channel concats keeps oneDNN's pick.
+// channel Concat that the planner can place in place once its inputs are
+// whole channel blocks (batch 1; in NHWC, oneDNN's pick for brgconv on
+// AVX-512, each input's channels are a strided range and the concat copies),
+// and where its input already arrives in those blocks (no reorder).
+// SqueezeNet on AVX-512: its concats were 6% of a run, and jit's nChw16c
+// convolutions ran its fire modules as fast as brgconv's NHWC ones. ResNet's
+// 3x3s run 3-13% slower in nChw16c, so a model without channel concats
+// keeps oneDNN's pick.
 bool wants_channel_blocks(const PrepareContext& ctx, const Shape& x, const Shape& y, int64_t group) {
   if (!allow_blocked_layout() || !ctx.blocked_inputs_allowed() || !ctx.blocked_outputs_allowed()) return false;
   if (x.size() != 4 || group != 1) return false;
   const memory::desc want = du::blocked_desc(x);
   const int64_t block = want.data.format_desc.blocking.inner_blks[0];
   if (x[1] % block != 0 || y[1] % block != 0) return false;
-  return ctx.output_feeds_channel_concat() ||
+  return (ctx.output_feeds_channel_concat() && y[0] == 1) ||
          same_layout(ctx.incoming_layout(0), du::layout_of(want, x, DType::kFloat32));
 }
 
@@ -183,13 +185,23 @@ class DnnlConv : public DnnlConvBase {
     memory::desc w_any = ctx.constant(1) ? memory::desc(du::dims(wdims), memory::data_type::f32, memory::format_tag::any)
                                          : w_plain;
     try {
-      const bool blocks = wants_channel_blocks(ctx, x, y, group_);
-      memory::desc src_any = blocks ? du::blocked_desc(x) : activation_desc(x);
-      memory::desc dst_any = blocks ? du::blocked_desc(y) : activation_desc(y);
-      dnnl::convolution_forward::desc desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
-                                           src_any, w_any, bias_md(ctx, cout), dst_any, du::dims(g.strides),
-                                           du::dims_minus(g.dilations, 1), du::dims(g.pads_begin), du::dims(g.pads_end));
-      dnnl::convolution_forward::primitive_desc pd(desc, attr, du::engine());
+      auto make_pd = [&](const memory::desc& src, const memory::desc& dst) {
+        dnnl::convolution_forward::desc desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
+                                             src, w_any, bias_md(ctx, cout), dst, du::dims(g.strides),
+                                             du::dims_minus(g.dilations, 1), du::dims(g.pads_begin), du::dims(g.pads_end));
+        return dnnl::convolution_forward::primitive_desc(desc, attr, du::engine());
+      };
+      // Channel blocks only where a jit kernel takes them (some paddings and
+      // window sizes leave only the reference kernel): else oneDNN's pick.
+      std::optional<dnnl::convolution_forward::primitive_desc> blocked;
+      if (wants_channel_blocks(ctx, x, y, group_)) {
+        try {
+          blocked = make_pd(du::blocked_desc(x), du::blocked_desc(y));
+          if (du::impl_name(*blocked).rfind("dnnl:ref", 0) == 0) blocked.reset();
+        } catch (const dnnl::error&) {
+        }
+      }
+      dnnl::convolution_forward::primitive_desc pd = blocked ? *blocked : make_pd(activation_desc(x), activation_desc(y));
       const bool anvil = choose_conv_gemm(ctx, x, w, y, act, pd);
       if (!anvil) {
         primitive_ = dnnl::convolution_forward(pd);
