@@ -13,8 +13,11 @@
 #include <fstream>
 #include <memory>
 #include <random>
+#include <type_traits>
+#include <variant>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "anvil/cpu.h"
@@ -198,14 +201,44 @@ double time_kernel(const kernels::Kernel& kernel, const std::vector<kernels::Ten
   return ms[ms.size() / 2];
 }
 
+namespace {
+
+// An attribute's value as text: numbers, strings and their lists; tensors,
+// graphs and types by their kind only (their contents change no kernel's
+// choice that their shapes, hashed with the inputs, would not).
+std::string attribute_text(const ir::AttrValue& value) {
+  return std::visit(
+      [](const auto& v) -> std::string {
+        using T = std::decay_t<decltype(v)>;
+        if constexpr (std::is_same_v<T, int64_t> || std::is_same_v<T, float> || std::is_same_v<T, std::string>) {
+          return fmt::format("{}", v);
+        } else if constexpr (std::is_same_v<T, std::vector<int64_t>> || std::is_same_v<T, std::vector<float>> ||
+                             std::is_same_v<T, std::vector<std::string>>) {
+          return fmt::format("[{}]", fmt::join(v, ","));
+        } else {
+          return "<object>";
+        }
+      },
+      value);
+}
+
+}  // namespace
+
 std::string model_fingerprint(const ir::Graph& graph) {
   uint64_t h = fnv1a("anvil-model");
   for (const ir::Value* v : graph.inputs()) h = fnv1a(v->name + ";", h);
+  // Each node with its wiring and attributes: a re-exported model whose
+  // nodes keep their names but not their edges plans differently.
   for (const auto& node : graph.nodes()) {
     h = fnv1a(node->describe(), h);
-    for (const ir::Value* v : node->inputs)
+    for (const auto& [name, value] : node->attrs.all()) h = fnv1a(name + "=" + attribute_text(value) + ";", h);
+    for (const ir::Value* v : node->inputs) {
+      h = fnv1a(v ? "<" + v->name : std::string("<"), h);
       if (v && v->is_constant()) h = fnv1a(fmt::format("{}{};", dtype_name(v->constant->dtype()), shape_str(v->constant->shape())), h);
+    }
+    for (const ir::Value* v : node->outputs) h = fnv1a(v ? ">" + v->name : std::string(">"), h);
   }
+  for (const ir::Value* v : graph.outputs()) h = fnv1a("=>" + v->name, h);
   return fmt::format("{:016x}", h);
 }
 

@@ -17,6 +17,7 @@
 
 #include "anvil/session.h"
 #include "ir/graph.h"
+#include "runtime/tuner.h"
 
 namespace anvil {
 namespace {
@@ -111,6 +112,26 @@ TEST(Tuner, AMalformedCacheIsReplaced) {
     EXPECT_EQ(read_json(cache)["choices"].size(), 1u) << bad;  // rewritten, valid
   }
   std::remove(cache.c_str());
+}
+
+// The tuning cache's model key changes with the wiring and the attributes
+// of nodes whose names and constants stay the same, and only with them.
+TEST(Tuner, TheModelFingerprintSeesWiringAndAttributes) {
+  auto graph = [](bool swapped, int64_t axis) {
+    auto g = std::make_unique<ir::Graph>();
+    g->opsets[""] = 17;
+    ir::Value* x = g->add_input("x", DType::kFloat32, {2, 3});
+    ir::Value* y = g->add_input("y", DType::kFloat32, {2, 3});
+    ir::Value* d = g->add_node("Sub", {swapped ? y : x, swapped ? x : y}, 1, "sub")->output(0);
+    ir::Node* c = g->add_node("Concat", {d, x}, 1, "cat");
+    c->attrs.set("axis", axis);
+    g->add_output(c->output(0));
+    return g;
+  };
+  const std::string base = runtime::model_fingerprint(*graph(false, 0));
+  EXPECT_EQ(runtime::model_fingerprint(*graph(false, 0)), base);
+  EXPECT_NE(runtime::model_fingerprint(*graph(true, 0)), base);
+  EXPECT_NE(runtime::model_fingerprint(*graph(false, 1)), base);
 }
 
 TEST(Tuner, OffByDefault) {
