@@ -69,6 +69,11 @@ Node* Graph::add_node(const std::string& op_type, std::vector<Value*> inputs, in
   return add_node_with_outputs(op_type, std::move(inputs), std::move(outs), node_name);
 }
 
+int Graph::default_opset() const {
+  auto it = opsets.find("");
+  return it == opsets.end() ? 17 : it->second;
+}
+
 Node* Graph::add_node_with_outputs(const std::string& op_type, std::vector<Value*> inputs,
                                    std::vector<Value*> outputs, const std::string& name) {
   auto n = std::make_unique<Node>();
@@ -76,8 +81,7 @@ Node* Graph::add_node_with_outputs(const std::string& op_type, std::vector<Value
   n->name = name;
   n->inputs = std::move(inputs);
   n->outputs = std::move(outputs);
-  auto it = opsets.find("");
-  n->opset = it == opsets.end() ? 17 : it->second;
+  n->opset = default_opset();
   for (Value* o : n->outputs)
     if (o) o->producer = n.get();
   nodes_.push_back(std::move(n));

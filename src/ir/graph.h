@@ -108,6 +108,8 @@ class Graph {
   void topological_sort();
 
   std::map<std::string, int> opsets;  // domain -> version
+  // The default domain's opset, which add_node gives new nodes (17 when the graph names none).
+  int default_opset() const;
   std::string name;
 
   // Subgraphs: the enclosing graph and the node whose attribute holds this one.

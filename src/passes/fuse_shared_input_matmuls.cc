@@ -24,7 +24,6 @@ namespace anvil::passes {
 
 namespace {
 
-
 // The constant bias of `n` as a vector of its N values, or empty when it has none.
 std::vector<float> bias_of(const ir::Node& n) {
   const ir::Value* b = n.input(2);
@@ -63,15 +62,12 @@ std::vector<int64_t> widths_of(const std::vector<ir::Node*>& nodes) {
   return widths;
 }
 
-// The graph's default-domain opset, as Graph::add_node gives new nodes.
-int default_opset(const ir::Graph& graph) { return graph.opsets.count("") ? graph.opsets.at("") : 17; }
-
 class FuseSharedInputMatMuls : public Pass {
  public:
   std::string name() const override { return "fuse_shared_input_matmuls"; }
 
   bool run(ir::Graph& graph) override {
-    if (default_opset(graph) < 2) return false;  // Split has a kernel from opset 2
+    if (graph.default_opset() < 2) return false;  // Split has a kernel from opset 2
     // Groups by input, weight rows, activation and whether a bias is there,
     // in graph order (so the merged nodes' names do not depend on addresses).
     std::map<std::tuple<const ir::Value*, int64_t, std::string, bool>, size_t> group_of;
@@ -154,7 +150,7 @@ class FuseSharedInputMatMuls : public Pass {
     Tensor sizes(DType::kInt64, {static_cast<int64_t>(widths.size())});
     std::copy(widths.begin(), widths.end(), sizes.data<int64_t>());
     std::vector<ir::Value*> split_inputs{product->output(0)};
-    const int opset = default_opset(graph);
+    const int opset = graph.default_opset();
     if (opset >= 13) split_inputs.push_back(graph.add_constant(graph.unique_name(first.name + "_split"), std::move(sizes)));
     ir::Node* split = graph.add_node_with_outputs("Split", split_inputs, outputs, graph.unique_name(first.name + "_split"));
     split->attrs.set("axis", last_axis);
