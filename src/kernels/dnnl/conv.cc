@@ -7,6 +7,10 @@
 // blocked layouts (vec::conv_gemm: the input gathered into the GEMM's panels
 // as an implicit im2col, the weights packed once). `--tune` times both
 // (Kernel::alternatives).
+//
+// Another takes oneDNN's Winograd convolution (AVX-512 only in oneDNN 2.6:
+// F(2x2, 3x3) at batch 1, F(4x4, 3x3) above) for 3x3 windows at stride 1 on
+// output planes of at least kWinogradMinPlane pixels (winograd_pd).
 #include <cstdlib>
 #include <cstring>
 #include <optional>
@@ -48,14 +52,40 @@ memory::desc activation_desc(const Shape& shape) {
 // convolutions ran its fire modules as fast as brgconv's NHWC ones. ResNet's
 // 3x3s run 3-13% slower in nChw16c, so a model without channel concats
 // keeps oneDNN's pick.
-bool wants_channel_blocks(const PrepareContext& ctx, const Shape& x, const Shape& y, int64_t group) {
+// Whether a 2-D convolution of x into y, one group, may run in the ISA's
+// channel blocks (nChw16c on AVX-512, nChw8c below): both channel counts
+// fill whole blocks, and the plan lets the kernel pick its layouts.
+bool channel_blocks_fit(const PrepareContext& ctx, const Shape& x, const Shape& y, int64_t group) {
   if (!allow_blocked_layout() || !ctx.blocked_inputs_allowed() || !ctx.blocked_outputs_allowed()) return false;
   if (x.size() != 4 || group != 1) return false;
-  const memory::desc want = du::blocked_desc(x);
-  const int64_t block = want.data.format_desc.blocking.inner_blks[0];
-  if (x[1] % block != 0 || y[1] % block != 0) return false;
-  return (ctx.output_feeds_channel_concat() && y[0] == 1) ||
-         same_layout(ctx.incoming_layout(0), du::layout_of(want, x, DType::kFloat32));
+  const int64_t block = du::blocked_desc(x).data.format_desc.blocking.inner_blks[0];
+  return x[1] % block == 0 && y[1] % block == 0;
+}
+
+// Whether a convolution asks for channel blocks rather than oneDNN's pick:
+// where its output feeds a channel Concat that the planner can place in
+// place once its inputs are whole channel blocks (batch 1; in NHWC, oneDNN's
+// pick for brgconv on AVX-512, each input's channels are a strided range and
+// the concat copies), and where its input already arrives in those blocks
+// (no reorder) and the window moves by one pixel. SqueezeNet on AVX-512: its
+// concats were 6% of a run, and jit's nChw16c convolutions ran its fire
+// modules as fast as brgconv's NHWC ones. ResNet's 3x3s run 3-13% slower in
+// nChw16c, so a model without channel concats keeps oneDNN's pick, and its
+// strided convolutions after Winograd ones (which write nChw16c) run 10-50%
+// slower in jit's nChw16c than brgconv's NHWC after a reorder.
+bool wants_channel_blocks(const PrepareContext& ctx, const Shape& x, const Shape& y, int64_t group, bool strided) {
+  if (!channel_blocks_fit(ctx, x, y, group)) return false;
+  if (ctx.output_feeds_channel_concat() && y[0] == 1) return true;
+  return !strided && same_layout(ctx.incoming_layout(0), du::layout_of(du::blocked_desc(x), x, DType::kFloat32));
+}
+
+// ANVIL_WINOGRAD=0 keeps every convolution on oneDNN's direct algorithm.
+bool allow_winograd() {
+  static const bool allow = [] {
+    const char* v = std::getenv("ANVIL_WINOGRAD");
+    return !(v && std::string(v) == "0");
+  }();
+  return allow;
 }
 
 // Convolution weights w [C_out, C_in, taps] and conv_gemm's B [taps * C_in,
@@ -185,16 +215,18 @@ class DnnlConv : public DnnlConvBase {
     memory::desc w_any = ctx.constant(1) ? memory::desc(du::dims(wdims), memory::data_type::f32, memory::format_tag::any)
                                          : w_plain;
     try {
-      auto make_pd = [&](const memory::desc& src, const memory::desc& dst) {
-        dnnl::convolution_forward::desc desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
+      auto make_pd = [&](const memory::desc& src, const memory::desc& dst,
+                         dnnl::algorithm algorithm = dnnl::algorithm::convolution_direct) {
+        dnnl::convolution_forward::desc desc(dnnl::prop_kind::forward_inference, algorithm,
                                              src, w_any, bias_md(ctx, cout), dst, du::dims(g.strides),
                                              du::dims_minus(g.dilations, 1), du::dims(g.pads_begin), du::dims(g.pads_end));
         return dnnl::convolution_forward::primitive_desc(desc, attr, du::engine());
       };
       // Channel blocks only where a jit kernel takes them (some paddings and
       // window sizes leave only the reference kernel): else oneDNN's pick.
+      const bool strided = g.strides[0] != 1 || g.strides[1] != 1;
       std::optional<dnnl::convolution_forward::primitive_desc> blocked;
-      if (wants_channel_blocks(ctx, x, y, group_)) {
+      if (wants_channel_blocks(ctx, x, y, group_, strided)) {
         try {
           blocked = make_pd(du::blocked_desc(x), du::blocked_desc(y));
           if (du::impl_name(*blocked).rfind("dnnl:ref", 0) == 0) blocked.reset();
@@ -202,7 +234,9 @@ class DnnlConv : public DnnlConvBase {
         }
       }
       dnnl::convolution_forward::primitive_desc pd = blocked ? *blocked : make_pd(activation_desc(x), activation_desc(y));
-      const bool anvil = choose_conv_gemm(ctx, x, w, y, act, pd);
+      std::optional<dnnl::convolution_forward::primitive_desc> winograd = winograd_pd(ctx, x, w, y, g, make_pd);
+      const bool anvil = choose_conv_gemm(ctx, x, w, y, act, pd, winograd.has_value());
+      if (!anvil && choose_winograd(ctx, y, winograd.has_value())) pd = *winograd;
       if (!anvil) {
         primitive_ = dnnl::convolution_forward(pd);
         scratchpad_md_ = pd.scratchpad_desc();
@@ -219,9 +253,12 @@ class DnnlConv : public DnnlConvBase {
 
   int inplace_input() const override { return fused_ ? 3 : -1; }
 
+  // Indexed as the choices: oneDNN's direct algorithm, then those that fit.
   std::vector<std::string> alternatives() const override {
-    if (!conv_gemm_fits_) return {};
-    return {"dnnl", "conv_gemm"};
+    std::vector<std::string> names{"dnnl"};
+    if (winograd_fits_) names.push_back("dnnl_winograd");
+    if (conv_gemm_fits_) names.push_back("conv_gemm");
+    return names.size() > 1 ? names : std::vector<std::string>{};
   }
 
   void run(const RunContext& ctx) const override {
@@ -257,7 +294,8 @@ class DnnlConv : public DnnlConvBase {
   // kConvGemmMinOutputs1x1 outputs and two threads or more) or
   // kConvGemmMaxPixelsWindow (wider windows).
   bool choose_conv_gemm(const PrepareContext& ctx, const Shape& x, const Shape& w, const Shape& y,
-                        const std::string& act, const dnnl::convolution_forward::primitive_desc& pd) {
+                        const std::string& act, const dnnl::convolution_forward::primitive_desc& pd,
+                        bool winograd_fits) {
     const int64_t width = vec::vec_kernels().gemm.width;
     if (x.size() != 4 || group_ != 1 || !ctx.constant(1) || (act != "" && act != "Relu")) return false;
     if (x[1] % width != 0 || w[0] % width != 0) return false;
@@ -266,13 +304,54 @@ class DnnlConv : public DnnlConvBase {
       if (!layout || layout->channels != width || layout->pixel != width) return false;
     }
     conv_gemm_fits_ = true;
-    if (ctx.choice() >= 0) return ctx.choice() == 1;
+    if (ctx.choice() >= 0) return ctx.choice() == (winograd_fits ? 2 : 1);
     const std::string impl = du::impl_name(pd);
     const int64_t pixels = y[2] * y[3];
     const bool small = w[2] * w[3] > 1 ? pixels <= kConvGemmMaxPixelsWindow
                                        : pixels <= kConvGemmMaxPixels && w[0] >= kConvGemmMinOutputs1x1 &&
                                              ctx.num_threads() >= 2;
     return (impl == "dnnl:jit:avx2" || impl == "dnnl:jit_1x1:avx2") && small;
+  }
+
+  // oneDNN's Winograd convolution of this node, in channel blocks (its only
+  // layout), where it has one: 2-D, one group, a 3x3 window at stride 1 and
+  // dilation 1, constant weights, channels in whole blocks, AVX-512 (oneDNN
+  // 2.6 has none below). Sets winograd_fits_.
+  template <typename MakePd>
+  std::optional<dnnl::convolution_forward::primitive_desc> winograd_pd(const PrepareContext& ctx, const Shape& x,
+                                                                       const Shape& w, const Shape& y,
+                                                                       const SpatialGeometry& g, MakePd make_pd) {
+    winograd_fits_ = false;
+    if (!allow_winograd() || !ctx.constant(1) || !channel_blocks_fit(ctx, x, y, group_)) return std::nullopt;
+    if (w[2] != 3 || w[3] != 3) return std::nullopt;
+    for (size_t i = 0; i < 2; ++i)
+      if (g.strides[i] != 1 || g.dilations[i] != 1) return std::nullopt;
+    try {
+      dnnl::convolution_forward::primitive_desc pd =
+          make_pd(du::blocked_desc(x), du::blocked_desc(y), dnnl::algorithm::convolution_winograd);
+      if (du::impl_name(pd).find("wino") == std::string::npos) return std::nullopt;
+      winograd_fits_ = true;
+      return pd;
+    } catch (const dnnl::error&) {
+      return std::nullopt;  // no Winograd kernel on this ISA, or not for these sizes
+    }
+  }
+
+  // Output planes of at least this many pixels run on Winograd where it
+  // fits. ResNet-18's 3x3s at batch 1 on AVX-512 (Intel Xeon, per node in
+  // the model): 0.63-0.68 of brgconv's time at 56x56 and 28x28, 0.87 at
+  // 14x14, 1.24 at 7x7 (F(2x2, 3x3)'s weights are 16/9 as large, and the 7x7
+  // stage streams 9.4 MB of them per node at batch 1 already). At batch 8
+  // (F(4x4, 3x3), weights 4x as large) 7x7 ran 0.75 of brgconv's time but
+  // took the peak RSS from 132 to 256 MiB, over both peers'.
+  static constexpr int64_t kWinogradMinPlane = 196;
+
+  // Whether the convolution runs on Winograd: the tuner's choice, or else
+  // the rule (kWinogradMinPlane).
+  bool choose_winograd(const PrepareContext& ctx, const Shape& y, bool fits) const {
+    if (!fits) return false;
+    if (ctx.choice() >= 0) return ctx.choice() == 1;
+    return y[2] * y[3] >= kWinogradMinPlane;
   }
 
   // The GEMM's geometry, and the weights as B [KH * KW * C_in, C_out] packed
@@ -333,7 +412,7 @@ class DnnlConv : public DnnlConvBase {
 
   bool fused_;
   bool has_sum_ = false;
-  bool conv_gemm_fits_ = false, conv_gemm_ = false;
+  bool conv_gemm_fits_ = false, conv_gemm_ = false, winograd_fits_ = false;
   vec::ConvGemmArgs conv_;
   Tensor conv_b_;
 };

@@ -1,0 +1,155 @@
+// Convolutions on oneDNN's Winograd algorithm (kernels/dnnl/conv.cc,
+// winograd_pd): 3x3 windows at stride 1 on output planes of 196 pixels or
+// more, where oneDNN has a Winograd kernel (AVX-512). Checked against a
+// convolution computed here in double, with the plan's implementations:
+// which nodes take it, which stay direct, and the strided convolution after
+// one that keeps oneDNN's own layout. Named VecKernels.* so that ctest also
+// runs them capped at sse41 and avx2, where no node may take it.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <unistd.h>
+
+#include "anvil/session.h"
+#include "core/vector_isa.h"
+#include "ir/graph.h"
+#include "kernel_tester.h"
+
+namespace anvil {
+namespace {
+
+using testing::random_f32;
+
+// relu?(conv(x, w) + bias + residual) for x [N, C, H, W], w [O, C, 3, 3],
+// padding 1, stride `stride`, in double; residual null for none.
+std::vector<float> conv3x3_by_hand(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor* residual,
+                                   bool relu, int64_t stride = 1) {
+  const int64_t n = x.dim(0), c_in = x.dim(1), h = x.dim(2), wd = x.dim(3), c_out = w.dim(0);
+  const int64_t oh = (h - 1) / stride + 1, ow = (wd - 1) / stride + 1;
+  std::vector<float> y(static_cast<size_t>(n * c_out * oh * ow));
+  size_t at = 0;
+  for (int64_t b = 0; b < n; ++b)
+    for (int64_t o = 0; o < c_out; ++o)
+      for (int64_t i = 0; i < oh; ++i)
+        for (int64_t j = 0; j < ow; ++j, ++at) {
+          double sum = bias.data<float>()[o];
+          for (int64_t c = 0; c < c_in; ++c)
+            for (int64_t a = 0; a < 3; ++a)
+              for (int64_t e = 0; e < 3; ++e) {
+                const int64_t r = i * stride - 1 + a, q = j * stride - 1 + e;
+                if (r >= 0 && r < h && q >= 0 && q < wd)
+                  sum += double{x.data<float>()[((b * c_in + c) * h + r) * wd + q]} *
+                         w.data<float>()[((o * c_in + c) * 3 + a) * 3 + e];
+              }
+          if (residual) sum += residual->data<float>()[at];
+          y[at] = static_cast<float>(relu && sum < 0 ? 0 : sum);
+        }
+  return y;
+}
+
+void expect_near(const Tensor& got, const std::vector<float>& want) {
+  ASSERT_EQ(static_cast<size_t>(got.numel()), want.size());
+  for (size_t i = 0; i < want.size(); ++i)
+    ASSERT_NEAR(got.data<float>()[i], want[i], 1e-4f * (1 + std::abs(want[i]))) << "element " << i;
+}
+
+// Whether oneDNN has a Winograd kernel here: AVX-512 (and no cap below it).
+bool winograd_expected() { return vector_isa() == VectorIsa::kAvx512; }
+
+// The plan line of the node named `name`.
+std::string plan_line(const Session& s, const Tensor& x, const std::string& name) {
+  for (const std::string& line : s.describe_plan({{"x", x}}))
+    if (line.find("'" + name + "'") != std::string::npos) return line;
+  ADD_FAILURE() << "no step for " << name;
+  return "";
+}
+
+ir::Node* conv3x3(ir::Graph& g, const std::string& name, std::vector<ir::Value*> inputs, int64_t stride = 1) {
+  ir::Node* n = g.add_node("Conv", std::move(inputs), 1, name);
+  n->attrs.set("pads", std::vector<int64_t>{1, 1, 1, 1});
+  n->attrs.set("strides", std::vector<int64_t>{stride, stride});
+  return n;
+}
+
+// A residual block's second convolution (bias, residual, ReLU: fused into
+// one node by the optimizer; not a graph output, which is written plain) on a 16x16 plane at batch 1 (F(2x2, 3x3)) and
+// 2 (F(4x4, 3x3)), at 1 and 2 threads.
+TEST(VecKernels, ConvolutionsOnLargePlanesRunOnWinograd) {
+  const Tensor w = random_f32({32, 32, 3, 3}, 2), bias = random_f32({32}, 3);
+  for (int64_t batch : {1, 2})
+    for (int threads : {1, 2}) {
+      SCOPED_TRACE(::testing::Message() << "batch " << batch << ", " << threads << " threads");
+      auto g = std::make_unique<ir::Graph>();
+      g->opsets[""] = 17;
+      ir::Value* x = g->add_input("x", DType::kFloat32, {batch, 32, 16, 16});
+      ir::Node* n = conv3x3(*g, "block", {x, g->add_constant("w", w), g->add_constant("b", bias)});
+      ir::Value* sum = g->add_node("Add", {n->output(0), x}, 1)->output(0);
+      ir::Value* relu = g->add_node("Relu", {sum}, 1)->output(0);
+      g->add_output(g->add_node("Sigmoid", {relu}, 1)->output(0));  // the block's output is not the graph's
+      SessionOptions options;
+      options.num_threads = threads;
+      Session s = Session::from_graph(std::move(g), options);
+      const Tensor in = random_f32({batch, 32, 16, 16}, 1);
+      EXPECT_EQ(plan_line(s, in, "block").find("wino") != std::string::npos, winograd_expected())
+          << plan_line(s, in, "block");
+      std::vector<float> want = conv3x3_by_hand(in, w, bias, &in, true);
+      for (float& v : want) v = static_cast<float>(1 / (1 + std::exp(-double{v})));
+      expect_near(s.run({{"x", in}})[0], want);
+    }
+}
+
+// A 13x13 plane (169 pixels) stays on the direct algorithm; so does a
+// strided convolution, which after a Winograd one (nChw16c) takes oneDNN's
+// own layout (NHWC on AVX-512) rather than the blocks it receives.
+TEST(VecKernels, SmallPlanesAndStridedConvolutionsStayDirect) {
+  const Tensor w1 = random_f32({16, 16, 3, 3}, 4), b1 = random_f32({16}, 5);
+  const Tensor w2 = random_f32({32, 16, 3, 3}, 6), b2 = random_f32({32}, 7);
+  for (int64_t side : {13, 14}) {
+    SCOPED_TRACE(::testing::Message() << side << "x" << side);
+    auto g = std::make_unique<ir::Graph>();
+    g->opsets[""] = 17;
+    ir::Value* x = g->add_input("x", DType::kFloat32, {1, 16, side, side});
+    ir::Node* first = conv3x3(*g, "first", {x, g->add_constant("w1", w1), g->add_constant("b1", b1)});
+    ir::Node* second = conv3x3(*g, "strided", {first->output(0), g->add_constant("w2", w2), g->add_constant("b2", b2)}, 2);
+    g->add_output(g->add_node("Neg", {second->output(0)}, 1)->output(0));  // not fused: "strided" writes no graph output
+    Session s = Session::from_graph(std::move(g));
+    const Tensor in = random_f32({1, 16, side, side}, 8);
+    const std::string first_line = plan_line(s, in, "first"), strided_line = plan_line(s, in, "strided");
+    EXPECT_EQ(first_line.find("wino") != std::string::npos, winograd_expected() && side == 14) << first_line;
+    EXPECT_EQ(strided_line.find("wino"), std::string::npos) << strided_line;
+    if (winograd_expected()) EXPECT_EQ(strided_line.find("16b"), std::string::npos) << strided_line;
+    Tensor mid(DType::kFloat32, {1, 16, side, side});
+    const std::vector<float> first_want = conv3x3_by_hand(in, w1, b1, nullptr, false);
+    std::copy(first_want.begin(), first_want.end(), mid.data<float>());
+    std::vector<float> want = conv3x3_by_hand(mid, w2, b2, nullptr, false, 2);
+    for (float& v : want) v = -v;
+    expect_near(s.run({{"x", in}})[0], want);
+  }
+}
+
+// With tuning, the node's alternatives (oneDNN direct, Winograd) are each
+// prepared by their index and timed; whichever wins computes the same.
+TEST(VecKernels, TunedConvolutionsChooseBetweenDirectAndWinograd) {
+  const std::string cache =
+      (std::filesystem::temp_directory_path() / ("anvil_winograd_tune_" + std::to_string(::getpid()) + ".json"))
+          .string();
+  const Tensor w = random_f32({16, 16, 3, 3}, 9), bias = random_f32({16}, 10);
+  auto g = std::make_unique<ir::Graph>();
+  g->opsets[""] = 17;
+  ir::Value* x = g->add_input("x", DType::kFloat32, {1, 16, 20, 20});
+  g->add_output(conv3x3(*g, "conv", {x, g->add_constant("w", w), g->add_constant("b", bias)})->output(0));
+  SessionOptions options;
+  options.tune = true;
+  options.tune_cache = cache;
+  Session s = Session::from_graph(std::move(g), options);
+  const Tensor in = random_f32({1, 16, 20, 20}, 11);
+  expect_near(s.run({{"x", in}})[0], conv3x3_by_hand(in, w, bias, nullptr, false));
+  std::filesystem::remove(cache);
+}
+
+}  // namespace
+}  // namespace anvil
