@@ -131,6 +131,30 @@ TEST(VecKernels, SmallPlanesAndStridedConvolutionsStayDirect) {
   }
 }
 
+// Winograd's transformed weights differ per batch size (F(2x2, 3x3) at 1,
+// F(4x4, 3x3) above) and oneDNN cannot reorder them back: the session keeps
+// the original weights for the next plan's packing instead of releasing
+// them (before, every batch size after the first failed on that reorder).
+TEST(VecKernels, WinogradWeightsServeEveryBatchSize) {
+  const Tensor w = random_f32({64, 64, 3, 3}, 12), bias = random_f32({64}, 13);  // 144 KiB: worth releasing
+  auto g = std::make_unique<ir::Graph>();
+  g->opsets[""] = 17;
+  ir::Value* x = g->add_input("x", DType::kFloat32, {-1, 64, 14, 14});
+  // Copies the session alone holds: a caller's tensor is never released.
+  ir::Node* conv = conv3x3(*g, "conv", {x, g->add_constant("w", w.clone()), g->add_constant("b", bias.clone())});
+  g->add_output(g->add_node("Neg", {conv->output(0)}, 1)->output(0));
+  Session s = Session::from_graph(std::move(g));
+  for (int64_t batch : {1, 2, 1, 3}) {
+    SCOPED_TRACE(::testing::Message() << "batch " << batch);
+    const Tensor in = random_f32({batch, 64, 14, 14}, static_cast<uint32_t>(20 + batch));
+    EXPECT_EQ(plan_line(s, in, "conv").find("wino") != std::string::npos, winograd_expected())
+        << plan_line(s, in, "conv");
+    std::vector<float> want = conv3x3_by_hand(in, w, bias, nullptr, false);
+    for (float& v : want) v = -v;
+    expect_near(s.run({{"x", in}})[0], want);
+  }
+}
+
 // With tuning, the node's alternatives (oneDNN direct, Winograd) are each
 // prepared by their index and timed; whichever wins computes the same.
 TEST(VecKernels, TunedConvolutionsChooseBetweenDirectAndWinograd) {

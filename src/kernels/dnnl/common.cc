@@ -107,12 +107,16 @@ PackedWeights pack_shared(const PrepareContext& ctx, const Tensor& source, const
   std::string key(reinterpret_cast<const char*>(&from.data), sizeof(from.data));
   key.append(reinterpret_cast<const char*>(&to.data), sizeof(to.data));
   PackedWeights w;
-  WeightCache::Unpack unpack = [from, to](const Tensor& packed, void* dst) {
-    dnnl::memory in(to, engine(), const_cast<void*>(packed.raw()));
-    dnnl::memory out = wrap(from, dst);
-    dnnl::reorder(in, out).execute(stream(), in, out);
-    stream().wait();
-  };
+  // oneDNN reorders only blocked layouts back: Winograd's transformed weights
+  // have no unpack, so their source is kept (WeightCache::release).
+  WeightCache::Unpack unpack;
+  if (to.data.format_kind == dnnl_blocked)
+    unpack = [from, to](const Tensor& packed, void* dst) {
+      dnnl::memory in(to, engine(), const_cast<void*>(packed.raw()));
+      dnnl::memory out = wrap(from, dst);
+      dnnl::reorder(in, out).execute(stream(), in, out);
+      stream().wait();
+    };
   w.storage = cache->get(source, key, [&] { return pack(from, source.raw(), to).storage; }, std::move(unpack));
   w.memory = dnnl::memory(to, engine(), w.storage.raw());
   return w;
