@@ -215,12 +215,19 @@ class DnnlConv : public DnnlConvBase {
     memory::desc w_any = ctx.constant(1) ? memory::desc(du::dims(wdims), memory::data_type::f32, memory::format_tag::any)
                                          : w_plain;
     try {
+      // oneDNN's first implementation for these layouts, or the first whose
+      // name starts with `impl` (dnnl::error when none does). The iteration
+      // reads the operation descriptor: it must stay in this scope.
       auto make_pd = [&](const memory::desc& src, const memory::desc& dst,
-                         dnnl::algorithm algorithm = dnnl::algorithm::convolution_direct) {
+                         dnnl::algorithm algorithm = dnnl::algorithm::convolution_direct,
+                         const std::string& impl = "") {
         dnnl::convolution_forward::desc desc(dnnl::prop_kind::forward_inference, algorithm,
                                              src, w_any, bias_md(ctx, cout), dst, du::dims(g.strides),
                                              du::dims_minus(g.dilations, 1), du::dims(g.pads_begin), du::dims(g.pads_end));
-        return dnnl::convolution_forward::primitive_desc(desc, attr, du::engine());
+        dnnl::convolution_forward::primitive_desc pd(desc, attr, du::engine());
+        while (du::impl_name(pd).rfind(impl, 0) != 0)
+          if (!pd.next_impl()) throw dnnl::error(dnnl_unimplemented, "no such convolution implementation");
+        return pd;
       };
       // Channel blocks only where a jit kernel takes them (some paddings and
       // window sizes leave only the reference kernel): else oneDNN's pick.
@@ -235,8 +242,18 @@ class DnnlConv : public DnnlConvBase {
       }
       dnnl::convolution_forward::primitive_desc pd = blocked ? *blocked : make_pd(activation_desc(x), activation_desc(y));
       std::optional<dnnl::convolution_forward::primitive_desc> winograd = winograd_pd(ctx, x, w, y, g, make_pd);
-      const bool anvil = choose_conv_gemm(ctx, x, w, y, act, pd, winograd.has_value());
-      if (!anvil && choose_winograd(ctx, y, winograd.has_value())) pd = *winograd;
+      std::optional<dnnl::convolution_forward::primitive_desc> jit_dw = jit_dw_pd(pd, make_pd);
+      alternatives_ = {"dnnl"};
+      if (winograd) alternatives_.push_back("dnnl_winograd");
+      if (jit_dw) alternatives_.push_back("dnnl_jit_dw");
+      const bool gemm_fits = conv_gemm_fits(ctx, x, w, act, pd);
+      if (gemm_fits) alternatives_.push_back("conv_gemm");
+      const std::string pick = ctx.choice() >= 0 && static_cast<size_t>(ctx.choice()) < alternatives_.size()
+                                   ? alternatives_[static_cast<size_t>(ctx.choice())]
+                                   : rule_pick(ctx, w, y, pd, gemm_fits, winograd.has_value(), jit_dw.has_value());
+      const bool anvil = pick == "conv_gemm";
+      if (pick == "dnnl_winograd") pd = *winograd;
+      if (pick == "dnnl_jit_dw") pd = *jit_dw;
       if (!anvil) {
         primitive_ = dnnl::convolution_forward(pd);
         scratchpad_md_ = pd.scratchpad_desc();
@@ -253,12 +270,9 @@ class DnnlConv : public DnnlConvBase {
 
   int inplace_input() const override { return fused_ ? 3 : -1; }
 
-  // Indexed as the choices: oneDNN's direct algorithm, then those that fit.
+  // Indexed as the choices: oneDNN's own pick, then those that fit.
   std::vector<std::string> alternatives() const override {
-    std::vector<std::string> names{"dnnl"};
-    if (winograd_fits_) names.push_back("dnnl_winograd");
-    if (conv_gemm_fits_) names.push_back("conv_gemm");
-    return names.size() > 1 ? names : std::vector<std::string>{};
+    return alternatives_.size() > 1 ? alternatives_ : std::vector<std::string>{};
   }
 
   void run(const RunContext& ctx) const override {
@@ -286,16 +300,11 @@ class DnnlConv : public DnnlConvBase {
   // ran 0.87-0.98 of oneDNN's time at 7x7, MobileNetV2's (160, 320) 1.01-1.04.
   static constexpr int64_t kConvGemmMinOutputs1x1 = 512;
 
-  // Whether the convolution runs on vec::conv_gemm: where it fits (2-D, one
-  // group, constant weights, channels in whole vectors, no activation but
-  // ReLU, and oneDNN's layouts the blocked one of the vector width), by the
-  // tuner's choice or else by the rule: oneDNN's choice is its jit:avx2
-  // kernel, the output plane at most kConvGemmMaxPixels (a 1x1 window, with
-  // kConvGemmMinOutputs1x1 outputs and two threads or more) or
-  // kConvGemmMaxPixelsWindow (wider windows).
-  bool choose_conv_gemm(const PrepareContext& ctx, const Shape& x, const Shape& w, const Shape& y,
-                        const std::string& act, const dnnl::convolution_forward::primitive_desc& pd,
-                        bool winograd_fits) {
+  // Whether the convolution can run on vec::conv_gemm: 2-D, one group,
+  // constant weights, channels in whole vectors, no activation but ReLU, and
+  // oneDNN's layouts the blocked one of the vector width.
+  bool conv_gemm_fits(const PrepareContext& ctx, const Shape& x, const Shape& w, const std::string& act,
+                      const dnnl::convolution_forward::primitive_desc& pd) const {
     const int64_t width = vec::vec_kernels().gemm.width;
     if (x.size() != 4 || group_ != 1 || !ctx.constant(1) || (act != "" && act != "Relu")) return false;
     if (x[1] % width != 0 || w[0] % width != 0) return false;
@@ -303,25 +312,56 @@ class DnnlConv : public DnnlConvBase {
       const std::optional<du::PixelLayout> layout = du::pixel_layout(md);
       if (!layout || layout->channels != width || layout->pixel != width) return false;
     }
-    conv_gemm_fits_ = true;
-    if (ctx.choice() >= 0) return ctx.choice() == (winograd_fits ? 2 : 1);
+    return true;
+  }
+
+  // The implementation the rules pick among those that fit (alternatives_):
+  // conv_gemm where oneDNN's choice is its jit:avx2 kernel and the output
+  // plane is at most kConvGemmMaxPixels (a 1x1 window, with
+  // kConvGemmMinOutputs1x1 outputs and two threads or more) or
+  // kConvGemmMaxPixelsWindow (wider windows); else Winograd on planes of
+  // kWinogradMinPlane pixels or more; else jit_dw over brdgmm_dw on planes
+  // of kJitDwMinPlane pixels or more; else oneDNN's own pick.
+  std::string rule_pick(const PrepareContext& ctx, const Shape& w, const Shape& y,
+                        const dnnl::convolution_forward::primitive_desc& pd, bool gemm_fits, bool winograd_fits,
+                        bool jit_dw_fits) const {
     const std::string impl = du::impl_name(pd);
     const int64_t pixels = y[2] * y[3];
     const bool small = w[2] * w[3] > 1 ? pixels <= kConvGemmMaxPixelsWindow
                                        : pixels <= kConvGemmMaxPixels && w[0] >= kConvGemmMinOutputs1x1 &&
                                              ctx.num_threads() >= 2;
-    return (impl == "dnnl:jit:avx2" || impl == "dnnl:jit_1x1:avx2") && small;
+    if (gemm_fits && (impl == "dnnl:jit:avx2" || impl == "dnnl:jit_1x1:avx2") && small) return "conv_gemm";
+    if (winograd_fits && pixels >= kWinogradMinPlane) return "dnnl_winograd";
+    if (jit_dw_fits && pixels >= kJitDwMinPlane) return "dnnl_jit_dw";
+    return "dnnl";
+  }
+
+  // oneDNN's jit_dw kernel for a depthwise convolution where oneDNN picks
+  // brdgmm_dw (AVX-512), in the same layouts (NHWC). MobileNetV2's 17
+  // depthwise 3x3s on the Intel Xeon, one thread, alone: jit_dw at 0.79-0.97
+  // of brdgmm's time on 8 with output planes of 14x14 and more, 1.03-1.07
+  // on the two with 7x7 outputs (hence kJitDwMinPlane); OpenVINO's own
+  // depthwise kernels were 7% faster than brdgmm over the model.
+  static constexpr int64_t kJitDwMinPlane = 196;
+  template <typename MakePd>
+  static std::optional<dnnl::convolution_forward::primitive_desc> jit_dw_pd(
+      const dnnl::convolution_forward::primitive_desc& pd, MakePd make_pd) {
+    if (du::impl_name(pd).rfind("dnnl:brdgmm_dw", 0) != 0) return std::nullopt;
+    try {
+      return make_pd(pd.src_desc(), pd.dst_desc(), dnnl::algorithm::convolution_direct, "dnnl:jit_dw:");
+    } catch (const dnnl::error&) {
+      return std::nullopt;
+    }
   }
 
   // oneDNN's Winograd convolution of this node, in channel blocks (its only
   // layout), where it has one: 2-D, one group, a 3x3 window at stride 1 and
   // dilation 1, constant weights, channels in whole blocks, AVX-512 (oneDNN
-  // 2.6 has none below). Sets winograd_fits_.
+  // 2.6 has none below).
   template <typename MakePd>
   std::optional<dnnl::convolution_forward::primitive_desc> winograd_pd(const PrepareContext& ctx, const Shape& x,
                                                                        const Shape& w, const Shape& y,
                                                                        const SpatialGeometry& g, MakePd make_pd) {
-    winograd_fits_ = false;
     if (!allow_winograd() || !ctx.constant(1) || !channel_blocks_fit(ctx, x, y, group_)) return std::nullopt;
     if (w[2] != 3 || w[3] != 3) return std::nullopt;
     for (size_t i = 0; i < 2; ++i)
@@ -330,7 +370,6 @@ class DnnlConv : public DnnlConvBase {
       dnnl::convolution_forward::primitive_desc pd =
           make_pd(du::blocked_desc(x), du::blocked_desc(y), dnnl::algorithm::convolution_winograd);
       if (du::impl_name(pd).find("wino") == std::string::npos) return std::nullopt;
-      winograd_fits_ = true;
       return pd;
     } catch (const dnnl::error&) {
       return std::nullopt;  // no Winograd kernel on this ISA, or not for these sizes
@@ -345,14 +384,6 @@ class DnnlConv : public DnnlConvBase {
   // (F(4x4, 3x3), weights 4x as large) 7x7 ran 0.75 of brgconv's time but
   // took the peak RSS from 132 to 256 MiB, over both peers'.
   static constexpr int64_t kWinogradMinPlane = 196;
-
-  // Whether the convolution runs on Winograd: the tuner's choice, or else
-  // the rule (kWinogradMinPlane).
-  bool choose_winograd(const PrepareContext& ctx, const Shape& y, bool fits) const {
-    if (!fits) return false;
-    if (ctx.choice() >= 0) return ctx.choice() == 1;
-    return y[2] * y[3] >= kWinogradMinPlane;
-  }
 
   // The GEMM's geometry, and the weights as B [KH * KW * C_in, C_out] packed
   // once, shared through the session's weight cache.
@@ -412,7 +443,8 @@ class DnnlConv : public DnnlConvBase {
 
   bool fused_;
   bool has_sum_ = false;
-  bool conv_gemm_fits_ = false, conv_gemm_ = false, winograd_fits_ = false;
+  bool conv_gemm_ = false;
+  std::vector<std::string> alternatives_;
   vec::ConvGemmArgs conv_;
   Tensor conv_b_;
 };

@@ -1,12 +1,15 @@
-// Convolutions on oneDNN's Winograd algorithm (kernels/dnnl/conv.cc,
-// winograd_pd): 3x3 windows at stride 1 on output planes of 196 pixels or
-// more, where oneDNN has a Winograd kernel (AVX-512). Checked against a
-// convolution computed here in double, with the plan's implementations:
-// which nodes take it, which stay direct, and the strided convolution after
-// one that keeps oneDNN's own layout. Named VecKernels.* so that ctest also
-// runs them capped at sse41 and avx2, where no node may take it.
+// The implementation rules of oneDNN's convolutions (kernels/dnnl/conv.cc):
+// oneDNN's Winograd algorithm for 3x3 windows at stride 1 on output planes
+// of 196 pixels or more (winograd_pd; AVX-512 only), and its jit_dw kernel
+// for depthwise convolutions where it picks brdgmm_dw (AVX-512), on the same
+// plane sizes. Checked against convolutions computed here in double, with
+// the plan's implementations: which nodes take them, which stay on oneDNN's
+// own pick, and the strided convolution after a Winograd one that keeps
+// oneDNN's own layout. Named VecKernels.* so that ctest also runs them
+// capped at sse41 and avx2, where no node may take either.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <string>
@@ -23,6 +26,12 @@ namespace anvil {
 namespace {
 
 using testing::random_f32;
+
+Tensor scalar(float v) {
+  Tensor t(DType::kFloat32, {});
+  t.data<float>()[0] = v;
+  return t;
+}
 
 // relu?(conv(x, w) + bias + residual) for x [N, C, H, W], w [O, C, 3, 3],
 // padding 1, stride `stride`, in double; residual null for none.
@@ -57,7 +66,8 @@ void expect_near(const Tensor& got, const std::vector<float>& want) {
     ASSERT_NEAR(got.data<float>()[i], want[i], 1e-4f * (1 + std::abs(want[i]))) << "element " << i;
 }
 
-// Whether oneDNN has a Winograd kernel here: AVX-512 (and no cap below it).
+// Whether oneDNN has Winograd and brdgmm_dw kernels here: AVX-512 (and no
+// cap below it).
 bool winograd_expected() { return vector_isa() == VectorIsa::kAvx512; }
 
 // The plan line of the node named `name`.
@@ -153,6 +163,43 @@ TEST(VecKernels, WinogradWeightsServeEveryBatchSize) {
     for (float& v : want) v = -v;
     expect_near(s.run({{"x", in}})[0], want);
   }
+}
+
+// A depthwise 3x3 (bias, ReLU6 as a Clip fused by the optimizer) at stride
+// 1 and 2: jit_dw where the output plane has 196 pixels or more, oneDNN's
+// own pick (brdgmm_dw on AVX-512) below.
+TEST(VecKernels, DepthwiseConvolutionsOnLargePlanesRunOnJitDw) {
+  const int64_t channels = 32;
+  const Tensor w = random_f32({channels, 1, 3, 3}, 14), bias = random_f32({channels}, 15);
+  for (int64_t side : {14, 28})
+    for (int64_t stride : {1, 2}) {
+      SCOPED_TRACE(::testing::Message() << side << "x" << side << ", stride " << stride);
+      auto g = std::make_unique<ir::Graph>();
+      g->opsets[""] = 17;
+      ir::Value* x = g->add_input("x", DType::kFloat32, {1, channels, side, side});
+      ir::Node* conv = conv3x3(*g, "dw", {x, g->add_constant("w", w), g->add_constant("b", bias)}, stride);
+      conv->attrs.set("group", channels);
+      ir::Node* clip = g->add_node("Clip", {conv->output(0), g->add_constant("lo", scalar(0.f)),
+                                            g->add_constant("hi", scalar(6.f))}, 1);
+      g->add_output(g->add_node("Neg", {clip->output(0)}, 1)->output(0));  // "dw" writes no graph output
+      Session s = Session::from_graph(std::move(g));
+      const Tensor in = random_f32({1, channels, side, side}, 16);
+      const int64_t out_side = (side - 1) / stride + 1;
+      const std::string line = plan_line(s, in, "dw");
+      if (winograd_expected()) EXPECT_EQ(line.find("jit_dw") != std::string::npos, out_side * out_side >= 196) << line;
+      else EXPECT_EQ(line.find("avx512"), std::string::npos) << line;  // (jit_dw is oneDNN's own pick there)
+      std::vector<float> want(static_cast<size_t>(channels * out_side * out_side));
+      for (int64_t c = 0; c < channels; ++c) {
+        Tensor xc(DType::kFloat32, {1, 1, side, side}), wc(DType::kFloat32, {1, 1, 3, 3}), bc(DType::kFloat32, {1});
+        std::copy_n(in.data<float>() + c * side * side, side * side, xc.data<float>());
+        std::copy_n(w.data<float>() + c * 9, 9, wc.data<float>());
+        bc.data<float>()[0] = bias.data<float>()[c];
+        const std::vector<float> yc = conv3x3_by_hand(xc, wc, bc, nullptr, false, stride);
+        for (size_t i = 0; i < yc.size(); ++i)
+          want[static_cast<size_t>(c * out_side * out_side) + i] = -std::min(6.f, std::max(0.f, yc[i]));
+      }
+      expect_near(s.run({{"x", in}})[0], want);
+    }
 }
 
 // With tuning, the node's alternatives (oneDNN direct, Winograd) are each
