@@ -85,6 +85,12 @@ Tensor random_f32(Shape shape, uint32_t seed) {
   return t;
 }
 
+Tensor scalar_f32(float v) {
+  Tensor t(DType::kFloat32, {});
+  t.data<float>()[0] = v;
+  return t;
+}
+
 float max_abs_diff(const Tensor& a, const Tensor& b) {
   if (a.shape() != b.shape()) throw std::runtime_error("max_abs_diff: shapes differ");
   float m = 0;

@@ -90,6 +90,8 @@ inline ErrorKind error_kind_of(const std::function<void()>& fn, std::string* mes
 std::vector<float> iota_f(int64_t n, float start = 0.f);
 // Uniform in [-1, 1), seeded.
 Tensor random_f32(Shape shape, uint32_t seed);
+// A float32 scalar (shape []) holding v.
+Tensor scalar_f32(float v);
 
 // Max |a-b| over all elements (both float32); throws on shape mismatch.
 float max_abs_diff(const Tensor& a, const Tensor& b);

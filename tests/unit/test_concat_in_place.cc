@@ -19,12 +19,8 @@ namespace anvil {
 namespace {
 
 using testing::random_f32;
+using testing::scalar_f32;
 
-Tensor scalar(float v) {
-  Tensor t(DType::kFloat32, {});
-  t.data<float>()[0] = v;
-  return t;
-}
 
 // Builds graphs over one input x of shape [1, C, H, W]; a value's elements
 // are kept as a function of x's, to compute the expected outputs by hand.
@@ -38,7 +34,7 @@ struct Builder {
   ir::Value* scaled(float k) {
     std::string name = "k";
     name += std::to_string(constants++);
-    return g->add_node("Mul", {x, g->add_constant(name, scalar(k))}, 1)->output(0);
+    return g->add_node("Mul", {x, g->add_constant(name, scalar_f32(k))}, 1)->output(0);
   }
   ir::Value* op(const std::string& type, std::vector<ir::Value*> in) { return g->add_node(type, in, 1)->output(0); }
   ir::Value* concat(std::vector<ir::Value*> in, int64_t axis = 1) {
@@ -135,7 +131,7 @@ TEST(ConcatInPlace, LeftAloneWhenTheArenaWouldGrow) {
   Builder b(kShape);
   ir::Value* a = b.scaled(2);
   ir::Value* y = b.g->add_input("y", DType::kFloat32, {1, 16, 64, 64});
-  ir::Value* big = b.op("Sigmoid", {b.op("Mul", {y, b.g->add_constant("three", scalar(3))})});
+  ir::Value* big = b.op("Sigmoid", {b.op("Mul", {y, b.g->add_constant("three", scalar_f32(3))})});
   ir::Node* sum = b.g->add_node("ReduceSum", {big}, 1);
   sum->attrs.set("keepdims", int64_t{0});
   b.g->add_output(b.op("Relu", {b.concat({a, b.scaled(-3)})}));

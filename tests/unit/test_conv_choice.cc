@@ -26,12 +26,8 @@ namespace anvil {
 namespace {
 
 using testing::random_f32;
+using testing::scalar_f32;
 
-Tensor scalar(float v) {
-  Tensor t(DType::kFloat32, {});
-  t.data<float>()[0] = v;
-  return t;
-}
 
 // relu?(conv(x, w) + bias + residual) for x [N, C, H, W], w [O, C, 3, 3],
 // padding 1, stride `stride`, in double; residual null for none.
@@ -179,8 +175,8 @@ TEST(VecKernels, DepthwiseConvolutionsOnLargePlanesRunOnJitDw) {
       ir::Value* x = g->add_input("x", DType::kFloat32, {1, channels, side, side});
       ir::Node* conv = conv3x3(*g, "dw", {x, g->add_constant("w", w), g->add_constant("b", bias)}, stride);
       conv->attrs.set("group", channels);
-      ir::Node* clip = g->add_node("Clip", {conv->output(0), g->add_constant("lo", scalar(0.f)),
-                                            g->add_constant("hi", scalar(6.f))}, 1);
+      ir::Node* clip = g->add_node("Clip", {conv->output(0), g->add_constant("lo", scalar_f32(0.f)),
+                                            g->add_constant("hi", scalar_f32(6.f))}, 1);
       g->add_output(g->add_node("Neg", {clip->output(0)}, 1)->output(0));  // "dw" writes no graph output
       Session s = Session::from_graph(std::move(g));
       const Tensor in = random_f32({1, channels, side, side}, 16);
