@@ -21,7 +21,6 @@ namespace {
 using testing::random_f32;
 using testing::scalar_f32;
 
-
 // Builds graphs over one input x of shape [1, C, H, W]; a value's elements
 // are kept as a function of x's, to compute the expected outputs by hand.
 struct Builder {

@@ -12,10 +12,13 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
 #include <unistd.h>
+
+#include <nlohmann/json.hpp>
 
 #include "anvil/session.h"
 #include "core/vector_isa.h"
@@ -27,7 +30,6 @@ namespace {
 
 using testing::random_f32;
 using testing::scalar_f32;
-
 
 // relu?(conv(x, w) + bias + residual) for x [N, C, H, W], w [O, C, 3, 3],
 // padding 1, stride `stride`, in double; residual null for none.
@@ -127,7 +129,9 @@ TEST(VecKernels, SmallPlanesAndStridedConvolutionsStayDirect) {
     const std::string first_line = plan_line(s, in, "first"), strided_line = plan_line(s, in, "strided");
     EXPECT_EQ(first_line.find("wino") != std::string::npos, winograd_expected() && side == 14) << first_line;
     EXPECT_EQ(strided_line.find("wino"), std::string::npos) << strided_line;
-    if (winograd_expected()) EXPECT_EQ(strided_line.find("16b"), std::string::npos) << strided_line;
+    if (winograd_expected()) {
+      EXPECT_EQ(strided_line.find("16b"), std::string::npos) << strided_line;
+    }
     Tensor mid(DType::kFloat32, {1, 16, side, side});
     const std::vector<float> first_want = conv3x3_by_hand(in, w1, b1, nullptr, false);
     std::copy(first_want.begin(), first_want.end(), mid.data<float>());
@@ -182,8 +186,11 @@ TEST(VecKernels, DepthwiseConvolutionsOnLargePlanesRunOnJitDw) {
       const Tensor in = random_f32({1, channels, side, side}, 16);
       const int64_t out_side = (side - 1) / stride + 1;
       const std::string line = plan_line(s, in, "dw");
-      if (winograd_expected()) EXPECT_EQ(line.find("jit_dw") != std::string::npos, out_side * out_side >= 196) << line;
-      else EXPECT_EQ(line.find("avx512"), std::string::npos) << line;  // (jit_dw is oneDNN's own pick there)
+      if (winograd_expected()) {
+        EXPECT_EQ(line.find("jit_dw") != std::string::npos, out_side * out_side >= 196) << line;
+      } else {
+        EXPECT_EQ(line.find("avx512"), std::string::npos) << line;  // (jit_dw is oneDNN's own pick there)
+      }
       std::vector<float> want(static_cast<size_t>(channels * out_side * out_side));
       for (int64_t c = 0; c < channels; ++c) {
         Tensor xc(DType::kFloat32, {1, 1, side, side}), wc(DType::kFloat32, {1, 1, 3, 3}), bc(DType::kFloat32, {1});
@@ -198,24 +205,71 @@ TEST(VecKernels, DepthwiseConvolutionsOnLargePlanesRunOnJitDw) {
     }
 }
 
-// With tuning, the node's alternatives (oneDNN direct, Winograd) are each
-// prepared by their index and timed; whichever wins computes the same.
+// With tuning, the node's alternatives (oneDNN direct, Winograd where it
+// has one) are each prepared by their index and timed, the faster kept;
+// either computes the convolution.
 TEST(VecKernels, TunedConvolutionsChooseBetweenDirectAndWinograd) {
   const std::string cache =
       (std::filesystem::temp_directory_path() / ("anvil_winograd_tune_" + std::to_string(::getpid()) + ".json"))
           .string();
+  std::filesystem::remove(cache);
   const Tensor w = random_f32({16, 16, 3, 3}, 9), bias = random_f32({16}, 10);
   auto g = std::make_unique<ir::Graph>();
   g->opsets[""] = 17;
   ir::Value* x = g->add_input("x", DType::kFloat32, {1, 16, 20, 20});
-  g->add_output(conv3x3(*g, "conv", {x, g->add_constant("w", w), g->add_constant("b", bias)})->output(0));
+  ir::Node* conv = conv3x3(*g, "conv", {x, g->add_constant("w", w), g->add_constant("b", bias)});
+  g->add_output(g->add_node("Neg", {conv->output(0)}, 1)->output(0));  // "conv" writes no graph output
   SessionOptions options;
   options.tune = true;
   options.tune_cache = cache;
-  Session s = Session::from_graph(std::move(g), options);
-  const Tensor in = random_f32({1, 16, 20, 20}, 11);
-  expect_near(s.run({{"x", in}})[0], conv3x3_by_hand(in, w, bias, nullptr, false));
+  {
+    Session s = Session::from_graph(std::move(g), options);
+    const Tensor in = random_f32({1, 16, 20, 20}, 11);
+    std::vector<float> want = conv3x3_by_hand(in, w, bias, nullptr, false);
+    for (float& v : want) v = -v;
+    expect_near(s.run({{"x", in}})[0], want);
+    if (winograd_expected()) {
+      std::ifstream file(cache);
+      ASSERT_TRUE(file) << cache;
+      const nlohmann::json doc = nlohmann::json::parse(file);
+      ASSERT_EQ(doc["choices"].size(), 1u) << doc.dump();
+      const nlohmann::json& entry = doc["choices"].begin().value();
+      EXPECT_TRUE(entry["median_ms"].contains("dnnl") && entry["median_ms"].contains("dnnl_winograd")) << doc.dump();
+      const std::string line = plan_line(s, in, "conv");
+      EXPECT_EQ(line.find("wino") != std::string::npos, entry["choice"] == "dnnl_winograd") << line << doc.dump();
+    }
+  }
   std::filesystem::remove(cache);
+  std::filesystem::remove(cache + ".lock");  // the tuner's lock file beside it
+}
+
+// 1-D convolutions (a depthwise one, which oneDNN may give brdgmm_dw) keep
+// oneDNN's own pick: the rules are for 2-D ones, and read a plane's two
+// sizes (under ASan, this test also guards that they read no further than
+// a 1-D shape holds).
+TEST(VecKernels, OneDimensionalConvolutionsKeepOnednnsPick) {
+  const int64_t channels = 32, length = 300;
+  const Tensor w = random_f32({channels, 1, 3}, 17), bias = random_f32({channels}, 18);
+  auto g = std::make_unique<ir::Graph>();
+  g->opsets[""] = 17;
+  ir::Value* x = g->add_input("x", DType::kFloat32, {1, channels, length});
+  ir::Node* conv = g->add_node("Conv", {x, g->add_constant("w", w), g->add_constant("b", bias)}, 1, "dw1d");
+  conv->attrs.set("pads", std::vector<int64_t>{1, 1});
+  conv->attrs.set("group", channels);
+  g->add_output(g->add_node("Neg", {conv->output(0)}, 1)->output(0));
+  Session s = Session::from_graph(std::move(g));
+  const Tensor in = random_f32({1, channels, length}, 19);
+  EXPECT_EQ(plan_line(s, in, "dw1d").find("jit_dw:avx512"), std::string::npos) << plan_line(s, in, "dw1d");
+  const Tensor y = s.run({{"x", in}})[0];
+  ASSERT_EQ(y.numel(), channels * length);
+  for (int64_t c = 0; c < channels; ++c)
+    for (int64_t i = 0; i < length; ++i) {
+      double sum = bias.data<float>()[c];
+      for (int64_t k = 0; k < 3; ++k)
+        if (i - 1 + k >= 0 && i - 1 + k < length)
+          sum += double{in.data<float>()[c * length + i - 1 + k]} * w.data<float>()[c * 3 + k];
+      ASSERT_NEAR(y.data<float>()[c * length + i], -sum, 1e-4 * (1 + std::abs(sum))) << c << ", " << i;
+    }
 }
 
 }  // namespace

@@ -1,16 +1,17 @@
 // Conv, anvil.FusedConv and ConvTranspose on oneDNN (float32, 1-D to 3-D).
 //
-// One rule picks another implementation for 2-D convolutions: where oneDNN's
-// choice is its jit:avx2 kernel on small output planes (ResNet's 7x7 stage,
-// and its 14x14 3x3 convolutions; 1x1 windows only with two threads or
-// more), the convolution runs as Anvil's GEMM over the same
-// blocked layouts (vec::conv_gemm: the input gathered into the GEMM's panels
-// as an implicit im2col, the weights packed once). `--tune` times both
-// (Kernel::alternatives).
-//
-// Another takes oneDNN's Winograd convolution (AVX-512 only in oneDNN 2.6:
-// F(2x2, 3x3) at batch 1, F(4x4, 3x3) above) for 3x3 windows at stride 1 on
-// output planes of at least kWinogradMinPlane pixels (winograd_pd).
+// Rules pick other implementations for 2-D convolutions (rule_pick):
+// - where oneDNN's choice is its jit:avx2 kernel on small output planes
+//   (ResNet's 7x7 stage, and its 14x14 3x3 convolutions; 1x1 windows only
+//   with two threads or more), Anvil's GEMM over the same blocked layouts
+//   (vec::conv_gemm: the input gathered into the GEMM's panels as an
+//   implicit im2col, the weights packed once);
+// - oneDNN's Winograd convolution (AVX-512 only in oneDNN 2.6: F(2x2, 3x3)
+//   at batch 1, F(4x4, 3x3) above) for 3x3 windows at stride 1 on output
+//   planes of at least kWinogradMinPlane pixels (winograd_pd);
+// - oneDNN's jit_dw kernel where it picks brdgmm_dw for a depthwise
+//   convolution, on planes of at least kJitDwMinPlane pixels (jit_dw_pd).
+// `--tune` times those that fit instead (Kernel::alternatives).
 #include <cstdlib>
 #include <cstring>
 #include <optional>
@@ -42,16 +43,6 @@ memory::desc activation_desc(const Shape& shape) {
   return memory::desc(du::dims(shape), memory::data_type::f32, memory::format_tag::any);
 }
 
-// Whether a 2-D convolution of x into y asks for channel blocks (nChw16c on
-// AVX-512, nChw8c below) rather than oneDNN's pick: where its output feeds a
-// channel Concat that the planner can place in place once its inputs are
-// whole channel blocks (batch 1; in NHWC, oneDNN's pick for brgconv on
-// AVX-512, each input's channels are a strided range and the concat copies),
-// and where its input already arrives in those blocks (no reorder).
-// SqueezeNet on AVX-512: its concats were 6% of a run, and jit's nChw16c
-// convolutions ran its fire modules as fast as brgconv's NHWC ones. ResNet's
-// 3x3s run 3-13% slower in nChw16c, so a model without channel concats
-// keeps oneDNN's pick.
 // Whether a 2-D convolution of x into y, one group, may run in the ISA's
 // channel blocks (nChw16c on AVX-512, nChw8c below): both channel counts
 // fill whole blocks, and the plan lets the kernel pick its layouts.
@@ -283,7 +274,7 @@ class DnnlConv : public DnnlConvBase {
 
  private:
   // Output planes of at most this many pixels run on Anvil's GEMM where
-  // oneDNN's choice is jit:avx2 (choose_conv_gemm).
+  // oneDNN's choice is jit:avx2 (rule_pick).
   // Measured on Zen 3 (tuner and alternating runs): at 2 threads ResNet's
   // 7x7 stage ran up to 20% faster per node (oneDNN splits 7 output rows
   // unevenly; the GEMM splits C_out's panels), ResNet-18 about 11% and
@@ -325,6 +316,7 @@ class DnnlConv : public DnnlConvBase {
   std::string rule_pick(const PrepareContext& ctx, const Shape& w, const Shape& y,
                         const dnnl::convolution_forward::primitive_desc& pd, bool gemm_fits, bool winograd_fits,
                         bool jit_dw_fits) const {
+    if (y.size() != 4) return "dnnl";  // each alternative is 2-D only
     const std::string impl = du::impl_name(pd);
     const int64_t pixels = y[2] * y[3];
     const bool small = w[2] * w[3] > 1 ? pixels <= kConvGemmMaxPixelsWindow
@@ -346,7 +338,7 @@ class DnnlConv : public DnnlConvBase {
   template <typename MakePd>
   static std::optional<dnnl::convolution_forward::primitive_desc> jit_dw_pd(
       const dnnl::convolution_forward::primitive_desc& pd, MakePd make_pd) {
-    if (du::impl_name(pd).rfind("dnnl:brdgmm_dw", 0) != 0) return std::nullopt;
+    if (pd.dst_desc().dims().size() != 4 || du::impl_name(pd).rfind("dnnl:brdgmm_dw", 0) != 0) return std::nullopt;
     try {
       return make_pd(pd.src_desc(), pd.dst_desc(), dnnl::algorithm::convolution_direct, "dnnl:jit_dw:");
     } catch (const dnnl::error&) {
