@@ -12,6 +12,7 @@
 // - oneDNN's jit_dw kernel where it picks brdgmm_dw for a depthwise
 //   convolution, on planes of at least kJitDwMinPlane pixels (jit_dw_pd).
 // `--tune` times those that fit instead (Kernel::alternatives).
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <optional>
@@ -222,7 +223,7 @@ class DnnlConv : public DnnlConvBase {
       };
       // Channel blocks only where a jit kernel takes them (some paddings and
       // window sizes leave only the reference kernel): else oneDNN's pick.
-      const bool strided = g.strides[0] != 1 || g.strides[1] != 1;
+      const bool strided = std::any_of(g.strides.begin(), g.strides.end(), [](int64_t s) { return s != 1; });
       std::optional<dnnl::convolution_forward::primitive_desc> blocked;
       if (wants_channel_blocks(ctx, x, y, group_, strided)) {
         try {
