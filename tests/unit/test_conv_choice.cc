@@ -31,12 +31,17 @@ namespace {
 using testing::random_f32;
 using testing::scalar_f32;
 
+// ONNX's pads of a 2-D convolution: begin and end of each spatial axis.
+struct Pads {
+  int64_t top = 1, left = 1, bottom = 1, right = 1;
+};
+
 // relu?(conv(x, w) + bias + residual) for x [N, C, H, W], w [O, C, 3, 3],
-// padding 1, stride `stride`, in double; residual null for none.
+// stride `stride`, zero padding `pads`, in double; residual null for none.
 std::vector<float> conv3x3_by_hand(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor* residual,
-                                   bool relu, int64_t stride = 1) {
+                                   bool relu, int64_t stride = 1, Pads pads = {}) {
   const int64_t n = x.dim(0), c_in = x.dim(1), h = x.dim(2), wd = x.dim(3), c_out = w.dim(0);
-  const int64_t oh = (h - 1) / stride + 1, ow = (wd - 1) / stride + 1;
+  const int64_t oh = (h + pads.top + pads.bottom - 3) / stride + 1, ow = (wd + pads.left + pads.right - 3) / stride + 1;
   std::vector<float> y(static_cast<size_t>(n * c_out * oh * ow));
   size_t at = 0;
   for (int64_t b = 0; b < n; ++b)
@@ -47,7 +52,7 @@ std::vector<float> conv3x3_by_hand(const Tensor& x, const Tensor& w, const Tenso
           for (int64_t c = 0; c < c_in; ++c)
             for (int64_t a = 0; a < 3; ++a)
               for (int64_t e = 0; e < 3; ++e) {
-                const int64_t r = i * stride - 1 + a, q = j * stride - 1 + e;
+                const int64_t r = i * stride - pads.top + a, q = j * stride - pads.left + e;
                 if (r >= 0 && r < h && q >= 0 && q < wd)
                   sum += double{x.data<float>()[((b * c_in + c) * h + r) * wd + q]} *
                          w.data<float>()[((o * c_in + c) * 3 + a) * 3 + e];
@@ -108,6 +113,37 @@ TEST(VecKernels, ConvolutionsOnLargePlanesRunOnWinograd) {
       for (float& v : want) v = static_cast<float>(1 / (1 + std::exp(-double{v})));
       expect_near(s.run({{"x", in}})[0], want);
     }
+}
+
+// Padding other than one pixel all round (none; more at the end than the
+// start, and the reverse), at batch 1 and 3, on Winograd (oneDNN declines
+// some paddings, two pixels for one: then the direct algorithm runs), values
+// as by hand.
+TEST(VecKernels, WinogradConvolutionsWithOtherPaddings) {
+  const Tensor w = random_f32({16, 16, 3, 3}, 24), bias = random_f32({16}, 25);
+  int on_winograd = 0;
+  for (const Pads& pads : {Pads{0, 0, 0, 0}, Pads{0, 1, 1, 0}, Pads{1, 0, 0, 1}})
+    for (int64_t batch : {1, 3}) {
+      SCOPED_TRACE(::testing::Message() << "pads " << pads.top << pads.left << pads.bottom << pads.right << ", batch "
+                                        << batch);
+      auto g = std::make_unique<ir::Graph>();
+      g->opsets[""] = 17;
+      ir::Value* x = g->add_input("x", DType::kFloat32, {batch, 16, 20, 20});
+      ir::Node* conv = conv3x3(*g, "conv", {x, g->add_constant("w", w), g->add_constant("b", bias)});
+      conv->attrs.set("pads", std::vector<int64_t>{pads.top, pads.left, pads.bottom, pads.right});
+      g->add_output(g->add_node("Neg", {conv->output(0)}, 1)->output(0));  // "conv" writes no graph output
+      Session s = Session::from_graph(std::move(g));
+      const Tensor in = random_f32({batch, 16, 20, 20}, 26);
+      on_winograd += plan_line(s, in, "conv").find("wino") != std::string::npos;
+      std::vector<float> want = conv3x3_by_hand(in, w, bias, nullptr, false, 1, pads);
+      for (float& v : want) v = -v;
+      expect_near(s.run({{"x", in}})[0], want);
+    }
+  if (winograd_expected()) {
+    EXPECT_EQ(on_winograd, 6);  // oneDNN takes each of these paddings
+  } else {
+    EXPECT_EQ(on_winograd, 0);
+  }
 }
 
 // A 13x13 plane (169 pixels) stays on the direct algorithm; so does a
