@@ -91,6 +91,34 @@ Tensor scalar_f32(float v) {
   return t;
 }
 
+Tensor conv2d_by_hand(const Tensor& x, const Tensor& w, const Tensor* bias, const ConvByHand& g) {
+  const int64_t n = x.dim(0), c = x.dim(1), h = x.dim(2), wd = x.dim(3);
+  const int64_t o_total = w.dim(0), c_per = w.dim(1), kh = w.dim(2), kw = w.dim(3);
+  const int64_t o_per = o_total / g.group;
+  const int64_t oh = (h + g.pad_top + g.pad_bottom - kh) / g.stride + 1;
+  const int64_t ow = (wd + g.pad_left + g.pad_right - kw) / g.stride + 1;
+  Tensor y(DType::kFloat32, {n, o_total, oh, ow});
+  float* out = y.data<float>();
+  for (int64_t b = 0; b < n; ++b)
+    for (int64_t o = 0; o < o_total; ++o)
+      for (int64_t i = 0; i < oh; ++i)
+        for (int64_t j = 0; j < ow; ++j) {
+          double sum = bias ? bias->data<float>()[o] : 0.0;
+          for (int64_t cc = 0; cc < c_per; ++cc) {
+            const int64_t ci = o / o_per * c_per + cc;
+            for (int64_t a = 0; a < kh; ++a)
+              for (int64_t e = 0; e < kw; ++e) {
+                const int64_t r = i * g.stride - g.pad_top + a, q = j * g.stride - g.pad_left + e;
+                if (r >= 0 && r < h && q >= 0 && q < wd)
+                  sum += double{x.data<float>()[((b * c + ci) * h + r) * wd + q]} *
+                         w.data<float>()[((o * c_per + cc) * kh + a) * kw + e];
+              }
+          }
+          *out++ = static_cast<float>(sum);
+        }
+  return y;
+}
+
 float max_abs_diff(const Tensor& a, const Tensor& b) {
   if (a.shape() != b.shape()) throw std::runtime_error("max_abs_diff: shapes differ");
   float m = 0;

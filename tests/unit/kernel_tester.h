@@ -93,6 +93,17 @@ Tensor random_f32(Shape shape, uint32_t seed);
 // A float32 scalar (shape []) holding v.
 Tensor scalar_f32(float v);
 
+// Geometry of conv2d_by_hand: one stride for both axes, ONNX's pads.
+struct ConvByHand {
+  int64_t stride = 1;
+  int64_t pad_top = 0, pad_left = 0, pad_bottom = 0, pad_right = 0;
+  int64_t group = 1;
+  static ConvByHand padded(int64_t pad, int64_t stride = 1) { return {stride, pad, pad, pad, pad, 1}; }
+};
+// A 2-D convolution computed in double, for tests to compare kernels with:
+// x [N, C, H, W], w [O, C / group, KH, KW], bias [O] or null; y [N, O, OH, OW].
+Tensor conv2d_by_hand(const Tensor& x, const Tensor& w, const Tensor* bias, const ConvByHand& geometry);
+
 // Max |a-b| over all elements (both float32); throws on shape mismatch.
 float max_abs_diff(const Tensor& a, const Tensor& b);
 

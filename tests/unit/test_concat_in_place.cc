@@ -232,23 +232,9 @@ TEST(ConcatInPlace, LeftAloneForRowsAndUnalignedRanges) {
 
 // y = conv(x, w) + bias, stride 1, `k` x `k` window, zero padding k / 2: by hand.
 std::vector<float> conv_by_hand(const Tensor& x, const Tensor& w, float bias) {
-  const int64_t c = x.dim(1), h = x.dim(2), wd = x.dim(3), co = w.dim(0), k = w.dim(2), pad = k / 2;
-  std::vector<float> y(static_cast<size_t>(co * h * wd), bias);
-  for (int64_t o = 0; o < co; ++o)
-    for (int64_t i = 0; i < h; ++i)
-      for (int64_t j = 0; j < wd; ++j) {
-        double acc = bias;
-        for (int64_t ci = 0; ci < c; ++ci)
-          for (int64_t a = 0; a < k; ++a)
-            for (int64_t b = 0; b < k; ++b) {
-              const int64_t ii = i + a - pad, jj = j + b - pad;
-              if (ii < 0 || ii >= h || jj < 0 || jj >= wd) continue;
-              acc += static_cast<double>(x.data<float>()[(ci * h + ii) * wd + jj]) *
-                     w.data<float>()[((o * c + ci) * k + a) * k + b];
-            }
-        y[static_cast<size_t>((o * h + i) * wd + j)] = static_cast<float>(acc);
-      }
-  return y;
+  Tensor b(DType::kFloat32, {w.dim(0)});
+  for (int64_t o = 0; o < w.dim(0); ++o) b.data<float>()[o] = bias;
+  return testing::values<float>(testing::conv2d_by_hand(x, w, &b, testing::ConvByHand::padded(w.dim(2) / 2)));
 }
 
 Tensor filled(Shape shape, float v) {

@@ -36,30 +36,16 @@ struct Pads {
   int64_t top = 1, left = 1, bottom = 1, right = 1;
 };
 
-// relu?(conv(x, w) + bias + residual) for x [N, C, H, W], w [O, C, 3, 3],
-// stride `stride`, zero padding `pads`, in double; residual null for none.
+// relu?(conv(x, w) + bias + residual) for w [O, C, 3, 3], stride `stride`,
+// zero padding `pads`, computed in double; residual null for none.
 std::vector<float> conv3x3_by_hand(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor* residual,
                                    bool relu, int64_t stride = 1, Pads pads = {}) {
-  const int64_t n = x.dim(0), c_in = x.dim(1), h = x.dim(2), wd = x.dim(3), c_out = w.dim(0);
-  const int64_t oh = (h + pads.top + pads.bottom - 3) / stride + 1, ow = (wd + pads.left + pads.right - 3) / stride + 1;
-  std::vector<float> y(static_cast<size_t>(n * c_out * oh * ow));
-  size_t at = 0;
-  for (int64_t b = 0; b < n; ++b)
-    for (int64_t o = 0; o < c_out; ++o)
-      for (int64_t i = 0; i < oh; ++i)
-        for (int64_t j = 0; j < ow; ++j, ++at) {
-          double sum = bias.data<float>()[o];
-          for (int64_t c = 0; c < c_in; ++c)
-            for (int64_t a = 0; a < 3; ++a)
-              for (int64_t e = 0; e < 3; ++e) {
-                const int64_t r = i * stride - pads.top + a, q = j * stride - pads.left + e;
-                if (r >= 0 && r < h && q >= 0 && q < wd)
-                  sum += double{x.data<float>()[((b * c_in + c) * h + r) * wd + q]} *
-                         w.data<float>()[((o * c_in + c) * 3 + a) * 3 + e];
-              }
-          if (residual) sum += residual->data<float>()[at];
-          y[at] = static_cast<float>(relu && sum < 0 ? 0 : sum);
-        }
+  testing::ConvByHand geometry{stride, pads.top, pads.left, pads.bottom, pads.right, 1};
+  std::vector<float> y = testing::values<float>(testing::conv2d_by_hand(x, w, &bias, geometry));
+  for (size_t i = 0; i < y.size(); ++i) {
+    if (residual) y[i] += residual->data<float>()[i];
+    if (relu && y[i] < 0) y[i] = 0;
+  }
   return y;
 }
 
@@ -227,16 +213,10 @@ TEST(VecKernels, DepthwiseConvolutionsOnLargePlanesRunOnJitDw) {
       } else {
         EXPECT_EQ(line.find("avx512"), std::string::npos) << line;  // (jit_dw is oneDNN's own pick there)
       }
-      std::vector<float> want(static_cast<size_t>(channels * out_side * out_side));
-      for (int64_t c = 0; c < channels; ++c) {
-        Tensor xc(DType::kFloat32, {1, 1, side, side}), wc(DType::kFloat32, {1, 1, 3, 3}), bc(DType::kFloat32, {1});
-        std::copy_n(in.data<float>() + c * side * side, side * side, xc.data<float>());
-        std::copy_n(w.data<float>() + c * 9, 9, wc.data<float>());
-        bc.data<float>()[0] = bias.data<float>()[c];
-        const std::vector<float> yc = conv3x3_by_hand(xc, wc, bc, nullptr, false, stride);
-        for (size_t i = 0; i < yc.size(); ++i)
-          want[static_cast<size_t>(c * out_side * out_side) + i] = -std::min(6.f, std::max(0.f, yc[i]));
-      }
+      testing::ConvByHand geometry = testing::ConvByHand::padded(1, stride);
+      geometry.group = channels;
+      std::vector<float> want = testing::values<float>(testing::conv2d_by_hand(in, w, &bias, geometry));
+      for (float& v : want) v = -std::min(6.f, std::max(0.f, v));
       expect_near(s.run({{"x", in}})[0], want);
     }
 }

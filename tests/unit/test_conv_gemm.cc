@@ -218,22 +218,7 @@ TEST(VecKernels, ConvOnTheGemmMatchesTheReference) {
 
 // A direct convolution (pads 1, stride 1) of x [1, C, H, W] by w [O, C, 3, 3], in double.
 std::vector<float> direct_conv3x3(const Tensor& x, const Tensor& w) {
-  const int64_t c_in = x.dim(1), h = x.dim(2), wd = x.dim(3), c_out = w.dim(0);
-  std::vector<float> y(static_cast<size_t>(c_out * h * wd));
-  for (int64_t o = 0; o < c_out; ++o)
-    for (int64_t i = 0; i < h; ++i)
-      for (int64_t j = 0; j < wd; ++j) {
-        double sum = 0;
-        for (int64_t c = 0; c < c_in; ++c)
-          for (int64_t a = 0; a < 3; ++a)
-            for (int64_t b = 0; b < 3; ++b) {
-              const int64_t r = i - 1 + a, q = j - 1 + b;
-              if (r >= 0 && r < h && q >= 0 && q < wd)
-                sum += double{x.data<float>()[(c * h + r) * wd + q]} * w.data<float>()[((o * c_in + c) * 3 + a) * 3 + b];
-            }
-        y[static_cast<size_t>((o * h + i) * wd + j)] = static_cast<float>(sum);
-      }
-  return y;
+  return testing::values<float>(testing::conv2d_by_hand(x, w, nullptr, testing::ConvByHand::padded(1)));
 }
 
 // The weights packed for conv_gemm are the only copy the session keeps; a

@@ -15,6 +15,7 @@
 
 #include "anvil/session.h"
 #include "ir/graph.h"
+#include "kernel_tester.h"
 
 namespace anvil {
 namespace {
@@ -29,26 +30,7 @@ Tensor random_tensor(Shape shape, unsigned seed) {
 
 // Direct NCHW convolution, stride 1, padding `pad` on every side, no bias.
 Tensor conv_by_hand(const Tensor& x, const Tensor& w, int64_t pad) {
-  const int64_t n = x.shape()[0], c = x.shape()[1], h = x.shape()[2], wd = x.shape()[3];
-  const int64_t m = w.shape()[0], k = w.shape()[2];
-  const int64_t oh = h + 2 * pad - k + 1, ow = wd + 2 * pad - k + 1;
-  Tensor y(DType::kFloat32, {n, m, oh, ow});
-  for (int64_t b = 0; b < n; ++b)
-    for (int64_t o = 0; o < m; ++o)
-      for (int64_t i = 0; i < oh; ++i)
-        for (int64_t j = 0; j < ow; ++j) {
-          double acc = 0;
-          for (int64_t ci = 0; ci < c; ++ci)
-            for (int64_t ki = 0; ki < k; ++ki)
-              for (int64_t kj = 0; kj < k; ++kj) {
-                int64_t yi = i + ki - pad, xj = j + kj - pad;
-                if (yi < 0 || yi >= h || xj < 0 || xj >= wd) continue;
-                acc += double(x.data<float>()[((b * c + ci) * h + yi) * wd + xj]) *
-                       w.data<float>()[((o * c + ci) * k + ki) * k + kj];
-              }
-          y.data<float>()[((b * m + o) * oh + i) * ow + j] = static_cast<float>(acc);
-        }
-  return y;
+  return anvil::testing::conv2d_by_hand(x, w, nullptr, anvil::testing::ConvByHand::padded(pad));
 }
 
 // 2x2 max pooling, stride 2.
