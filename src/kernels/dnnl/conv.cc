@@ -71,6 +71,17 @@ bool wants_channel_blocks(const PrepareContext& ctx, const Shape& x, const Shape
   return !strided && same_layout(ctx.incoming_layout(0), du::layout_of(du::blocked_desc(x), x, DType::kFloat32));
 }
 
+// make()'s primitive descriptor, or none where oneDNN has no implementation
+// for it (dnnl::error): the optional kernels a convolution may take.
+template <typename Make>
+auto pd_if_any(Make make) -> std::optional<decltype(make())> {
+  try {
+    return make();
+  } catch (const dnnl::error&) {
+    return std::nullopt;
+  }
+}
+
 // ANVIL_WINOGRAD=0 keeps every convolution on oneDNN's direct algorithm.
 bool allow_winograd() {
   static const bool allow = [] {
@@ -226,11 +237,8 @@ class DnnlConv : public DnnlConvBase {
       const bool strided = std::any_of(g.strides.begin(), g.strides.end(), [](int64_t s) { return s != 1; });
       std::optional<dnnl::convolution_forward::primitive_desc> blocked;
       if (wants_channel_blocks(ctx, x, y, group_, strided)) {
-        try {
-          blocked = make_pd(du::blocked_desc(x), du::blocked_desc(y));
-          if (du::impl_name(*blocked).rfind("dnnl:ref", 0) == 0) blocked.reset();
-        } catch (const dnnl::error&) {
-        }
+        blocked = pd_if_any([&] { return make_pd(du::blocked_desc(x), du::blocked_desc(y)); });
+        if (blocked && du::impl_name(*blocked).rfind("dnnl:ref", 0) == 0) blocked.reset();
       }
       dnnl::convolution_forward::primitive_desc pd = blocked ? *blocked : make_pd(activation_desc(x), activation_desc(y));
       std::optional<dnnl::convolution_forward::primitive_desc> winograd = winograd_pd(ctx, x, w, y, g, make_pd);
@@ -340,11 +348,8 @@ class DnnlConv : public DnnlConvBase {
   static std::optional<dnnl::convolution_forward::primitive_desc> jit_dw_pd(
       const dnnl::convolution_forward::primitive_desc& pd, MakePd make_pd) {
     if (pd.dst_desc().dims().size() != 4 || du::impl_name(pd).rfind("dnnl:brdgmm_dw", 0) != 0) return std::nullopt;
-    try {
-      return make_pd(pd.src_desc(), pd.dst_desc(), dnnl::algorithm::convolution_direct, "dnnl:jit_dw:");
-    } catch (const dnnl::error&) {
-      return std::nullopt;
-    }
+    return pd_if_any(
+        [&] { return make_pd(pd.src_desc(), pd.dst_desc(), dnnl::algorithm::convolution_direct, "dnnl:jit_dw:"); });
   }
 
   // oneDNN's Winograd convolution of this node, in channel blocks (its only
@@ -359,14 +364,9 @@ class DnnlConv : public DnnlConvBase {
     if (w[2] != 3 || w[3] != 3) return std::nullopt;
     for (size_t i = 0; i < 2; ++i)
       if (g.strides[i] != 1 || g.dilations[i] != 1) return std::nullopt;
-    try {
-      dnnl::convolution_forward::primitive_desc pd =
-          make_pd(du::blocked_desc(x), du::blocked_desc(y), dnnl::algorithm::convolution_winograd);
-      if (du::impl_name(pd).find("wino") == std::string::npos) return std::nullopt;
-      return pd;
-    } catch (const dnnl::error&) {
-      return std::nullopt;  // no Winograd kernel on this ISA, or not for these sizes
-    }
+    // None on ISAs below AVX-512, and for some paddings.
+    return pd_if_any(
+        [&] { return make_pd(du::blocked_desc(x), du::blocked_desc(y), dnnl::algorithm::convolution_winograd); });
   }
 
   // Output planes of at least this many pixels run on Winograd where it
