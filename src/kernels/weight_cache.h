@@ -44,6 +44,11 @@ class WeightCache {
   // Returns the bytes freed.
   size_t prune_unused();
   size_t packed_bytes() const;
+  // The bytes of the model's constants, as the session counts them before
+  // planning: kernels whose best choice depends on whether the weights stay
+  // in the caches across runs read it (0: not known).
+  void set_model_weight_bytes(size_t bytes) { model_weight_bytes_ = bytes; }
+  size_t model_weight_bytes() const { return model_weight_bytes_; }
   size_t released_bytes() const;
   size_t size() const;
 
@@ -58,6 +63,7 @@ class WeightCache {
   mutable std::mutex mutex_;
   std::map<std::pair<const void*, std::string>, Entry> entries_;
   std::map<const void*, size_t> released_;  // source address -> bytes dropped
+  size_t model_weight_bytes_ = 0;
 };
 
 }  // namespace anvil::kernels

@@ -163,6 +163,7 @@ Session Session::from_graph(std::unique_ptr<ir::Graph> graph, const SessionOptio
   for (const ir::Value* v : graph->outputs()) impl->outputs.push_back(info_of(v));
   runtime::propagate_types(*graph);  // static shapes of ops that have no schema yet, from their kernels
   passes::optimize(*graph, options.optimization_level, runtime::reference_evaluator());
+  impl->weights.set_model_weight_bytes(constant_bytes(*graph));
   impl->graph = std::move(graph);
   impl->executor = std::make_unique<runtime::GraphExecutor>(
       *impl->graph, &impl->weights, static_cast<size_t>(options.plan_cache_size), options.optimization_level >= 3,

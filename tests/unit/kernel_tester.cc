@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "kernels/ref/common.h"
+#include "kernels/weight_cache.h"
 
 namespace anvil::testing {
 
@@ -44,7 +45,10 @@ KernelResult run_kernel_full(const std::string& op, const std::vector<Tensor>& i
   }
 
   // As in the planner: the schema checks the inputs first, then a kernel is selected by op version and dtypes.
-  kernels::PrepareContext pctx(node, types, constants, options.num_threads);
+  kernels::WeightCache weights;
+  weights.set_model_weight_bytes(options.model_weight_bytes);
+  kernels::PrepareContext pctx(node, types, constants, options.num_threads,
+                               options.model_weight_bytes ? &weights : nullptr);
   auto entries = kernels::Registry::global().select(node, types);
   const kernels::KernelEntry* entry = nullptr;
   for (const auto* e : entries)

@@ -39,6 +39,9 @@ struct KernelOptions {
   // (as the session does for small integer inputs); float inputs are not.
   std::vector<bool> constant_inputs;
   int num_threads = 1;  // the planned thread count the kernel sees (PrepareContext::num_threads)
+  // When set, the kernel prepares with a weight cache that counts this many
+  // bytes of model weights (WeightCache::model_weight_bytes); none otherwise.
+  size_t model_weight_bytes = 0;
 };
 
 struct KernelResult {

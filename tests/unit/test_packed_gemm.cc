@@ -11,6 +11,7 @@
 #include <cmath>
 #include <random>
 
+#include "anvil/cpu.h"
 #include "core/vector_isa.h"
 #include "kernel_tester.h"
 #include "kernels/vec/gemm.h"
@@ -336,6 +337,42 @@ TEST(VecKernels, MatMulWithConstantWeightsMatchesTheReference) {
 // training): Anvil's GEMM, packing per run, from M of one row tile up where
 // K is short (<= 128), and from 256 rows up otherwise (matmul.cc,
 // packing_per_run_pays).
+// On AVX-512, where oneDNN's choice is brgemm, products of 8 to 128 rows
+// with constant weights take the packed GEMM when the model's weights
+// outgrow the last-level cache (it prefetches B, which streams from memory
+// then); with the weights in the cache, or other row counts, brgemm keeps
+// them. Below AVX-512 the packed GEMM runs them all.
+TEST(VecKernels, ProductsOfFewRowsTakeThePackedGemmWhenWeightsStream) {
+  const size_t last_level_cache = cpu_info().l3_bytes;
+  if (last_level_cache == 0) GTEST_SKIP() << "the CPU's last-level cache size is not known";
+  const auto check = [&](int64_t m, size_t model_bytes, bool packed) {
+    const std::vector<Tensor> inputs = {random_tensor({m, 96}, 60 + static_cast<uint32_t>(m)), random_tensor({96, 80}, 61),
+                                        random_tensor({80}, 62)};
+    const ir::Attributes a = attrs({{"activation", std::string("Gelu")}});
+    KernelOptions fast, ref;
+    fast.backend = Backend::kDnnl;
+    fast.domain = ref.domain = "anvil";
+    fast.constant_inputs = ref.constant_inputs = {false, true, true};
+    fast.model_weight_bytes = model_bytes;
+    const testing::KernelResult got = testing::run_kernel_full("FusedMatMul", inputs, a, fast);
+    const std::vector<float> want = values<float>(testing::run_kernel("FusedMatMul", inputs, a, ref)[0]);
+    const std::vector<float> have = values<float>(got.outputs[0]);
+    const bool on_packed_gemm = got.impl.find(":packed_gemm") != std::string::npos;
+    EXPECT_EQ(on_packed_gemm, packed || vector_isa() != VectorIsa::kAvx512)
+        << "M " << m << ", model weights " << model_bytes << " bytes: " << got.impl;
+    ASSERT_EQ(have.size(), want.size());
+    for (size_t i = 0; i < want.size(); ++i)
+      ASSERT_NEAR(have[i], want[i], 1e-4 * (1 + std::abs(want[i]))) << "M " << m << " [" << got.impl << "] at " << i;
+  };
+  const size_t streamed = 2 * last_level_cache, resident = last_level_cache / 2;
+  for (int64_t m : {8, 32, 128}) {
+    check(m, streamed, true);
+    check(m, resident, false);
+  }
+  check(7, streamed, false);
+  check(129, streamed, false);
+}
+
 TEST(VecKernels, GemmOfRunTimeOperandsMatchesTheReference) {
   const int mr = kernels::vec::vec_kernels().gemm.mr;
   auto check = [&](const std::string& op, const std::vector<Tensor>& inputs, const ir::Attributes& a, bool anvil) {

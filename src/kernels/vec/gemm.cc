@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 #include <vector>
 
 #include "core/check.h"
@@ -58,35 +59,79 @@ void prefetch_gate(const GemmEpilogue& e, int64_t i, int64_t j, int rows, int nr
   }
 }
 
+// A block of B's panels: kc x g.nr floats per panel, back to back.
+struct PanelBlock {
+  const float* b = nullptr;
+  int64_t kc = 0;
+};
+
+// What a thread's sweeps read after k-block k0 of the k-range [k_begin,
+// k_end): the next k-block (block_at(k) is k-block k's first panel of the
+// thread), or after the last, the first again for the thread's next row
+// block (more_rows); nothing after that.
+template <typename BlockAt>
+PanelBlock next_panel_block(const GemmKernels& g, int64_t k0, int64_t k_begin, int64_t k_end, bool more_rows,
+                            BlockAt block_at) {
+  const int64_t next = k0 + g.kc < k_end ? k0 + g.kc : more_rows ? k_begin : k_end;
+  if (next == k_end) return {};
+  return {block_at(next), std::min<int64_t>(g.kc, k_end - next)};
+}
+
+// Where the row tiles of `panel` prefetch: the panel after it (the next in
+// the block, or `after` past the block's last, p1), cut into one share of
+// lines per row tile.
+struct PrefetchPlan {
+  const float* next = nullptr;
+  int64_t lines = 0, per_tile = 0;
+  GemmPrefetch for_tile(int64_t tile) const {
+    const int64_t l0 = std::min(lines, tile * per_tile), l1 = std::min(lines, l0 + per_tile);
+    if (!next || l0 == l1) return {};
+    return {next + l0 * 64 / static_cast<int64_t>(sizeof(float)), l1 - l0};
+  }
+};
+PrefetchPlan prefetch_plan(const GemmKernels& g, const float* b, int64_t kc, int64_t panel, int64_t p1,
+                           PanelBlock after, int64_t row_tiles) {
+  const PanelBlock next = panel + 1 < p1 ? PanelBlock{b + kc * g.nr, kc} : after;
+  if (!next.b) return {};
+  const int64_t lines = ceil_div(next.kc * g.nr * static_cast<int64_t>(sizeof(float)), 64);
+  return {next.b, lines, ceil_div(lines, row_tiles)};
+}
+
 // One k-block [k0, k0 + kc) of C's rows [i0, i1) and panels [p0, p1):
 // b_block holds the block's panels from first_panel on, kc x g.nr floats
-// each; tile_a(i, m, b, init, c, n, finish) runs the micro-kernel on row tile i (A
-// read in place or from a packed block). After the last k-block, the
-// epilogue: in the micro-kernel's registers where GemmTileFinish covers it.
+// each. With `after` (what the thread reads next: next_panel_block), the
+// row tiles of each panel prefetch the next panel's lines (GemmPrefetch);
+// without, nothing is prefetched.
+// tile_a(i, m, b, init, c, n, finish, prefetch) runs the micro-kernel on row
+// tile i (A read in place or from a packed block). After the last k-block,
+// the epilogue: in the micro-kernel's registers where GemmTileFinish covers it.
 template <typename TileA>
 void sweep_k_block(const GemmKernels& g, const GemmOutput& out, int64_t n_total, int64_t k0, int64_t kc, bool last,
-                   const float* b_block, int64_t first_panel, int64_t i0, int64_t i1, int64_t p0, int64_t p1,
-                   TileA tile_a) {
+                   const float* b_block, int64_t first_panel, std::optional<PanelBlock> after, int64_t i0,
+                   int64_t i1, int64_t p0, int64_t p1, TileA tile_a) {
   const GemmEpilogue& e = out.epilogue;
   const bool epilogue = last && (out.bias || e.any());
   const bool in_registers = e.activation == GemmActivation::kNone || e.activation == GemmActivation::kRelu;
+  const int64_t row_tiles = ceil_div(i1 - i0, g.mr);
   for (int64_t panel = p0; panel < p1; ++panel) {
     const int64_t j = panel * g.nr, column = out.ldv ? j / g.width * out.ldv : j;
     const int n = static_cast<int>(std::min<int64_t>(g.nr, n_total - j));
     const float* b = b_block + (panel - first_panel) * kc * g.nr;
     const bool finish_tiles = epilogue && in_registers && n % g.width == 0;
+    const PrefetchPlan plan = after ? prefetch_plan(g, b, kc, panel, p1, *after, row_tiles) : PrefetchPlan{};
     for (int64_t i = i0; i < i1; i += g.mr) {
       const int m = static_cast<int>(std::min<int64_t>(g.mr, i1 - i));
       float* c = out.c + i * out.ldc + column;
       const float* init = k0 > 0 ? c : out.residual ? out.residual + i * out.ldc + column : nullptr;
+      const GemmPrefetch prefetch = plan.for_tile((i - i0) / g.mr);
       if (last) prefetch_gate(e, i, j, m, n);
       if (finish_tiles) {
         const GemmTileFinish finish{out.bias ? out.bias + j : nullptr, e.gate ? e.gate + i * e.gate_ld + j : nullptr,
                                     e.gate_ld, e.activation == GemmActivation::kRelu};
-        tile_a(i, m, b, init, c, n, &finish);
+        tile_a(i, m, b, init, c, n, &finish, prefetch);
         continue;
       }
-      tile_a(i, m, b, init, c, n, nullptr);
+      tile_a(i, m, b, init, c, n, nullptr, prefetch);
       if (epilogue) tile_epilogue(g, c, out.ldc, i, j, m, n, out.bias, e);
     }
   }
@@ -94,15 +139,17 @@ void sweep_k_block(const GemmKernels& g, const GemmOutput& out, int64_t n_total,
 
 // C's rows [r0, r1) and panels [p0, p1) against the prepacked B, a k-block at a time.
 void gemm_part(const GemmKernels& g, const GemmArgs& p, int64_t r0, int64_t r1, int64_t p0, int64_t p1) {
-  const int64_t n_padded = ceil_div(p.n, g.nr) * g.nr;
-  for (int64_t i0 = r0; i0 < r1; i0 += kBlockRows / g.mr * g.mr) {
-    const int64_t i1 = std::min(r1, i0 + kBlockRows / g.mr * g.mr);
+  const int64_t n_padded = ceil_div(p.n, g.nr) * g.nr, block_rows = kBlockRows / g.mr * g.mr;
+  const auto block_at = [&](int64_t k) { return p.b_packed + k * n_padded + p0 * std::min<int64_t>(g.kc, p.k - k) * g.nr; };
+  for (int64_t i0 = r0; i0 < r1; i0 += block_rows) {
+    const int64_t i1 = std::min(r1, i0 + block_rows);
     for (int64_t k0 = 0; k0 < p.k; k0 += g.kc) {
       const int64_t kc = std::min<int64_t>(g.kc, p.k - k0);
-      sweep_k_block(g, p, p.n, k0, kc, k0 + kc == p.k, p.b_packed + k0 * n_padded, 0, i0, i1, p0, p1,
+      const PanelBlock after = next_panel_block(g, k0, 0, p.k, i1 < r1, block_at);
+      sweep_k_block(g, p, p.n, k0, kc, k0 + kc == p.k, p.b_packed + k0 * n_padded, 0, after, i0, i1, p0, p1,
                     [&](int64_t i, int m, const float* b, const float* init, float* c, int n,
-                        const GemmTileFinish* finish) {
-                      g.tile(p.a + i * p.lda + k0, p.lda, b, kc, init, c, p.ldc, m, n, finish);
+                        const GemmTileFinish* finish, GemmPrefetch prefetch) {
+                      g.tile(p.a + i * p.lda + k0, p.lda, b, kc, init, c, p.ldc, m, n, finish, prefetch);
                     });
     }
   }
@@ -280,19 +327,24 @@ void gemm_part_packing(const GemmKernels& g, const GemmProduct& p, int64_t r0, i
     const int64_t kr_end = std::min(p.k, kr + k_range);
     for (int64_t k0 = kr; k0 < kr_end; k0 += g.kc)
       pack_b_rows(g, p.b, p.n, k0, std::min<int64_t>(g.kc, kr_end - k0), p0, p1, buffers.b.data() + (k0 - kr) * width);
+    const auto block_at = [&](int64_t k) -> const float* { return buffers.b.data() + (k - kr) * width; };
     for (int64_t i0 = r0; i0 < r1; i0 += block_rows) {
       const int64_t i1 = std::min(r1, i0 + block_rows);
       for (int64_t k0 = kr; k0 < kr_end; k0 += g.kc) {
         const int64_t kc = std::min<int64_t>(g.kc, kr_end - k0);
         if (pack_a) pack_a_block(g, p.a, i0, i1, k0, kc, buffers.a.data());
-        sweep_k_block(g, p, p.n, k0, kc, k0 + kc == p.k, buffers.b.data() + (k0 - kr) * width, p0, i0, i1, p0, p1,
+        // No prefetching: B was just packed into a buffer sized for the L2,
+        // where asking for its lines again cost training's large products
+        // about 1% with AVX2 (Intel Xeon, `anvil train` alternating).
+        sweep_k_block(g, p, p.n, k0, kc, k0 + kc == p.k, block_at(k0), p0, std::nullopt, i0, i1, p0, p1,
                       [&](int64_t i, int m, const float* b, const float* init, float* c, int n,
-                          const GemmTileFinish* finish) {
+                          const GemmTileFinish* finish, GemmPrefetch prefetch) {
                         if (pack_a)
-                          g.tile_packed_a(buffers.a.data() + (i - i0) * kc, b, kc, init, c, p.ldc, g.width, m, n, finish);
+                          g.tile_packed_a(buffers.a.data() + (i - i0) * kc, b, kc, init, c, p.ldc, g.width, m, n,
+                                          finish, prefetch);
                         else
                           g.tile(p.a.data + i * p.a.row_stride + k0, p.a.row_stride, b, kc, init, c, p.ldc, m, n,
-                                 finish);
+                                 finish, prefetch);
                       });
       }
     }
@@ -348,6 +400,7 @@ void conv_part(const GemmKernels& g, const ConvGemmArgs& p, const ConvGather& in
   const int64_t n_padded = ceil_div(p.n, g.nr) * g.nr, block_rows = kBlockRows / g.mr * g.mr;
   std::vector<float>& a_block = pack_buffers().a;
   a_block.resize(static_cast<size_t>(block_rows * g.kc));
+  const auto block_at = [&](int64_t k) { return p.b_packed + k * n_padded + p0 * std::min<int64_t>(g.kc, p.k - k) * g.nr; };
   for (int64_t i0 = r0; i0 < r1; i0 += block_rows) {
     const int64_t i1 = std::min(r1, i0 + block_rows);
     for (int64_t k0 = 0; k0 < p.k; k0 += g.kc) {
@@ -355,10 +408,11 @@ void conv_part(const GemmKernels& g, const ConvGemmArgs& p, const ConvGather& in
       float* a = a_block.data();
       for (int64_t i = i0; i < i1; i += g.mr)
         g.gather_conv_a(input, i, static_cast<int>(std::min<int64_t>(g.mr, i1 - i)), k0, kc, a + (i - i0) * kc);
-      sweep_k_block(g, out, p.n, k0, kc, k0 + kc == p.k, p.b_packed + k0 * n_padded, 0, i0, i1, p0, p1,
+      const PanelBlock after = next_panel_block(g, k0, 0, p.k, i1 < r1, block_at);
+      sweep_k_block(g, out, p.n, k0, kc, k0 + kc == p.k, p.b_packed + k0 * n_padded, 0, after, i0, i1, p0, p1,
                     [&](int64_t i, int m, const float* b, const float* init, float* c, int n,
-                        const GemmTileFinish* finish) {
-                      g.tile_packed_a(a + (i - i0) * kc, b, kc, init, c, out.ldc, out.ldv, m, n, finish);
+                        const GemmTileFinish* finish, GemmPrefetch prefetch) {
+                      g.tile_packed_a(a + (i - i0) * kc, b, kc, init, c, out.ldc, out.ldv, m, n, finish, prefetch);
                     });
     }
   }

@@ -50,6 +50,18 @@ struct GemmTileFinish {
   bool relu = false;
 };
 
+// Lines a micro-kernel asks the L2 for while it runs, spread over its k
+// steps: its share of the B panel block the sweep reads next. Weights that
+// stream from memory (a transformer's at short sequences, 340 MB in
+// BERT-base) otherwise arrive only as the first row tile of each panel
+// asks for them, and the cores wait for memory there while it idles under
+// the other row tiles (BERT-base's 32 x 768 x 3072 products: 0.94 -> 0.64
+// ms on two AVX-512 cores, 1.36 -> 0.97 on AVX2; bench/tools/stream_gemm_ab).
+struct GemmPrefetch {
+  const float* next = nullptr;  // null: none
+  int64_t lines = 0;            // 64-byte lines from next on
+};
+
 // A 2-D convolution's input read as a GEMM's A (an implicit im2col): row p
 // is output pixel (p / ow, p % ow), column k = (kh_i * kw + kw_i) * channels
 // + c is channel c under tap (kh_i, kw_i); zero where the window leaves the
@@ -71,12 +83,12 @@ struct GemmKernels {
   // (accumulate) or another matrix, ldc apart like c. `finish` (null: none)
   // only with n a multiple of width.
   void (*tile)(const float* a, int64_t lda, const float* b, int64_t kc, const float* init, float* c, int64_t ldc,
-               int m, int n, const GemmTileFinish* finish);
+               int m, int n, const GemmTileFinish* finish, GemmPrefetch prefetch);
   // The same with a from a packed panel: mr floats per k (rows past m unset:
   // never read), and c's (and init's) vectors of a row ldv floats apart
   // (width: contiguous; n then a multiple of width unless ldv == width).
   void (*tile_packed_a)(const float* a, const float* b, int64_t kc, const float* init, float* c, int64_t ldc,
-                        int64_t ldv, int m, int n, const GemmTileFinish* finish);
+                        int64_t ldv, int m, int n, const GemmTileFinish* finish, GemmPrefetch prefetch);
   // A row tile of m <= mr rows (lda apart, columns contiguous) over kc
   // columns into tile_packed_a's layout (rows past m unset).
   void (*pack_a)(const float* a, int64_t lda, int m, int64_t kc, float* out);
