@@ -2,13 +2,15 @@
 // at short sequences runs them: LAYERS products C[M, N] = A[M, K] W_l[K, N],
 // each with its own constant W_l (LAYERS * K * N floats in all, larger than
 // the L3 when LAYERS is), on oneDNN's matmul (weights in the layout it
-// prefers, reordered once) and on Anvil's packed GEMM (kernels/vec/gemm.h,
-// B packed once), alternating per round in one process.
+// prefers, reordered once), on Anvil's packed GEMM (kernels/vec/gemm.h, B
+// packed once) and on the same without its prefetching of B
+// (GemmArgs::prefetch_b), alternating per round in one process. Both
+// libraries honour ANVIL_MAX_ISA.
 //
 //   build/bin/anvil_stream_gemm_ab M K N LAYERS ROUNDS
 //   e.g. build/bin/anvil_stream_gemm_ab 32 768 3072 36 20   (BERT-base's FFN input products at sequence 32)
 //
-// Prints the median time per product and its GFLOP/s and weight-read GB/s.
+// Prints each one's median time per product, its GFLOP/s and weight-read GB/s.
 // A bench tool, not a test: nothing is checked.
 #include <dnnl.hpp>
 
@@ -19,6 +21,7 @@
 #include <random>
 #include <vector>
 
+#include "anvil/cpu.h"
 #include "kernels/vec/gemm.h"
 
 namespace {
@@ -36,7 +39,7 @@ bool parse(const char* text, long lo, long hi, long& out) {
 void report(const char* name, std::vector<double> t, double flops, double bytes) {
   std::sort(t.begin(), t.end());
   const double median = t[t.size() / 2];
-  std::printf("%-8s median %8.4f ms  min %8.4f ms per product  %6.1f GFLOP/s  %5.1f GB/s of weights\n", name,
+  std::printf("%-18s median %8.4f ms  min %8.4f ms per product  %6.1f GFLOP/s  %5.1f GB/s of weights\n", name,
               median * 1e3, t[0] * 1e3, flops / median / 1e9, bytes / median / 1e9);
 }
 
@@ -55,6 +58,7 @@ int main(int argc, char** argv) {
   std::vector<float> a(static_cast<size_t>(m * k)), c(static_cast<size_t>(m * n)), w(static_cast<size_t>(k * n));
   for (float& x : a) x = uniform(gen);
 
+  const std::string isa = anvil::dnnl_isa_name();  // applies ANVIL_MAX_ISA to oneDNN before its first primitive
   using dims = dnnl::memory::dims;
   const auto f32 = dnnl::memory::data_type::f32;
   dnnl::engine engine(dnnl::engine::kind::cpu, 0);
@@ -65,8 +69,8 @@ int main(int argc, char** argv) {
   const dnnl::memory::desc c_md({m, n}, f32, dims{n, 1});
   const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, w_any, c_md), engine);
   const dnnl::matmul onednn(pd);
-  std::printf("%ld x %ld x %ld, %ld weights of %.1f MB, oneDNN's %s\n", m, k, n, layers, k * n * 4 / 1e6,
-              pd.impl_info_str());
+  std::printf("%ld x %ld x %ld, %ld weights of %.1f MB, oneDNN's %s (%s), Anvil's %s\n", m, k, n, layers,
+              k * n * 4 / 1e6, pd.impl_info_str(), isa.c_str(), anvil::kernels::vec::vec_impl_name());
 
   const auto& kernels = anvil::kernels::vec::vec_kernels().gemm;
   std::vector<dnnl::memory> onednn_weights;
@@ -81,13 +85,8 @@ int main(int argc, char** argv) {
   }
   dnnl::memory a_mem(a_md, engine, a.data()), c_mem(c_md, engine, c.data());
 
-  std::vector<double> onednn_times, anvil_times;
-  for (long r = 0; r <= rounds; ++r) {  // round 0 warms both up
-    double t0 = seconds_now();
-    for (long l = 0; l < layers; ++l)
-      onednn.execute(stream, {{DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, onednn_weights[l]}, {DNNL_ARG_DST, c_mem}});
-    stream.wait();
-    double t1 = seconds_now();
+  const auto run_anvil = [&](bool prefetch) {
+    const double t0 = seconds_now();
     for (long l = 0; l < layers; ++l) {
       anvil::kernels::vec::GemmArgs args;
       args.a = a.data();
@@ -98,15 +97,27 @@ int main(int argc, char** argv) {
       args.b_packed = packed[l].data<float>();
       args.c = c.data();
       args.ldc = n;
+      args.prefetch_b = prefetch;
       anvil::kernels::vec::packed_gemm(kernels, args);
     }
-    double t2 = seconds_now();
+    return (seconds_now() - t0) / layers;
+  };
+  std::vector<double> onednn_times, anvil_times, unprefetched_times;
+  for (long r = 0; r <= rounds; ++r) {  // round 0 warms them up
+    double t0 = seconds_now();
+    for (long l = 0; l < layers; ++l)
+      onednn.execute(stream, {{DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, onednn_weights[l]}, {DNNL_ARG_DST, c_mem}});
+    stream.wait();
+    const double onednn_time = (seconds_now() - t0) / layers;
+    const double anvil_time = run_anvil(true), unprefetched_time = run_anvil(false);
     if (r > 0) {
-      onednn_times.push_back((t1 - t0) / layers);
-      anvil_times.push_back((t2 - t1) / layers);
+      onednn_times.push_back(onednn_time);
+      anvil_times.push_back(anvil_time);
+      unprefetched_times.push_back(unprefetched_time);
     }
   }
   report("oneDNN", onednn_times, 2.0 * m * k * n, 4.0 * k * n);
   report("Anvil", anvil_times, 2.0 * m * k * n, 4.0 * k * n);
+  report("Anvil, no prefetch", unprefetched_times, 2.0 * m * k * n, 4.0 * k * n);
   return 0;
 }

@@ -44,9 +44,10 @@ class WeightCache {
   // Returns the bytes freed.
   size_t prune_unused();
   size_t packed_bytes() const;
-  // The bytes of the model's constants, as the session counts them before
-  // planning: kernels whose best choice depends on whether the weights stay
-  // in the caches across runs read it (0: not known).
+  // The bytes of the weights the model's products read on every run (the
+  // session counts them before planning): kernels whose best choice depends
+  // on whether the weights stay in the caches across runs read it (0: not
+  // known).
   void set_model_weight_bytes(size_t bytes) { model_weight_bytes_ = bytes; }
   size_t model_weight_bytes() const { return model_weight_bytes_; }
   size_t released_bytes() const;

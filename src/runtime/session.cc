@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <atomic>
 #include <mutex>
+#include <set>
 
 #include "core/check.h"
 #include "ir/schema.h"
@@ -73,6 +74,22 @@ size_t constant_bytes(const ir::Graph& graph) {
   size_t bytes = 0;
   for (const auto& v : graph.values())
     if (v->is_constant() && !v->constant->is_sequence()) bytes += v->constant->nbytes();
+  return bytes;
+}
+
+// The bytes of the constant weights the products (MatMul, Gemm, Conv and
+// their fused forms) read on every run: what streams through the caches,
+// unlike an embedding table, of which a run gathers a few rows.
+size_t product_weight_bytes(const ir::Graph& graph) {
+  static const std::set<std::string> kProducts = {"MatMul", "Gemm",      "Conv",     "ConvTranspose",
+                                                  "FusedMatMul", "FusedGemm", "FusedConv"};
+  std::set<const ir::Value*> weights;
+  for (const auto& n : graph.nodes())
+    if (kProducts.count(n->op_type) && n->inputs.size() > 1 && n->inputs[1] && n->inputs[1]->is_constant() &&
+        !n->inputs[1]->constant->is_sequence())
+      weights.insert(n->inputs[1]);
+  size_t bytes = 0;
+  for (const ir::Value* w : weights) bytes += w->constant->nbytes();
   return bytes;
 }
 
@@ -163,7 +180,7 @@ Session Session::from_graph(std::unique_ptr<ir::Graph> graph, const SessionOptio
   for (const ir::Value* v : graph->outputs()) impl->outputs.push_back(info_of(v));
   runtime::propagate_types(*graph);  // static shapes of ops that have no schema yet, from their kernels
   passes::optimize(*graph, options.optimization_level, runtime::reference_evaluator());
-  impl->weights.set_model_weight_bytes(constant_bytes(*graph));
+  impl->weights.set_model_weight_bytes(product_weight_bytes(*graph));
   impl->graph = std::move(graph);
   impl->executor = std::make_unique<runtime::GraphExecutor>(
       *impl->graph, &impl->weights, static_cast<size_t>(options.plan_cache_size), options.optimization_level >= 3,

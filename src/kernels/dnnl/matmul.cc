@@ -53,7 +53,9 @@ bool packing_per_run_pays(int64_t m, int64_t k) {
 // and brgemm does not. Measured with anvil_stream_gemm_ab on two AVX-512
 // cores (Intel Xeon), BERT-base's 768 x 3072 weights streamed: 0.79-0.87
 // of brgemm's time at M = 8-96, 0.96 at 128, 0.97 at 1; resident in the
-// caches, level at M = 32 and 1.08-1.15 from M = 128 on.
+// caches, level at M = 32 and 1.08-1.15 from M = 128 on. Measured on that
+// CPU at 2 threads only; the L3 is cpu_info's, one instance's (a CCX's on
+// AMD), so on a CPU of several the rule errs towards the GEMM.
 bool streams_weights_faster(const PrepareContext& ctx, int64_t m) {
   constexpr int64_t kMinRows = 8, kMaxRows = 128;
   const WeightCache* weights = ctx.weight_cache();

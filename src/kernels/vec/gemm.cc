@@ -93,8 +93,14 @@ PrefetchPlan prefetch_plan(const GemmKernels& g, const float* b, int64_t kc, int
                            PanelBlock after, int64_t row_tiles) {
   const PanelBlock next = panel + 1 < p1 ? PanelBlock{b + kc * g.nr, kc} : after;
   if (!next.b) return {};
-  const int64_t lines = ceil_div(next.kc * g.nr * static_cast<int64_t>(sizeof(float)), 64);
-  return {next.b, lines, ceil_div(lines, row_tiles)};
+  // From the line the panel starts in (with an odd kc, AVX2's and SSE4.1's
+  // panels start mid-line) to the one it ends in. The packed buffers are
+  // 64-byte aligned, so that first line is still theirs.
+  const auto start = reinterpret_cast<uintptr_t>(next.b);
+  const auto end = start + static_cast<uintptr_t>(next.kc * g.nr) * sizeof(float);
+  const uintptr_t first_line = start / 64 * 64;
+  const auto lines = static_cast<int64_t>((end - first_line + 63) / 64);
+  return {reinterpret_cast<const float*>(first_line), lines, ceil_div(lines, row_tiles)};
 }
 
 // One k-block [k0, k0 + kc) of C's rows [i0, i1) and panels [p0, p1):
@@ -139,13 +145,15 @@ void sweep_k_block(const GemmKernels& g, const GemmOutput& out, int64_t n_total,
 
 // C's rows [r0, r1) and panels [p0, p1) against the prepacked B, a k-block at a time.
 void gemm_part(const GemmKernels& g, const GemmArgs& p, int64_t r0, int64_t r1, int64_t p0, int64_t p1) {
+  if (r0 == r1 || p0 == p1) return;  // more threads than row tiles or panels
   const int64_t n_padded = ceil_div(p.n, g.nr) * g.nr, block_rows = kBlockRows / g.mr * g.mr;
   const auto block_at = [&](int64_t k) { return p.b_packed + k * n_padded + p0 * std::min<int64_t>(g.kc, p.k - k) * g.nr; };
   for (int64_t i0 = r0; i0 < r1; i0 += block_rows) {
     const int64_t i1 = std::min(r1, i0 + block_rows);
     for (int64_t k0 = 0; k0 < p.k; k0 += g.kc) {
       const int64_t kc = std::min<int64_t>(g.kc, p.k - k0);
-      const PanelBlock after = next_panel_block(g, k0, 0, p.k, i1 < r1, block_at);
+      std::optional<PanelBlock> after;
+      if (p.prefetch_b) after = next_panel_block(g, k0, 0, p.k, i1 < r1, block_at);
       sweep_k_block(g, p, p.n, k0, kc, k0 + kc == p.k, p.b_packed + k0 * n_padded, 0, after, i0, i1, p0, p1,
                     [&](int64_t i, int m, const float* b, const float* init, float* c, int n,
                         const GemmTileFinish* finish, GemmPrefetch prefetch) {
@@ -327,7 +335,6 @@ void gemm_part_packing(const GemmKernels& g, const GemmProduct& p, int64_t r0, i
     const int64_t kr_end = std::min(p.k, kr + k_range);
     for (int64_t k0 = kr; k0 < kr_end; k0 += g.kc)
       pack_b_rows(g, p.b, p.n, k0, std::min<int64_t>(g.kc, kr_end - k0), p0, p1, buffers.b.data() + (k0 - kr) * width);
-    const auto block_at = [&](int64_t k) -> const float* { return buffers.b.data() + (k - kr) * width; };
     for (int64_t i0 = r0; i0 < r1; i0 += block_rows) {
       const int64_t i1 = std::min(r1, i0 + block_rows);
       for (int64_t k0 = kr; k0 < kr_end; k0 += g.kc) {
@@ -336,7 +343,7 @@ void gemm_part_packing(const GemmKernels& g, const GemmProduct& p, int64_t r0, i
         // No prefetching: B was just packed into a buffer sized for the L2,
         // where asking for its lines again cost training's large products
         // about 1% with AVX2 (Intel Xeon, `anvil train` alternating).
-        sweep_k_block(g, p, p.n, k0, kc, k0 + kc == p.k, block_at(k0), p0, std::nullopt, i0, i1, p0, p1,
+        sweep_k_block(g, p, p.n, k0, kc, k0 + kc == p.k, buffers.b.data() + (k0 - kr) * width, p0, std::nullopt, i0, i1, p0, p1,
                       [&](int64_t i, int m, const float* b, const float* init, float* c, int n,
                           const GemmTileFinish* finish, GemmPrefetch prefetch) {
                         if (pack_a)

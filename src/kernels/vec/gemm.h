@@ -10,7 +10,10 @@
 //
 // Why it exists: on CPUs without AVX-512, oneDNN 2.6.3's matmul is its
 // gemm:jit sgemm, which takes B only in its plain layout and repacks it on
-// every call (docs/status-speed.md).
+// every call (docs/status-speed.md). On AVX-512 its brgemm reads a B that
+// streams from memory no faster than the first row tile asks for it; this
+// GEMM prefetches the next panel while it computes (GemmPrefetch), which
+// wins for products of few rows when the weights outgrow the caches.
 #pragma once
 
 #include <cstdint>
@@ -57,6 +60,9 @@ struct GemmArgs : GemmOutput {
   int64_t lda = 0;
   int64_t m = 0, k = 0, n = 0;
   const float* b_packed = nullptr;  // pack_gemm_b of [k, n]
+  // Whether the tiles prefetch the next panel of B into L2 (GemmPrefetch);
+  // off only to measure what it brings (bench/tools/stream_gemm_ab).
+  bool prefetch_b = true;
 };
 
 // Runs the product on the calling thread's OpenMP team size.

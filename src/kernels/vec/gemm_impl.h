@@ -8,7 +8,8 @@
 // straight from its rows (the A block stays in L2 across a sweep over B's
 // panels) or from a packed panel of kGemmMr floats per k (gemm_pack_a_impl,
 // the transposed packing in gemm.cc, the convolution's gather), and B from a
-// packed panel, kGemmNr floats per k.
+// packed panel, kGemmNr floats per k; while it runs, it can prefetch its
+// share of the next panel into L2 (GemmPrefetch).
 // AVX2 takes 4 x 24 rather than 6 x 16: 7 loads per 12 FMAs instead of 8,
 // the shape oneDNN's AVX2 sgemm uses; on Zen 3 it ran training's products
 // about 2% faster (alternating runs, docs/benchmarks.md).
@@ -117,11 +118,11 @@ void gemm_tile_rows(const float* __restrict a, int64_t lda, const float* __restr
   // One prefetch per line, `lines` per kc steps: asking again for a line in
   // flight, once per k step, made AVX2's 4-row tiles 20% slower.
   const char* ahead = reinterpret_cast<const char*>(prefetch.next);
-  int64_t due = 0;
+  int64_t due = 0, line = 0;
 #pragma GCC unroll 4
   for (int64_t k = 0; k < kc; ++k, b += kGemmNr) {
     if constexpr (Prefetch)
-      for (due += prefetch.lines; due >= kc; due -= kc, ahead += 64) __builtin_prefetch(ahead, 0, 2);
+      for (due += prefetch.lines; due >= kc; due -= kc) __builtin_prefetch(ahead + 64 * line++, 0, 2);
     VF bv[Nv];
 #pragma GCC unroll 4
     for (int v = 0; v < Nv; ++v) bv[v] = load_b(b + v * kWidth);

@@ -81,7 +81,8 @@ struct GemmKernels {
   // c[m x n] = init + a[m x kc] * b for m <= mr, n <= nr: a's rows lda apart,
   // b one packed panel block (nr floats per k), init null (zero), c itself
   // (accumulate) or another matrix, ldc apart like c. `finish` (null: none)
-  // only with n a multiple of width.
+  // only with n a multiple of width. `prefetch`: lines to ask the L2 for
+  // meanwhile (none when its `next` is null).
   void (*tile)(const float* a, int64_t lda, const float* b, int64_t kc, const float* init, float* c, int64_t ldc,
                int m, int n, const GemmTileFinish* finish, GemmPrefetch prefetch);
   // The same with a from a packed panel: mr floats per k (rows past m unset:
