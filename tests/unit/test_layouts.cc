@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <random>
 #include <string>
 #include <tuple>
@@ -13,6 +14,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "anvil/cpu.h"
 #include "anvil/session.h"
 #include "ir/graph.h"
 #include "kernel_tester.h"
@@ -136,6 +138,56 @@ TEST(Layouts, OneReorderServesEveryPlainConsumer) {
   for (int64_t i = 0; i < expected.numel(); ++i) {
     ASSERT_NEAR(out[0].data<float>()[i], -expected.data<float>()[i], 1e-3f) << "element " << i;
     ASSERT_NEAR(out[1].data<float>()[i], std::fabs(expected.data<float>()[i]), 1e-3f) << "element " << i;
+  }
+}
+
+// Element-wise ops between convolutions (a unary op, a squeeze-and-excitation
+// style scale by a [1, C, 1, 1] tensor, a residual sum of two same-shaped
+// tensors) keep the layout their input arrives in, so the chain is not
+// reordered to plain data and back around each of them; with 20 channels a
+// blocked layout pads its last channel block, and then they take plain data
+// (channels-last on AVX-512 has no padding and is kept).
+// Against the computation by hand either way.
+TEST(Layouts, ElementwiseOpsBetweenConvolutionsKeepTheirLayout) {
+  for (int64_t channels : {16, 20}) {
+    SCOPED_TRACE(fmt::format("{} channels", channels));
+    Tensor w1 = random_tensor({channels, channels, 3, 3}, 20), w2 = random_tensor({channels, channels, 3, 3}, 21);
+    auto g = std::make_unique<ir::Graph>();
+    g->opsets[""] = 17;
+    ir::Value* x = g->add_input("x", DType::kFloat32, {1, channels, 8, 8});
+    ir::Value* scale = g->add_input("scale", DType::kFloat32, {1, channels, 1, 1});
+    ir::Node* c1 = g->add_node("Conv", {x, g->add_constant("w1", w1)}, 1, "conv1");
+    c1->attrs.set("pads", std::vector<int64_t>{1, 1, 1, 1});
+    ir::Node* neg = g->add_node("Neg", {c1->output(0)}, 1, "neg");
+    ir::Node* mul = g->add_node("Mul", {neg->output(0), scale}, 1, "scale_mul");
+    ir::Node* add = g->add_node("Add", {mul->output(0), c1->output(0)}, 1, "residual");
+    ir::Node* c2 = g->add_node("Conv", {add->output(0), g->add_constant("w2", w2)}, 1, "conv2");
+    c2->attrs.set("pads", std::vector<int64_t>{1, 1, 1, 1});
+    g->add_output(c2->output(0));
+    Session s = Session::from_graph(std::move(g));
+    const Tensor in = random_tensor({1, channels, 8, 8}, 22), sc = random_tensor({1, channels, 1, 1}, 23);
+    const std::map<std::string, Tensor> inputs = {{"x", in}, {"scale", sc}};
+    const std::vector<std::string> plan = s.describe_plan(inputs);
+    // With whole blocks in every layout a convolution picks; below AVX2
+    // oneDNN has no JIT binary for blocked data, and the plain one is faster
+    // than its reference kernel.
+    const bool jit_binary = dnnl_isa_name() != "sse41" && dnnl_isa_name() != "avx";
+    if (channels == 16 && jit_binary) {
+      EXPECT_LE(s.plan_stats(inputs).reorders, 1u) << fmt::format("{}", fmt::join(plan, "\n"));  // the input's
+      for (const char* name : {"neg", "scale_mul", "residual"})
+        EXPECT_EQ(line_of(plan, name).find(" plain "), std::string::npos) << line_of(plan, name);
+    }
+    Tensor a = conv_by_hand(in, w1, 1);
+    for (int64_t c = 0; c < channels; ++c)
+      for (int64_t p = 0; p < 64; ++p) {
+        float& v = a.data<float>()[c * 64 + p];
+        v = -v * sc.data<float>()[c] + v;
+      }
+    const Tensor expected = conv_by_hand(a, w2, 1);
+    const Tensor y = s.run(inputs)[0];
+    ASSERT_EQ(y.shape(), expected.shape());
+    for (int64_t i = 0; i < y.numel(); ++i)
+      ASSERT_NEAR(y.data<float>()[i], expected.data<float>()[i], 1e-3f) << "element " << i;
   }
 }
 

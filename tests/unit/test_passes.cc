@@ -617,6 +617,62 @@ TEST(Passes, SiluLookalikesAreLeftAlone) {
   EXPECT_EQ(count_ops(*g, "ElementwiseChain"), 1u);  // sigmoid, then the product with y: a chain
 }
 
+// x * HardSigmoid(x) as PyTorch exports nn.Hardswish below opset 14 (alpha
+// 1/6, beta 1/2), on x [2, 5] or after the 1x1 convolution of silu_graph.
+std::unique_ptr<ir::Graph> hardswish_graph(float alpha, bool after_conv) {
+  auto g = silu_graph(true, after_conv);
+  for (const auto& n : g->nodes())
+    if (n->op_type == "Sigmoid") {
+      n->op_type = "HardSigmoid";
+      n->attrs.set("alpha", alpha);
+      n->attrs.set("beta", 0.5f);
+    }
+  ir::infer_types(*g);
+  return g;
+}
+
+double hardswish(double v) { return v * std::min(1.0, std::max(0.0, v / 6 + 0.5)); }
+
+TEST(Passes, HardSigmoidTimesItsInputBecomesOneHardSwish) {
+  auto g = hardswish_graph(1.f / 6, false);
+  passes::optimize(*g, 2, runtime::reference_evaluator());
+  ASSERT_EQ(g->nodes().size(), 1u);
+  EXPECT_EQ(g->nodes()[0]->op_type, "HardSwish");
+  Session s = Session::from_graph(hardswish_graph(1.f / 6, false));
+  Tensor x(DType::kFloat32, {2, 5});
+  for (int64_t i = 0; i < 10; ++i) x.data<float>()[i] = 1.5f * static_cast<float>(i) - 7.f;  // -7 .. 6.5: both clamps
+  Tensor y = s.run({{"x", x}})[0];
+  for (int64_t i = 0; i < 10; ++i) EXPECT_NEAR(y.data<float>()[i], hardswish(x.data<float>()[i]), 1e-5) << i;
+
+  auto conv = hardswish_graph(1.f / 6, true);
+  passes::optimize(*conv, 2, runtime::reference_evaluator());
+  ASSERT_EQ(conv->nodes().size(), 1u);
+  EXPECT_EQ(conv->nodes()[0]->op_type, "FusedConv");
+  EXPECT_EQ(conv->nodes()[0]->attrs.get_string("activation", ""), "HardSwish");
+  Session sc = Session::from_graph(hardswish_graph(1.f / 6, true));
+  Tensor xc(DType::kFloat32, {1, 2, 2, 2});
+  for (int64_t i = 0; i < 8; ++i) xc.data<float>()[i] = 1.5f * static_cast<float>(i) - 5.f;
+  Tensor yc = sc.run({{"x", xc}})[0];
+  for (int64_t i = 0; i < 4; ++i) {
+    EXPECT_NEAR(yc.data<float>()[i], hardswish(2.0 * xc.data<float>()[i] + 0.5), 1e-5) << i;
+    EXPECT_NEAR(yc.data<float>()[4 + i], hardswish(-1.0 * xc.data<float>()[4 + i] + 1.0), 1e-5) << i;
+  }
+}
+
+TEST(Passes, HardSigmoidOfAnotherSlopeStaysApart) {
+  auto g = hardswish_graph(0.2f, false);  // ONNX's default alpha: x * HardSigmoid(x) is not HardSwish
+  passes::optimize(*g, 2, runtime::reference_evaluator());
+  EXPECT_EQ(count_ops(*g, "HardSwish"), 0u);
+  Session s = Session::from_graph(hardswish_graph(0.2f, false));
+  Tensor x(DType::kFloat32, {2, 5});
+  for (int64_t i = 0; i < 10; ++i) x.data<float>()[i] = 1.5f * static_cast<float>(i) - 7.f;
+  Tensor y = s.run({{"x", x}})[0];
+  for (int64_t i = 0; i < 10; ++i) {
+    const double v = x.data<float>()[i];
+    EXPECT_NEAR(y.data<float>()[i], v * std::min(1.0, std::max(0.0, 0.2 * v + 0.5)), 1e-5) << i;
+  }
+}
+
 }  // namespace
 }  // namespace anvil
 

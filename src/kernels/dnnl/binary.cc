@@ -1,7 +1,10 @@
 // Add, Sub, Mul, Div, Max, Min (two inputs) on oneDNN's binary primitive
 // (float32). oneDNN broadcasts only its second operand, so the kernel declines
 // (to the reference kernel) when the first input is the broadcast one and the
-// op does not commute.
+// op does not commute. Tensors between convolutions stay in the layout they
+// arrive in where oneDNN can (du::elementwise_layout).
+#include <optional>
+
 #include "kernels/dnnl/common.h"
 #include "kernels/registry.h"
 
@@ -19,6 +22,26 @@ Shape left_pad(const Shape& s, size_t rank) {
   return r;
 }
 
+// [1, C, 1, ...]: one value per channel (axis 1), rank 3 or more.
+bool is_per_channel(const Shape& s) {
+  if (s.size() < 3) return false;
+  for (size_t i = 0; i < s.size(); ++i)
+    if (i != 1 && s[i] != 1) return false;
+  return true;
+}
+
+// The channel-blocked format of `md` (nCw8c ... nCdhw16c), if it is one.
+std::optional<memory::format_tag> channel_block_tag(const memory::desc& md) {
+  using tag = memory::format_tag;
+  static const std::pair<const char*, tag> kTags[] = {{"aBc8b", tag::aBc8b},     {"aBc16b", tag::aBc16b},
+                                                      {"aBcd8b", tag::aBcd8b},   {"aBcd16b", tag::aBcd16b},
+                                                      {"aBcde8b", tag::aBcde8b}, {"aBcde16b", tag::aBcde16b}};
+  const std::string name = du::layout_name(md);
+  for (const auto& [n, t] : kTags)
+    if (name == n) return t;
+  return std::nullopt;
+}
+
 class DnnlBinary : public du::PrimitiveKernel {
  public:
   explicit DnnlBinary(const ir::Node& node) : op_(node.op_type) {}
@@ -33,22 +56,53 @@ class DnnlBinary : public du::PrimitiveKernel {
     bool commutes = op_ == "Add" || op_ == "Mul" || op_ == "Max" || op_ == "Min";
     ANVIL_PREPARE_CHECK(ctx, !swapped_ || (commutes && left_pad(b, rank) == out_r), ErrorKind::kUnsupported,
                         "both operands broadcast");
-    src0_ = du::plain_desc(out_r, DType::kFloat32);
-    src1_ = du::plain_desc(left_pad(swapped_ ? a : b, rank), DType::kFloat32);
+    const Shape other_r = left_pad(swapped_ ? a : b, rank);
     algorithm alg = op_ == "Add" ? algorithm::binary_add
                     : op_ == "Sub" ? algorithm::binary_sub
                     : op_ == "Mul" ? algorithm::binary_mul
                     : op_ == "Div" ? algorithm::binary_div
                     : op_ == "Max" ? algorithm::binary_max
                                    : algorithm::binary_min;
-    create<dnnl::binary, dnnl::binary::primitive_desc>(ctx, [&] {
+    const auto make_pd = [&] {
       dnnl::binary::desc d(alg, src0_, src1_, src0_);
       return dnnl::binary::primitive_desc(d, du::user_scratchpad_attr(), du::engine());
-    });
-    return ctx.output_types();
+    };
+    // The full operand's layout kept (a squeeze-and-excitation scale, a
+    // residual sum between convolutions); the other operand in it too when
+    // it has the same shape, else plain (a broadcast along whole axes). Only
+    // where oneDNN has a JIT kernel for the pair: its reference binary is
+    // slower than the reorders it saves.
+    const size_t full = swapped_ ? 1 : 0;
+    if (ctx.input_shape(full).size() == rank) layout_ = du::elementwise_layout(ctx, full, out_r);
+    if (layout_) {
+      src0_ = du::desc_of({DType::kFloat32, out_r, layout_});
+      other_layout_ = other_r == out_r ? layout_ : nullptr;
+      // A per-channel operand ([1, C, 1, 1]) is the same bytes in src0's
+      // channel-blocked format as in plain (C fills whole blocks: src0 has
+      // no padding), and oneDNN's JIT kernels want it in that format.
+      const std::optional<memory::format_tag> blocks = channel_block_tag(src0_);
+      src1_ = !other_layout_ && blocks && is_per_channel(other_r)
+                  ? memory::desc(du::dims(other_r), memory::data_type::f32, *blocks)
+                  : du::desc_of({DType::kFloat32, other_r, other_layout_});
+      try {
+        if (du::impl_name(make_pd()).find("ref") != std::string::npos) layout_ = other_layout_ = nullptr;
+      } catch (const dnnl::error&) {
+        layout_ = other_layout_ = nullptr;
+      }
+    }
+    if (!layout_) {
+      src0_ = du::plain_desc(out_r, DType::kFloat32);
+      src1_ = du::plain_desc(other_r, DType::kFloat32);
+    }
+    create<dnnl::binary, dnnl::binary::primitive_desc>(ctx, make_pd);
+    std::vector<TensorType> types = ctx.output_types();
+    types[0].layout = layout_;
+    return types;
   }
 
   int inplace_input() const override { return swapped_ ? 1 : 0; }
+  Layout input_layout(size_t i) const override { return i == (swapped_ ? 1u : 0u) ? layout_ : other_layout_; }
+  std::string layout_name() const override { return kernels::layout_name(layout_); }
 
   void run(const RunContext& ctx) const override {
     if (ctx.out(0).numel() == 0) return;
@@ -63,6 +117,7 @@ class DnnlBinary : public du::PrimitiveKernel {
  private:
   std::string op_;
   bool swapped_ = false;
+  Layout layout_, other_layout_;  // of the full operand (and the output), of the other; null: plain
   memory::desc src0_, src1_;
 };
 

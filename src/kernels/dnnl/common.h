@@ -105,6 +105,14 @@ std::string layout_name(const dnnl::memory::desc& md);
 Layout layout_of(const dnnl::memory::desc& md, const Shape& shape, DType dtype);
 // Null when `md` equals `plain`.
 Layout layout_of(const dnnl::memory::desc& md, const dnnl::memory::desc& plain);
+// The layout an element-wise kernel keeps for input i of `shape` (and its
+// output): the one its producer wrote, where the plan allows layouts of the
+// kernels' own both ways and that layout is oneDNN's, of that shape and
+// without padding (a padded channel block would hold f(0) where it must
+// hold zero). Null: plain. Keeping it saves the reorders to plain data and
+// back around each such op between convolutions (docs/architecture.md).
+Layout elementwise_layout(const PrepareContext& ctx, size_t i, const Shape& shape);
+
 // The oneDNN descriptor of a planned tensor type (plain when it has no layout).
 dnnl::memory::desc desc_of(const TensorType& type);
 

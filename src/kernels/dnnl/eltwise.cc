@@ -1,5 +1,6 @@
 // Unary activations and math on oneDNN's eltwise primitive (float32), in place
-// when the planner allows. Erf, HardSigmoid and Log (oneDNN's AVX2 log is off by
+// when the planner allows, in the layout the input arrives in where it can
+// (du::elementwise_layout). Erf, HardSigmoid and Log (oneDNN's AVX2 log is off by
 // ~1e-6 near 1, past the conformance tolerance) stay on the reference kernels.
 #include <limits>
 
@@ -25,15 +26,20 @@ class DnnlEltwise : public du::PrimitiveKernel {
 
   std::vector<TensorType> prepare(const PrepareContext& ctx) override {
     EltwiseSpec spec = spec_for(ctx);
-    md_ = du::plain_desc(ctx.input_shape(0), DType::kFloat32);
+    layout_ = du::elementwise_layout(ctx, 0, ctx.input_shape(0));
+    md_ = du::desc_of({DType::kFloat32, ctx.input_shape(0), layout_});
     create<dnnl::eltwise_forward, dnnl::eltwise_forward::primitive_desc>(ctx, [&] {
       dnnl::eltwise_forward::desc d(dnnl::prop_kind::forward_inference, spec.alg, md_, spec.alpha, spec.beta);
       return dnnl::eltwise_forward::primitive_desc(d, du::user_scratchpad_attr(), du::engine());
     });
-    return ctx.output_types();
+    std::vector<TensorType> out = ctx.output_types();
+    out[0].layout = layout_;
+    return out;
   }
 
   int inplace_input() const override { return 0; }
+  Layout input_layout(size_t i) const override { return i == 0 ? layout_ : nullptr; }
+  std::string layout_name() const override { return kernels::layout_name(layout_); }
 
   void run(const RunContext& ctx) const override {
     if (ctx.out(0).numel() == 0) return;
@@ -89,6 +95,7 @@ class DnnlEltwise : public du::PrimitiveKernel {
   }
 
   const ir::Node& node_;
+  Layout layout_;  // the producer's, kept (du::elementwise_layout); null: plain
   memory::desc md_;
 };
 

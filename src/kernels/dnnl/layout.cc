@@ -85,6 +85,15 @@ size_t ActivationLayouts::init(const PrepareContext& ctx, const dnnl::memory::de
   return dst.init(plain_dst, dst_md, offset);
 }
 
+Layout elementwise_layout(const PrepareContext& ctx, size_t i, const Shape& shape) {
+  if (!ctx.blocked_inputs_allowed() || !ctx.blocked_outputs_allowed()) return nullptr;
+  const Layout in = ctx.incoming_layout(i);
+  const auto* d = in ? dynamic_cast<const DnnlLayout*>(in.get()) : nullptr;
+  if (!d || d->md().dims() != dims(shape) || d->md().data_type() != dnnl::memory::data_type::f32) return nullptr;
+  if (d->md().get_size() != plain_desc(shape, DType::kFloat32).get_size()) return nullptr;
+  return in;
+}
+
 dnnl::memory::desc desc_of(const TensorType& type) {
   if (!type.layout) return plain_desc(type.shape, type.dtype);
   const auto* d = dynamic_cast<const DnnlLayout*>(type.layout.get());
