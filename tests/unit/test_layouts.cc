@@ -149,8 +149,9 @@ TEST(Layouts, OneReorderServesEveryPlainConsumer) {
 // (channels-last on AVX-512 has no padding and is kept).
 // Against the computation by hand either way.
 TEST(Layouts, ElementwiseOpsBetweenConvolutionsKeepTheirLayout) {
+  for (const std::string op : {"Mul", "Div", "Sub"})
   for (int64_t channels : {16, 20}) {
-    SCOPED_TRACE(fmt::format("{} channels", channels));
+    SCOPED_TRACE(fmt::format("{} channels, {}", channels, op));
     Tensor w1 = random_tensor({channels, channels, 3, 3}, 20), w2 = random_tensor({channels, channels, 3, 3}, 21);
     auto g = std::make_unique<ir::Graph>();
     g->opsets[""] = 17;
@@ -159,7 +160,7 @@ TEST(Layouts, ElementwiseOpsBetweenConvolutionsKeepTheirLayout) {
     ir::Node* c1 = g->add_node("Conv", {x, g->add_constant("w1", w1)}, 1, "conv1");
     c1->attrs.set("pads", std::vector<int64_t>{1, 1, 1, 1});
     ir::Node* neg = g->add_node("Neg", {c1->output(0)}, 1, "neg");
-    ir::Node* mul = g->add_node("Mul", {neg->output(0), scale}, 1, "scale_mul");
+    ir::Node* mul = g->add_node(op, {neg->output(0), scale}, 1, "scale_mul");
     ir::Node* add = g->add_node("Add", {mul->output(0), c1->output(0)}, 1, "residual");
     ir::Node* c2 = g->add_node("Conv", {add->output(0), g->add_constant("w2", w2)}, 1, "conv2");
     c2->attrs.set("pads", std::vector<int64_t>{1, 1, 1, 1});
@@ -181,7 +182,8 @@ TEST(Layouts, ElementwiseOpsBetweenConvolutionsKeepTheirLayout) {
     for (int64_t c = 0; c < channels; ++c)
       for (int64_t p = 0; p < 64; ++p) {
         float& v = a.data<float>()[c * 64 + p];
-        v = -v * sc.data<float>()[c] + v;
+        const float k = sc.data<float>()[c];
+        v = (op == "Mul" ? -v * k : op == "Div" ? -v / k : -v - k) + v;
       }
     const Tensor expected = conv_by_hand(a, w2, 1);
     const Tensor y = s.run(inputs)[0];
