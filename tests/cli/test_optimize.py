@@ -146,6 +146,28 @@ def test_a_transpose_folded_into_a_matmul_reads_back(anvil, tmp_path):
     np.testing.assert_allclose(read_tensor_pb(tmp_path / "out1" / output_file_name("y")), a.T @ b, rtol=1e-5, atol=1e-5)
 
 
+def test_hardswish_of_an_opset_13_model_reads_back(anvil, tmp_path):
+    # x * HardSigmoid(x, alpha 1/6): nn.Hardswish as PyTorch exports it below opset 14, fused into one
+    # HardSwish (opset 14), written in com.anvil in the opset-13 model and read back.
+    nodes = [helper.make_node("HardSigmoid", ["x"], ["h"], alpha=1.0 / 6, beta=0.5),
+             helper.make_node("Mul", ["x", "h"], ["y"])]
+    graph = helper.make_graph(nodes, "hs", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 6])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 6])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 7
+    onnx.save(model, str(tmp_path / "hs.onnx"))
+    assert_ok(anvil("optimize", tmp_path / "hs.onnx", tmp_path / "opt.onnx", timeout=TIMEOUT_S))
+    opt = onnx.load(str(tmp_path / "opt.onnx"))
+    assert [(n.domain, n.op_type) for n in opt.graph.node] == [("com.anvil", "HardSwish")]
+    x = np.linspace(-5, 5, 12, dtype=np.float32).reshape(2, 6)
+    np.save(tmp_path / "x.npy", x)
+    out = tmp_path / "out"
+    assert_ok(anvil("run", tmp_path / "opt.onnx", "-i", f"x={tmp_path / 'x.npy'}", "-o", out, "-O", "0",
+                    timeout=TIMEOUT_S))
+    want = x * np.clip(x / 6 + 0.5, 0, 1)
+    np.testing.assert_allclose(read_tensor_pb(out / output_file_name("y")), want, rtol=1e-5, atol=1e-6)
+
+
 def test_optimize_bad_arguments(anvil, tmp_path):
     make_model(tmp_path / "mlp.onnx")
     check_error(anvil("optimize", tmp_path / "absent.onnx", tmp_path / "o.onnx", timeout=TIMEOUT_S),

@@ -141,55 +141,130 @@ TEST(Layouts, OneReorderServesEveryPlainConsumer) {
   }
 }
 
-// Element-wise ops between convolutions (a unary op, a squeeze-and-excitation
-// style scale by a [1, C, 1, 1] tensor, a residual sum of two same-shaped
-// tensors) keep the layout their input arrives in, so the chain is not
-// reordered to plain data and back around each of them; with 20 channels a
-// blocked layout pads its last channel block, and then they take plain data
-// (channels-last on AVX-512 has no padding and is kept).
-// Against the computation by hand either way.
-TEST(Layouts, ElementwiseOpsBetweenConvolutionsKeepTheirLayout) {
-  for (const std::string op : {"Mul", "Div", "Sub"})
-  for (int64_t channels : {16, 20}) {
-    SCOPED_TRACE(fmt::format("{} channels, {}", channels, op));
-    Tensor w1 = random_tensor({channels, channels, 3, 3}, 20), w2 = random_tensor({channels, channels, 3, 3}, 21);
-    auto g = std::make_unique<ir::Graph>();
-    g->opsets[""] = 17;
-    ir::Value* x = g->add_input("x", DType::kFloat32, {1, channels, 8, 8});
-    ir::Value* scale = g->add_input("scale", DType::kFloat32, {1, channels, 1, 1});
-    ir::Node* c1 = g->add_node("Conv", {x, g->add_constant("w1", w1)}, 1, "conv1");
-    c1->attrs.set("pads", std::vector<int64_t>{1, 1, 1, 1});
-    ir::Node* neg = g->add_node("Neg", {c1->output(0)}, 1, "neg");
-    ir::Node* mul = g->add_node(op, {neg->output(0), scale}, 1, "scale_mul");
-    ir::Node* add = g->add_node("Add", {mul->output(0), c1->output(0)}, 1, "residual");
-    ir::Node* c2 = g->add_node("Conv", {add->output(0), g->add_constant("w2", w2)}, 1, "conv2");
-    c2->attrs.set("pads", std::vector<int64_t>{1, 1, 1, 1});
-    g->add_output(c2->output(0));
-    Session s = Session::from_graph(std::move(g));
-    const Tensor in = random_tensor({1, channels, 8, 8}, 22), sc = random_tensor({1, channels, 1, 1}, 23);
-    const std::map<std::string, Tensor> inputs = {{"x", in}, {"scale", sc}};
-    const std::vector<std::string> plan = s.describe_plan(inputs);
-    // With whole blocks in every layout a convolution picks; below AVX2
-    // oneDNN has no JIT binary for blocked data, and the plain one is faster
-    // than its reference kernel.
-    const bool jit_binary = dnnl_isa_name() != "sse41" && dnnl_isa_name() != "avx";
-    if (channels == 16 && jit_binary) {
-      EXPECT_LE(s.plan_stats(inputs).reorders, 1u) << fmt::format("{}", fmt::join(plan, "\n"));  // the input's
-      for (const char* name : {"neg", "scale_mul", "residual"})
-        EXPECT_EQ(line_of(plan, name).find(" plain "), std::string::npos) << line_of(plan, name);
-    }
-    Tensor a = conv_by_hand(in, w1, 1);
-    for (int64_t c = 0; c < channels; ++c)
-      for (int64_t p = 0; p < 64; ++p) {
-        float& v = a.data<float>()[c * 64 + p];
-        const float k = sc.data<float>()[c];
-        v = (op == "Mul" ? -v * k : op == "Div" ? -v / k : -v - k) + v;
-      }
-    const Tensor expected = conv_by_hand(a, w2, 1);
-    const Tensor y = s.run(inputs)[0];
-    ASSERT_EQ(y.shape(), expected.shape());
+// An element-wise op between convolutions: x [N, C, S, S] -> conv1 -> Neg ->
+// `op` with the operand `k` (a graph input of shape `operand`, first when
+// operand_first) -> + conv1's output (a residual sum) -> conv2.
+struct ElementwiseCase {
+  std::string op;
+  Shape operand;
+  bool operand_first = false;
+  int64_t batch = 1, channels = 16, size = 8;
+  float k_lo = -1.f, k_hi = 1.f;  // the operand's values (a divisor away from zero)
+};
+
+std::unique_ptr<ir::Graph> elementwise_graph(const ElementwiseCase& c, const Tensor& w1, const Tensor& w2) {
+  auto g = std::make_unique<ir::Graph>();
+  g->opsets[""] = 17;
+  ir::Value* x = g->add_input("x", DType::kFloat32, {c.batch, c.channels, c.size, c.size});
+  ir::Value* k = g->add_input("k", DType::kFloat32, c.operand);
+  ir::Node* c1 = g->add_node("Conv", {x, g->add_constant("w1", w1)}, 1, "conv1");
+  c1->attrs.set("pads", std::vector<int64_t>{1, 1, 1, 1});
+  ir::Node* neg = g->add_node("Neg", {c1->output(0)}, 1, "neg");
+  ir::Node* op = g->add_node(c.op, c.operand_first ? std::vector<ir::Value*>{k, neg->output(0)}
+                                                   : std::vector<ir::Value*>{neg->output(0), k},
+                             1, "operand_op");
+  ir::Node* add = g->add_node("Add", {op->output(0), c1->output(0)}, 1, "residual");
+  ir::Node* c2 = g->add_node("Conv", {add->output(0), g->add_constant("w2", w2)}, 1, "conv2");
+  c2->attrs.set("pads", std::vector<int64_t>{1, 1, 1, 1});
+  g->add_output(c2->output(0));
+  return g;
+}
+
+// The graph by hand, the operand broadcast as numpy does.
+Tensor elementwise_by_hand(const ElementwiseCase& c, const Tensor& x, const Tensor& k, const Tensor& w1,
+                           const Tensor& w2) {
+  Tensor a = conv_by_hand(x, w1, 1);
+  const Shape& s = a.shape();
+  Shape kd(4 - c.operand.size(), 1);
+  kd.insert(kd.end(), c.operand.begin(), c.operand.end());
+  for (int64_t n = 0; n < s[0]; ++n)
+    for (int64_t ch = 0; ch < s[1]; ++ch)
+      for (int64_t h = 0; h < s[2]; ++h)
+        for (int64_t w = 0; w < s[3]; ++w) {
+          const int64_t ki = (((kd[0] == 1 ? 0 : n) * kd[1] + (kd[1] == 1 ? 0 : ch)) * kd[2] + (kd[2] == 1 ? 0 : h)) *
+                                 kd[3] +
+                             (kd[3] == 1 ? 0 : w);
+          float& v = a.data<float>()[((n * s[1] + ch) * s[2] + h) * s[3] + w];
+          const float l = c.operand_first ? k.data<float>()[ki] : -v, r = c.operand_first ? -v : k.data<float>()[ki];
+          const float o = c.op == "Mul" ? l * r : c.op == "Div" ? l / r : c.op == "Sub" ? l - r : c.op == "Add" ? l + r
+                                                                                               : std::max(l, r);
+          v = o + v;
+        }
+  return conv_by_hand(a, w2, 1);
+}
+
+Tensor uniform_tensor(Shape shape, unsigned seed, float lo, float hi) {
+  Tensor t = random_tensor(std::move(shape), seed);
+  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = lo + (hi - lo) * (t.data<float>()[i] + 1) / 2;
+  return t;
+}
+
+// Returns the plan, after checking the outputs against the computation by hand.
+std::vector<std::string> check_elementwise_case(const ElementwiseCase& c) {
+  const Tensor w1 = random_tensor({c.channels, c.channels, 3, 3}, 20), w2 = random_tensor({c.channels, c.channels, 3, 3}, 21);
+  Session s = Session::from_graph(elementwise_graph(c, w1, w2));
+  const Tensor x = random_tensor({c.batch, c.channels, c.size, c.size}, 22), k = uniform_tensor(c.operand, 23, c.k_lo, c.k_hi);
+  const std::map<std::string, Tensor> inputs = {{"x", x}, {"k", k}};
+  const Tensor expected = elementwise_by_hand(c, x, k, w1, w2);
+  const Tensor y = s.run(inputs)[0];
+  EXPECT_EQ(y.shape(), expected.shape());
+  if (y.shape() == expected.shape())
     for (int64_t i = 0; i < y.numel(); ++i)
-      ASSERT_NEAR(y.data<float>()[i], expected.data<float>()[i], 1e-3f) << "element " << i;
+      if (std::fabs(y.data<float>()[i] - expected.data<float>()[i]) > 1e-3f * (1 + std::fabs(expected.data<float>()[i]))) {
+        ADD_FAILURE() << "element " << i << ": " << y.data<float>()[i] << " against " << expected.data<float>()[i];
+        break;
+      }
+  return s.describe_plan(inputs);
+}
+
+// Element-wise ops between convolutions (a unary op, a squeeze-and-excitation
+// style scale by one value per channel, a residual sum of two same-shaped
+// tensors) keep the layout their input arrives in, so the chain is not
+// reordered to plain data and back around each of them; the per-channel op
+// runs on Anvil's loop over whole pixels. With 20 channels a blocked layout
+// pads its last channel block, and then they take plain data (channels-last
+// on AVX-512 has no padding and is kept). Against the computation by hand.
+TEST(Layouts, ElementwiseOpsBetweenConvolutionsKeepTheirLayout) {
+  // Below AVX2 oneDNN has no JIT binary for blocked data (the residual sum
+  // takes plain data there, faster than its reference kernel).
+  const bool jit_binary = dnnl_isa_name() != "sse41" && dnnl_isa_name() != "avx";
+  for (const char* op : {"Mul", "Div", "Sub"})
+    for (int64_t channels : {16, 20}) {
+      ElementwiseCase c{op, {1, channels, 1, 1}};
+      c.channels = channels;
+      if (c.op == "Div") c.k_lo = 0.5f, c.k_hi = 1.5f;
+      SCOPED_TRACE(fmt::format("{} channels, {}", channels, op));
+      const std::vector<std::string> plan = check_elementwise_case(c);
+      if (channels == 16 && jit_binary) {  // whole blocks in every layout a convolution picks
+        const size_t reorders = std::count_if(plan.begin(), plan.end(), [](const std::string& l) {
+          return l.find("anvil.Reorder") != std::string::npos;
+        });
+        EXPECT_LE(reorders, 1u) << fmt::format("{}", fmt::join(plan, "\n"));  // the input's
+        for (const char* name : {"neg", "operand_op", "residual"})
+          EXPECT_EQ(line_of(plan, name).find(" plain "), std::string::npos) << line_of(plan, name);
+        EXPECT_NE(line_of(plan, "operand_op").find(":per_channel"), std::string::npos) << line_of(plan, "operand_op");
+      }
+    }
+}
+
+// The other operands a binary op between convolutions meets, each against
+// the computation by hand: the per-channel one first, at batch 2, over a
+// tensor large enough to split between threads; Add and Max per channel; a
+// scalar (no per-channel operand: [1, 1, 1, 1] after broadcasting); a
+// same-shaped one of lower rank (no layout of the full rank to read it in).
+TEST(Layouts, BinaryOpsBetweenConvolutionsTakeEveryOperand) {
+  std::vector<ElementwiseCase> cases = {
+      {"Mul", {1, 16, 1, 1}, true},  {"Mul", {1, 16, 1, 1}, false, 2}, {"Add", {1, 16, 1, 1}},
+      {"Max", {1, 16, 1, 1}},        {"Add", {1}},                     {"Div", {1, 1, 1, 1}, false, 1, 16, 8, 0.5f, 1.5f},
+      {"Add", {16, 8, 8}},           {"Sub", {8, 8}},
+  };
+  ElementwiseCase large{"Mul", {1, 16, 1, 1}};
+  large.size = 64;  // 65,536 elements: the per-channel loop's threads
+  cases.push_back(large);
+  for (const ElementwiseCase& c : cases) {
+    SCOPED_TRACE(fmt::format("{} by [{}]{}, batch {}, {}x{}", c.op, fmt::join(c.operand, ","),
+                             c.operand_first ? " (first)" : "", c.batch, c.size, c.size));
+    check_elementwise_case(c);
   }
 }
 

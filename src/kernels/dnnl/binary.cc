@@ -3,8 +3,6 @@
 // (to the reference kernel) when the first input is the broadcast one and the
 // op does not commute. Tensors between convolutions stay in the layout they
 // arrive in where oneDNN can (du::elementwise_layout).
-#include <omp.h>
-
 #include <algorithm>
 #include <optional>
 #include <vector>
@@ -58,9 +56,10 @@ void per_channel_binary(const du::PixelLayout& px, int64_t c, vec::ChainOp op, b
   }
 }
 
-// [1, C, 1, ...]: one value per channel (axis 1), rank 3 or more.
-bool is_per_channel(const Shape& s) {
-  if (s.size() < 3) return false;
+// [1, C, 1, ...] against `full` [N, C, ...]: one value per channel (axis 1)
+// of the full operand, rank 3 or more (a scalar, [1, 1, 1, 1], is not).
+bool is_per_channel(const Shape& s, const Shape& full) {
+  if (s.size() < 3 || s.size() != full.size() || s[1] != full[1]) return false;
   for (size_t i = 0; i < s.size(); ++i)
     if (i != 1 && s[i] != 1) return false;
   return true;
@@ -114,19 +113,21 @@ class DnnlBinary : public du::PrimitiveKernel {
     if (ctx.input_shape(full).size() == rank) layout_ = du::elementwise_layout(ctx, full, out_r);
     if (layout_) {
       src0_ = du::desc_of({DType::kFloat32, out_r, layout_});
-      other_layout_ = other_r == out_r ? layout_ : nullptr;
-      // A per-channel operand ([1, C, 1, 1]) is the same bytes in src0's
-      // channel-blocked or channels-last format as in plain (C fills whole
-      // blocks: src0 has no padding), and oneDNN's JIT kernels want it in
-      // that format: in NHWC against a plain one, its binary ran twice as
-      // long at 2 threads as at 1 (EfficientNet's excitation scales).
+      // The same shape, read in the same layout; with a lower rank it has no
+      // such layout (its leading axes are implicit), so it stays plain.
+      const bool same_shape = other_r == out_r && ctx.input_shape(swapped_ ? 0 : 1).size() == rank;
+      other_layout_ = same_shape ? layout_ : nullptr;
+      const bool per_channel = !same_shape && is_per_channel(other_r, out_r);
+      // A per-channel operand ([1, C, 1, 1], src0's C) is the same bytes in
+      // src0's channel-blocked or channels-last format as in plain (C fills
+      // whole blocks: src0 has no padding), and oneDNN's JIT kernels want it
+      // in that format: in NHWC against a plain one, its binary ran twice
+      // as long at 2 threads as at 1 (EfficientNet's excitation scales).
       const std::optional<memory::format_tag> blocks = channel_block_tag(src0_);
-      src1_ = !other_layout_ && blocks && is_per_channel(other_r)
-                  ? memory::desc(du::dims(other_r), memory::data_type::f32, *blocks)
-                  : du::desc_of({DType::kFloat32, other_r, other_layout_});
+      src1_ = per_channel && blocks ? memory::desc(du::dims(other_r), memory::data_type::f32, *blocks)
+                                    : du::desc_of({DType::kFloat32, other_r, other_layout_});
       const std::optional<du::PixelLayout> pixels = du::pixel_layout(src0_);
-      if (!other_layout_ && is_per_channel(other_r) && pixels && pixels->pixel == pixels->channels &&
-          op_ != "Max" && op_ != "Min") {
+      if (per_channel && pixels && pixels->pixel == pixels->channels && op_ != "Max" && op_ != "Min") {
         per_channel_ = *pixels;
         impl_ = std::string(vec::vec_impl_name()) + ":per_channel";
         return output_types(ctx);
