@@ -166,10 +166,11 @@ TEST(VecKernels, PackedGemmShapesAndTails) {
   for (VectorIsa isa : supported_vector_isas()) {
     SCOPED_TRACE(vector_isa_name(isa));
     const GemmKernels& g = kernels::vec::vec_kernels_for(isa).gemm;
-    // Tiles cut at every edge: rows and columns short of a tile, k past a k-block, a single element.
+    // Tiles cut at every edge: rows and columns short of a tile, k past a k-block, a single element;
+    // rows past one row block (2,500: more than half of a 4 MiB L2 holds with A's block and C's rows).
     const Product shapes[] = {{1, 1, 1},     {5, 3, 17},     {g.mr, g.kc, g.nr}, {13, 300, 33},
                               {2, 513, 47},  {37, 64, 200},  {130, 700, 96},     {1, 1000, 64},
-                              {200, 16, 3}};
+                              {200, 16, 3},  {2500, 300, 40}};
     uint32_t seed = 1;
     for (const Product& p : shapes) check_product(g, p, seed += 10);
   }
