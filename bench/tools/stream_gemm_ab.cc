@@ -23,18 +23,12 @@
 
 #include "anvil/cpu.h"
 #include "kernels/vec/gemm.h"
+#include "tool_common.h"
 
 namespace {
 
-double seconds_now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-bool parse(const char* text, long lo, long hi, long& out) {
-  char* end = nullptr;
-  out = std::strtol(text, &end, 10);
-  return end && *end == '\0' && out >= lo && out <= hi;
-}
+using anvil::bench_tools::parse;
+using anvil::bench_tools::seconds_now;
 
 void report(const char* name, std::vector<double> t, double flops, double bytes) {
   std::sort(t.begin(), t.end());

@@ -111,16 +111,20 @@ def test_optimize_level_0_is_plain_onnx_that_onnxruntime_runs(anvil, tmp_path, i
     np.testing.assert_allclose(got, expected(*inputs, w, b), rtol=1e-4, atol=1e-4)
 
 
+def save_opset_13_model(path, nodes, inputs, outputs):
+    """A float32 graph of `nodes`, its inputs and outputs given as {name: shape}."""
+    info = lambda values: [helper.make_tensor_value_info(n, TensorProto.FLOAT, shape) for n, shape in values.items()]
+    model = helper.make_model(helper.make_graph(nodes, path.stem, info(inputs), info(outputs)),
+                              opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 7
+    onnx.save(model, str(path))
+
+
 def test_a_transpose_folded_into_a_matmul_reads_back(anvil, tmp_path):
     # y = MatMul(Transpose(a), b): written as com.anvil FusedMatMul with transA (domain version 2), whose
     # meaning a version-1 reader would miss; read back by Anvil, and a version-1 file still reads.
     nodes = [helper.make_node("Transpose", ["a"], ["at"], perm=[1, 0]), helper.make_node("MatMul", ["at", "b"], ["y"])]
-    graph = helper.make_graph(nodes, "t", [helper.make_tensor_value_info("a", TensorProto.FLOAT, [5, 3]),
-                                           helper.make_tensor_value_info("b", TensorProto.FLOAT, [5, 4])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 4])])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-    model.ir_version = 7
-    onnx.save(model, str(tmp_path / "t.onnx"))
+    save_opset_13_model(tmp_path / "t.onnx", nodes, {"a": [5, 3], "b": [5, 4]}, {"y": [3, 4]})
     assert_ok(anvil("optimize", tmp_path / "t.onnx", tmp_path / "opt.onnx", timeout=TIMEOUT_S))
     opt = onnx.load(str(tmp_path / "opt.onnx"))
     assert [(n.domain, n.op_type) for n in opt.graph.node] == [("com.anvil", "FusedMatMul")]
@@ -151,11 +155,7 @@ def test_hardswish_of_an_opset_13_model_reads_back(anvil, tmp_path):
     # HardSwish (opset 14), written in com.anvil in the opset-13 model and read back.
     nodes = [helper.make_node("HardSigmoid", ["x"], ["h"], alpha=1.0 / 6, beta=0.5),
              helper.make_node("Mul", ["x", "h"], ["y"])]
-    graph = helper.make_graph(nodes, "hs", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 6])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 6])])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-    model.ir_version = 7
-    onnx.save(model, str(tmp_path / "hs.onnx"))
+    save_opset_13_model(tmp_path / "hs.onnx", nodes, {"x": [2, 6]}, {"y": [2, 6]})
     assert_ok(anvil("optimize", tmp_path / "hs.onnx", tmp_path / "opt.onnx", timeout=TIMEOUT_S))
     opt = onnx.load(str(tmp_path / "opt.onnx"))
     assert [(n.domain, n.op_type) for n in opt.graph.node] == [("com.anvil", "HardSwish")]
