@@ -199,22 +199,30 @@ Tensor uniform_tensor(Shape shape, unsigned seed, float lo, float hi) {
   return t;
 }
 
-// Returns the plan, after checking the outputs against the computation by hand.
+// Returns the plan at 2 threads, after checking the outputs against the
+// computation by hand at 1 and 2 (a per-channel op runs in place at 1 only).
 std::vector<std::string> check_elementwise_case(const ElementwiseCase& c) {
   const Tensor w1 = random_tensor({c.channels, c.channels, 3, 3}, 20), w2 = random_tensor({c.channels, c.channels, 3, 3}, 21);
-  Session s = Session::from_graph(elementwise_graph(c, w1, w2));
   const Tensor x = random_tensor({c.batch, c.channels, c.size, c.size}, 22), k = uniform_tensor(c.operand, 23, c.k_lo, c.k_hi);
   const std::map<std::string, Tensor> inputs = {{"x", x}, {"k", k}};
   const Tensor expected = elementwise_by_hand(c, x, k, w1, w2);
-  const Tensor y = s.run(inputs)[0];
-  EXPECT_EQ(y.shape(), expected.shape());
-  if (y.shape() == expected.shape())
-    for (int64_t i = 0; i < y.numel(); ++i)
-      if (std::fabs(y.data<float>()[i] - expected.data<float>()[i]) > 1e-3f * (1 + std::fabs(expected.data<float>()[i]))) {
-        ADD_FAILURE() << "element " << i << ": " << y.data<float>()[i] << " against " << expected.data<float>()[i];
-        break;
-      }
-  return s.describe_plan(inputs);
+  std::vector<std::string> plan;
+  for (int threads : {1, 2}) {
+    SessionOptions options;
+    options.num_threads = threads;
+    Session s = Session::from_graph(elementwise_graph(c, w1, w2), options);
+    const Tensor y = s.run(inputs)[0];
+    EXPECT_EQ(y.shape(), expected.shape());
+    if (y.shape() == expected.shape())
+      for (int64_t i = 0; i < y.numel(); ++i)
+        if (std::fabs(y.data<float>()[i] - expected.data<float>()[i]) > 1e-3f * (1 + std::fabs(expected.data<float>()[i]))) {
+          ADD_FAILURE() << threads << " threads, element " << i << ": " << y.data<float>()[i] << " against "
+                        << expected.data<float>()[i];
+          break;
+        }
+    plan = s.describe_plan(inputs);
+  }
+  return plan;
 }
 
 // Element-wise ops between convolutions (a unary op, a squeeze-and-excitation
