@@ -11,7 +11,7 @@
 #include <cmath>
 #include <random>
 
-#include "anvil/cpu.h"
+#include "kernels/dnnl/common.h"
 #include "core/vector_isa.h"
 #include "kernel_tester.h"
 #include "kernels/vec/gemm.h"
@@ -340,8 +340,8 @@ TEST(VecKernels, MatMulWithConstantWeightsMatchesTheReference) {
 // memory); with the weights in the cache, or other row counts, the rule's
 // choice is what it is without the model's size.
 TEST(VecKernels, ProductsOfFewRowsTakeThePackedGemmWhenWeightsStream) {
-  const size_t last_level_cache = cpu_info().l3_bytes;
-  if (last_level_cache == 0) GTEST_SKIP() << "the CPU's last-level cache size is not known";
+  const size_t threshold = kernels::dnnl_util::streaming_weight_bytes();
+  if (threshold == 0) GTEST_SKIP() << "the CPU's last-level cache size is not known";
   const auto check = [&](int64_t m, size_t model_bytes, bool rule_applies) {
     const std::vector<Tensor> inputs = {random_tensor({m, 96}, 60 + static_cast<uint32_t>(m)), random_tensor({96, 80}, 61),
                                         random_tensor({80}, 62)};
@@ -363,7 +363,7 @@ TEST(VecKernels, ProductsOfFewRowsTakeThePackedGemmWhenWeightsStream) {
     for (size_t i = 0; i < want.size(); ++i)
       ASSERT_NEAR(have[i], want[i], 1e-4 * (1 + std::abs(want[i]))) << "M " << m << " [" << got.impl << "] at " << i;
   };
-  const size_t streamed = 2 * last_level_cache, resident = last_level_cache / 2;
+  const size_t streamed = 2 * threshold, resident = threshold / 2;
   for (int64_t m : {8, 32, 128}) {
     check(m, streamed, true);
     check(m, resident, false);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "anvil/cpu.h"
 #include "kernels/weight_cache.h"
 
 namespace anvil {
@@ -188,6 +189,14 @@ void PrimitiveKernel::execute(std::unordered_map<int, dnnl::memory>& args, void*
   if (scratchpad_md_.get_size()) args[DNNL_ARG_SCRATCHPAD] = wrap(scratchpad_md_, scratch);
   primitive_.execute(stream(), args);
   stream().wait();
+}
+
+size_t streaming_weight_bytes() { return std::min<size_t>(cpu_info().l3_bytes, size_t{32} << 20); }
+
+bool weights_stream(const PrepareContext& ctx) {
+  const WeightCache* weights = ctx.weight_cache();
+  const size_t threshold = streaming_weight_bytes();
+  return weights && threshold > 0 && weights->model_weight_bytes() > threshold;
 }
 
 std::optional<PixelLayout> pixel_layout(const dnnl::memory::desc& md) {

@@ -113,6 +113,16 @@ Layout layout_of(const dnnl::memory::desc& md, const dnnl::memory::desc& plain);
 // back around each such op between convolutions (docs/architecture.md).
 Layout elementwise_layout(const PrepareContext& ctx, size_t i, const Shape& shape);
 
+// The bytes of product weights past which a model's weights come from
+// memory on every run rather than from the last-level cache: the L3, at
+// most 32 MiB, since the L3 is shared with other cores and tenants (on the
+// 2-vCPU Xeon guests, whose L3 reads 260 MiB, ResNet-18's 45 MB of weights
+// came from memory). 0 when the L3's size is unknown.
+size_t streaming_weight_bytes();
+// Whether the model's product weights (WeightCache::model_weight_bytes) pass
+// streaming_weight_bytes(); false outside a session.
+bool weights_stream(const PrepareContext& ctx);
+
 // The oneDNN descriptor of a planned tensor type (plain when it has no layout).
 dnnl::memory::desc desc_of(const TensorType& type);
 

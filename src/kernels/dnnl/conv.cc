@@ -416,6 +416,7 @@ class DnnlConv : public DnnlConvBase {
     } else {
       conv_b_ = pack();
     }
+    conv_.prefetch_b = du::weights_stream(ctx);  // as the matmul's packed GEMM
     conv_gemm_ = true;
     impl_ = std::string(vec::vec_impl_name()) + ":conv_gemm";
   }

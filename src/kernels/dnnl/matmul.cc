@@ -17,7 +17,6 @@
 // (Kernel::alternatives).
 #include <cstring>
 
-#include "anvil/cpu.h"
 #include "kernels/activation.h"
 #include "kernels/dnnl/common.h"
 #include "kernels/nn_geometry.h"
@@ -47,21 +46,17 @@ bool packing_per_run_pays(int64_t m, int64_t k) {
 }
 
 // Whether Anvil's packed GEMM beats oneDNN's brgemm on a product of M rows
-// with a constant B: when the model's weights outgrow the last-level cache,
-// every run streams them from memory, and with few rows a product is bound
-// by those reads, which the GEMM prefetches a panel ahead (vec::GemmPrefetch)
-// and brgemm does not. Measured with anvil_stream_gemm_ab on two AVX-512
-// cores (Intel Xeon), BERT-base's 768 x 3072 weights streamed: 0.79-0.87
-// of brgemm's time at M = 8-96, 0.96 at 128, 0.97 at 1; resident in the
-// caches, level at M = 32 and 1.08-1.15 from M = 128 on. Measured on that
-// CPU at 2 threads only; the L3 is cpu_info's, one instance's (a CCX's on
-// AMD), so on a CPU of several the rule errs towards the GEMM.
+// with a constant B: when the model's weights come from memory on every run
+// (du::weights_stream), a product of few rows is bound by those reads,
+// which the GEMM prefetches a panel ahead (vec::GemmPrefetch) and brgemm
+// does not. Measured with anvil_stream_gemm_ab on two AVX-512 cores (Intel
+// Xeon), BERT-base's 768 x 3072 weights streamed: 0.79-0.87 of brgemm's
+// time at M = 8-96, 0.96 at 128, 0.97 at 1; resident in the caches, level
+// at M = 32 and 1.08-1.15 from M = 128 on. Measured on that CPU at 2
+// threads only.
 bool streams_weights_faster(const PrepareContext& ctx, int64_t m) {
   constexpr int64_t kMinRows = 8, kMaxRows = 128;
-  const WeightCache* weights = ctx.weight_cache();
-  const size_t last_level_cache = cpu_info().l3_bytes;
-  return m >= kMinRows && m <= kMaxRows && weights && last_level_cache > 0 &&
-         weights->model_weight_bytes() > last_level_cache;
+  return m >= kMinRows && m <= kMaxRows && du::weights_stream(ctx);
 }
 
 // A matrix operand as oneDNN sees it: logical dims and element strides.
@@ -225,6 +220,9 @@ class DnnlMatMulBase : public Kernel {
 
   // Packs the constant B once, shared through the session's weight cache.
   void prepare_packed_gemm(const PrepareContext& ctx, const Operand& b, const float* b_data, const Tensor* b_source) {
+    // Prefetching B pays where it comes from memory; from the caches it
+    // cost 1-3% (anvil_stream_gemm_ab, one copy of 0.8-3 MB of weights).
+    prefetch_b_ = du::weights_stream(ctx);
     const int64_t k = gemm_.k, n = gemm_.n;
     const vec::GemmKernels& g = vec::vec_kernels().gemm;
     const int64_t sk = b.strides[0], sn = b.strides[1];
@@ -248,6 +246,7 @@ class DnnlMatMulBase : public Kernel {
     args.k = gemm_.k;
     args.n = gemm_.n;
     args.b_packed = gemm_b_.data<float>();
+    args.prefetch_b = prefetch_b_;
     set_gemm_outputs(ctx, args);
     vec::packed_gemm(vec::vec_kernels().gemm, args);
   }
@@ -278,6 +277,7 @@ class DnnlMatMulBase : public Kernel {
   bool anvil_gemm_ = false, anvil_gemm_fits_ = false;
   bool constant_b_ = false;  // B known at plan time: Anvil's GEMM packs it once (oneDNN's path: packed_b_)
   Tensor gemm_b_;
+  bool prefetch_b_ = false;  // GemmArgs::prefetch_b
   vec::GemmProduct gemm_;  // the shape and strides; pointers are set per run
   GemmInput gemm_bias_ = GemmInput::kNone;
   std::string activation_;

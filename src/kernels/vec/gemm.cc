@@ -428,7 +428,8 @@ void conv_part(const GemmKernels& g, const ConvGemmArgs& p, const ConvGather& in
       float* a = a_block.data();
       for (int64_t i = i0; i < i1; i += g.mr)
         g.gather_conv_a(input, i, static_cast<int>(std::min<int64_t>(g.mr, i1 - i)), k0, kc, a + (i - i0) * kc);
-      const PanelBlock after = next_panel_block(g, k0, 0, p.k, i1 < r1, block_at);
+      std::optional<PanelBlock> after;
+      if (p.prefetch_b) after = next_panel_block(g, k0, 0, p.k, i1 < r1, block_at);
       sweep_k_block(g, out, p.n, k0, kc, k0 + kc == p.k, p.b_packed + k0 * n_padded, 0, after, i0, i1, p0, p1,
                     [&](int64_t i, int m, const float* b, const float* init, float* c, int n,
                         const GemmTileFinish* finish, GemmPrefetch prefetch) {

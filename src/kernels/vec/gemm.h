@@ -60,8 +60,9 @@ struct GemmArgs : GemmOutput {
   int64_t lda = 0;
   int64_t m = 0, k = 0, n = 0;
   const float* b_packed = nullptr;  // pack_gemm_b of [k, n]
-  // Whether the tiles prefetch the next panel of B into L2 (GemmPrefetch);
-  // off only to measure what it brings (bench/tools/stream_gemm_ab).
+  // Whether the tiles prefetch the next panel of B into L2 (GemmPrefetch):
+  // it pays where B comes from memory, and costs 1-3% where it comes from
+  // the caches (the op kernels ask du::weights_stream).
   bool prefetch_b = true;
 };
 
@@ -105,6 +106,7 @@ struct ConvGemmArgs {
   const float* residual = nullptr;  // laid out as y, or null; may be y
   float* y = nullptr;
   bool relu = false;
+  bool prefetch_b = true;  // as GemmArgs::prefetch_b
 };
 void conv_gemm(const GemmKernels& g, const ConvGemmArgs& args);
 
