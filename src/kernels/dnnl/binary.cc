@@ -56,6 +56,25 @@ void per_channel_binary(const du::PixelLayout& px, int64_t c, vec::ChainOp op, b
   }
 }
 
+// An op's oneDNN algorithm and, where the vectorized chain step has it, its step.
+struct BinaryOp {
+  const char* name;
+  algorithm dnnl_alg;
+  std::optional<vec::ChainOp> chain;
+};
+const BinaryOp& binary_op(const std::string& name) {
+  static const BinaryOp kOps[] = {{"Add", algorithm::binary_add, vec::ChainOp::kAdd},
+                                  {"Sub", algorithm::binary_sub, vec::ChainOp::kSub},
+                                  {"Mul", algorithm::binary_mul, vec::ChainOp::kMul},
+                                  {"Div", algorithm::binary_div, vec::ChainOp::kDiv},
+                                  {"Max", algorithm::binary_max, std::nullopt},
+                                  {"Min", algorithm::binary_min, std::nullopt}};
+  for (const BinaryOp& op : kOps)
+    if (name == op.name) return op;
+  ANVIL_CHECK(false, ErrorKind::kInternal, "the binary kernel is registered for {}", name);
+  return kOps[0];
+}
+
 // [1, C, 1, ...] against `full` [N, C, ...]: one value per channel (axis 1)
 // of the full operand, rank 3 or more (a scalar, [1, 1, 1, 1], is not).
 bool is_per_channel(const Shape& s, const Shape& full) {
@@ -94,12 +113,8 @@ class DnnlBinary : public du::PrimitiveKernel {
     ANVIL_PREPARE_CHECK(ctx, !swapped_ || (commutes && left_pad(b, rank) == out_r), ErrorKind::kUnsupported,
                         "both operands broadcast");
     const Shape other_r = left_pad(swapped_ ? a : b, rank);
-    algorithm alg = op_ == "Add" ? algorithm::binary_add
-                    : op_ == "Sub" ? algorithm::binary_sub
-                    : op_ == "Mul" ? algorithm::binary_mul
-                    : op_ == "Div" ? algorithm::binary_div
-                    : op_ == "Max" ? algorithm::binary_max
-                                   : algorithm::binary_min;
+    const BinaryOp& spec = binary_op(op_);
+    const algorithm alg = spec.dnnl_alg;
     const auto make_pd = [&] {
       dnnl::binary::desc d(alg, src0_, src1_, src0_);
       return dnnl::binary::primitive_desc(d, du::user_scratchpad_attr(), du::engine());
@@ -127,8 +142,9 @@ class DnnlBinary : public du::PrimitiveKernel {
       src1_ = per_channel && blocks ? memory::desc(du::dims(other_r), memory::data_type::f32, *blocks)
                                     : du::desc_of({DType::kFloat32, other_r, other_layout_});
       const std::optional<du::PixelLayout> pixels = du::pixel_layout(src0_);
-      if (per_channel && pixels && pixels->pixel == pixels->channels && op_ != "Max" && op_ != "Min") {
+      if (per_channel && pixels && pixels->pixel == pixels->channels && spec.chain) {
         per_channel_ = *pixels;
+        chain_op_ = *spec.chain;
         threads_ = ctx.num_threads();
         impl_ = std::string(vec::vec_impl_name()) + ":per_channel";
         return output_types(ctx);
@@ -163,14 +179,9 @@ class DnnlBinary : public du::PrimitiveKernel {
     if (ctx.out(0).numel() == 0) return;
     const Tensor& full = ctx.in(swapped_ ? 1 : 0);
     const Tensor& other = ctx.in(swapped_ ? 0 : 1);
-    if (per_channel_) {
-      const vec::ChainOp op = op_ == "Add" ? vec::ChainOp::kAdd
-                              : op_ == "Sub" ? vec::ChainOp::kSub
-                              : op_ == "Mul" ? vec::ChainOp::kMul
-                                             : vec::ChainOp::kDiv;
-      return per_channel_binary(*per_channel_, other.numel(), op, swapped_, full.data<float>(), other.data<float>(),
-                                ctx.out(0).data<float>());
-    }
+    if (per_channel_)
+      return per_channel_binary(*per_channel_, other.numel(), chain_op_, swapped_, full.data<float>(),
+                                other.data<float>(), ctx.out(0).data<float>());
     std::unordered_map<int, memory> args{{DNNL_ARG_SRC_0, du::wrap(src0_, full.raw())},
                                          {DNNL_ARG_SRC_1, du::wrap(src1_, other.raw())},
                                          {DNNL_ARG_DST, du::wrap(src0_, ctx.out(0).raw())}};
@@ -187,6 +198,7 @@ class DnnlBinary : public du::PrimitiveKernel {
   std::string op_;
   bool swapped_ = false;
   std::optional<du::PixelLayout> per_channel_;  // set: per_channel_binary runs the op
+  vec::ChainOp chain_op_ = vec::ChainOp::kAdd;  // the op as its chain step
   int threads_ = 1;                             // the plan's, for inplace_input
   Layout layout_, other_layout_;  // of the full operand (and the output), of the other; null: plain
   memory::desc src0_, src1_;

@@ -78,6 +78,17 @@ PanelBlock next_panel_block(const GemmKernels& g, int64_t k0, int64_t k_begin, i
   return {block_at(next), std::min<int64_t>(g.kc, k_end - next)};
 }
 
+// next_panel_block for a B prepacked whole (pack_gemm_b, n_padded columns)
+// read by a thread's panels from p0 on; none when the caller does not
+// prefetch.
+std::optional<PanelBlock> prepacked_next_block(const GemmKernels& g, const float* b_packed, int64_t k, int64_t n_padded,
+                                               int64_t p0, int64_t k0, bool more_rows, bool prefetch) {
+  if (!prefetch) return std::nullopt;
+  return next_panel_block(g, k0, 0, k, more_rows, [&](int64_t at) {
+    return b_packed + at * n_padded + p0 * std::min<int64_t>(g.kc, k - at) * g.nr;
+  });
+}
+
 // Where the row tiles of `panel` prefetch: the panel after it (the next in
 // the block, or `after` past the block's last, p1), cut into one share of
 // lines per row tile.
@@ -160,13 +171,12 @@ int64_t prepacked_block_rows(const GemmKernels& g, int64_t columns) {
 void gemm_part(const GemmKernels& g, const GemmArgs& p, int64_t r0, int64_t r1, int64_t p0, int64_t p1) {
   if (r0 == r1 || p0 == p1) return;  // more threads than row tiles or panels
   const int64_t n_padded = ceil_div(p.n, g.nr) * g.nr, block_rows = prepacked_block_rows(g, (p1 - p0) * g.nr);
-  const auto block_at = [&](int64_t k) { return p.b_packed + k * n_padded + p0 * std::min<int64_t>(g.kc, p.k - k) * g.nr; };
   for (int64_t i0 = r0; i0 < r1; i0 += block_rows) {
     const int64_t i1 = std::min(r1, i0 + block_rows);
     for (int64_t k0 = 0; k0 < p.k; k0 += g.kc) {
       const int64_t kc = std::min<int64_t>(g.kc, p.k - k0);
-      std::optional<PanelBlock> after;
-      if (p.prefetch_b) after = next_panel_block(g, k0, 0, p.k, i1 < r1, block_at);
+      const std::optional<PanelBlock> after =
+          prepacked_next_block(g, p.b_packed, p.k, n_padded, p0, k0, i1 < r1, p.prefetch_b);
       sweep_k_block(g, p, p.n, k0, kc, k0 + kc == p.k, p.b_packed + k0 * n_padded, 0, after, i0, i1, p0, p1,
                     [&](int64_t i, int m, const float* b, const float* init, float* c, int n,
                         const GemmTileFinish* finish, GemmPrefetch prefetch) {
@@ -420,7 +430,6 @@ void conv_part(const GemmKernels& g, const ConvGemmArgs& p, const ConvGather& in
   const int64_t n_padded = ceil_div(p.n, g.nr) * g.nr, block_rows = kBlockRows / g.mr * g.mr;
   std::vector<float>& a_block = pack_buffers().a;
   a_block.resize(static_cast<size_t>(block_rows * g.kc));
-  const auto block_at = [&](int64_t k) { return p.b_packed + k * n_padded + p0 * std::min<int64_t>(g.kc, p.k - k) * g.nr; };
   for (int64_t i0 = r0; i0 < r1; i0 += block_rows) {
     const int64_t i1 = std::min(r1, i0 + block_rows);
     for (int64_t k0 = 0; k0 < p.k; k0 += g.kc) {
@@ -428,8 +437,8 @@ void conv_part(const GemmKernels& g, const ConvGemmArgs& p, const ConvGather& in
       float* a = a_block.data();
       for (int64_t i = i0; i < i1; i += g.mr)
         g.gather_conv_a(input, i, static_cast<int>(std::min<int64_t>(g.mr, i1 - i)), k0, kc, a + (i - i0) * kc);
-      std::optional<PanelBlock> after;
-      if (p.prefetch_b) after = next_panel_block(g, k0, 0, p.k, i1 < r1, block_at);
+      const std::optional<PanelBlock> after =
+          prepacked_next_block(g, p.b_packed, p.k, n_padded, p0, k0, i1 < r1, p.prefetch_b);
       sweep_k_block(g, out, p.n, k0, kc, k0 + kc == p.k, p.b_packed + k0 * n_padded, 0, after, i0, i1, p0, p1,
                     [&](int64_t i, int m, const float* b, const float* init, float* c, int n,
                         const GemmTileFinish* finish, GemmPrefetch prefetch) {
