@@ -1,4 +1,5 @@
-// Anvil's convolution as a GEMM over blocked activations (vec::conv_gemm):
+// Anvil's convolutions over blocked activations (vec::conv_gemm, and the
+// Winograd convolution vec::conv_winograd for 3x3 windows at stride 1):
 // every ISA path the CPU has against a convolution computed here in double,
 // over strides, padding, dilation, 1x1 and 3x3 windows, batches, a bias, a
 // residual and ReLU. Named VecKernels.* so that ctest also runs it capped
@@ -14,17 +15,20 @@
 #include "ir/graph.h"
 #include "kernel_tester.h"
 #include "kernels/vec/gemm.h"
+#include "kernels/vec/winograd.h"
 
 namespace anvil {
 namespace {
 
 using kernels::vec::ConvGemmArgs;
 using kernels::vec::GemmKernels;
+using kernels::vec::VecKernels;
 
 struct ConvCase {
   int64_t batch, cin, ih, iw, cout, kh, kw, stride, pad, dilation;
   bool bias = false, residual = false, relu = false;
   bool residual_apart = false;  // the residual in its own buffer, not y's
+  int64_t pad_end = -1;         // bottom and right; -1: as pad
 };
 
 std::vector<float> uniform_values(size_t n, uint32_t seed) {
@@ -41,13 +45,18 @@ int64_t blocked_at(int64_t width, int64_t c_total, int64_t h_total, int64_t w_to
   return ((n * (c_total / width) + c / width) * h_total * w_total + h * w_total + w) * width + c % width;
 }
 
-void check_conv(const GemmKernels& g, const ConvCase& t, uint32_t seed) {
+// The convolution on conv_gemm, or with `winograd` on conv_winograd, whose
+// products of transformed values round more: its results may stray from the
+// exact sum by `tolerance` x (the sum of the terms' magnitudes + 4).
+void check_conv(const VecKernels& kernels, const ConvCase& t, uint32_t seed, bool winograd = false,
+                double tolerance = 2e-6) {
   SCOPED_TRACE(::testing::Message() << "batch " << t.batch << " cin " << t.cin << " " << t.ih << "x" << t.iw
                                     << " cout " << t.cout << " k " << t.kh << "x" << t.kw << " stride " << t.stride
                                     << " pad " << t.pad << " dilation " << t.dilation);
-  const int64_t w = g.width;
-  const int64_t oh = (t.ih + 2 * t.pad - t.dilation * (t.kh - 1) - 1) / t.stride + 1;
-  const int64_t ow = (t.iw + 2 * t.pad - t.dilation * (t.kw - 1) - 1) / t.stride + 1;
+  const GemmKernels& g = kernels.gemm;
+  const int64_t w = g.width, pad_end = t.pad_end < 0 ? t.pad : t.pad_end;
+  const int64_t oh = (t.ih + t.pad + pad_end - t.dilation * (t.kh - 1) - 1) / t.stride + 1;
+  const int64_t ow = (t.iw + t.pad + pad_end - t.dilation * (t.kw - 1) - 1) / t.stride + 1;
   const std::vector<float> x = uniform_values(static_cast<size_t>(t.batch * t.cin * t.ih * t.iw), seed);
   const std::vector<float> weights = uniform_values(static_cast<size_t>(t.cout * t.cin * t.kh * t.kw), seed + 1);
   const std::vector<float> bias = uniform_values(static_cast<size_t>(t.cout), seed + 2);
@@ -74,20 +83,43 @@ void check_conv(const GemmKernels& g, const ConvCase& t, uint32_t seed) {
           (t.residual_apart ? rb : yb)[blocked_at(w, t.cout, oh, ow, n, o, p / ow, p % ow)] =
               residual[(n * t.cout + o) * oh * ow + p];
 
-  ConvGemmArgs args;
-  args.input = {xb.data(), t.cin, t.ih, t.iw, ow, t.kh, t.kw, t.stride, t.stride, t.pad, t.pad, t.dilation, t.dilation};
-  args.batch = t.batch;
-  args.x_item = t.cin * t.ih * t.iw;
-  args.y_item = t.cout * oh * ow;
-  args.pixels = oh * ow;
-  args.k = k;
-  args.n = t.cout;
-  args.b_packed = packed.data<float>();
-  args.bias = t.bias ? bias.data() : nullptr;
-  args.residual = !t.residual ? nullptr : t.residual_apart ? rb.data() : yb.data();  // y: in place, as FusedConv's sum
-  args.y = yb.data();
-  args.relu = t.relu;
-  kernels::vec::conv_gemm(g, args);
+  const float* residual_at = !t.residual ? nullptr : t.residual_apart ? rb.data() : yb.data();  // y: in place, as FusedConv's sum
+  if (winograd) {
+    const Tensor u = kernels::vec::pack_winograd_weights(g, weights.data(), t.cout, t.cin);
+    kernels::vec::WinogradConvArgs args;
+    args.x = xb.data();
+    args.batch = t.batch;
+    args.x_item = t.cin * t.ih * t.iw;
+    args.y_item = t.cout * oh * ow;
+    args.cin = t.cin;
+    args.ih = t.ih;
+    args.iw = t.iw;
+    args.cout = t.cout;
+    args.oh = oh;
+    args.ow = ow;
+    args.pad_top = args.pad_left = t.pad;
+    args.u_packed = u.data<float>();
+    args.bias = t.bias ? bias.data() : nullptr;
+    args.residual = residual_at;
+    args.y = yb.data();
+    args.relu = t.relu;
+    kernels::vec::conv_winograd(kernels, args);
+  } else {
+    ConvGemmArgs args;
+    args.input = {xb.data(), t.cin, t.ih, t.iw, ow, t.kh, t.kw, t.stride, t.stride, t.pad, t.pad, t.dilation, t.dilation};
+    args.batch = t.batch;
+    args.x_item = t.cin * t.ih * t.iw;
+    args.y_item = t.cout * oh * ow;
+    args.pixels = oh * ow;
+    args.k = k;
+    args.n = t.cout;
+    args.b_packed = packed.data<float>();
+    args.bias = t.bias ? bias.data() : nullptr;
+    args.residual = residual_at;
+    args.y = yb.data();
+    args.relu = t.relu;
+    kernels::vec::conv_gemm(g, args);
+  }
 
   int failures = 0;
   for (int64_t n = 0; n < t.batch && failures < 5; ++n)
@@ -108,7 +140,7 @@ void check_conv(const GemmKernels& g, const ConvCase& t, uint32_t seed) {
           if (t.residual) sum += residual[(n * t.cout + o) * oh * ow + y * ow + i];
           const double want = t.relu && sum < 0 ? 0.0 : sum;
           const float got = yb[blocked_at(w, t.cout, oh, ow, n, o, y, i)];
-          if (!(std::abs(got - want) <= 2e-6 * (magnitude + 4))) {
+          if (!(std::abs(got - want) <= tolerance * (magnitude + 4))) {
             ADD_FAILURE() << "y[" << n << "][" << o << "][" << y << "][" << i << "] = " << got << ", want " << want;
             ++failures;
           }
@@ -118,8 +150,8 @@ void check_conv(const GemmKernels& g, const ConvCase& t, uint32_t seed) {
 TEST(VecKernels, ConvGemmMatchesADirectConvolution) {
   for (VectorIsa isa : supported_vector_isas()) {
     SCOPED_TRACE(vector_isa_name(isa));
-    const GemmKernels& g = kernels::vec::vec_kernels_for(isa).gemm;
-    const int64_t w = g.width;
+    const VecKernels& kernels = kernels::vec::vec_kernels_for(isa);
+    const int64_t w = kernels.gemm.width;
     // batch, cin, ih, iw, cout, kh, kw, stride, pad, dilation, bias, residual, relu
     const ConvCase cases[] = {
         {1, 2 * w, 7, 7, 4 * w, 3, 3, 1, 1, 1, true, false, true},   // ResNet's 3x3 at 7x7: 49 pixels, a partial tile
@@ -133,7 +165,32 @@ TEST(VecKernels, ConvGemmMatchesADirectConvolution) {
         {2, w, 5, 5, 2 * w, 3, 3, 1, 1, 1, true, true, true, true},  // the residual apart from y
     };
     uint32_t seed = 1;
-    for (const ConvCase& t : cases) check_conv(g, t, seed += 10);
+    for (const ConvCase& t : cases) check_conv(kernels, t, seed += 10);
+  }
+}
+
+// F(4x4, 3x3)'s transforms scale values by up to 10 (A^T's 8, B^T's 5):
+// its float error against the exact sum, here at most about 1e-6 of the
+// terms' magnitudes, is several times the direct convolution's.
+constexpr double kWinogradTolerance = 1e-5;
+
+TEST(VecKernels, WinogradConvolutionMatchesADirectConvolution) {
+  for (VectorIsa isa : supported_vector_isas()) {
+    SCOPED_TRACE(vector_isa_name(isa));
+    const VecKernels& kernels = kernels::vec::vec_kernels_for(isa);
+    const int64_t w = kernels.gemm.width;
+    // batch, cin, ih, iw, cout, kh, kw, stride, pad, dilation, bias, residual, relu, apart, pad_end
+    const ConvCase cases[] = {
+        {1, w, 8, 8, 2 * w, 3, 3, 1, 1, 1, true, false, true},            // whole 4x4 tiles
+        {1, 2 * w, 7, 9, 3 * w, 3, 3, 1, 1, 1, false, true, false},       // partial tiles at both edges, a residual
+        {2, w, 6, 6, w, 3, 3, 1, 0, 1, true, true, true, true},           // no padding, a batch, the residual apart
+        {1, w, 5, 6, 5 * w, 3, 3, 1, 2, 1, true, false, false, false, 0},  // padding at the top and left only
+        {1, 40 * w, 4, 4, 2 * w, 3, 3, 1, 1, 1, true, true, true},        // C_in over several k-blocks
+        {1, 16 * w, 30, 30, 2 * w, 3, 3, 1, 1, 1, false, false, true},    // tiles over several blocks
+        {1, w, 1, 1, 4 * w, 3, 3, 1, 1, 1, true, false, false},           // one pixel, mostly padding
+    };
+    uint32_t seed = 7;
+    for (const ConvCase& t : cases) check_conv(kernels, t, seed += 10, true, kWinogradTolerance);
   }
 }
 
@@ -181,8 +238,9 @@ TEST(VecKernels, ConvOnTheGemmMatchesTheReference) {
              {"strides", std::vector<int64_t>{2, 2}},
              {"activation", std::string("Relu")}}),
       true);
-  // A 3x3 window on a 14x14 plane (taken up to 196 pixels when wider than 1x1).
-  expect_conv_matches_reference("Conv", {random_tensor({1, 16, 14, 14}, 23), random_tensor({16, 16, 3, 3}, 24), Tensor()},
+  // A 3x3 window on a 13x13 plane (taken up to 196 pixels when wider than 1x1;
+  // at stride 1 from 196 on, Anvil's Winograd convolution takes it).
+  expect_conv_matches_reference("Conv", {random_tensor({1, 16, 13, 13}, 23), random_tensor({16, 16, 3, 3}, 24), Tensor()},
                                 pad1, true);
   // Asymmetric padding (ONNX's begin and end pads), and a 1x1 window.
   expect_conv_matches_reference(
@@ -199,8 +257,9 @@ TEST(VecKernels, ConvOnTheGemmMatchesTheReference) {
   // Left to oneDNN: a 1x1 window with fewer than 512 outputs.
   expect_conv_matches_reference("Conv",
                                 {random_tensor({1, 24, 7, 7}, 25), random_tensor({64, 24, 1, 1}, 26), Tensor()}, {}, false);
-  // Left to oneDNN: output planes over the rule's sizes (3x3 and 1x1), channels short of a
-  // vector, two groups, an activation the GEMM does not apply in registers.
+  // Not on conv_gemm: output planes over the rule's sizes (3x3 and 1x1; the
+  // 3x3 at stride 1 on Anvil's Winograd convolution with AVX2), channels short
+  // of a vector, two groups, an activation the GEMM does not apply in registers.
   expect_conv_matches_reference("Conv", {random_tensor({1, 8, 15, 15}, 7), random_tensor({8, 8, 3, 3}, 8), Tensor()},
                                 pad1, false);
   expect_conv_matches_reference("Conv", {random_tensor({1, 8, 9, 9}, 21), random_tensor({512, 8, 1, 1}, 22), Tensor()},

@@ -6,6 +6,10 @@
 //   with two threads or more), Anvil's GEMM over the same blocked layouts
 //   (vec::conv_gemm: the input gathered into the GEMM's panels as an
 //   implicit im2col, the weights packed once);
+// - Anvil's Winograd convolution (vec::conv_winograd, F(4x4, 3x3)) for 3x3
+//   windows at stride 1 over the same blocked layouts, where oneDNN's choice
+//   is jit:avx2 on output planes of at least kWinogradMinPlane pixels, and
+//   on AVX-512 over oneDNN's Winograd on planes of kAnvilWinogradMinPlane;
 // - oneDNN's Winograd convolution (AVX-512 only in oneDNN 2.6: F(2x2, 3x3)
 //   at batch 1, F(4x4, 3x3) above) for 3x3 windows at stride 1 on output
 //   planes of at least kWinogradMinPlane pixels (winograd_pd);
@@ -21,6 +25,7 @@
 #include "kernels/nn_geometry.h"
 #include "kernels/registry.h"
 #include "kernels/vec/gemm.h"
+#include "kernels/vec/winograd.h"
 #include "kernels/weight_cache.h"
 
 namespace anvil::kernels {
@@ -248,18 +253,24 @@ class DnnlConv : public DnnlConvBase {
       if (jit_dw) alternatives_.push_back("dnnl_jit_dw");
       const bool gemm_fits = conv_gemm_fits(ctx, x, w, act, pd);
       if (gemm_fits) alternatives_.push_back("conv_gemm");
-      const std::string pick = ctx.choice() >= 0 && static_cast<size_t>(ctx.choice()) < alternatives_.size()
-                                   ? alternatives_[static_cast<size_t>(ctx.choice())]
-                                   : rule_pick(ctx, w, y, pd, gemm_fits, winograd.has_value(), jit_dw.has_value());
-      const bool anvil = pick == "conv_gemm";
-      if (pick == "dnnl_winograd") pd = *winograd;
+      const bool anvil_winograd_on_pd = gemm_fits && allow_winograd() && is_3x3_dense(w, g);
+      const bool anvil_winograd_on_blocks = winograd && conv_gemm_fits(ctx, x, w, act, *winograd);
+      const bool anvil_winograd_fits = anvil_winograd_on_pd || anvil_winograd_on_blocks;
+      if (anvil_winograd_fits) alternatives_.push_back("winograd");
+      const std::string pick =
+          ctx.choice() >= 0 && static_cast<size_t>(ctx.choice()) < alternatives_.size()
+              ? alternatives_[static_cast<size_t>(ctx.choice())]
+              : rule_pick(ctx, w, y, pd, gemm_fits, anvil_winograd_fits, winograd.has_value(), jit_dw.has_value());
+      const bool anvil = pick == "conv_gemm" || pick == "winograd";
+      if (pick == "dnnl_winograd" || (pick == "winograd" && !anvil_winograd_on_pd)) pd = *winograd;
       if (pick == "dnnl_jit_dw") pd = *jit_dw;
       if (!anvil) {
         primitive_ = dnnl::convolution_forward(pd);
         scratchpad_md_ = pd.scratchpad_desc();
       }
       finish_prepare(ctx, pd, w_plain, !anvil);
-      if (anvil) prepare_conv_gemm(ctx, x, w, y, g, act == "Relu");
+      if (pick == "conv_gemm") prepare_conv_gemm(ctx, x, w, y, g, act == "Relu");
+      if (pick == "winograd") prepare_winograd(ctx, x, w, y, g, act == "Relu");
     } catch (const dnnl::error& e) {
       ctx.fail(ErrorKind::kUnsupported, "oneDNN has no convolution for this case ({})", e.what());
     }
@@ -277,7 +288,7 @@ class DnnlConv : public DnnlConvBase {
 
   void run(const RunContext& ctx) const override {
     const Tensor* sum = has_sum_ ? &ctx.in(3) : nullptr;
-    if (conv_gemm_) return run_conv_gemm(ctx, sum);
+    if (conv_gemm_ || winograd_) return run_on_anvil(ctx, sum);
     execute(ctx, sum);
   }
 
@@ -316,22 +327,27 @@ class DnnlConv : public DnnlConvBase {
   }
 
   // The implementation the rules pick among those that fit (alternatives_):
-  // conv_gemm where oneDNN's choice is its jit:avx2 kernel and the output
-  // plane is at most kConvGemmMaxPixels (a 1x1 window, with
-  // kConvGemmMinOutputs1x1 outputs and two threads or more) or
-  // kConvGemmMaxPixelsWindow (wider windows); else Winograd on planes of
-  // kWinogradMinPlane pixels or more; else jit_dw over brdgmm_dw on planes
-  // of kJitDwMinPlane pixels or more; else oneDNN's own pick.
+  // where oneDNN's choice is its jit:avx2 kernel, Anvil's Winograd on output
+  // planes of kWinogradMinPlane pixels or more, and conv_gemm on planes of
+  // at most kConvGemmMaxPixels (a 1x1 window, with kConvGemmMinOutputs1x1
+  // outputs and two threads or more) or kConvGemmMaxPixelsWindow (wider
+  // windows); else (AVX-512) Anvil's Winograd on planes of
+  // kAnvilWinogradMinPlane pixels or more and oneDNN's on planes of
+  // kWinogradMinPlane or more; else jit_dw over brdgmm_dw on planes of
+  // kJitDwMinPlane pixels or more; else oneDNN's own pick.
   std::string rule_pick(const PrepareContext& ctx, const Shape& w, const Shape& y,
-                        const dnnl::convolution_forward::primitive_desc& pd, bool gemm_fits, bool winograd_fits,
-                        bool jit_dw_fits) const {
+                        const dnnl::convolution_forward::primitive_desc& pd, bool gemm_fits, bool anvil_winograd_fits,
+                        bool winograd_fits, bool jit_dw_fits) const {
     if (y.size() != 4) return "dnnl";  // each alternative is 2-D only
     const std::string impl = du::impl_name(pd);
     const int64_t pixels = y[2] * y[3];
     const bool small = w[2] * w[3] > 1 ? pixels <= kConvGemmMaxPixelsWindow
                                        : pixels <= kConvGemmMaxPixels && w[0] >= kConvGemmMinOutputs1x1 &&
                                              ctx.num_threads() >= 2;
-    if (gemm_fits && (impl == "dnnl:jit:avx2" || impl == "dnnl:jit_1x1:avx2") && small) return "conv_gemm";
+    const bool jit_avx2 = impl == "dnnl:jit:avx2" || impl == "dnnl:jit_1x1:avx2";
+    if (anvil_winograd_fits && (jit_avx2 ? pixels >= kWinogradMinPlane : pixels >= kAnvilWinogradMinPlane))
+      return "winograd";
+    if (gemm_fits && jit_avx2 && small) return "conv_gemm";
     if (winograd_fits && pixels >= kWinogradMinPlane) return "dnnl_winograd";
     if (jit_dw_fits && pixels >= kJitDwMinPlane) return "dnnl_jit_dw";
     return "dnnl";
@@ -352,6 +368,14 @@ class DnnlConv : public DnnlConvBase {
         [&] { return make_pd(pd.src_desc(), pd.dst_desc(), dnnl::algorithm::convolution_direct, "dnnl:jit_dw:"); });
   }
 
+  // A 3x3 window at stride 1 and dilation 1: what either Winograd convolution takes.
+  static bool is_3x3_dense(const Shape& w, const SpatialGeometry& g) {
+    if (w.size() != 4 || w[2] != 3 || w[3] != 3) return false;
+    for (size_t i = 0; i < 2; ++i)
+      if (g.strides[i] != 1 || g.dilations[i] != 1) return false;
+    return true;
+  }
+
   // oneDNN's Winograd convolution of this node, in channel blocks (its only
   // layout), where it has one: 2-D, one group, a 3x3 window at stride 1 and
   // dilation 1, constant weights, channels in whole blocks, AVX-512 (oneDNN
@@ -361,22 +385,29 @@ class DnnlConv : public DnnlConvBase {
                                                                        const Shape& w, const Shape& y,
                                                                        const SpatialGeometry& g, MakePd make_pd) {
     if (!allow_winograd() || !ctx.constant(1) || !channel_blocks_fit(ctx, x, y, group_)) return std::nullopt;
-    if (w[2] != 3 || w[3] != 3) return std::nullopt;
-    for (size_t i = 0; i < 2; ++i)
-      if (g.strides[i] != 1 || g.dilations[i] != 1) return std::nullopt;
+    if (!is_3x3_dense(w, g)) return std::nullopt;
     // None on ISAs below AVX-512, and for some paddings.
     return pd_if_any(
         [&] { return make_pd(du::blocked_desc(x), du::blocked_desc(y), dnnl::algorithm::convolution_winograd); });
   }
 
   // Output planes of at least this many pixels run on Winograd where it
-  // fits. ResNet-18's 3x3s at batch 1 on AVX-512 (Intel Xeon, per node in
-  // the model): 0.63-0.68 of brgconv's time at 56x56 and 28x28, 0.87 at
-  // 14x14, 1.24 at 7x7 (F(2x2, 3x3)'s weights are 16/9 as large, and the 7x7
-  // stage streams 9.4 MB of them per node at batch 1 already). At batch 8
-  // (F(4x4, 3x3), weights 4x as large) 7x7 ran 0.75 of brgconv's time but
-  // took the peak RSS from 132 to 256 MiB, over both peers'.
+  // fits: oneDNN's on AVX-512, Anvil's below. ResNet-18's 3x3s at batch 1 on
+  // AVX-512 (Intel Xeon, per node in the model): oneDNN's at 0.63-0.68 of
+  // brgconv's time at 56x56 and 28x28, 0.87 at 14x14, 1.24 at 7x7 (F(2x2,
+  // 3x3)'s weights are 16/9 as large, and the 7x7 stage streams 9.4 MB of
+  // them per node at batch 1 already). At batch 8 (F(4x4, 3x3), weights 4x
+  // as large) 7x7 ran 0.75 of brgconv's time but took the peak RSS from 132
+  // to 256 MiB, over both peers'. Anvil's (F(4x4, 3x3)) with AVX2 (the same
+  // Xeon capped, one thread): 0.45 of jit:avx2's time at 56x56 and 28x28,
+  // 0.67 of conv_gemm's at 14x14; at 7x7 its weights would be 38 MB a node.
   static constexpr int64_t kWinogradMinPlane = 196;
+  // On AVX-512, Anvil's F(4x4, 3x3) takes over oneDNN's F(2x2, 3x3) on
+  // planes of at least this many pixels: ResNet-18's 56x56 and 28x28 3x3s
+  // ran 0.72-0.76 of oneDNN's time per node, the super-resolution net 0.84
+  // of its time (alternating pairs, Intel Xeon); at 14x14 Anvil's ran 1.15x
+  // (16 tiles of 4x4 for 196 pixels, in two row tiles of 12: 1.6x the work).
+  static constexpr int64_t kAnvilWinogradMinPlane = 784;
 
   // The GEMM's geometry, and the weights as B [KH * KW * C_in, C_out] packed
   // once, shared through the session's weight cache.
@@ -421,26 +452,71 @@ class DnnlConv : public DnnlConvBase {
     impl_ = std::string(vec::vec_impl_name()) + ":conv_gemm";
   }
 
-  void run_conv_gemm(const RunContext& ctx, const Tensor* sum) const {
+  // Anvil's Winograd geometry, and the transformed weights packed once,
+  // shared through the session's weight cache. The transform has no exact
+  // inverse, so the cache keeps the original too (no unpack).
+  void prepare_winograd(const PrepareContext& ctx, const Shape& x, const Shape& w, const Shape& y,
+                        const SpatialGeometry& g, bool relu) {
+    const vec::GemmKernels& gk = vec::vec_kernels().gemm;
+    const int64_t cout = w[0], cin = w[1];
+    winograd_args_ = {};
+    winograd_args_.batch = x[0];
+    winograd_args_.x_item = cin * x[2] * x[3];
+    winograd_args_.y_item = cout * y[2] * y[3];
+    winograd_args_.cin = cin;
+    winograd_args_.ih = x[2];
+    winograd_args_.iw = x[3];
+    winograd_args_.cout = cout;
+    winograd_args_.oh = y[2];
+    winograd_args_.ow = y[3];
+    winograd_args_.pad_top = g.pads_begin[0];
+    winograd_args_.pad_left = g.pads_begin[1];
+    winograd_args_.relu = relu;
+    const Tensor& source = *ctx.constant(1);
+    auto pack = [&gk, &source, cout, cin] { return vec::pack_winograd_weights(gk, source.data<float>(), cout, cin); };
+    WeightCache* cache = ctx.weight_cache();
+    conv_b_ = cache ? cache->get(source, "anvil-winograd " + vec::gemm_layout_key(gk, cin, cout, cout, 1), pack)
+                    : pack();
+    winograd_ = true;
+    impl_ = std::string(vec::vec_impl_name()) + ":winograd";
+  }
+
+  // conv_gemm or the Winograd convolution, between the layouts' staging reorders (if any).
+  void run_on_anvil(const RunContext& ctx, const Tensor* sum) const {
     memory dst = output_with_sum(ctx, sum);
     const memory src = io_.src.input(ctx.in(0).raw(), ctx.scratch);
     du::stream().wait();  // the staging reorders, if any, have written
-    vec::ConvGemmArgs args = conv_;
-    args.input.x = static_cast<const float*>(src.get_data_handle());
-    args.b_packed = conv_b_.data<float>();
-    args.bias = ctx.inputs.size() > 2 && ctx.inputs[2] ? ctx.in(2).data<float>() : nullptr;
-    args.y = static_cast<float*>(dst.get_data_handle());
-    args.residual = sum ? args.y : nullptr;
-    vec::conv_gemm(vec::vec_kernels().gemm, args);
+    const auto* x = static_cast<const float*>(src.get_data_handle());
+    auto* y = static_cast<float*>(dst.get_data_handle());
+    const float* bias = ctx.inputs.size() > 2 && ctx.inputs[2] ? ctx.in(2).data<float>() : nullptr;
+    if (winograd_) {
+      vec::WinogradConvArgs args = winograd_args_;
+      args.x = x;
+      args.u_packed = conv_b_.data<float>();
+      args.bias = bias;
+      args.y = y;
+      args.residual = sum ? y : nullptr;
+      vec::conv_winograd(vec::vec_kernels(), args);
+    } else {
+      vec::ConvGemmArgs args = conv_;
+      args.input.x = x;
+      args.b_packed = conv_b_.data<float>();
+      args.bias = bias;
+      args.y = y;
+      args.residual = sum ? y : nullptr;
+      vec::conv_gemm(vec::vec_kernels().gemm, args);
+    }
     io_.dst.finish(dst, ctx.out(0).raw());
   }
 
   bool fused_;
   bool has_sum_ = false;
   bool conv_gemm_ = false;
+  bool winograd_ = false;
   std::vector<std::string> alternatives_;
   vec::ConvGemmArgs conv_;
-  Tensor conv_b_;
+  vec::WinogradConvArgs winograd_args_;
+  Tensor conv_b_;  // conv_gemm's or the Winograd convolution's packed weights
 };
 
 class DnnlConvTranspose : public DnnlConvBase {

@@ -111,6 +111,22 @@ struct PoolWindow {
   int64_t kh, kw, sh, sw, dh, dw, ph, pw;
 };
 
+// F(4x4, 3x3) Winograd transforms of one tile, a vector of channels at a
+// time (winograd.h drives them).
+struct WinogradKernels {
+  // The tile whose 6x6 input patch starts at (row0, col0) of one channel
+  // block's plane x (ih x iw pixels of `width` floats; zero outside it):
+  // its 36 transformed vectors, element e at v + e * v_stride.
+  void (*input_tile)(const float* x, int64_t ih, int64_t iw, int64_t row0, int64_t col0, float* v,
+                     int64_t v_stride);
+  // The 4x4 output tile (its first rows x cols inside the output) from the
+  // 36 products at m + e * m_stride, plus bias (one vector, or null) and the
+  // residual (laid out as y, or null; may be y), then ReLU if asked; y is the
+  // tile's first pixel, rows ow pixels apart.
+  void (*output_tile)(const float* m, int64_t m_stride, const float* bias, const float* residual, float* y,
+                      int64_t ow, int rows, int cols, bool relu);
+};
+
 struct VecKernels {
   // o[j] = c[j * sc] ? x[j * sx] : y[j * sy] for j < n, on 4-byte elements;
   // each stride is 0 (a broadcast value) or 1.
@@ -136,6 +152,7 @@ struct VecKernels {
   // the reference: the first tap in the window, then any greater one.
   void (*max_pool_rows)(const float* src, int64_t ih, int64_t iw, int64_t src_pixel, float* dst, int64_t ow,
                         int64_t dst_pixel, int64_t channels, const PoolWindow& w, int64_t oh_begin, int64_t oh_end);
+  WinogradKernels winograd;
 };
 
 const VecKernels& vec_kernels();                 // for vector_isa()

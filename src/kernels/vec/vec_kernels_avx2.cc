@@ -11,12 +11,14 @@ namespace {
 #include "kernels/vec/vec_kernels_impl.h"
 #include "kernels/vec/gemm_impl.h"
 #include "kernels/vec/pool_impl.h"
+#include "kernels/vec/winograd_impl.h"
 }  // namespace
 
 extern const VecKernels kVecKernelsAvx2 = {select32_impl, transpose32_impl, reduce_rows_impl, softmax_row_impl,
                                           chain_block_impl,
                                           {kGemmMr, kGemmNr, kGemmKc, kWidth, gemm_tile_impl, gemm_tile_packed_a_impl, gemm_pack_a_impl,
                                            gemm_gather_conv_a_impl, transpose32_impl, gemm_epilogue_impl},
-                                          max_pool_rows_impl};
+                                          max_pool_rows_impl,
+                                           {winograd_input_tile_impl, winograd_output_tile_impl}};
 
 }  // namespace anvil::kernels::vec
