@@ -29,6 +29,7 @@ struct ConvCase {
   bool bias = false, residual = false, relu = false;
   bool residual_apart = false;  // the residual in its own buffer, not y's
   int64_t pad_end = -1;         // bottom and right; -1: as pad
+  int64_t winograd_block_tiles = 0;  // conv_winograd's tiles per block (0: its own choice)
 };
 
 std::vector<float> uniform_values(size_t n, uint32_t seed) {
@@ -103,6 +104,7 @@ void check_conv(const VecKernels& kernels, const ConvCase& t, uint32_t seed, boo
     args.residual = residual_at;
     args.y = yb.data();
     args.relu = t.relu;
+    args.block_tiles = t.winograd_block_tiles;
     kernels::vec::conv_winograd(kernels, args);
   } else {
     ConvGemmArgs args;
@@ -185,8 +187,10 @@ TEST(VecKernels, WinogradConvolutionMatchesADirectConvolution) {
         {1, 2 * w, 7, 9, 3 * w, 3, 3, 1, 1, 1, false, true, false},       // partial tiles at both edges, a residual
         {2, w, 6, 6, w, 3, 3, 1, 0, 1, true, true, true, true},           // no padding, a batch, the residual apart
         {1, w, 5, 6, 5 * w, 3, 3, 1, 2, 1, true, false, false, false, 0},  // padding at the top and left only
-        {1, 40 * w, 4, 4, 2 * w, 3, 3, 1, 1, 1, true, true, true},        // C_in over several k-blocks
-        {1, 16 * w, 30, 30, 2 * w, 3, 3, 1, 1, 1, false, false, true},    // tiles over several blocks
+        {1, 72 * w, 4, 4, 2 * w, 3, 3, 1, 1, 1, true, true, true},        // C_in over several k-blocks
+        {1, 16 * w, 30, 30, 2 * w, 3, 3, 1, 1, 1, false, false, true},    // tiles over several blocks (a large L2: one)
+        // Blocks of 3 tiles (not whole row tiles) across two batch items, whichever the L2.
+        {2, w, 10, 9, 3 * w, 3, 3, 1, 1, 1, true, true, true, false, -1, 3},
         {1, w, 1, 1, 4 * w, 3, 3, 1, 1, 1, true, false, false},           // one pixel, mostly padding
     };
     uint32_t seed = 7;

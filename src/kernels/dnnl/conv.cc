@@ -9,7 +9,9 @@
 // - Anvil's Winograd convolution (vec::conv_winograd, F(4x4, 3x3)) for 3x3
 //   windows at stride 1 over the same blocked layouts, where oneDNN's choice
 //   is jit:avx2 on output planes of at least kWinogradMinPlane pixels, and
-//   on AVX-512 over oneDNN's Winograd on planes of kAnvilWinogradMinPlane;
+//   on AVX-512 over oneDNN's Winograd on planes of kAnvilWinogradMinPlane,
+//   where each thread gets rows of tiles enough and its weights stay
+//   within a bound (anvil_winograd_pays);
 // - oneDNN's Winograd convolution (AVX-512 only in oneDNN 2.6: F(2x2, 3x3)
 //   at batch 1, F(4x4, 3x3) above) for 3x3 windows at stride 1 on output
 //   planes of at least kWinogradMinPlane pixels (winograd_pd);
@@ -345,7 +347,8 @@ class DnnlConv : public DnnlConvBase {
                                        : pixels <= kConvGemmMaxPixels && w[0] >= kConvGemmMinOutputs1x1 &&
                                              ctx.num_threads() >= 2;
     const bool jit_avx2 = impl == "dnnl:jit:avx2" || impl == "dnnl:jit_1x1:avx2";
-    if (anvil_winograd_fits && (jit_avx2 ? pixels >= kWinogradMinPlane : pixels >= kAnvilWinogradMinPlane))
+    if (anvil_winograd_fits && anvil_winograd_pays(ctx, w, y) &&
+        (jit_avx2 ? pixels >= kWinogradMinPlane : winograd_fits && pixels >= kAnvilWinogradMinPlane))
       return "winograd";
     if (gemm_fits && jit_avx2 && small) return "conv_gemm";
     if (winograd_fits && pixels >= kWinogradMinPlane) return "dnnl_winograd";
@@ -367,6 +370,21 @@ class DnnlConv : public DnnlConvBase {
     return pd_if_any(
         [&] { return make_pd(pd.src_desc(), pd.dst_desc(), dnnl::algorithm::convolution_direct, "dnnl:jit_dw:"); });
   }
+
+  // Whether Anvil's Winograd convolution is worth its costs here: every
+  // thread gets kAnvilWinogradMinRowTilesPerThread row tiles or more (the
+  // threads split only those: at 28x28 and batch 1 there are 13 on AVX2, 5
+  // on AVX-512), and its weights (36/9 of the original's, which the session
+  // keeps too) stay within kAnvilWinogradMaxWeightBytes.
+  static bool anvil_winograd_pays(const PrepareContext& ctx, const Shape& w, const Shape& y) {
+    const vec::GemmKernels& gk = vec::vec_kernels().gemm;
+    return vec::winograd_row_tiles(gk, y[0], y[2], y[3]) >= kAnvilWinogradMinRowTilesPerThread * ctx.num_threads() &&
+           vec::winograd_weight_bytes(gk, w[0], w[1]) <= kAnvilWinogradMaxWeightBytes;
+  }
+  static constexpr int64_t kAnvilWinogradMinRowTilesPerThread = 2;
+  // ResNet's 256-channel 3x3s (9.7 MB transformed) fit; its 512-channel ones
+  // (39 MB, a node's weights read from memory on every run at batch 1) do not.
+  static constexpr int64_t kAnvilWinogradMaxWeightBytes = int64_t{16} << 20;
 
   // A 3x3 window at stride 1 and dilation 1: what either Winograd convolution takes.
   static bool is_3x3_dense(const Shape& w, const SpatialGeometry& g) {
@@ -392,7 +410,8 @@ class DnnlConv : public DnnlConvBase {
   }
 
   // Output planes of at least this many pixels run on Winograd where it
-  // fits: oneDNN's on AVX-512, Anvil's below. ResNet-18's 3x3s at batch 1 on
+  // fits: oneDNN's on AVX-512 (Anvil's on planes of kAnvilWinogradMinPlane),
+  // Anvil's below. ResNet-18's 3x3s at batch 1 on
   // AVX-512 (Intel Xeon, per node in the model): oneDNN's at 0.63-0.68 of
   // brgconv's time at 56x56 and 28x28, 0.87 at 14x14, 1.24 at 7x7 (F(2x2,
   // 3x3)'s weights are 16/9 as large, and the 7x7 stage streams 9.4 MB of
@@ -403,7 +422,8 @@ class DnnlConv : public DnnlConvBase {
   // 0.67 of conv_gemm's at 14x14; at 7x7 its weights would be 38 MB a node.
   static constexpr int64_t kWinogradMinPlane = 196;
   // On AVX-512, Anvil's F(4x4, 3x3) takes over oneDNN's F(2x2, 3x3) on
-  // planes of at least this many pixels: ResNet-18's 56x56 and 28x28 3x3s
+  // planes of at least this many pixels (where oneDNN has a Winograd kernel
+  // for the node at all): ResNet-18's 56x56 and 28x28 3x3s
   // ran 0.72-0.76 of oneDNN's time per node, the super-resolution net 0.84
   // of its time (alternating pairs, Intel Xeon); at 14x14 Anvil's ran 1.15x
   // (16 tiles of 4x4 for 196 pixels, in two row tiles of 12: 1.6x the work).

@@ -130,6 +130,15 @@ class TileBlock {
 
 }  // namespace
 
+int64_t winograd_row_tiles(const GemmKernels& g, int64_t batch, int64_t oh, int64_t ow) {
+  return ceil_div(batch * ceil_div(oh, kWinogradTile) * ceil_div(ow, kWinogradTile), g.mr);
+}
+
+int64_t winograd_weight_bytes(const GemmKernels& g, int64_t cout, int64_t cin) {
+  return checked_mul(winograd_packed_floats(g, cout, cin), int64_t{kWinogradProducts * sizeof(float)},
+                     "Winograd weights");
+}
+
 int64_t winograd_packed_floats(const GemmKernels& g, int64_t cout, int64_t cin) {
   return checked_mul(cin, ceil_div(cout, g.nr) * g.nr, "Winograd weights");
 }
@@ -163,7 +172,7 @@ void conv_winograd(const VecKernels& k, const WinogradConvArgs& p) {
               g.width);
   const int64_t tiles = p.batch * ceil_div(p.oh, kWinogradTile) * ceil_div(p.ow, kWinogradTile);
   if (tiles == 0 || p.cout == 0) return;
-  const int64_t block = block_tiles(g, p.cin);
+  const int64_t block = p.block_tiles > 0 ? p.block_tiles : block_tiles(g, p.cin);
   const int64_t work = tiles * p.cin * p.cout;  // a product of that many multiply-adds, times 36
   const TileBlock tile_block(k, p);
 #pragma omp parallel if (work >= (1 << 14) && tiles > g.mr)

@@ -1,6 +1,7 @@
 // Anvil's Winograd convolution: 3x3 windows at stride 1 as F(4x4, 3x3) over
 // the blocked activation layouts of conv_gemm (gemm.h), for CPUs where
-// oneDNN 2.6 has none (every ISA below AVX-512).
+// oneDNN 2.6 has none (every ISA below AVX-512), and on AVX-512 for large
+// planes, where oneDNN's is F(2x2, 3x3) at batch 1 (kernels/dnnl/conv.cc).
 //
 // Each 4x4 output tile reads a 6x6 input patch; per channel the patch is
 // transformed into 36 values (V = B^T d B), the weights once into 36 values
@@ -46,7 +47,14 @@ struct WinogradConvArgs {
   const float* residual = nullptr;    // laid out as y, or null; may be y
   float* y = nullptr;
   bool relu = false;
+  int64_t block_tiles = 0;  // tiles per block (0: as many as fit half the L2; tests set fewer)
 };
 void conv_winograd(const VecKernels& k, const WinogradConvArgs& args);
+
+// The row tiles (GemmKernels::mr tiles each) of a batch's output planes:
+// the units the threads split.
+int64_t winograd_row_tiles(const GemmKernels& g, int64_t batch, int64_t oh, int64_t ow);
+// Bytes of the packed, transformed weights.
+int64_t winograd_weight_bytes(const GemmKernels& g, int64_t cout, int64_t cin);
 
 }  // namespace anvil::kernels::vec
