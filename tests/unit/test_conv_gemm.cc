@@ -50,7 +50,7 @@ int64_t blocked_at(int64_t width, int64_t c_total, int64_t h_total, int64_t w_to
 // products of transformed values round more: its results may stray from the
 // exact sum by `tolerance` x (the sum of the terms' magnitudes + 4).
 void check_conv(const VecKernels& kernels, const ConvCase& t, uint32_t seed, bool winograd = false,
-                double tolerance = 2e-6) {
+                double tolerance = 2e-6, bool prefetch_b = false) {
   SCOPED_TRACE(::testing::Message() << "batch " << t.batch << " cin " << t.cin << " " << t.ih << "x" << t.iw
                                     << " cout " << t.cout << " k " << t.kh << "x" << t.kw << " stride " << t.stride
                                     << " pad " << t.pad << " dilation " << t.dilation);
@@ -105,6 +105,7 @@ void check_conv(const VecKernels& kernels, const ConvCase& t, uint32_t seed, boo
     args.y = yb.data();
     args.relu = t.relu;
     args.block_tiles = t.winograd_block_tiles;
+    args.prefetch_b = prefetch_b;
     kernels::vec::conv_winograd(kernels, args);
   } else {
     ConvGemmArgs args;
@@ -194,7 +195,10 @@ TEST(VecKernels, WinogradConvolutionMatchesADirectConvolution) {
         {1, w, 1, 1, 4 * w, 3, 3, 1, 1, 1, true, false, false},           // one pixel, mostly padding
     };
     uint32_t seed = 7;
-    for (const ConvCase& t : cases) check_conv(kernels, t, seed += 10, true, kWinogradTolerance);
+    for (bool prefetch_b : {false, true}) {  // the micro-kernel asking for the weights' next panel, or not
+      SCOPED_TRACE(prefetch_b ? "prefetching" : "not prefetching");
+      for (const ConvCase& t : cases) check_conv(kernels, t, seed += 10, true, kWinogradTolerance, prefetch_b);
+    }
   }
 }
 

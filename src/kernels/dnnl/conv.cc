@@ -492,6 +492,7 @@ class DnnlConv : public DnnlConvBase {
     winograd_args_.pad_top = g.pads_begin[0];
     winograd_args_.pad_left = g.pads_begin[1];
     winograd_args_.relu = relu;
+    winograd_args_.prefetch_b = du::weights_stream(ctx);  // as conv_gemm's
     const Tensor& source = *ctx.constant(1);
     auto pack = [&gk, &source, cout, cin] { return vec::pack_winograd_weights(gk, source.data<float>(), cout, cin); };
     WeightCache* cache = ctx.weight_cache();

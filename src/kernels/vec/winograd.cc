@@ -50,18 +50,53 @@ class TileBlock {
  public:
   TileBlock(const VecKernels& k, const WinogradConvArgs& p) : k_(k), g_(k.gemm), p_(p) {}
 
-  void run(int64_t t0, int64_t t1, float* v, float* m) const {
+  // more_blocks: the thread runs another block after this one (which reads
+  // the weights from their start again).
+  void run(int64_t t0, int64_t t1, float* v, float* m, bool more_blocks) const {
     const int64_t tiles = t1 - t0;
     transform_input(t0, t1, v);
-    const int64_t panels = ceil_div(p_.cout, g_.nr);
-    for (int64_t panel = 0; panel < panels; ++panel) {
-      multiply_panel(panel, tiles, v, m);
+    for (int64_t panel = 0; panel < panels(); ++panel) {
+      multiply_panel(panel, tiles, v, m, more_blocks);
       transform_output(panel, t0, t1, m);
     }
   }
 
  private:
   int64_t tiles_w() const { return ceil_div(p_.ow, kWinogradTile); }
+  int64_t panels() const { return ceil_div(p_.cout, g_.nr); }
+
+  // The weights' panel block of output-channel panel `panel`, product e and
+  // k-block k0 (pack_gemm_b's layout per product), and its k-block's rows.
+  struct PanelBlock {
+    const float* b = nullptr;
+    int64_t kc = 0;
+  };
+  PanelBlock panel_block(int64_t panel, int e, int64_t k0) const {
+    const int64_t n_padded = panels() * g_.nr, kc = std::min<int64_t>(g_.kc, p_.cin - k0);
+    return {p_.u_packed + e * p_.cin * n_padded + k0 * n_padded + panel * kc * g_.nr, kc};
+  }
+  // The block read after (panel, e, k0): the next k-block, product or panel,
+  // or the first again for the thread's next block of tiles; none after that.
+  PanelBlock next_panel_block(int64_t panel, int e, int64_t k0, bool more_blocks) const {
+    if (k0 + g_.kc < p_.cin) return panel_block(panel, e, k0 + g_.kc);
+    if (e + 1 < kWinogradProducts) return panel_block(panel, e + 1, 0);
+    if (panel + 1 < panels()) return panel_block(panel + 1, 0, 0);
+    return more_blocks ? panel_block(0, 0, 0) : PanelBlock{};
+  }
+  // Row tile `tile`'s share (of `row_tiles`) of the lines of `next`, which
+  // it asks the L2 for while it computes (GemmPrefetch): weights that stream
+  // from memory otherwise arrive only as the first row tile asks for them.
+  GemmPrefetch prefetch_share(PanelBlock next, int64_t tile, int64_t row_tiles) const {
+    if (!next.b) return {};
+    // From the line the block starts in (the packed buffer is 64-byte aligned) to the one it ends in.
+    const auto start = reinterpret_cast<uintptr_t>(next.b), first_line = start / 64 * 64;
+    const auto end = start + static_cast<uintptr_t>(next.kc * g_.nr) * sizeof(float);
+    const auto lines = static_cast<int64_t>((end - first_line + 63) / 64);
+    const int64_t per_tile = ceil_div(lines, row_tiles);
+    const int64_t l0 = std::min(lines, tile * per_tile), l1 = std::min(lines, l0 + per_tile);
+    if (l0 == l1) return {};
+    return {reinterpret_cast<const float*>(first_line) + l0 * (64 / sizeof(float)), l1 - l0};
+  }
   int64_t tiles_per_item() const { return ceil_div(p_.oh, kWinogradTile) * tiles_w(); }
 
   // Tile t's batch item, and its place there: the output's top-left pixel.
@@ -89,20 +124,20 @@ class TileBlock {
   }
 
   // M: element e's products for the panel's columns, [tiles x nr] at m + e * tiles * nr.
-  void multiply_panel(int64_t panel, int64_t tiles, const float* v, float* m) const {
-    const int64_t n_padded = ceil_div(p_.cout, g_.nr) * g_.nr, per_matrix = p_.cin * n_padded;
+  void multiply_panel(int64_t panel, int64_t tiles, const float* v, float* m, bool more_blocks) const {
     const int n = static_cast<int>(std::min<int64_t>(g_.nr, p_.cout - panel * g_.nr));
-    const int64_t lda = kWinogradProducts * p_.cin;
+    const int64_t lda = kWinogradProducts * p_.cin, row_tiles = ceil_div(tiles, g_.mr);
     for (int e = 0; e < kWinogradProducts; ++e) {
       const float* a = v + e * p_.cin;
       float* c = m + e * tiles * g_.nr;
       for (int64_t k0 = 0; k0 < p_.cin; k0 += g_.kc) {
-        const int64_t kc = std::min<int64_t>(g_.kc, p_.cin - k0);
-        const float* b = p_.u_packed + e * per_matrix + k0 * n_padded + panel * kc * g_.nr;
+        const PanelBlock block = panel_block(panel, e, k0);
+        const PanelBlock next = p_.prefetch_b ? next_panel_block(panel, e, k0, more_blocks) : PanelBlock{};
         for (int64_t i = 0; i < tiles; i += g_.mr) {
           const int rows = static_cast<int>(std::min<int64_t>(g_.mr, tiles - i));
           float* tile = c + i * g_.nr;
-          g_.tile(a + i * lda + k0, lda, b, kc, k0 > 0 ? tile : nullptr, tile, g_.nr, rows, n, nullptr, {});
+          g_.tile(a + i * lda + k0, lda, block.b, block.kc, k0 > 0 ? tile : nullptr, tile, g_.nr, rows, n, nullptr,
+                  prefetch_share(next, i / g_.mr, row_tiles));
         }
       }
     }
@@ -184,7 +219,7 @@ void conv_winograd(const VecKernels& k, const WinogradConvArgs& p) {
     buffers.v.resize(static_cast<size_t>(kWinogradProducts * block * p.cin));
     buffers.m.resize(static_cast<size_t>(kWinogradProducts * block * g.nr));
     for (int64_t t0 = t_begin; t0 < t_end; t0 += block)
-      tile_block.run(t0, std::min(t_end, t0 + block), buffers.v.data(), buffers.m.data());
+      tile_block.run(t0, std::min(t_end, t0 + block), buffers.v.data(), buffers.m.data(), t0 + block < t_end);
   }
 }
 

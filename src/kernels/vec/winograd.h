@@ -48,6 +48,10 @@ struct WinogradConvArgs {
   float* y = nullptr;
   bool relu = false;
   int64_t block_tiles = 0;  // tiles per block (0: as many as fit half the L2; tests set fewer)
+  // Whether the micro-kernel asks the L2 for the weights' next panel block
+  // while it computes (GemmPrefetch; as GemmArgs::prefetch_b, where the
+  // weights stream from memory).
+  bool prefetch_b = false;
 };
 void conv_winograd(const VecKernels& k, const WinogradConvArgs& args);
 
