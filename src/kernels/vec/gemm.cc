@@ -157,13 +157,16 @@ void sweep_k_block(const GemmKernels& g, const GemmOutput& out, int64_t n_total,
 
 // Rows of A per block against a prepacked B when the thread's part of C is
 // `columns` wide: kBlockRows, or more where A's block (kc floats a row) and
-// the block's C rows fit half the L2, so that a product of that many rows
-// reads B, which may stream from memory, once instead of once per block
-// (BERT-base at sequence 128 on a 2 MiB L2: 128 rows, one block instead of
-// 96 + 32). With Zen 3's 512 KiB L2 it stays kBlockRows.
+// the block's C rows fit the L2, so that a product of that many rows reads
+// B, which may stream from memory, once instead of once per block (BERT-base
+// at sequence 128 on a 2 MiB L2: 128 rows, one block instead of 96 + 32:
+// 0.975 of the time; with AVX-512's 768-long k-blocks that took the whole L2
+// rather than half, another 0.9875, 6 of 6 alternating pairs; level with
+// ANVIL_MAX_ISA=avx2). With Zen 3's 512 KiB L2 it stays kBlockRows for the
+// transformer's wide parts of C.
 int64_t prepacked_block_rows(const GemmKernels& g, int64_t columns) {
-  const int64_t half_l2 = static_cast<int64_t>(cpu_info().l2_bytes / 2);
-  const int64_t fit = half_l2 / ((g.kc + columns) * static_cast<int64_t>(sizeof(float)));
+  const int64_t l2 = static_cast<int64_t>(cpu_info().l2_bytes);
+  const int64_t fit = l2 / ((g.kc + columns) * static_cast<int64_t>(sizeof(float)));
   return std::max(kBlockRows, fit) / g.mr * g.mr;
 }
 
