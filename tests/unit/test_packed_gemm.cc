@@ -233,8 +233,9 @@ TEST(VecKernels, PackedGemmEpilogues) {
         {GemmActivation::kSwish, {1.5f, 0}},     {GemmActivation::kHardSigmoid, {0.2f, 0.5f}},
         {GemmActivation::kHardSwish, {0, 0}},    {GemmActivation::kGelu, {0, 0}},
         {GemmActivation::kGeluTanh, {0, 0}}};
-    // k = 300 spreads the sums over about +-10 (and spans two k-blocks); n = one whole panel (whose epilogue
-    // runs in the micro-kernel's registers where it can) and a part of one (a pass after the store).
+    // k = 300 spreads the sums over about +-10 (and spans two k-blocks below AVX-512, whose are 768 long);
+    // n = one whole panel (whose epilogue runs in the micro-kernel's registers where it can) and a part of
+    // one (a pass after the store).
     for (const auto& [act, ab] : acts)
       check_product(g, {9, 300, g.nr + 5, true, true, false, act, ab.first, ab.second}, seed += 10);
     check_product(g, {4, 0, 9, true, true, false, GemmActivation::kRelu}, seed += 10);  // K = 0: the epilogue alone
