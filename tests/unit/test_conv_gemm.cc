@@ -192,6 +192,9 @@ TEST(VecKernels, WinogradConvolutionMatchesADirectConvolution) {
         {1, 16 * w, 30, 30, 2 * w, 3, 3, 1, 1, 1, false, false, true},    // tiles over several blocks (a large L2: one)
         // Blocks of 3 tiles (not whole row tiles) across two batch items, whichever the L2.
         {2, w, 10, 9, 3 * w, 3, 3, 1, 1, 1, true, true, true, false, -1, 3},
+        // Blocks of 5 tiles with several panels of outputs and several k-blocks (the weights' prefetch
+        // crosses each).
+        {2, 72 * w, 6, 10, 5 * w, 3, 3, 1, 1, 1, true, false, true, false, -1, 5},
         {1, w, 1, 1, 4 * w, 3, 3, 1, 1, 1, true, false, false},           // one pixel, mostly padding
     };
     uint32_t seed = 7;

@@ -167,10 +167,11 @@ TEST(VecKernels, PackedGemmShapesAndTails) {
     SCOPED_TRACE(vector_isa_name(isa));
     const GemmKernels& g = kernels::vec::vec_kernels_for(isa).gemm;
     // Tiles cut at every edge: rows and columns short of a tile, k past a k-block, a single element;
-    // rows past one row block (2,500: more than half of a 4 MiB L2 holds with A's block and C's rows).
+    // rows past one row block (5,000: more than a thread's block holds beside A's block and C's rows on an
+    // L2 of 2 MiB or less, at 1 or 2 threads).
     const Product shapes[] = {{1, 1, 1},     {5, 3, 17},     {g.mr, g.kc, g.nr}, {13, 300, 33},
                               {2, 513, 47},  {37, 64, 200},  {130, 700, 96},     {1, 1000, 64},
-                              {200, 16, 3},  {2500, 300, 40}};
+                              {200, 16, 3},  {5000, 300, 40}};
     uint32_t seed = 1;
     for (const Product& p : shapes) check_product(g, p, seed += 10);
   }

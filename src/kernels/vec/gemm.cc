@@ -16,7 +16,8 @@ namespace anvil::kernels::vec {
 
 namespace {
 
-// Rows of A per L2 block: 96 KiB of A at kc 256, and the block's C rows,
+// Rows of A per L2 block (products packed per run; prepacked ones may take
+// more, prepacked_block_rows): 96 KiB of A at kc 256, and the block's C rows,
 // re-read every k-block (192 KiB at a thread's 512 columns), stay beside it
 // in a 512 KiB L2; at 144 rows C spilled to L3 (training's step ran about 2%
 // slower, 8 of 10 alternating pairs, Zen 3). Tuned on Zen 3 only: a CPU
@@ -157,7 +158,8 @@ void sweep_k_block(const GemmKernels& g, const GemmOutput& out, int64_t n_total,
 
 // Rows of A per block against a prepacked B when the thread's part of C is
 // `columns` wide: kBlockRows, or more where A's block (kc floats a row) and
-// the block's C rows fit the L2, so that a product of that many rows reads
+// the block's C rows fit the L2 beside two of B's panel blocks, so that a
+// product of that many rows reads
 // B, which may stream from memory, once instead of once per block (BERT-base
 // at sequence 128 on a 2 MiB L2: 128 rows, one block instead of 96 + 32:
 // 0.975 of the time; with AVX-512's 768-long k-blocks that took the whole L2
@@ -165,8 +167,9 @@ void sweep_k_block(const GemmKernels& g, const GemmOutput& out, int64_t n_total,
 // ANVIL_MAX_ISA=avx2). With Zen 3's 512 KiB L2 it stays kBlockRows for the
 // transformer's wide parts of C.
 int64_t prepacked_block_rows(const GemmKernels& g, int64_t columns) {
-  const int64_t l2 = static_cast<int64_t>(cpu_info().l2_bytes);
-  const int64_t fit = l2 / ((g.kc + columns) * static_cast<int64_t>(sizeof(float)));
+  // Room left for B's current and prefetched panel blocks.
+  const int64_t room = static_cast<int64_t>(cpu_info().l2_bytes) - 2 * int64_t{g.kc} * g.nr * int64_t{sizeof(float)};
+  const int64_t fit = std::max<int64_t>(room, 0) / ((g.kc + columns) * static_cast<int64_t>(sizeof(float)));
   return std::max(kBlockRows, fit) / g.mr * g.mr;
 }
 
@@ -494,7 +497,15 @@ void packed_gemm(const GemmKernels& g, const GemmArgs& p) {
                   [&](int64_t r0, int64_t r1, int64_t p0, int64_t p1) { gemm_part(g, p, r0, r1, p0, p1); });
 }
 
-void gemm(const GemmKernels& g, const GemmProduct& p) {
+// Products packed per run keep k-blocks of at most this many rows: their
+// packing budget, the split of K between threads and B's buffer sized for
+// the L2 were tuned with them. Only prepacked products take AVX-512's
+// longer k-blocks (gemm_impl.h).
+constexpr int kPerRunKc = 256;
+
+void gemm(const GemmKernels& isa_kernels, const GemmProduct& p) {
+  GemmKernels g = isa_kernels;
+  g.kc = std::min(g.kc, kPerRunKc);
   if (p.m == 0 || p.n == 0) return;
   if (p.k == 0) return empty_product(g, p.c, p.ldc, p.m, p.n, p.bias, p.residual, p.epilogue);
   const int threads = omp_get_max_threads();

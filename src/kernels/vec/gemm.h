@@ -4,9 +4,10 @@
 // time, into panels of the ISA's tile width (pack_gemm_b); A is read in
 // place. For two operands known only at run time (gemm), each run packs B,
 // and A where its rows are not contiguous. The blocking follows the usual
-// three-level scheme: a k-block of one B panel in L1 across every row tile of
-// an A block that stays in L2; threads split the panels (or, when there are
-// few, the rows) so each writes its own part of C.
+// three-level scheme: a k-block of one B panel (in L1 below AVX-512; AVX-512's
+// prepacked k-blocks are longer, 768) across every row tile of an A block
+// that stays in L2; threads split the panels (or, when there are few, the
+// rows) so each writes its own part of C.
 //
 // Why it exists: on CPUs without AVX-512, oneDNN 2.6.3's matmul is its
 // gemm:jit sgemm, which takes B only in its plain layout and repacks it on

@@ -47,7 +47,9 @@ struct WinogradConvArgs {
   const float* residual = nullptr;    // laid out as y, or null; may be y
   float* y = nullptr;
   bool relu = false;
-  int64_t block_tiles = 0;  // tiles per block (0: as many as fit half the L2; tests set fewer)
+  // Tiles per block (0: a thread's whole share where it fits three quarters
+  // of the L2, else as many as fit half of it; tests set fewer).
+  int64_t block_tiles = 0;
   // Whether the micro-kernel asks the L2 for the weights' next panel block
   // while it computes (GemmPrefetch; as GemmArgs::prefetch_b, where the
   // weights stream from memory).
