@@ -92,28 +92,17 @@ std::optional<PanelBlock> prepacked_next_block(const GemmKernels& g, const float
 
 // Where the row tiles of `panel` prefetch: the panel after it (the next in
 // the block, or `after` past the block's last, p1), cut into one share of
-// lines per row tile.
+// lines per row tile (gemm_prefetch_share).
 struct PrefetchPlan {
-  const float* next = nullptr;
-  int64_t lines = 0, per_tile = 0;
+  PanelBlock next;
+  int64_t nr = 0, row_tiles = 1;
   GemmPrefetch for_tile(int64_t tile) const {
-    const int64_t l0 = std::min(lines, tile * per_tile), l1 = std::min(lines, l0 + per_tile);
-    if (!next || l0 == l1) return {};
-    return {next + l0 * 64 / static_cast<int64_t>(sizeof(float)), l1 - l0};
+    return gemm_prefetch_share(next.b, next.kc * nr, tile, row_tiles);
   }
 };
 PrefetchPlan prefetch_plan(const GemmKernels& g, const float* b, int64_t kc, int64_t panel, int64_t p1,
                            PanelBlock after, int64_t row_tiles) {
-  const PanelBlock next = panel + 1 < p1 ? PanelBlock{b + kc * g.nr, kc} : after;
-  if (!next.b) return {};
-  // From the line the panel starts in (with an odd kc, AVX2's and SSE4.1's
-  // panels start mid-line) to the one it ends in. The packed buffers are
-  // 64-byte aligned, so that first line is still theirs.
-  const auto start = reinterpret_cast<uintptr_t>(next.b);
-  const auto end = start + static_cast<uintptr_t>(next.kc * g.nr) * sizeof(float);
-  const uintptr_t first_line = start / 64 * 64;
-  const auto lines = static_cast<int64_t>((end - first_line + 63) / 64);
-  return {reinterpret_cast<const float*>(first_line), lines, ceil_div(lines, row_tiles)};
+  return {panel + 1 < p1 ? PanelBlock{b + kc * g.nr, kc} : after, g.nr, row_tiles};
 }
 
 // One k-block [k0, k0 + kc) of C's rows [i0, i1) and panels [p0, p1):
@@ -455,6 +444,21 @@ void conv_part(const GemmKernels& g, const ConvGemmArgs& p, const ConvGather& in
 }
 
 }  // namespace
+
+GemmPrefetch gemm_prefetch_share(const float* block, int64_t floats, int64_t tile, int64_t row_tiles) {
+  if (!block) return {};
+  // From the line the block starts in (with an odd kc, AVX2's and SSE4.1's
+  // panels start mid-line) to the one it ends in. The packed buffers are
+  // 64-byte aligned, so that first line is still theirs.
+  const auto start = reinterpret_cast<uintptr_t>(block);
+  const auto end = start + static_cast<uintptr_t>(floats) * sizeof(float);
+  const uintptr_t first_line = start / 64 * 64;
+  const auto lines = static_cast<int64_t>((end - first_line + 63) / 64);
+  const int64_t per_tile = ceil_div(lines, row_tiles);
+  const int64_t l0 = std::min(lines, tile * per_tile), l1 = std::min(lines, l0 + per_tile);
+  if (l0 == l1) return {};
+  return {reinterpret_cast<const float*>(first_line) + l0 * 64 / static_cast<int64_t>(sizeof(float)), l1 - l0};
+}
 
 std::optional<GemmActivation> gemm_activation(const std::string& name) {
   using A = GemmActivation;

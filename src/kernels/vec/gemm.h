@@ -70,6 +70,11 @@ struct GemmArgs : GemmOutput {
 // Runs the product on the calling thread's OpenMP team size.
 void packed_gemm(const GemmKernels& g, const GemmArgs& args);
 
+// Row tile `tile`'s share (of `row_tiles` tiles splitting them evenly) of
+// the 64-byte lines holding `floats` packed floats from `block` on (null:
+// none): what it asks the L2 for while it computes (GemmPrefetch).
+GemmPrefetch gemm_prefetch_share(const float* block, int64_t floats, int64_t tile, int64_t row_tiles);
+
 // A matrix read in place: element (i, j) at data[i * row_stride + j * col_stride].
 struct GemmMatrix {
   const float* data = nullptr;

@@ -87,20 +87,6 @@ class TileBlock {
     if (panel + 1 < panels()) return panel_block(panel + 1, 0, 0);
     return more_blocks ? panel_block(0, 0, 0) : PanelBlock{};
   }
-  // Row tile `tile`'s share (of `row_tiles`) of the lines of `next`, which
-  // it asks the L2 for while it computes (GemmPrefetch): weights that stream
-  // from memory otherwise arrive only as the first row tile asks for them.
-  GemmPrefetch prefetch_share(PanelBlock next, int64_t tile, int64_t row_tiles) const {
-    if (!next.b) return {};
-    // From the line the block starts in (the packed buffer is 64-byte aligned) to the one it ends in.
-    const auto start = reinterpret_cast<uintptr_t>(next.b), first_line = start / 64 * 64;
-    const auto end = start + static_cast<uintptr_t>(next.kc * g_.nr) * sizeof(float);
-    const auto lines = static_cast<int64_t>((end - first_line + 63) / 64);
-    const int64_t per_tile = ceil_div(lines, row_tiles);
-    const int64_t l0 = std::min(lines, tile * per_tile), l1 = std::min(lines, l0 + per_tile);
-    if (l0 == l1) return {};
-    return {reinterpret_cast<const float*>(first_line) + l0 * (64 / sizeof(float)), l1 - l0};
-  }
   int64_t tiles_per_item() const { return ceil_div(p_.oh, kWinogradTile) * tiles_w(); }
 
   // Tile t's batch item, and its place there: the output's top-left pixel.
@@ -136,12 +122,14 @@ class TileBlock {
       float* c = m + e * tiles * g_.nr;
       for (int64_t k0 = 0; k0 < p_.cin; k0 += g_.kc) {
         const PanelBlock block = panel_block(panel, e, k0);
+        // The row tiles split the next block's lines (GemmPrefetch): weights that stream from
+        // memory otherwise arrive only as the first row tile asks for them.
         const PanelBlock next = p_.prefetch_b ? next_panel_block(panel, e, k0, more_blocks) : PanelBlock{};
         for (int64_t i = 0; i < tiles; i += g_.mr) {
           const int rows = static_cast<int>(std::min<int64_t>(g_.mr, tiles - i));
           float* tile = c + i * g_.nr;
           g_.tile(a + i * lda + k0, lda, block.b, block.kc, k0 > 0 ? tile : nullptr, tile, g_.nr, rows, n, nullptr,
-                  prefetch_share(next, i / g_.mr, row_tiles));
+                  gemm_prefetch_share(next.b, next.kc * g_.nr, i / g_.mr, row_tiles));
         }
       }
     }
@@ -207,8 +195,8 @@ Tensor pack_winograd_weights(const GemmKernels& g, const float* w, int64_t cout,
 
 void conv_winograd(const VecKernels& k, const WinogradConvArgs& p) {
   const GemmKernels& g = k.gemm;
-  ANVIL_CHECK(p.cin % g.width == 0 && p.cout % g.width == 0 && p.cin > 0, ErrorKind::kInternal, "conv_winograd: channels {} -> {} are not whole vectors of {}", p.cin, p.cout,
-              g.width);
+  ANVIL_CHECK(p.cin % g.width == 0 && p.cout % g.width == 0 && p.cin > 0, ErrorKind::kInternal,
+              "conv_winograd: channels {} -> {} are not whole vectors of {}", p.cin, p.cout, g.width);
   const int64_t tiles = p.batch * ceil_div(p.oh, kWinogradTile) * ceil_div(p.ow, kWinogradTile);
   if (tiles == 0 || p.cout == 0) return;
   const int64_t work = tiles * p.cin * p.cout;  // a product of that many multiply-adds, times 36
