@@ -2,7 +2,8 @@
 //
 // A pass rewrites an ir::Graph in place and says whether it changed anything;
 // the pipeline runs each level's passes until none does. Passes know nothing of
-// kernels: constant folding gets an evaluator from the runtime.
+// kernels: constant folding gets an evaluator from the runtime, and fusions
+// that pay only on some machines ask an advisor from the runtime.
 #pragma once
 
 #include <functional>
@@ -17,6 +18,11 @@ namespace anvil::passes {
 // Computes a node's outputs from constant inputs; nullopt when it cannot.
 using ConstantEvaluator =
     std::function<std::optional<std::vector<Tensor>>(const ir::Node& node, const std::vector<const Tensor*>& inputs)>;
+
+// Whether the fused node `fused` (its inputs typed, not yet in the graph)
+// runs faster than the nodes it replaces on the machine and thread count
+// the graph is optimized for. Without an advisor such fusions stay off.
+using FusionAdvisor = std::function<bool(const ir::Node& fused)>;
 
 class Pass {
  public:

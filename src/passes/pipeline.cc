@@ -53,7 +53,7 @@ std::vector<std::unique_ptr<Pass>> passes_for_level(int level, const ConstantEva
   return passes;
 }
 
-std::vector<std::unique_ptr<Pass>> late_passes_for_level(int level) {
+std::vector<std::unique_ptr<Pass>> late_passes_for_level(int level, const FusionAdvisor& advisor) {
   std::vector<std::unique_ptr<Pass>> passes;
   if (level >= 1) {
     passes.push_back(make_simplify_reshapes());
@@ -65,6 +65,7 @@ std::vector<std::unique_ptr<Pass>> late_passes_for_level(int level) {
     passes.push_back(make_fuse_shared_input_matmuls());
     passes.push_back(make_fuse_masked_softmax());
     passes.push_back(make_fuse_elementwise_chain());
+    if (advisor) passes.push_back(make_fuse_conv_depthwise(advisor));
   }
   return passes;
 }
@@ -91,9 +92,9 @@ int run_to_fixed_point(ir::Graph& graph, std::vector<std::unique_ptr<Pass>>& pas
 
 }  // namespace
 
-int optimize(ir::Graph& graph, int level, const ConstantEvaluator& evaluator) {
+int optimize(ir::Graph& graph, int level, const ConstantEvaluator& evaluator, const FusionAdvisor& advisor) {
   auto passes = passes_for_level(level, evaluator);
-  auto late = late_passes_for_level(level);
+  auto late = late_passes_for_level(level, advisor);
   const int rounds = run_to_fixed_point(graph, passes);
   return rounds + run_to_fixed_point(graph, late);
 }

@@ -10,7 +10,9 @@
 //      that read them, products of one input by several weights as one
 //      (a layer's Q, K and V projections), the Softmax of a masked sum (late, so that the
 //      attention fusion sees its Add + Softmax first) and chains of
-//      element-wise ops (late, so they take only what no other fusion did)
+//      element-wise ops (late, so they take only what no other fusion did),
+//      and, where the advisor says it pays, a 1x1 convolution with the
+//      depthwise 3x3 after it (late, once both carry their activations)
 //   Late passes run after the others reach a fixed point, so the fusions see
 //   the exporter's shuffles as it wrote them.
 #pragma once
@@ -24,10 +26,11 @@ namespace anvil::passes {
 
 std::vector<std::unique_ptr<Pass>> passes_for_level(int level, const ConstantEvaluator& evaluator);
 // The passes that run after the level's others have reached a fixed point.
-std::vector<std::unique_ptr<Pass>> late_passes_for_level(int level);
+std::vector<std::unique_ptr<Pass>> late_passes_for_level(int level, const FusionAdvisor& advisor = {});
 // Runs the level's passes until none changes the graph, then the late ones
-// likewise; returns the rounds run.
-int optimize(ir::Graph& graph, int level, const ConstantEvaluator& evaluator);
+// likewise; returns the rounds run. `advisor` (may be empty) decides the
+// fusions that pay only on some machines.
+int optimize(ir::Graph& graph, int level, const ConstantEvaluator& evaluator, const FusionAdvisor& advisor = {});
 
 std::unique_ptr<Pass> make_eliminate_identity();
 std::unique_ptr<Pass> make_fold_shapes();
@@ -46,5 +49,6 @@ std::unique_ptr<Pass> make_fuse_attention();
 std::unique_ptr<Pass> make_fuse_layer_norm();
 std::unique_ptr<Pass> make_fuse_masked_softmax();
 std::unique_ptr<Pass> make_fuse_elementwise_chain();
+std::unique_ptr<Pass> make_fuse_conv_depthwise(FusionAdvisor advisor);
 
 }  // namespace anvil::passes

@@ -13,6 +13,7 @@
 #include "core/check.h"
 #include "ir/schema.h"
 #include "ir/verify.h"
+#include "kernels/fusion_advice.h"
 #include "kernels/registry.h"
 #include "kernels/weight_cache.h"
 #include "onnx/importer.h"
@@ -82,7 +83,7 @@ size_t constant_bytes(const ir::Graph& graph) {
 // unlike an embedding table, of which a run gathers a few rows.
 size_t product_weight_bytes(const ir::Graph& graph) {
   static const std::set<std::string> kProducts = {"MatMul", "Gemm",      "Conv",     "ConvTranspose",
-                                                  "FusedMatMul", "FusedGemm", "FusedConv"};
+                                                  "FusedMatMul", "FusedGemm", "FusedConv", "FusedConvDepthwise"};
   std::set<const ir::Value*> weights;
   for (const auto& n : graph.nodes())
     if (kProducts.count(n->op_type) && n->inputs.size() > 1 && n->inputs[1] && n->inputs[1]->is_constant() &&
@@ -91,6 +92,15 @@ size_t product_weight_bytes(const ir::Graph& graph) {
   size_t bytes = 0;
   for (const ir::Value* w : weights) bytes += w->constant->nbytes();
   return bytes;
+}
+
+// The fusions that pay only on some machines, asked of this machine's
+// kernels at the thread count each run gets.
+passes::FusionAdvisor fusion_advisor(int threads) {
+  return [threads](const ir::Node& fused) {
+    return fused.domain == "anvil" && fused.op_type == "FusedConvDepthwise" &&
+           kernels::conv_depthwise_fusion_pays(fused, threads);
+  };
 }
 
 // Throughput streams when the caller leaves the choice to us. One thread per
@@ -179,7 +189,8 @@ Session Session::from_graph(std::unique_ptr<ir::Graph> graph, const SessionOptio
   for (const ir::Value* v : graph->inputs()) impl->inputs.push_back(info_of(v));
   for (const ir::Value* v : graph->outputs()) impl->outputs.push_back(info_of(v));
   runtime::propagate_types(*graph);  // static shapes of ops that have no schema yet, from their kernels
-  passes::optimize(*graph, options.optimization_level, runtime::reference_evaluator());
+  passes::optimize(*graph, options.optimization_level, runtime::reference_evaluator(),
+                   fusion_advisor(impl->threads_per_stream));
   impl->weights.set_model_weight_bytes(product_weight_bytes(*graph));
   impl->graph = std::move(graph);
   impl->executor = std::make_unique<runtime::GraphExecutor>(

@@ -170,6 +170,34 @@ void infer_conv(InferContext& ctx) {
   ctx.set_output(0, Type::tensor(ctx.dtype(0), conv_dims(ctx, 1, 2)));
 }
 
+// anvil.FusedConvDepthwise (passes/fuse_conv_depthwise.cc): X [N, C_in, H,
+// W], W [C, C_in, 1, 1], B [C], W_dw [C, 1, 3, 3], B_dw [C] -> Y [N, C, (H -
+// 1) / stride + 1, (W - 1) / stride + 1] (the depthwise 3x3's pads are 1).
+void infer_fused_conv_depthwise(InferContext& ctx) {
+  ctx.set_output(0, Type::tensor(ctx.dtype(0)));
+  const int64_t stride = ctx.attr_int("stride");
+  if (stride != 1 && stride != 2) ctx.fail("stride {} must be 1 or 2", stride);
+  if (ctx.attr_int("group") != 1) ctx.fail("the 1x1 convolution has one group, not {}", ctx.attr_int("group"));
+  const SymShape &x = ctx.dims(0), &w = ctx.dims(1), &w_dw = ctx.dims(3);
+  auto is = [](const Dim& d, int64_t v) { return d.is_known() && d.value == v; };
+  if (x.size() != 4 || w.size() != 4 || !is(w[2], 1) || !is(w[3], 1))
+    ctx.fail_input("X {} and W {} must be 4-D, W a 1x1 window", dims_str(x), dims_str(w));
+  if (w_dw.size() != 4 || !is(w_dw[1], 1) || !is(w_dw[2], 3) || !is(w_dw[3], 3) ||
+      (w[0].is_known() && w_dw[0].is_known() && w[0] != w_dw[0]))
+    ctx.fail_input("W_dw {} must be a depthwise 3x3 over W {}'s {} channels", dims_str(w_dw), dims_str(w), w[0].str());
+  check_channels(ctx, x, w, false);
+  for (size_t bias : {size_t{2}, size_t{4}})
+    if (ctx.has_input(bias) && (ctx.dims(bias).size() != 1 || (ctx.dims(bias)[0].is_known() && w[0].is_known() &&
+                                                               ctx.dims(bias)[0] != w[0])))
+      ctx.fail_input("bias {} must be [{}]", dims_str(ctx.dims(bias)), w[0].str());
+  SymShape out{x[0], w[0]};
+  for (size_t i = 2; i < 4; ++i)
+    out.push_back(x[i].is_known() ? Dim::known(x[i].value < 1 ? 0 : (x[i].value - 1) / stride + 1) : Dim::unknown());
+  if ((out[2].is_known() && out[2].value < 1) || (out[3].is_known() && out[3].value < 1))
+    ctx.fail_input("X {} has an empty plane", dims_str(x));
+  ctx.set_output(0, Type::tensor(ctx.dtype(0), out));
+}
+
 // ConvInteger(x, w, x_zero_point, w_zero_point) -> int32; QLinearConv(x, x_scale,
 // x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point, B) -> y_zero_point's type.
 void infer_integer_conv(InferContext& ctx) {
@@ -551,6 +579,11 @@ struct Registrations {
                 .attr("auto_pad", std::string("NOTSET"))
                 .attr("group", int64_t{1})
                 .infer(infer_conv));
+    r.add(OpSchema("FusedConvDepthwise", "anvil")
+              .inputs({kFloatLike})
+              .attr("group", int64_t{1})
+              .required_attr("stride")
+              .infer(infer_fused_conv_depthwise));
     for (const char* op : {"ConvInteger", "QLinearConv"})
       r.add(OpSchema(op).attr("auto_pad", std::string("NOTSET")).attr("group", int64_t{1}).infer(infer_integer_conv));
     r.add(OpSchema("ConvTranspose")

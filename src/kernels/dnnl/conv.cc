@@ -1,4 +1,5 @@
-// Conv, anvil.FusedConv and ConvTranspose on oneDNN (float32, 1-D to 3-D).
+// Conv, anvil.FusedConv, anvil.FusedConvDepthwise and ConvTranspose on
+// oneDNN (float32, 1-D to 3-D).
 //
 // Rules pick other implementations for 2-D convolutions (rule_pick):
 // - where oneDNN's choice is its jit:avx2 kernel on small output planes
@@ -23,7 +24,10 @@
 #include <cstring>
 #include <optional>
 
+#include <omp.h>
+
 #include "kernels/dnnl/common.h"
+#include "kernels/fusion_advice.h"
 #include "kernels/nn_geometry.h"
 #include "kernels/registry.h"
 #include "kernels/vec/gemm.h"
@@ -170,10 +174,14 @@ class DnnlConvBase : public Kernel {
     if (ctx.inputs.size() > 2 && ctx.inputs[2]) args[DNNL_ARG_BIAS] = du::wrap(bias_desc_, ctx.in(2).raw());
     args[DNNL_ARG_DST] = dst;
     if (scratchpad_md_.get_size()) args[DNNL_ARG_SCRATCHPAD] = du::wrap(scratchpad_md_, ctx.scratch);
+    add_post_op_args(ctx, args);
     primitive_.execute(du::stream(), args);
     io_.dst.finish(dst, ctx.out(0).raw());
     du::stream().wait();
   }
+
+  // The arguments of post-ops that read tensors of their own.
+  virtual void add_post_op_args(const RunContext&, std::unordered_map<int, memory>&) const {}
 
   int64_t group_ = 1;
   dnnl::primitive primitive_;
@@ -540,6 +548,116 @@ class DnnlConv : public DnnlConvBase {
   Tensor conv_b_;  // conv_gemm's or the Winograd convolution's packed weights
 };
 
+// oneDNN's 1x1 convolution of x by w with the depthwise 3x3 of an
+// anvil.FusedConvDepthwise node after it as a post-op (with the node's
+// activations), the activations in `layout` (any: oneDNN's pick). Where
+// oneDNN has no kernel that computes both in one pass it runs them one
+// after the other ("ref_fused_convolution", the 1x1's output in its
+// scratchpad). dnnl::error where it has neither; kUnsupported where an
+// activation has no post-op.
+dnnl::convolution_forward::primitive_desc conv_depthwise_pd(const ir::Attributes& attrs, const Shape& x,
+                                                            const Shape& w, bool has_bias, bool has_dw_bias,
+                                                            memory::format_tag layout) {
+  dnnl::post_ops ops;
+  auto activation = [&](const std::string& prefix) {
+    const std::string act = attrs.get_string(prefix + "activation", "");
+    ANVIL_CHECK(du::append_activation(ops, act, attrs.get_float(prefix + "activation_alpha", 0.f),
+                                      attrs.get_float(prefix + "activation_beta", 0.f)),
+                ErrorKind::kUnsupported, "activation {} has no oneDNN post-op", act);
+  };
+  activation("");
+  const memory::data_type f32 = memory::data_type::f32;
+  ops.append_dw(f32, has_dw_bias ? f32 : memory::data_type::undef, f32, 3, attrs.get_int("stride", 1), 1, 0, {});
+  activation("depthwise_");
+  dnnl::primitive_attr attr = du::user_scratchpad_attr();
+  attr.set_post_ops(ops);
+  const Shape mid{x[0], w[0], x[2], x[3]};
+  const memory::desc bias = has_bias ? du::plain_desc({w[0]}, DType::kFloat32) : memory::desc();
+  dnnl::convolution_forward::desc desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
+                                       memory::desc(du::dims(x), f32, layout),
+                                       memory::desc(du::dims(w), f32, memory::format_tag::any), bias,
+                                       memory::desc(du::dims(mid), f32, layout), {1, 1}, {0, 0}, {0, 0});
+  return dnnl::convolution_forward::primitive_desc(desc, attr, du::engine());
+}
+
+// Whether oneDNN's pd computes the 1x1 and the depthwise in one pass on
+// AVX-512 (jit_1x1's fused kernel). MobileNetV2's first expansion (16 -> 96
+// channels at 112x112, then the depthwise at stride 2), Intel Xeon, one
+// thread: 0.34 ms fused in NHWC (0.37 in nChw16c), 0.58 as brgconv_1x1 then
+// brdgmm_dw, 0.59 in the model with jit_dw. With AVX2 (the same Xeon capped)
+// jit_1x1:avx2's fused kernel took 0.81 ms against 0.74 apart, and at two
+// threads oneDNN offers only ref_fused_convolution.
+bool fuses_in_one_pass(const dnnl::convolution_forward::primitive_desc& pd) {
+  return du::impl_name(pd).rfind("dnnl:jit_1x1:avx512", 0) == 0;
+}
+
+// anvil.FusedConvDepthwise (passes/fuse_conv_depthwise.cc): the 1x1
+// convolution and its depthwise 3x3 as one oneDNN primitive, the 1x1's
+// rows computed as the depthwise window needs them; the depthwise's
+// weights packed once like the 1x1's.
+class DnnlConvDepthwise : public DnnlConvBase {
+ public:
+  explicit DnnlConvDepthwise(const ir::Node&) {}
+
+  bool reads_input_packed_only(size_t i) const override { return i == 1 || i == 3; }
+  Layout input_layout(size_t i) const override { return i == 0 ? io_.src_layout : nullptr; }  // no residual
+
+  std::vector<TensorType> prepare(const PrepareContext& ctx) override {
+    check_inputs(ctx);
+    const Shape& x = ctx.input_shape(0);
+    const Shape& w = ctx.input_shape(1);
+    const Shape& y = ctx.output_shape(0);
+    ANVIL_PREPARE_CHECK(ctx, ctx.constant(1) && ctx.constant(3), ErrorKind::kUnsupported,
+                        "the convolutions' weights must be constant");
+    src_md_ = du::plain_desc(x, DType::kFloat32);
+    dst_md_ = du::plain_desc(y, DType::kFloat32);
+    const bool has_bias = ctx.has_input(2), has_dw_bias = ctx.has_input(4);
+    try {
+      auto make_pd = [&](memory::format_tag layout) {
+        return conv_depthwise_pd(ctx.attrs(), x, w, has_bias, has_dw_bias, layout);
+      };
+      // In NHWC where the input arrives so (brgconv's layout on AVX-512):
+      // with the activations in `any`, oneDNN's fused kernel takes nChw16c.
+      std::optional<dnnl::convolution_forward::primitive_desc> pd;
+      const memory::desc nhwc(du::dims(x), memory::data_type::f32, memory::format_tag::nhwc);
+      if (allow_blocked_layout() && same_layout(ctx.incoming_layout(0), du::layout_of(nhwc, x, DType::kFloat32)))
+        pd = pd_if_any([&] { return make_pd(memory::format_tag::nhwc); });
+      if (!pd || !fuses_in_one_pass(*pd))
+        pd = make_pd(allow_blocked_layout() ? memory::format_tag::any : memory::format_tag::nchw);
+      const memory::dims dst_dims = pd->dst_desc().dims();
+      ANVIL_PREPARE_CHECK(ctx, Shape(dst_dims.begin(), dst_dims.end()) == y,
+                          ErrorKind::kUnsupported, "oneDNN's depthwise post-op does not give the output {}",
+                          shape_str(y));
+      primitive_ = dnnl::convolution_forward(*pd);
+      scratchpad_md_ = pd->scratchpad_desc();
+      finish_prepare(ctx, *pd, du::plain_desc(w, DType::kFloat32));
+      const Shape& w_dw = ctx.input_shape(3);  // [C, 1, 3, 3]: oneDNN's grouped [G, O, I, KH, KW]
+      dw_weights_ = du::pack_shared(ctx, *ctx.constant(3),
+                                    du::plain_desc({w_dw[0], 1, 1, w_dw[2], w_dw[3]}, DType::kFloat32),
+                                    pd->query_md(dnnl::query::exec_arg_md, DNNL_ARG_ATTR_POST_OP_DW | DNNL_ARG_WEIGHTS));
+      if (has_dw_bias) dw_bias_desc_ = du::plain_desc(ctx.input_shape(4), DType::kFloat32);
+    } catch (const dnnl::error& e) {
+      ctx.fail(ErrorKind::kUnsupported, "oneDNN has no convolution with a depthwise post-op for this case ({})",
+               e.what());
+    }
+    std::vector<TensorType> out = ctx.output_types();
+    out[0].layout = io_.dst_layout;
+    return out;
+  }
+
+  void run(const RunContext& ctx) const override { execute(ctx, nullptr); }
+
+ private:
+  void add_post_op_args(const RunContext& ctx, std::unordered_map<int, memory>& args) const override {
+    args[DNNL_ARG_ATTR_POST_OP_DW | DNNL_ARG_WEIGHTS] = dw_weights_.memory;
+    if (ctx.inputs.size() > 4 && ctx.inputs[4])
+      args[DNNL_ARG_ATTR_POST_OP_DW | DNNL_ARG_BIAS] = du::wrap(dw_bias_desc_, ctx.in(4).raw());
+  }
+
+  du::PackedWeights dw_weights_;
+  memory::desc dw_bias_desc_;
+};
+
 class DnnlConvTranspose : public DnnlConvBase {
  public:
   explicit DnnlConvTranspose(const ir::Node&) {}
@@ -599,7 +717,36 @@ class DnnlConvTranspose : public DnnlConvBase {
 ANVIL_REGISTER_KERNEL_CLASS_TYPED("Conv", kDnnl, DnnlConv, {kFloat32Only});
 ANVIL_REGISTER_KERNEL_CLASS_TYPED("ConvTranspose", kDnnl, DnnlConvTranspose, {kFloat32Only});
 static Registrar fused_conv_dnnl("FusedConv", Backend::kDnnl, factory_of<DnnlConv>(), "anvil", {{kFloat32Only}});
+static Registrar fused_conv_depthwise_dnnl("FusedConvDepthwise", Backend::kDnnl, factory_of<DnnlConvDepthwise>(),
+                                           "anvil", {{kFloat32Only}});
 
 }  // namespace
+
+bool conv_depthwise_fusion_pays(const ir::Node& fused, int threads) {
+  auto shape_of = [&](size_t i) {
+    const ir::Value* v = fused.input(i);
+    return v && v->is_static() ? v->type.shape_or_minus_one() : Shape{};
+  };
+  static const bool allowed = [] {
+    const char* v = std::getenv("ANVIL_FUSE_DEPTHWISE");
+    return !(v && std::string(v) == "0");
+  }();
+  const Shape x = shape_of(0), w = shape_of(1);
+  if (!allowed || x.size() != 4 || w.size() != 4 || !allow_blocked_layout()) return false;
+  // oneDNN picks its kernels for the OpenMP team size in force.
+  const int saved_threads = omp_get_max_threads();
+  omp_set_num_threads(threads);
+  bool pays = false;
+  for (memory::format_tag layout : {memory::format_tag::nhwc, memory::format_tag::any}) {
+    try {
+      pays = pays || fuses_in_one_pass(conv_depthwise_pd(fused.attrs, x, w, fused.input(2) != nullptr,
+                                                         fused.input(4) != nullptr, layout));
+    } catch (const std::exception&) {
+      // no such primitive in this layout, or an activation without a post-op
+    }
+  }
+  omp_set_num_threads(saved_threads);
+  return pays;
+}
 
 }  // namespace anvil::kernels

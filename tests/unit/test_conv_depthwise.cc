@@ -1,0 +1,194 @@
+// anvil.FusedConvDepthwise: the pass that makes it (passes/fuse_conv_depthwise.cc)
+// and its kernels on both backends (kernels/dnnl/conv.cc, kernels/ref/fused_conv.cc),
+// against convolutions computed in double (conv2d_by_hand).
+#include <gtest/gtest.h>
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/vector_isa.h"
+#include "ir/builder.h"
+#include "kernel_tester.h"
+#include "passes/pipeline.h"
+#include "runtime/constant_evaluator.h"
+
+namespace anvil {
+namespace {
+
+using testing::attrs;
+using testing::conv2d_by_hand;
+using testing::ConvByHand;
+using testing::random_f32;
+
+size_t count_ops(const ir::Graph& g, const std::string& op) {
+  size_t n = 0;
+  for (const auto& node : g.nodes()) n += !node->dead && node->op_type == op;
+  return n;
+}
+
+// ReLU6, as MobileNetV2 has it (Clip 0..6).
+void clip6(Tensor& t) {
+  float* p = t.data<float>();
+  for (int64_t i = 0; i < t.numel(); ++i) p[i] = std::min(std::max(p[i], 0.f), 6.f);
+}
+
+struct Case {
+  int64_t batch, cin, cout, h, w, stride;
+  bool bias, dw_bias, activations;
+};
+
+// What the fused node must compute: the 1x1 (+ ReLU6), then the depthwise
+// 3x3 with pads 1 (+ ReLU6), each in double.
+Tensor expected(const Case& c, const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& w_dw,
+                const Tensor& b_dw) {
+  Tensor mid = conv2d_by_hand(x, w, c.bias ? &b : nullptr, ConvByHand{});
+  if (c.activations) clip6(mid);
+  ConvByHand dw = ConvByHand::padded(1, c.stride);
+  dw.group = c.cout;
+  Tensor y = conv2d_by_hand(mid, w_dw, c.dw_bias ? &b_dw : nullptr, dw);
+  if (c.activations) clip6(y);
+  return y;
+}
+
+ir::Attributes fused_attrs(const Case& c) {
+  ir::Attributes a = attrs({{"stride", c.stride}});
+  if (c.activations) {
+    for (const char* prefix : {"", "depthwise_"}) {
+      a.set(std::string(prefix) + "activation", std::string("Clip"));
+      a.set(std::string(prefix) + "activation_alpha", 0.f);
+      a.set(std::string(prefix) + "activation_beta", 6.f);
+    }
+  }
+  return a;
+}
+
+// The cases cover both strides, odd planes (a last stride-2 window that
+// hangs over the edge), omitted biases, a batch, and MobileNetV2's first
+// expansion (16 -> 96 channels at 112x112), for which oneDNN has a kernel
+// that computes both in one pass on AVX-512 at one thread.
+TEST(FusedConvDepthwise, MatchesTheTwoConvolutionsOnEachBackend) {
+  const Case cases[] = {
+      {1, 4, 8, 6, 6, 1, true, true, true},     {1, 4, 8, 7, 9, 2, true, false, true},
+      {2, 3, 16, 5, 5, 2, false, true, false},  {1, 16, 96, 112, 112, 2, true, true, true},
+      {1, 24, 144, 20, 20, 1, true, true, true},
+  };
+  // oneDNN picks its kernels for the OpenMP team in force (a session sets it to its threads).
+  const int saved_threads = omp_get_max_threads();
+  omp_set_num_threads(1);
+  for (const Case& c : cases) {
+    SCOPED_TRACE(::testing::Message() << c.cin << "->" << c.cout << " at " << c.h << "x" << c.w << " stride " << c.stride);
+    const Tensor x = random_f32({c.batch, c.cin, c.h, c.w}, 1), w = random_f32({c.cout, c.cin, 1, 1}, 2);
+    const Tensor b = random_f32({c.cout}, 3), w_dw = random_f32({c.cout, 1, 3, 3}, 4), b_dw = random_f32({c.cout}, 5);
+    const Tensor want = expected(c, x, w, b, w_dw, b_dw);
+    for (kernels::Backend backend : {kernels::Backend::kRef, kernels::Backend::kDnnl}) {
+      SCOPED_TRACE(backend == kernels::Backend::kRef ? "ref" : "dnnl");
+      testing::KernelOptions o;
+      o.backend = backend;
+      o.domain = "anvil";
+      o.opset = 1;
+      o.constant_inputs = {false, true, true, true, true};
+      testing::KernelResult r = testing::run_kernel_full(
+          "FusedConvDepthwise", {x, w, c.bias ? b : Tensor(), w_dw, c.dw_bias ? b_dw : Tensor()}, fused_attrs(c), o);
+      ASSERT_EQ(r.outputs[0].shape(), want.shape());
+      // Sums of at most 96 + 9 products of terms below 1 in magnitude (plus clipping).
+      EXPECT_LT(testing::max_abs_diff(r.outputs[0], want), 2e-5f) << r.impl;
+      if (backend == kernels::Backend::kDnnl && c.cout == 96 && vector_isa() == VectorIsa::kAvx512)
+        EXPECT_EQ(r.impl.rfind("dnnl:jit_1x1:avx512", 0), 0u) << r.impl;  // the one-pass kernel
+    }
+  }
+  omp_set_num_threads(saved_threads);
+}
+
+TEST(FusedConvDepthwise, BadNodesAreRejectedWithAMessage) {
+  const Tensor x = random_f32({1, 4, 6, 6}, 1), w = random_f32({8, 4, 1, 1}, 2), w_dw = random_f32({8, 1, 3, 3}, 4);
+  testing::KernelOptions o;
+  o.domain = "anvil";
+  o.opset = 1;
+  o.constant_inputs = {false, true, false, true, false};
+  struct Bad {
+    std::vector<Tensor> inputs;
+    ir::Attributes attrs;
+    const char* says;
+  };
+  const Bad bad[] = {
+      {{x, w, Tensor(), w_dw}, attrs({{"stride", int64_t{3}}}), "stride 3 must be 1 or 2"},
+      {{x, w, Tensor(), w_dw}, {}, "stride"},
+      {{x, random_f32({8, 4, 3, 3}, 2), Tensor(), w_dw}, attrs({{"stride", int64_t{1}}}), "a 1x1 window"},
+      {{x, w, Tensor(), random_f32({6, 1, 3, 3}, 4)}, attrs({{"stride", int64_t{1}}}), "depthwise 3x3"},
+      {{x, random_f32({8, 5, 1, 1}, 2), Tensor(), w_dw}, attrs({{"stride", int64_t{1}}}), "channels"},
+      {{x, w, random_f32({7}, 3), w_dw}, attrs({{"stride", int64_t{1}}}), "bias"},
+  };
+  for (const Bad& b : bad) {
+    std::string message;
+    testing::error_kind_of([&] { testing::run_kernel("FusedConvDepthwise", b.inputs, b.attrs, o); }, &message);
+    EXPECT_NE(message.find(b.says), std::string::npos) << message;
+    EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+  }
+}
+
+// x -> 1x1 Conv (+ Clip) -> depthwise 3x3 Conv (+ Clip) -> y, at level 2.
+std::unique_ptr<ir::Graph> expansion_graph(int64_t stride = 2, int64_t dw_pad = 1, int64_t dw_group = 8,
+                                           bool pointwise_is_output = false) {
+  auto g = std::make_unique<ir::Graph>();
+  g->opsets[""] = 13;
+  ir::Value* x = g->add_input("x", DType::kFloat32, {1, 4, 7, 7});
+  ir::Node* pw = g->add_node("Conv", {x, g->add_constant("w", random_f32({8, 4, 1, 1}, 2)),
+                                      g->add_constant("b", random_f32({8}, 3))}, 1);
+  ir::Value* lo = g->add_constant("lo", testing::scalar_f32(0.f));
+  ir::Value* hi = g->add_constant("hi", testing::scalar_f32(6.f));
+  ir::Value* mid = g->add_node("Clip", {pw->output(0), lo, hi}, 1)->output(0);
+  ir::Node* dw = g->add_node("Conv", {mid, g->add_constant("w_dw", random_f32({8, 8 / dw_group, 3, 3}, 4)),
+                                      g->add_constant("b_dw", random_f32({8}, 5))}, 1);
+  dw->attrs.set("group", dw_group);
+  dw->attrs.set("pads", std::vector<int64_t>(4, dw_pad));
+  dw->attrs.set("strides", std::vector<int64_t>{stride, stride});
+  g->add_output(g->add_node("Clip", {dw->output(0), lo, hi}, 1)->output(0));
+  if (pointwise_is_output) g->add_output(mid);
+  return g;
+}
+
+passes::FusionAdvisor always(bool answer) {
+  return [answer](const ir::Node&) { return answer; };
+}
+
+TEST(FusedConvDepthwise, PassJoinsAnExpansionWhereTheAdvisorSaysItPays) {
+  auto g = expansion_graph();
+  passes::optimize(*g, 2, runtime::reference_evaluator(), always(true));
+  ASSERT_EQ(count_ops(*g, "FusedConvDepthwise"), 1u);
+  EXPECT_EQ(count_ops(*g, "FusedConv") + count_ops(*g, "Conv") + count_ops(*g, "Clip"), 0u);
+  const ir::Node& fused = *g->nodes()[0];
+  EXPECT_EQ(fused.attrs.get_int("stride", 0), 2);
+  EXPECT_EQ(fused.attrs.get_string("activation", ""), "Clip");
+  EXPECT_EQ(fused.attrs.get_float("depthwise_activation_beta", 0.f), 6.f);
+  EXPECT_EQ(fused.output(0), g->outputs()[0]);
+
+  auto declined = expansion_graph();
+  passes::optimize(*declined, 2, runtime::reference_evaluator(), always(false));
+  EXPECT_EQ(count_ops(*declined, "FusedConvDepthwise"), 0u);
+  EXPECT_EQ(count_ops(*declined, "FusedConv"), 2u);
+  auto no_advisor = expansion_graph();
+  passes::optimize(*no_advisor, 2, runtime::reference_evaluator());
+  EXPECT_EQ(count_ops(*no_advisor, "FusedConvDepthwise"), 0u);
+}
+
+TEST(FusedConvDepthwise, PassLeavesLookalikesAlone) {
+  struct Lookalike {
+    const char* what;
+    std::unique_ptr<ir::Graph> graph;
+  };
+  Lookalike lookalikes[] = {
+      {"stride 3", expansion_graph(3)},
+      {"no pads", expansion_graph(2, 0)},
+      {"a grouped, not depthwise, 3x3", expansion_graph(2, 1, 4)},
+      {"the 1x1's output read elsewhere too", expansion_graph(2, 1, 8, true)},
+  };
+  for (Lookalike& l : lookalikes) {
+    passes::optimize(*l.graph, 2, runtime::reference_evaluator(), always(true));
+    EXPECT_EQ(count_ops(*l.graph, "FusedConvDepthwise"), 0u) << l.what;
+  }
+}
+
+}  // namespace
+}  // namespace anvil
