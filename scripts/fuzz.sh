@@ -139,6 +139,28 @@ PY
   touch "$corpus/.optimized"
 fi
 
+# A com.anvil FusedConvDepthwise node (which sessions make and `anvil
+# optimize` does not write), once.
+if [ ! -e "$corpus/.conv-depthwise" ]; then
+  "${ANVIL_PYTHON:-python3}" - "$corpus/models" <<'PY'
+import os, sys
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper, TensorProto as T
+rng = np.random.default_rng(0)
+inits = [numpy_helper.from_array(rng.standard_normal(s).astype(np.float32), n)
+         for n, s in [("W", (8, 4, 1, 1)), ("B", (8,)), ("Wd", (8, 1, 3, 3)), ("Bd", (8,))]]
+node = helper.make_node("FusedConvDepthwise", ["x", "W", "B", "Wd", "Bd"], ["y"], domain="com.anvil", stride=2,
+                        activation="Clip", activation_alpha=0.0, activation_beta=6.0, depthwise_activation="Relu")
+g = helper.make_graph([node], "conv_dw", [helper.make_tensor_value_info("x", T.FLOAT, [1, 4, 7, 7])],
+                      [helper.make_tensor_value_info("y", T.FLOAT, None)], inits)
+m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid("com.anvil", 2)])
+m.ir_version = 7
+onnx.save(m, os.path.join(sys.argv[1], "conv_depthwise.onnx"))
+PY
+  touch "$corpus/.conv-depthwise"
+fi
+
 # ASan's leak checker and UBSan stop at the first report; libFuzzer counts it as a crash.
 export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:allocator_may_return_null=1}"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"

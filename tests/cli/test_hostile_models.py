@@ -80,6 +80,25 @@ def test_fused_gemm_from_a_file_that_does_not_multiply(anvil, cases):
     check_error(run(anvil, model), EXIT_INVALID_MODEL, "FusedGemm", strip=(cases,))
 
 
+@pytest.mark.parametrize("label,w_shape,w_dw_shape,attrs,pattern", [
+    ("stride_3", (8, 4, 1, 1), (8, 1, 3, 3), dict(stride=3), "stride 3 must be 1 or 2"),
+    ("no_stride", (8, 4, 1, 1), (8, 1, 3, 3), {}, "stride"),
+    ("3x3_first", (8, 4, 3, 3), (8, 1, 3, 3), dict(stride=1), "1x1 window"),
+    ("dw_channels", (8, 4, 1, 1), (6, 1, 3, 3), dict(stride=1), "depthwise 3x3"),
+    ("dw_5x5", (8, 4, 1, 1), (8, 1, 5, 5), dict(stride=1), "depthwise 3x3"),
+    ("activation", (8, 4, 1, 1), (8, 1, 3, 3), dict(stride=1, activation="Nope"), "Nope"),
+])
+def test_fused_conv_depthwise_from_a_file(anvil, cases, label, w_shape, w_dw_shape, attrs, pattern):
+    """The session writes nothing, but a file may hold com.anvil FusedConvDepthwise nodes: each is checked."""
+    weights = [numpy_helper.from_array(np.ones(w_shape, np.float32), "w"),
+               numpy_helper.from_array(np.ones(w_dw_shape, np.float32), "w_dw")]
+    graph = helper.make_graph([helper.make_node("FusedConvDepthwise", ["x", "w", "", "w_dw"], ["y"], name="f0",
+                                                domain="com.anvil", **attrs)],
+                              "g", [float_info("x", (1, 4, 6, 6))], [float_info("y", (1, 8, 6, 6))], weights)
+    model = save_model(graph, cases / f"conv_dw_{label}.onnx", check=False, extra_opsets=[("com.anvil", 2)])
+    check_error(run(anvil, model), EXIT_INVALID_MODEL, "FusedConvDepthwise", pattern, strip=(cases,))
+
+
 def test_internal_domain_is_not_read_from_files(anvil, cases):
     """Training's internal ops (domain 'anvil') are refused by name, not run from a file."""
     graph = helper.make_graph([helper.make_node("GemmReluGrad", ["a", "b", "g"], ["y"], domain="anvil")], "g",

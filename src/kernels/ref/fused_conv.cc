@@ -97,6 +97,10 @@ class RefFusedConvDepthwise : public Kernel {
   }
 
   std::vector<TensorType> prepare(const PrepareContext& ctx) override {
+    for (const char* attr : {"activation", "depthwise_activation"}) {
+      const std::string act = ctx.attrs().get_string(attr, "");
+      ANVIL_PREPARE_CHECK(ctx, is_known_activation(act), ErrorKind::kInvalidModel, "unknown {} '{}'", attr, act);
+    }
     const Shape& w = ctx.input_shape(1);
     depthwise_.attrs.set("group", w.empty() ? int64_t{1} : w[0]);
     auto typed = [&](size_t i) { return ctx.has_input(i) ? ctx.input_type(i) : TensorType{}; };
