@@ -609,6 +609,8 @@ class DnnlConvDepthwise : public DnnlConvBase {
     const Shape& y = ctx.output_shape(0);
     ANVIL_PREPARE_CHECK(ctx, ctx.constant(1) && ctx.constant(3), ErrorKind::kUnsupported,
                         "the convolutions' weights must be constant");
+    // oneDNN's depthwise post-op crashes on empty tensors (a batch of 0): the reference kernel takes those.
+    ANVIL_PREPARE_CHECK(ctx, shape_numel(x) > 0, ErrorKind::kUnsupported, "the input {} is empty", shape_str(x));
     src_md_ = du::plain_desc(x, DType::kFloat32);
     dst_md_ = du::plain_desc(y, DType::kFloat32);
     const bool has_bias = ctx.has_input(2), has_dw_bias = ctx.has_input(4);
