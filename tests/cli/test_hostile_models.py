@@ -87,6 +87,7 @@ def test_fused_gemm_from_a_file_that_does_not_multiply(anvil, cases):
     ("dw_channels", (8, 4, 1, 1), (6, 1, 3, 3), dict(stride=1), "depthwise 3x3"),
     ("dw_5x5", (8, 4, 1, 1), (8, 1, 5, 5), dict(stride=1), "depthwise 3x3"),
     ("activation", (8, 4, 1, 1), (8, 1, 3, 3), dict(stride=1, activation="Nope"), "Nope"),
+    ("no_channels", (0, 4, 1, 1), (0, 1, 3, 3), dict(stride=1), "no output channels"),
 ])
 def test_fused_conv_depthwise_from_a_file(anvil, cases, label, w_shape, w_dw_shape, attrs, pattern):
     """The session writes nothing, but a file may hold com.anvil FusedConvDepthwise nodes: each is checked."""

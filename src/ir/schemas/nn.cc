@@ -185,6 +185,7 @@ void infer_fused_conv_depthwise(InferContext& ctx) {
   if (w_dw.size() != 4 || !is(w_dw[1], 1) || !is(w_dw[2], 3) || !is(w_dw[3], 3) ||
       (w[0].is_known() && w_dw[0].is_known() && w[0] != w_dw[0]))
     ctx.fail_input("W_dw {} must be a depthwise 3x3 over W {}'s {} channels", dims_str(w_dw), dims_str(w), w[0].str());
+  if (is(w[0], 0)) ctx.fail_input("W {} has no output channels", dims_str(w));
   check_channels(ctx, x, w, false);
   for (size_t bias : {size_t{2}, size_t{4}})
     if (ctx.has_input(bias) && (ctx.dims(bias).size() != 1 || (ctx.dims(bias)[0].is_known() && w[0].is_known() &&
