@@ -47,9 +47,10 @@ bool plain_2d_conv(const ir::Node& conv, int64_t kernel) {
 // A 1x1 window at stride 1, no pads, one group, over a float32 input of a
 // static shape (which the advisor asks the kernels about).
 bool is_pointwise(const ir::Node& conv) {
+  if (!is_conv(conv)) return false;
   const ir::Value* x = conv.input(0);
   if (!x || !x->is_static() || x->type.rank() != 4 || x->dtype() != DType::kFloat32) return false;
-  return is_conv(conv) && plain_2d_conv(conv, 1) && conv.attrs.get_int("group", 1) == 1 &&
+  return plain_2d_conv(conv, 1) && conv.attrs.get_int("group", 1) == 1 &&
          all_equal(conv.attrs.get_ints("strides"), 1) && all_equal(conv.attrs.get_ints("pads"), 0);
 }
 
@@ -70,8 +71,8 @@ FusedActivation activation_of(const ir::Node& conv) {
           conv.attrs.get_float("activation_beta", 0.f)};
 }
 
-// The fused node `pointwise` becomes: its inputs, the depthwise's weights and
-// bias, both activations and the stride.
+// The node that computes both (not in the graph): the pointwise's inputs, the
+// depthwise's weights, bias and output, both activations and the stride.
 ir::Node fused_node(const ir::Node& pointwise, const ir::Node& depthwise, int64_t stride) {
   ir::Node fused;
   fused.op_type = "FusedConvDepthwise";
@@ -79,7 +80,7 @@ ir::Node fused_node(const ir::Node& pointwise, const ir::Node& depthwise, int64_
   fused.name = pointwise.name;
   fused.opset = 1;
   fused.inputs = {pointwise.input(0), pointwise.input(1), pointwise.input(2), depthwise.input(1), depthwise.input(2)};
-  fused.outputs = pointwise.outputs;
+  fused.outputs = depthwise.outputs;
   const FusedActivation act = activation_of(pointwise), dw_act = activation_of(depthwise);
   if (!act.name.empty()) set_activation(fused, act);
   if (!dw_act.name.empty()) {
@@ -104,14 +105,14 @@ class FuseConvDepthwise : public Pass {
       if (!depthwise || depthwise->input(0) != pointwise.output(0)) continue;
       const int64_t stride = depthwise_stride(*depthwise, pointwise.input(1)->constant->shape()[0]);
       if (stride == 0) continue;
-      ir::Node fused = fused_node(pointwise, *depthwise, stride);
+      const ir::Node fused = fused_node(pointwise, *depthwise, stride);
       if (!advisor_(fused)) continue;
-      pointwise.op_type = fused.op_type;
-      pointwise.domain = fused.domain;
-      pointwise.opset = fused.opset;
-      pointwise.inputs = fused.inputs;
-      pointwise.attrs = fused.attrs;
-      absorb(pointwise, *depthwise);
+      // The pointwise node becomes the fused one in place (its position in
+      // the graph's order, its name); the depthwise goes.
+      ir::Value* y = depthwise->output(0);
+      pointwise = fused;
+      y->producer = &pointwise;
+      depthwise->dead = true;
       changed = true;
     }
     return changed;

@@ -100,6 +100,19 @@ def test_fused_conv_depthwise_from_a_file(anvil, cases, label, w_shape, w_dw_sha
     check_error(run(anvil, model), EXIT_INVALID_MODEL, "FusedConvDepthwise", pattern, strip=(cases,))
 
 
+def test_fused_conv_depthwise_of_doubles_from_a_file(anvil, cases):
+    """The node is float32 only (what the pass makes): other types are refused, not run."""
+    weights = [numpy_helper.from_array(np.ones((8, 4, 1, 1)), "w"), numpy_helper.from_array(np.ones((8, 1, 3, 3)), "w_dw")]
+    graph = helper.make_graph([helper.make_node("FusedConvDepthwise", ["x", "w", "", "w_dw"], ["y"], name="f0",
+                                                domain="com.anvil", stride=1)],
+                              "g", [helper.make_tensor_value_info("x", TensorProto.DOUBLE, (1, 4, 6, 6))],
+                              [helper.make_tensor_value_info("y", TensorProto.DOUBLE, (1, 8, 6, 6))], weights)
+    model = save_model(graph, cases / "conv_dw_doubles.onnx", check=False, extra_opsets=[("com.anvil", 2)])
+    result = run(anvil, model)
+    check_error(result, result.returncode, "FusedConvDepthwise", "float64|double", strip=(cases,))
+    assert result.returncode in (EXIT_INVALID_MODEL, EXIT_UNSUPPORTED), result.returncode
+
+
 def test_internal_domain_is_not_read_from_files(anvil, cases):
     """Training's internal ops (domain 'anvil') are refused by name, not run from a file."""
     graph = helper.make_graph([helper.make_node("GemmReluGrad", ["a", "b", "g"], ["y"], domain="anvil")], "g",

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "anvil/session.h"
 #include "core/vector_isa.h"
 #include "ir/builder.h"
 #include "kernel_tester.h"
@@ -76,8 +77,11 @@ TEST(FusedConvDepthwise, MatchesTheTwoConvolutionsOnEachBackend) {
       {1, 24, 144, 20, 20, 1, true, true, true},  {0, 4, 8, 5, 5, 2, true, true, true},
   };
   // oneDNN picks its kernels for the OpenMP team in force (a session sets it to its threads).
-  const int saved_threads = omp_get_max_threads();
-  omp_set_num_threads(1);
+  struct OneThread {
+    int saved = omp_get_max_threads();
+    OneThread() { omp_set_num_threads(1); }
+    ~OneThread() { omp_set_num_threads(saved); }
+  } one_thread;
   for (const Case& c : cases) {
     SCOPED_TRACE(::testing::Message() << c.cin << "->" << c.cout << " at " << c.h << "x" << c.w << " stride " << c.stride);
     const Tensor x = random_f32({c.batch, c.cin, c.h, c.w}, 1), w = random_f32({c.cout, c.cin, 1, 1}, 2);
@@ -104,7 +108,6 @@ TEST(FusedConvDepthwise, MatchesTheTwoConvolutionsOnEachBackend) {
         EXPECT_EQ(r.impl.rfind("dnnl:jit_1x1:avx512", 0), 0u) << r.impl;  // the one-pass kernel
     }
   }
-  omp_set_num_threads(saved_threads);
 }
 
 TEST(FusedConvDepthwise, BadNodesAreRejectedWithAMessage) {
@@ -141,12 +144,12 @@ std::unique_ptr<ir::Graph> expansion_graph(int64_t stride = 2, int64_t dw_pad = 
   g->opsets[""] = 13;
   ir::Value* x = g->add_input("x", DType::kFloat32, {1, 4, 7, 7});
   ir::Node* pw = g->add_node("Conv", {x, g->add_constant("w", random_f32({8, 4, 1, 1}, 2)),
-                                      g->add_constant("b", random_f32({8}, 3))}, 1);
+                                      g->add_constant("b", random_f32({8}, 3))}, 1, "pointwise");
   ir::Value* lo = g->add_constant("lo", testing::scalar_f32(0.f));
   ir::Value* hi = g->add_constant("hi", testing::scalar_f32(6.f));
   ir::Value* mid = g->add_node("Clip", {pw->output(0), lo, hi}, 1)->output(0);
   ir::Node* dw = g->add_node("Conv", {mid, g->add_constant("w_dw", random_f32({8, 8 / dw_group, 3, 3}, 4)),
-                                      g->add_constant("b_dw", random_f32({8}, 5))}, 1);
+                                      g->add_constant("b_dw", random_f32({8}, 5))}, 1, "depthwise");
   dw->attrs.set("group", dw_group);
   dw->attrs.set("pads", std::vector<int64_t>(4, dw_pad));
   dw->attrs.set("strides", std::vector<int64_t>{stride, stride});
@@ -159,9 +162,28 @@ passes::FusionAdvisor always(bool answer) {
   return [answer](const ir::Node&) { return answer; };
 }
 
+// The constants expansion_graph() gives its convolutions, and its input.
+Tensor expansion_weights(const char* name) {
+  if (std::string(name) == "w") return random_f32({8, 4, 1, 1}, 2);
+  if (std::string(name) == "b") return random_f32({8}, 3);
+  if (std::string(name) == "w_dw") return random_f32({8, 1, 3, 3}, 4);
+  return random_f32({8}, 5);
+}
+
 TEST(FusedConvDepthwise, PassJoinsAnExpansionWhereTheAdvisorSaysItPays) {
   auto g = expansion_graph();
   passes::optimize(*g, 2, runtime::reference_evaluator(), always(true));
+  // The fused graph computes what the two convolutions do (its inputs in their places).
+  {
+    auto fused_graph = expansion_graph();
+    passes::optimize(*fused_graph, 2, runtime::reference_evaluator(), always(true));
+    Session s = Session::from_graph(std::move(fused_graph));
+    const Tensor x = random_f32({1, 4, 7, 7}, 9);
+    const Case c{1, 4, 8, 7, 7, 2, true, true, true};
+    const Tensor want = expected(c, x, expansion_weights("w"), expansion_weights("b"), expansion_weights("w_dw"),
+                                 expansion_weights("b_dw"));
+    EXPECT_LT(testing::max_abs_diff(s.run({{"x", x}})[0], want), 2e-5f);
+  }
   ASSERT_EQ(count_ops(*g, "FusedConvDepthwise"), 1u);
   EXPECT_EQ(count_ops(*g, "FusedConv") + count_ops(*g, "Conv") + count_ops(*g, "Clip"), 0u);
   const ir::Node& fused = *g->nodes()[0];
@@ -184,11 +206,21 @@ TEST(FusedConvDepthwise, PassLeavesLookalikesAlone) {
     const char* what;
     std::unique_ptr<ir::Graph> graph;
   };
+  auto with_attr = [](const char* node, const char* attr, ir::AttrValue value) {
+    auto g = expansion_graph();
+    for (const auto& n : g->nodes())
+      if (n->name == node) n->attrs.set(attr, value);
+    return g;
+  };
   Lookalike lookalikes[] = {
       {"stride 3", expansion_graph(3)},
       {"no pads", expansion_graph(2, 0)},
       {"a grouped, not depthwise, 3x3", expansion_graph(2, 1, 4)},
       {"the 1x1's output read elsewhere too", expansion_graph(2, 1, 8, true)},
+      {"a dilated depthwise", with_attr("depthwise", "dilations", std::vector<int64_t>{2, 2})},
+      {"a depthwise padded by auto_pad", with_attr("depthwise", "auto_pad", std::string("SAME_UPPER"))},
+      {"a 1x1 at stride 2", with_attr("pointwise", "strides", std::vector<int64_t>{2, 2})},
+      {"a padded 1x1", with_attr("pointwise", "pads", std::vector<int64_t>{1, 1, 1, 1})},
   };
   for (Lookalike& l : lookalikes) {
     passes::optimize(*l.graph, 2, runtime::reference_evaluator(), always(true));

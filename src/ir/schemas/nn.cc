@@ -171,8 +171,9 @@ void infer_conv(InferContext& ctx) {
 }
 
 // anvil.FusedConvDepthwise (passes/fuse_conv_depthwise.cc): X [N, C_in, H,
-// W], W [C, C_in, 1, 1], B [C], W_dw [C, 1, 3, 3], B_dw [C] -> Y [N, C, (H -
-// 1) / stride + 1, (W - 1) / stride + 1] (the depthwise 3x3's pads are 1).
+// W], W [C, C_in, 1, 1], B [C], W_dw [C, 1, 3, 3], B_dw [C], all float32 ->
+// Y [N, C, (H - 1) / stride + 1, (W - 1) / stride + 1] (the depthwise 3x3's
+// pads are 1). `group` (the 1x1's) may only be 1.
 void infer_fused_conv_depthwise(InferContext& ctx) {
   ctx.set_output(0, Type::tensor(ctx.dtype(0)));
   const int64_t stride = ctx.attr_int("stride");
@@ -581,7 +582,7 @@ struct Registrations {
                 .attr("group", int64_t{1})
                 .infer(infer_conv));
     r.add(OpSchema("FusedConvDepthwise", "anvil")
-              .inputs({kFloatLike})
+              .inputs({dtype_bit(DType::kFloat32)})  // what the pass makes, and all the kernels take
               .attr("group", int64_t{1})
               .required_attr("stride")
               .infer(infer_fused_conv_depthwise));

@@ -1,5 +1,5 @@
-// Conv, anvil.FusedConv, anvil.FusedConvDepthwise and ConvTranspose on
-// oneDNN (float32, 1-D to 3-D).
+// Conv, anvil.FusedConv and ConvTranspose on oneDNN (float32, 1-D to 3-D),
+// and anvil.FusedConvDepthwise (2-D).
 //
 // Rules pick other implementations for 2-D convolutions (rule_pick):
 // - where oneDNN's choice is its jit:avx2 kernel on small output planes
@@ -734,10 +734,13 @@ bool conv_depthwise_fusion_pays(const ir::Node& fused, int threads) {
     return !(v && std::string(v) == "0");
   }();
   const Shape x = shape_of(0), w = shape_of(1);
-  if (!allowed || x.size() != 4 || w.size() != 4 || !allow_blocked_layout()) return false;
+  if (!allowed || x.size() != 4 || w.size() != 4 || shape_numel(x) == 0 || !allow_blocked_layout()) return false;
   // oneDNN picks its kernels for the OpenMP team size in force.
-  const int saved_threads = omp_get_max_threads();
-  omp_set_num_threads(threads);
+  struct TeamSize {
+    int saved = omp_get_max_threads();
+    explicit TeamSize(int threads) { omp_set_num_threads(threads); }
+    ~TeamSize() { omp_set_num_threads(saved); }
+  } team(threads);
   bool pays = false;
   for (memory::format_tag layout : {memory::format_tag::nhwc, memory::format_tag::any}) {
     try {
@@ -747,7 +750,6 @@ bool conv_depthwise_fusion_pays(const ir::Node& fused, int threads) {
       // no such primitive in this layout, or an activation without a post-op
     }
   }
-  omp_set_num_threads(saved_threads);
   return pays;
 }
 

@@ -87,9 +87,11 @@ class RefFusedConvDepthwise : public Kernel {
     depthwise_.inputs = {node.input(0), node.input(3), node.input(4)};  // input 0 stands for the 1x1's output
     pointwise_.attrs = {};
     depthwise_.attrs = {};
+    const std::string depthwise_prefix = "depthwise_";
     for (const auto& [name, value] : node.attrs.all()) {
       if (name.rfind("activation", 0) == 0) pointwise_.attrs.set(name, value);
-      if (name.rfind("depthwise_activation", 0) == 0) depthwise_.attrs.set(name.substr(10), value);
+      if (name.rfind(depthwise_prefix + "activation", 0) == 0)
+        depthwise_.attrs.set(name.substr(depthwise_prefix.size()), value);
     }
     const int64_t stride = node.attrs.get_int("stride", 1);
     depthwise_.attrs.set("strides", std::vector<int64_t>{stride, stride});
@@ -115,7 +117,7 @@ class RefFusedConvDepthwise : public Kernel {
     ANVIL_PREPARE_CHECK(ctx, out[0].shape == ctx.output_shape(0), ErrorKind::kInvalidModel,
                         "the depthwise convolution gives {}, the node's type {}", shape_str(out[0].shape),
                         shape_str(ctx.output_shape(0)));
-    mid_bytes_ = (static_cast<size_t>(shape_numel(mid_.shape)) * sizeof(float) + 63) / 64 * 64;
+    mid_bytes_ = (type_bytes(mid_) + 63) / 64 * 64;
     return out;
   }
 
@@ -124,7 +126,7 @@ class RefFusedConvDepthwise : public Kernel {
   }
 
   void run(const RunContext& ctx) const override {
-    Tensor mid = Tensor::view(DType::kFloat32, mid_.shape, ctx.scratch);
+    Tensor mid = Tensor::view(mid_.dtype, mid_.shape, ctx.scratch);
     RunContext step;
     step.scratch = static_cast<unsigned char*>(ctx.scratch) + mid_bytes_;
     step.inputs = {ctx.inputs[0], ctx.inputs[1], ctx.inputs.size() > 2 ? ctx.inputs[2] : nullptr};
