@@ -264,6 +264,47 @@ TEST(VecKernels, DepthwiseConvolutionsOnLargePlanesRunOnJitDw) {
     }
 }
 
+// A network's first convolution reads its image of three channels in NCHW as
+// it arrives and writes channel blocks on AVX-512 (oneDNN's jit kernel; its
+// pick there, brgconv, wanted the image reordered to NHWC first), and the
+// depthwise convolutions after it keep the blocks at either stride
+// (jit_dw), so no reorder runs between them. Values against convolutions in
+// double, at every ISA.
+TEST(VecKernels, FirstConvolutionsReadTheImageAsItArrives) {
+  const int64_t channels = 16;
+  const Tensor w = random_f32({channels, 3, 3, 3}, 21), bias = random_f32({channels}, 22);
+  const Tensor w_dw = random_f32({channels, 1, 3, 3}, 23), bias_dw = random_f32({channels}, 24);
+  for (int64_t stride : {1, 2}) {
+    SCOPED_TRACE(::testing::Message() << "depthwise stride " << stride);
+    auto g = std::make_unique<ir::Graph>();
+    g->opsets[""] = 17;
+    ir::Value* x = g->add_input("x", DType::kFloat32, {1, 3, 30, 30});
+    ir::Node* first = conv3x3(*g, "first", {x, g->add_constant("w", w), g->add_constant("b", bias)}, 2);
+    ir::Node* relu = g->add_node("Relu", {first->output(0)}, 1);
+    ir::Node* dw = conv3x3(*g, "dw", {relu->output(0), g->add_constant("w_dw", w_dw), g->add_constant("b_dw", bias_dw)},
+                           stride);
+    dw->attrs.set("group", channels);
+    g->add_output(g->add_node("Neg", {dw->output(0)}, 1)->output(0));  // "dw" writes no graph output
+    Session s = Session::from_graph(std::move(g));
+    const Tensor in = random_f32({1, 3, 30, 30}, 25);
+    if (vector_isa() == VectorIsa::kAvx512) {
+      const std::string first_line = plan_line(s, in, "first"), dw_line = plan_line(s, in, "dw");
+      EXPECT_NE(first_line.find("dnnl:jit:avx512"), std::string::npos) << first_line;
+      EXPECT_NE(dw_line.find("jit_dw"), std::string::npos) << dw_line;
+      EXPECT_NE(dw_line.find("aBcd16b"), std::string::npos) << dw_line;
+      for (const std::string& line : s.describe_plan({{"x", in}}))  // only the result's, to plain for the Neg
+        if (line.find("Reorder") != std::string::npos) EXPECT_NE(line.find("'dw:out/plain'"), std::string::npos) << line;
+    }
+    Tensor mid = testing::conv2d_by_hand(in, w, &bias, testing::ConvByHand::padded(1, 2));
+    for (int64_t i = 0; i < mid.numel(); ++i) mid.data<float>()[i] = std::max(0.f, mid.data<float>()[i]);
+    testing::ConvByHand geometry = testing::ConvByHand::padded(1, stride);
+    geometry.group = channels;
+    std::vector<float> want = testing::values<float>(testing::conv2d_by_hand(mid, w_dw, &bias_dw, geometry));
+    for (float& v : want) v = -v;
+    expect_near(s.run({{"x", in}})[0], want);
+  }
+}
+
 // With tuning, the node's alternatives (oneDNN direct, Winograd where it
 // has one) are each prepared by their index and timed, the faster kept;
 // either computes the convolution.

@@ -55,12 +55,15 @@ memory::desc activation_desc(const Shape& shape) {
   return memory::desc(du::dims(shape), memory::data_type::f32, memory::format_tag::any);
 }
 
-// Whether a 2-D convolution of x into y, one group, may run in the ISA's
+// One group per channel, as many outputs as inputs.
+bool is_depthwise(const Shape& x, const Shape& y, int64_t group) { return group == x[1] && y[1] == x[1]; }
+
+// Whether a 2-D convolution of x into y, dense or depthwise, may run in the ISA's
 // channel blocks (nChw16c on AVX-512, nChw8c below): both channel counts
 // fill whole blocks, and the plan lets the kernel pick its layouts.
 bool channel_blocks_fit(const PrepareContext& ctx, const Shape& x, const Shape& y, int64_t group) {
   if (!allow_blocked_layout() || !ctx.blocked_inputs_allowed() || !ctx.blocked_outputs_allowed()) return false;
-  if (x.size() != 4 || group != 1) return false;
+  if (x.size() != 4 || (group != 1 && !is_depthwise(x, y, group))) return false;
   const int64_t block = du::blocked_desc(x).data.format_desc.blocking.inner_blks[0];
   return x[1] % block == 0 && y[1] % block == 0;
 }
@@ -70,7 +73,10 @@ bool channel_blocks_fit(const PrepareContext& ctx, const Shape& x, const Shape& 
 // place once its inputs are whole channel blocks (batch 1; in NHWC, oneDNN's
 // pick for brgconv on AVX-512, each input's channels are a strided range and
 // the concat copies), and where its input already arrives in those blocks
-// (no reorder) and the window moves by one pixel. SqueezeNet on AVX-512: its
+// (no reorder) and the window moves by one pixel, or the convolution is
+// depthwise (jit_dw at either stride: MobileNetV2's first block, after a
+// first convolution that writes blocks, reads_plain_image; in NHWC its
+// 112x112 planes took reorders). SqueezeNet on AVX-512: its
 // concats were 6% of a run, and jit's nChw16c convolutions ran its fire
 // modules as fast as brgconv's NHWC ones. ResNet's 3x3s run 3-13% slower in
 // nChw16c, so a model without channel concats keeps oneDNN's pick, and its
@@ -79,7 +85,28 @@ bool channel_blocks_fit(const PrepareContext& ctx, const Shape& x, const Shape& 
 bool wants_channel_blocks(const PrepareContext& ctx, const Shape& x, const Shape& y, int64_t group, bool strided) {
   if (!channel_blocks_fit(ctx, x, y, group)) return false;
   if (ctx.output_feeds_channel_concat() && y[0] == 1) return true;
-  return !strided && same_layout(ctx.incoming_layout(0), du::layout_of(du::blocked_desc(x), x, DType::kFloat32));
+  return (!strided || is_depthwise(x, y, group)) &&
+         same_layout(ctx.incoming_layout(0), du::layout_of(du::blocked_desc(x), x, DType::kFloat32));
+}
+
+// Whether a convolution reads an image (at most kImageChannels channels: a
+// network's first convolution) in plain NCHW as it arrives, into channel
+// blocks: oneDNN's jit kernel reads that layout directly, where its pick for
+// `any` on AVX-512 (brgconv, NHWC) needs the image reordered first and runs
+// 1-3 input channels poorly. Intel Xeon, MobileNetV2's first convolution (3
+// -> 32 at 224x224, stride 2) with the input's reorder: 0.139 against 0.199
+// ms at one thread, 0.072-0.087 against 0.154 at two. Whole models in
+// alternating pairs (docs/benchmarks.md): the super-resolution net 0.89,
+// ResNet-50 0.955-0.99, ResNet-18 0.96-0.97, SqueezeNet 0.97-0.98,
+// MobileNetV2 level at one thread and 0.99 at two (its depthwise
+// convolutions keeping the blocks: wants_channel_blocks). Below AVX-512
+// oneDNN's pick already reads NCHW.
+constexpr int64_t kImageChannels = 4;  // gray, RGB or RGBA (measured with 1 and 3)
+bool reads_plain_image(const PrepareContext& ctx, const Shape& x, const Shape& y, int64_t group) {
+  if (group != 1 || !allow_blocked_layout() || !ctx.blocked_outputs_allowed() || x.size() != 4) return false;
+  if (ctx.incoming_layout(0)) return false;  // its producer wrote a layout of its own
+  const int64_t block = du::blocked_desc(x).data.format_desc.blocking.inner_blks[0];
+  return x[1] <= kImageChannels && y[1] % block == 0;
 }
 
 // make()'s primitive descriptor, or none where oneDNN has no implementation
@@ -254,6 +281,10 @@ class DnnlConv : public DnnlConvBase {
       if (wants_channel_blocks(ctx, x, y, group_, strided)) {
         blocked = pd_if_any([&] { return make_pd(du::blocked_desc(x), du::blocked_desc(y)); });
         if (blocked && du::impl_name(*blocked).rfind("dnnl:ref", 0) == 0) blocked.reset();
+      }
+      if (!blocked && reads_plain_image(ctx, x, y, group_)) {
+        blocked = pd_if_any([&] { return make_pd(src_md_, activation_desc(y)); });
+        if (blocked && du::impl_name(*blocked).rfind("dnnl:jit:", 0) != 0) blocked.reset();
       }
       dnnl::convolution_forward::primitive_desc pd = blocked ? *blocked : make_pd(activation_desc(x), activation_desc(y));
       std::optional<dnnl::convolution_forward::primitive_desc> winograd = winograd_pd(ctx, x, w, y, g, make_pd);
