@@ -441,7 +441,8 @@ class DnnlConv : public DnnlConvBase {
   std::optional<dnnl::convolution_forward::primitive_desc> winograd_pd(const PrepareContext& ctx, const Shape& x,
                                                                        const Shape& w, const Shape& y,
                                                                        const SpatialGeometry& g, MakePd make_pd) {
-    if (!allow_winograd() || group_ != 1 || !ctx.constant(1) || !channel_blocks_fit(ctx, x, y, group_)) return std::nullopt;
+    if (!allow_winograd() || group_ != 1 || !ctx.constant(1)) return std::nullopt;
+    if (!channel_blocks_fit(ctx, x, y, group_)) return std::nullopt;
     if (!is_3x3_dense(w, g)) return std::nullopt;
     // None on ISAs below AVX-512, and for some paddings.
     return pd_if_any(
