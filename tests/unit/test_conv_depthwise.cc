@@ -83,7 +83,8 @@ TEST(FusedConvDepthwise, MatchesTheTwoConvolutionsOnEachBackend) {
     ~OneThread() { omp_set_num_threads(saved); }
   } one_thread;
   for (const Case& c : cases) {
-    SCOPED_TRACE(::testing::Message() << c.cin << "->" << c.cout << " at " << c.h << "x" << c.w << " stride " << c.stride);
+    SCOPED_TRACE(::testing::Message() << c.cin << "->" << c.cout << " at " << c.h << "x" << c.w
+                                      << " stride " << c.stride);
     const Tensor x = random_f32({c.batch, c.cin, c.h, c.w}, 1), w = random_f32({c.cout, c.cin, 1, 1}, 2);
     const Tensor b = random_f32({c.cout}, 3), w_dw = random_f32({c.cout, 1, 3, 3}, 4), b_dw = random_f32({c.cout}, 5);
     const Tensor want = expected(c, x, w, b, w_dw, b_dw);

@@ -666,9 +666,10 @@ class DnnlConvDepthwise : public DnnlConvBase {
       scratchpad_md_ = pd->scratchpad_desc();
       finish_prepare(ctx, *pd, du::plain_desc(w, DType::kFloat32));
       const Shape& w_dw = ctx.input_shape(3);  // [C, 1, 3, 3]: oneDNN's grouped [G, O, I, KH, KW]
+      const memory::desc dw_packed =
+          pd->query_md(dnnl::query::exec_arg_md, DNNL_ARG_ATTR_POST_OP_DW | DNNL_ARG_WEIGHTS);
       dw_weights_ = du::pack_shared(ctx, *ctx.constant(3),
-                                    du::plain_desc({w_dw[0], 1, 1, w_dw[2], w_dw[3]}, DType::kFloat32),
-                                    pd->query_md(dnnl::query::exec_arg_md, DNNL_ARG_ATTR_POST_OP_DW | DNNL_ARG_WEIGHTS));
+                                    du::plain_desc({w_dw[0], 1, 1, w_dw[2], w_dw[3]}, DType::kFloat32), dw_packed);
       if (has_dw_bias) dw_bias_desc_ = du::plain_desc(ctx.input_shape(4), DType::kFloat32);
     } catch (const dnnl::error& e) {
       ctx.fail(ErrorKind::kUnsupported, "oneDNN has no convolution with a depthwise post-op for this case ({})",
