@@ -13,10 +13,6 @@ namespace anvil::passes {
 
 namespace {
 
-bool is_conv(const ir::Node& n) {
-  return (n.op_type == "Conv" && n.domain.empty()) || (n.op_type == "FusedConv" && n.domain == "anvil");
-}
-
 void make_fused(ir::Node& conv) {
   if (conv.op_type == "FusedConv") return;
   conv.op_type = "FusedConv";
@@ -31,7 +27,7 @@ class FuseConvActivation : public Pass {
     bool changed = false;
     for (const auto& ptr : graph.nodes()) {
       ir::Node& conv = *ptr;
-      if (conv.dead || !is_conv(conv) || conv.attrs.has("activation")) continue;
+      if (!is_convolution(&conv) || conv.attrs.has("activation")) continue;
       const ir::Value* w = conv.input(1);
       if (!w || !w->is_constant() || w->constant->dtype() != DType::kFloat32) continue;
       ir::Node* next = single_consumer(graph, conv.output(0));

@@ -19,10 +19,6 @@ namespace anvil::passes {
 
 namespace {
 
-bool is_conv(const ir::Node& n) {
-  return !n.dead && ((n.op_type == "Conv" && n.domain.empty()) || (n.op_type == "FusedConv" && n.domain == "anvil"));
-}
-
 bool all_equal(const std::vector<int64_t>& values, int64_t v) {
   for (int64_t x : values)
     if (x != v) return false;
@@ -47,7 +43,7 @@ bool plain_2d_conv(const ir::Node& conv, int64_t kernel) {
 // A 1x1 window at stride 1, no pads, one group, over a float32 input of a
 // static shape (which the advisor asks the kernels about).
 bool is_pointwise(const ir::Node& conv) {
-  if (!is_conv(conv)) return false;
+  if (!is_convolution(&conv)) return false;
   const ir::Value* x = conv.input(0);
   if (!x || !x->is_static() || x->type.rank() != 4 || x->dtype() != DType::kFloat32) return false;
   return plain_2d_conv(conv, 1) && conv.attrs.get_int("group", 1) == 1 &&
@@ -57,18 +53,13 @@ bool is_pointwise(const ir::Node& conv) {
 // A depthwise 3x3 over `channels` at stride 1 or 2 (the stride, else 0),
 // pads of 1 on every side.
 int64_t depthwise_stride(const ir::Node& conv, int64_t channels) {
-  if (!is_conv(conv) || !plain_2d_conv(conv, 3) || conv.attrs.get_int("group", 1) != channels) return 0;
+  if (!is_convolution(&conv) || !plain_2d_conv(conv, 3) || conv.attrs.get_int("group", 1) != channels) return 0;
   if (conv.input(1)->constant->shape()[0] != channels || conv.input(1)->constant->shape()[1] != 1) return 0;
   const std::vector<int64_t> pads = conv.attrs.get_ints("pads");
   if (pads.size() != 4 || !all_equal(pads, 1)) return 0;
   const std::vector<int64_t> strides = conv.attrs.get_ints("strides", {1, 1});
   if (strides.size() != 2 || strides[0] != strides[1] || (strides[0] != 1 && strides[0] != 2)) return 0;
   return strides[0];
-}
-
-FusedActivation activation_of(const ir::Node& conv) {
-  return {conv.attrs.get_string("activation", ""), conv.attrs.get_float("activation_alpha", 0.f),
-          conv.attrs.get_float("activation_beta", 0.f)};
 }
 
 // The node that computes both (not in the graph): the pointwise's inputs, the

@@ -10,6 +10,8 @@ bool is_op(const ir::Node* n, const char* op) { return n && !n->dead && n->domai
 
 bool is_anvil_op(const ir::Node* n, const char* op) { return n && !n->dead && n->domain == "anvil" && n->op_type == op; }
 
+bool is_convolution(const ir::Node* n) { return is_op(n, "Conv") || is_anvil_op(n, "FusedConv"); }
+
 std::vector<int64_t> transpose_permutation(const ir::Node& t, size_t rank) {
   std::vector<int64_t> perm = t.attrs.get_ints("perm");
   if (perm.empty()) {
@@ -101,6 +103,11 @@ void set_activation(ir::Node& fused, const FusedActivation& act) {
   fused.attrs.set("activation", act.name);
   fused.attrs.set("activation_alpha", act.alpha);
   fused.attrs.set("activation_beta", act.beta);
+}
+
+FusedActivation activation_of(const ir::Node& fused) {
+  return {fused.attrs.get_string("activation", ""), fused.attrs.get_float("activation_alpha", 0.f),
+          fused.attrs.get_float("activation_beta", 0.f)};
 }
 
 void absorb(ir::Node& fused, ir::Node& next) {

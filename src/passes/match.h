@@ -15,6 +15,8 @@ namespace anvil::passes {
 bool is_op(const ir::Node* n, const char* op);
 // `n` is live, in Anvil's internal domain, and of type `op` (FusedMatMul, ...).
 bool is_anvil_op(const ir::Node* n, const char* op);
+// `n` is a live convolution: ONNX's Conv or anvil.FusedConv.
+bool is_convolution(const ir::Node* n);
 // Transpose `t`'s permutation of an input of `rank` axes (the axes reversed
 // when the attribute is absent); empty when it is not one.
 std::vector<int64_t> transpose_permutation(const ir::Node& t, size_t rank);
@@ -42,6 +44,8 @@ struct FusedActivation {
 std::optional<FusedActivation> fusable_activation(const ir::Node& act);
 // Sets the activation, activation_alpha and activation_beta attributes.
 void set_activation(ir::Node& fused, const FusedActivation& act);
+// What set_activation wrote on `fused` (an empty name: none).
+FusedActivation activation_of(const ir::Node& fused);
 
 // Moves `next`'s output onto `fused` (which now computes it) and kills `next`.
 void absorb(ir::Node& fused, ir::Node& next);
