@@ -77,6 +77,13 @@ inline KernelOptions opset(int version, int num_outputs = 1) {
   return o;
 }
 
+// The live nodes of type `op` in a graph (the passes' tests).
+inline size_t count_live_ops(const ir::Graph& g, const std::string& op) {
+  size_t n = 0;
+  for (const auto& node : g.nodes()) n += !node->dead && node->op_type == op;
+  return n;
+}
+
 // The kind of the anvil::Error that fn throws (a test failure if none).
 inline ErrorKind error_kind_of(const std::function<void()>& fn, std::string* message = nullptr) {
   try {
