@@ -41,12 +41,16 @@ namespace {
 using dnnl::memory;
 namespace du = dnnl_util;
 
+// Whether environment variable `name` is set to `value` (the switches that
+// turn a rule off, read once by each caller).
+bool env_is(const char* name, const char* value) {
+  const char* v = std::getenv(name);
+  return v && std::string(v) == value;
+}
+
 // ANVIL_CONV_LAYOUT=plain keeps convolutions on NCHW kernels (no reorders).
 bool allow_blocked_layout() {
-  static const bool allow = [] {
-    const char* v = std::getenv("ANVIL_CONV_LAYOUT");
-    return !(v && std::string(v) == "plain");
-  }();
+  static const bool allow = !env_is("ANVIL_CONV_LAYOUT", "plain");
   return allow;
 }
 
@@ -122,10 +126,7 @@ auto pd_if_any(Make make) -> std::optional<decltype(make())> {
 
 // ANVIL_WINOGRAD=0 keeps every convolution on oneDNN's direct algorithm.
 bool allow_winograd() {
-  static const bool allow = [] {
-    const char* v = std::getenv("ANVIL_WINOGRAD");
-    return !(v && std::string(v) == "0");
-  }();
+  static const bool allow = !env_is("ANVIL_WINOGRAD", "0");
   return allow;
 }
 
@@ -762,10 +763,7 @@ bool conv_depthwise_fusion_pays(const ir::Node& fused, int threads) {
     const ir::Value* v = fused.input(i);
     return v && v->is_static() ? v->type.shape_or_minus_one() : Shape{};
   };
-  static const bool allowed = [] {
-    const char* v = std::getenv("ANVIL_FUSE_DEPTHWISE");
-    return !(v && std::string(v) == "0");
-  }();
+  static const bool allowed = !env_is("ANVIL_FUSE_DEPTHWISE", "0");
   const Shape x = shape_of(0), w = shape_of(1);
   if (!allowed || x.size() != 4 || w.size() != 4 || shape_numel(x) == 0 || !allow_blocked_layout()) return false;
   // oneDNN picks its kernels for the OpenMP team size in force.
