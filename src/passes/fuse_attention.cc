@@ -1,5 +1,5 @@
 // Multi-head attention as PyTorch exports it becomes one ONNX Attention node
-// (opset 23, 3-D inputs), which a fused kernel runs (dnnl/attention.cc):
+// (opset 23, 3-D inputs), which a fused kernel runs (vec/attention.cc):
 //
 //   Qh = Transpose(Reshape(Q, [b, s, h, d]), 0213)     Q, K, V: [b, s, h*d]
 //   Kt = Transpose(Reshape(K, [b, s, h, d]), 0231)

@@ -209,49 +209,6 @@ TEST(DnnlLayerNorm, MatchesReferenceOverTrailingAxes) {
                         {false, false}, 1e-5f);  // no bias, scale not constant
 }
 
-// The oneDNN attention against the reference one (ONNX's definition), with
-// each kind of mask, including rows whose every key is masked (zeros).
-void expect_attention_backends_agree(std::vector<Tensor> in, int64_t causal) {
-  ir::Attributes a;
-  a.set("q_num_heads", int64_t{2});
-  a.set("kv_num_heads", int64_t{2});
-  a.set("scale", 0.5f);
-  a.set("is_causal", causal);
-  KernelOptions ref_opts = opset(23), dnnl_opts = opset(23);
-  dnnl_opts.backend = Backend::kDnnl;
-  KernelResult ref = run_kernel_full("Attention", in, a, ref_opts);
-  KernelResult dnnl = run_kernel_full("Attention", in, a, dnnl_opts);
-  EXPECT_EQ(dnnl.impl.rfind("dnnl:attention", 0), 0u) << dnnl.impl;
-  ASSERT_EQ(ref.outputs[0].shape(), dnnl.outputs[0].shape());
-  EXPECT_LE(max_abs_diff(ref.outputs[0], dnnl.outputs[0]), 1e-5f);
-}
-
-TEST(DnnlAttention, MasksCausalAndFullyMaskedRows) {
-  Tensor q = random_f32({2, 5, 8}, 90), k = random_f32({2, 6, 8}, 91), v = random_f32({2, 6, 6}, 92);
-  expect_attention_backends_agree({q, k, v}, 0);
-  Tensor mask = random_f32({2, 1, 1, 6}, 93);
-  for (int64_t j = 0; j < 6; ++j) mask.data<float>()[j] = -INFINITY;  // batch 0: every key masked
-  expect_attention_backends_agree({q, k, v, mask}, 0);
-  Tensor keep(DType::kBool, {5, 6});
-  for (int64_t i = 0; i < 30; ++i) keep.data<bool>()[i] = i >= 6 && (i * 7) % 3 != 0;  // query 0: nothing kept
-  expect_attention_backends_agree({q, k, v, keep}, 0);
-  Tensor kq = random_f32({1, 4, 8}, 94), kk = random_f32({1, 4, 8}, 95), kv = random_f32({1, 4, 8}, 96);
-  expect_attention_backends_agree({kq, kk, kv}, 1);
-}
-
-TEST(DnnlAttention, DeclinesWhatItLacks) {
-  ir::Attributes grouped;
-  grouped.set("q_num_heads", int64_t{2});
-  grouped.set("kv_num_heads", int64_t{1});
-  KernelOptions o = opset(23);
-  o.backend = Backend::kDnnl;
-  EXPECT_EQ(error_kind_of([&] {
-              run_kernel("Attention", {random_f32({1, 3, 8}, 97), random_f32({1, 3, 4}, 98), random_f32({1, 3, 4}, 99)},
-                         grouped, o);
-            }),
-            ErrorKind::kUnsupported);
-}
-
 TEST(DnnlPool, MaxAndAverage) {
   ir::Attributes m;
   m.set("kernel_shape", std::vector<int64_t>{3, 3});

@@ -69,6 +69,13 @@ inline VF load_b(const float* p) { return *reinterpret_cast<const VFu*>(p); }
 // GemmTileFinish on a tile's accumulators.
 template <int M, int Nv>
 inline void finish_tile(VF (&acc)[M][Nv], const GemmTileFinish& f) {
+  if (f.row_scale)
+#pragma GCC unroll 16
+    for (int r = 0; r < M; ++r) {
+      const VF scale = broadcast_from(f.row_scale + r);
+#pragma GCC unroll 4
+      for (int v = 0; v < Nv; ++v) acc[r][v] *= scale;
+    }
   if (f.bias) {
     VF bias[Nv];
 #pragma GCC unroll 4

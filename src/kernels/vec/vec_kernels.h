@@ -48,6 +48,9 @@ struct GemmTileFinish {
   const float* gate = nullptr;
   int64_t gate_ld = 0;
   bool relu = false;
+  // Row r's values times row_scale[r], before the rest (the attention's
+  // softmax normalization; null: none).
+  const float* row_scale = nullptr;
 };
 
 // Lines a micro-kernel asks the L2 for while it runs, spread over its k
@@ -141,6 +144,10 @@ struct VecKernels {
   // One row of n: y = softmax(x + mask) (or its log); mask may be null, or a
   // single value broadcast over the row when mask_stride is 0.
   void (*softmax_row)(const float* x, const float* mask, int mask_stride, int64_t n, float* y, bool log);
+  // The exps of one query's attention scores, in place: s[j] = exp(t[j] -
+  // max t), t = s * scale + mask (mask null: none), for j < n, zeros from n
+  // to len; returns 1 / their sum (0 when every key is masked: all zeros).
+  float (*attention_exps)(float* s, int64_t n, int64_t len, float scale, const float* mask);
   // y[j] = the chain applied to x[j] for j < n; operands[s] points at step s's
   // operand values for this block (kRow and kFull; null otherwise). y may be x.
   void (*chain_block)(const ChainStep* steps, int count, const float* x, const float* const* operands, float* y,

@@ -167,6 +167,28 @@ inline VF exp_approx(VF x) {
   return x == x ? y : x;
 }
 
+// exp(x) for x <= 0 (a softmax's shifted terms), to exp_approx's accuracy
+// with fewer steps: no upper clamp, and one power of two (2^k, k >= -126)
+// instead of two. Below -87.33 (exp < 2^-126) it gives 0, not a denormal:
+// next to the row's largest term, 1, such terms add nothing. NaN stays NaN.
+inline VF exp_nonpositive(VF x) {
+  constexpr float kLog2e = 1.44269504088896341f, kLn2Hi = 0.693359375f, kLn2Lo = -2.12194440e-4f;
+  constexpr float kRound = 12582912.f, kLowest = -87.33f;
+  const VF xc = x > kLowest ? x : splat(kLowest);
+  const VF k = (xc * kLog2e + kRound) - kRound;
+  const VF r = (xc - k * kLn2Hi) - k * kLn2Lo;
+  VF p = splat(1.f / 5040);
+  p = p * r + 1.f / 720;
+  p = p * r + 1.f / 120;
+  p = p * r + 1.f / 24;
+  p = p * r + 1.f / 6;
+  p = p * r + 0.5f;
+  p = p * r + 1.f;
+  p = p * r + 1.f;
+  const VF y = p * __builtin_bit_cast(VF, (__builtin_convertvector(k, VI) + 127) << 23);
+  return x == x ? (x < kLowest ? splat(0.f) : y) : x;
+}
+
 // ---------------------------------------------------------------- reductions
 
 // Folds a row into four vector accumulators with step(acc, value) (four,
@@ -345,6 +367,71 @@ inline void softmax_row_impl(const float* x, const float* mask, int mask_stride,
   }
   const float inv = 1.f / sum_exp(t, n, shift, y);
   for (int64_t j = 0; j < n; ++j) y[j] *= inv;
+}
+
+// The lanes of v folded by op (a max or a sum) in log2(kWidth) shuffles:
+// lane by lane, a short row's horizontal steps cost as much as its body.
+template <typename Op>
+inline float fold_lanes(VF v, Op op) {
+#if defined(__AVX512F__)
+  v = op(v, __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15, 8, 9, 10, 11, 12, 13, 14, 15));
+  v = op(v, __builtin_shufflevector(v, v, 4, 5, 6, 7, 4, 5, 6, 7, 4, 5, 6, 7, 4, 5, 6, 7));
+  v = op(v, __builtin_shufflevector(v, v, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3));
+  v = op(v, __builtin_shufflevector(v, v, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1));
+#elif defined(__AVX2__)
+  v = op(v, __builtin_shufflevector(v, v, 4, 5, 6, 7, 4, 5, 6, 7));
+  v = op(v, __builtin_shufflevector(v, v, 2, 3, 2, 3, 2, 3, 2, 3));
+  v = op(v, __builtin_shufflevector(v, v, 1, 1, 1, 1, 1, 1, 1, 1));
+#else
+  v = op(v, __builtin_shufflevector(v, v, 2, 3, 2, 3));
+  v = op(v, __builtin_shufflevector(v, v, 1, 1, 1, 1));
+#endif
+  return v[0];
+}
+
+// The exps of one query's attention scores and the factor that normalizes
+// them (kernels/vec/attention.cc), in place: s[j] = exp(t[j] - max t) with
+// t = s * scale + mask (mask null: none) for j < n, zeros from n to len (the
+// keys a causal row does not see); returns 1 / the sum of the exps, which
+// the row's output takes after the product with V (a pass over its values,
+// not over the keys). A row whose every key is masked gives zeros and 0.
+template <bool Masked>
+inline float attention_exps(float* s, int64_t n, int64_t len, float scale, const float* mask) {
+  const VF sv = splat(scale);
+  const auto term = [&](int64_t j) { return Masked ? load(s + j) * sv + load(mask + j) : load(s + j) * sv; };
+  VF mv = splat(-kInfinity);
+  int64_t j = 0;
+  for (; j + kWidth <= n; j += kWidth) mv = kMax(mv, term(j));
+  float m = fold_lanes(mv, kMax);
+  for (int64_t t = j; t < n; ++t) m = kMax(m, s[t] * scale + (Masked ? mask[t] : 0.f));
+  if (m == -kInfinity) {
+    for (j = 0; j < len; ++j) s[j] = 0.f;
+    return 0.f;
+  }
+  // With a finite max every shifted term is <= 0; an infinite one (+inf
+  // scores) takes the general exp, as the reference's softmax would.
+  const bool finite = m != kInfinity;
+  const VF shift = splat(softmax_shift_of(m));
+  VF sum = splat(0.f);
+  for (j = 0; j + kWidth <= n; j += kWidth) {
+    const VF e = finite ? exp_nonpositive(term(j) - shift) : exp_approx(term(j) - shift);
+    store(s + j, e);
+    sum += e;
+  }
+  if (j < n) {  // lanes past n: exp(-inf) = 0
+    float lanes[kWidth];
+    for (int l = 0; l < kWidth; ++l)
+      lanes[l] = j + l < n ? s[j + l] * scale + (Masked ? mask[j + l] : 0.f) : -kInfinity;
+    const VF e = finite ? exp_nonpositive(load(lanes) - shift) : exp_approx(load(lanes) - shift);
+    store_part(s + j, e, n - j);
+    sum += e;
+  }
+  for (j = n; j < len; ++j) s[j] = 0.f;
+  return 1.f / fold_lanes(sum, [](VF a, VF b) { return a + b; });
+}
+
+inline float attention_exps_impl(float* s, int64_t n, int64_t len, float scale, const float* mask) {
+  return mask ? attention_exps<true>(s, n, len, scale, mask) : attention_exps<false>(s, n, len, scale, mask);
 }
 
 // ---------------------------------------------------------------- element-wise chains

@@ -1,0 +1,230 @@
+// Anvil's vectorized attention (src/kernels/vec/attention.cc) and its row
+// routine (VecKernels::attention_exps) against ONNX's definition of
+// Attention computed here in double: 3-D and 4-D inputs, grouped key/value
+// heads, float and boolean masks and their broadcasts, is_causal with as
+// many, fewer and more queries than keys, rows whose every key is masked,
+// sizes that leave partial tiles and panels, and heads split between
+// threads. Named VecKernels.*, so ctest runs them at every ISA cap too.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <string>
+
+#include "anvil/error.h"
+#include "core/vector_isa.h"
+#include "kernel_tester.h"
+#include "kernels/vec/vec_kernels.h"
+
+namespace anvil {
+namespace {
+
+using kernels::Backend;
+using testing::KernelOptions;
+using testing::random_f32;
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+struct AttentionCase {
+  std::string name;
+  Shape q, k, v;
+  int64_t q_heads = 0, kv_heads = 0;  // 3-D inputs only
+  bool causal = false;
+  float scale = 0.f;  // 0: the default, 1 / sqrt(head size)
+  Tensor mask;        // empty: none
+  int threads = 1;
+};
+
+// (batch, head, position, element) of a 3-D [B, S, heads * size] or 4-D [B, heads, S, size] tensor.
+double at(const Tensor& t, int64_t heads, int64_t b, int64_t h, int64_t s, int64_t e) {
+  const Shape& d = t.shape();
+  const float* p = t.data<float>();
+  if (d.size() == 3) return p[(b * d[1] + s) * d[2] + h * (d[2] / heads) + e];
+  return p[((b * d[1] + h) * d[2] + s) * d[3] + e];
+}
+
+// The mask's additive bias at (b, h, i, j), broadcast from its trailing dims.
+double mask_bias(const Tensor& mask, int64_t b, int64_t h, int64_t i, int64_t j) {
+  const Shape& m = mask.shape();
+  const int64_t idx[4] = {b, h, i, j};
+  int64_t off = 0, stride = 1;
+  for (size_t d = m.size(); d-- > 0;) {
+    off += (m[d] == 1 ? 0 : idx[4 - m.size() + d]) * stride;
+    stride *= m[d];
+  }
+  if (mask.dtype() == DType::kBool) return mask.data<bool>()[off] ? 0.0 : -INFINITY;
+  return mask.data<float>()[off];
+}
+
+// Y as ONNX defines it, in double, laid out as the output (3-D or 4-D).
+std::vector<double> attention_in_double(const AttentionCase& c, const Tensor& q, const Tensor& k, const Tensor& v) {
+  const bool split = c.q.size() == 3;
+  const int64_t batch = c.q[0], hq = split ? c.q_heads : c.q[1], hk = split ? c.kv_heads : c.k[1];
+  const int64_t sq = split ? c.q[1] : c.q[2], skv = split ? c.k[1] : c.k[2];
+  const int64_t d = split ? c.q[2] / hq : c.q[3], dv = split ? c.v[2] / hk : c.v[3];
+  const double scale = c.scale != 0.f ? c.scale : 1.0 / std::sqrt(static_cast<double>(d));
+  std::vector<double> y(static_cast<size_t>(batch * hq * sq * dv));
+  std::vector<double> p(static_cast<size_t>(skv));
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t h = 0; h < hq; ++h)
+      for (int64_t i = 0; i < sq; ++i) {
+        const int64_t kvh = h / (hq / hk);
+        double m = -INFINITY;
+        for (int64_t j = 0; j < skv; ++j) {
+          double dot = 0;
+          for (int64_t e = 0; e < d; ++e) dot += at(q, hq, b, h, i, e) * at(k, hk, b, kvh, j, e);
+          double bias = !c.mask.empty() ? mask_bias(c.mask, b, h, i, j) : 0.0;
+          if (c.causal && j > i) bias = -INFINITY;
+          p[j] = dot * scale + bias;
+          m = std::max(m, p[j]);
+        }
+        double sum = 0;
+        for (int64_t j = 0; j < skv; ++j) sum += p[j] = std::isinf(m) ? 0.0 : std::exp(p[j] - m);
+        for (int64_t e = 0; e < dv; ++e) {
+          double acc = 0;
+          for (int64_t j = 0; j < skv; ++j) acc += p[j] * at(v, hk, b, kvh, j, e);
+          const int64_t out = split ? (b * sq + i) * hq * dv + h * dv + e : ((b * hq + h) * sq + i) * dv + e;
+          y[static_cast<size_t>(out)] = sum > 0 ? acc / sum : 0.0;  // a row with every key masked is zeros
+        }
+      }
+  return y;
+}
+
+ir::Attributes attention_attrs(const AttentionCase& c) {
+  ir::Attributes a;
+  if (c.q.size() == 3) {
+    a.set("q_num_heads", c.q_heads);
+    a.set("kv_num_heads", c.kv_heads);
+  }
+  if (c.causal) a.set("is_causal", int64_t{1});
+  if (c.scale != 0.f) a.set("scale", c.scale);
+  return a;
+}
+
+KernelOptions vec_attention_options(int threads) {
+  KernelOptions o;
+  o.backend = Backend::kVec;
+  o.opset = 23;
+  o.num_threads = threads;
+  return o;
+}
+
+void expect_attention_matches_definition(const AttentionCase& c, uint32_t seed) {
+  SCOPED_TRACE(c.name);
+  const Tensor q = random_f32(c.q, seed), k = random_f32(c.k, seed + 1), v = random_f32(c.v, seed + 2);
+  std::vector<Tensor> in = {q, k, v};
+  if (!c.mask.empty()) in.push_back(c.mask);
+  const auto got = testing::run_kernel_full("Attention", in, attention_attrs(c), vec_attention_options(c.threads));
+  EXPECT_EQ(got.impl.rfind("vec:", 0), 0u) << got.impl;
+  const std::vector<double> want = attention_in_double(c, q, k, v);
+  const Tensor& y = got.outputs[0];
+  ASSERT_EQ(y.numel(), static_cast<int64_t>(want.size()));
+  double worst = 0;
+  for (size_t i = 0; i < want.size(); ++i) worst = std::max(worst, std::abs(y.data<float>()[i] - want[i]));
+  EXPECT_LE(worst, 2e-5) << "largest difference from ONNX's definition";
+}
+
+Tensor float_mask(Shape shape, uint32_t seed) {
+  Tensor m = random_f32(std::move(shape), seed);
+  float* p = m.data<float>();
+  for (int64_t i = 0; i < m.numel(); ++i)
+    if (i % 5 == 3) p[i] = -kInf;
+  return m;
+}
+
+TEST(VecKernels, AttentionMatchesItsDefinition) {
+  // BERT's padding mask [B, 1, 1, S]; batch item 1 has every key masked (zeros).
+  Tensor padding = float_mask({2, 1, 1, 37}, 11);
+  for (int64_t j = 0; j < 37; ++j) padding.data<float>()[37 + j] = -kInf;
+  // A boolean [Sq, Skv] mask whose query 0 keeps nothing.
+  Tensor keep(DType::kBool, {13, 29});
+  for (int64_t i = 0; i < keep.numel(); ++i) keep.data<bool>()[i] = i >= 29 && (i * 7) % 3 != 0;
+  const AttentionCase cases[] = {
+      {"a GPT-2 decoder's layer: causal, 4 heads of 64", {1, 64, 256}, {1, 64, 256}, {1, 64, 256}, 4, 4, true, 0.f, {},
+       2},
+      {"padding mask, head size 32, 37 keys", {2, 37, 96}, {2, 37, 96}, {2, 37, 96}, 3, 3, false, 0.f, padding, 2},
+      {"4-D, boolean mask, values of 5", {2, 3, 13, 8}, {2, 3, 29, 8}, {2, 3, 29, 5}, 0, 0, false, 0.f, keep, 3},
+      {"4-D, a full float mask", {1, 2, 9, 16}, {1, 2, 21, 16}, {1, 2, 21, 16}, 0, 0, false, 0.25f,
+       float_mask({1, 2, 9, 21}, 12), 2},
+      {"grouped heads, causal, scaled", {1, 20, 24}, {1, 20, 12}, {1, 20, 12}, 4, 2, true, 0.3f, {}, 2},
+      {"causal, fewer queries than keys", {1, 5, 16}, {1, 40, 16}, {1, 40, 16}, 1, 1, true, 0.f, {}, 1},
+      {"causal, more queries than keys", {1, 30, 8}, {1, 7, 8}, {1, 7, 8}, 1, 1, true, 0.f, {}, 2},
+      {"causal with a padding mask", {1, 33, 64}, {1, 33, 64}, {1, 33, 64}, 2, 2, true, 0.f,
+       float_mask({1, 1, 1, 33}, 13), 2},
+      {"one head split between threads, head size 40", {1, 100, 40}, {1, 100, 40}, {1, 100, 40}, 1, 1, false, 0.f, {},
+       2},
+      {"300 keys, values of 80", {1, 50, 128}, {1, 300, 128}, {1, 300, 160}, 2, 2, false, 0.f, {}, 2},
+      {"one query, one key", {1, 1, 4}, {1, 1, 4}, {1, 1, 4}, 1, 1, false, 0.f, {}, 1},
+  };
+  uint32_t seed = 100;
+  for (const AttentionCase& c : cases) expect_attention_matches_definition(c, seed += 3);
+}
+
+TEST(VecKernels, AttentionDeclinesWhatItLacks) {
+  const Tensor q = random_f32({1, 3, 8}, 1), k = random_f32({1, 3, 8}, 2), v = random_f32({1, 3, 8}, 3);
+  ir::Attributes a;
+  a.set("q_num_heads", int64_t{2});
+  a.set("kv_num_heads", int64_t{2});
+  const KernelOptions o = vec_attention_options(1);
+  const Tensor past = random_f32({1, 2, 2, 4}, 4);
+  EXPECT_EQ(testing::error_kind_of([&] { testing::run_kernel("Attention", {q, k, v, Tensor(), past, past}, a, o); }),
+            ErrorKind::kUnsupported);
+  ir::Attributes softcap = a;
+  softcap.set("softcap", 5.f);
+  EXPECT_EQ(testing::error_kind_of([&] { testing::run_kernel("Attention", {q, k, v}, softcap, o); }),
+            ErrorKind::kUnsupported);
+  // A mask shorter than the keys (the rest count as masked) is the reference kernel's.
+  EXPECT_EQ(testing::error_kind_of([&] { testing::run_kernel("Attention", {q, k, v, random_f32({3, 2}, 5)}, a, o); }),
+            ErrorKind::kUnsupported);
+}
+
+// One row: exps after the shift, their normalizer, zeros past n.
+TEST(VecKernels, AttentionExpsMatchDoublePrecision) {
+  for (VectorIsa isa : supported_vector_isas()) {
+    SCOPED_TRACE(vector_isa_name(isa));
+    const kernels::vec::VecKernels& vk = kernels::vec::vec_kernels_for(isa);
+    for (int64_t n : {1, 3, 8, 16, 17, 45, 128}) {
+      for (bool masked : {false, true}) {
+        const int64_t len = n + 7;
+        const Tensor scores = random_f32({len}, static_cast<uint32_t>(n));
+        std::vector<float> s(scores.data<float>(), scores.data<float>() + len), mask(static_cast<size_t>(n));
+        for (int64_t j = 0; j < n; ++j) {
+          s[j] *= 60.f;  // terms down to e^-120 after the shift: past float's range
+          mask[j] = j % 4 == 1 ? -kInf : 0.5f * static_cast<float>(j % 3);
+        }
+        if (masked) mask[0] = 0.f;  // keep one key
+        const std::vector<float> in = s;
+        const float scale = 0.7f;
+        const float norm = vk.attention_exps(s.data(), n, len, scale, masked ? mask.data() : nullptr);
+        std::vector<double> t(static_cast<size_t>(n));
+        double m = -INFINITY, sum = 0;
+        for (int64_t j = 0; j < n; ++j) m = std::max(m, t[j] = in[j] * double{scale} + (masked ? mask[j] : 0.0));
+        for (int64_t j = 0; j < n; ++j) {
+          const double e = std::exp(t[j] - m);
+          sum += e;
+          if (std::isinf(t[j])) {
+            EXPECT_EQ(s[j], 0.f) << "a masked key at " << j;
+            continue;
+          }
+          // The float terms (up to 60 here) carry their rounding, an ulp of |t| and of the max, into the
+          // exp; below 2^-126, float's smallest normal, it may be 0.
+          const double slack = e * 2e-7 * (2.0 + std::abs(t[j]) + std::abs(m)) + 1.2e-38;
+          EXPECT_NEAR(s[j], e, slack) << "n " << n << " masked " << masked << " at " << j;
+        }
+        EXPECT_NEAR(norm, 1.0 / sum, 2e-7 * (2.0 + std::abs(m)) / sum) << "n " << n;
+        for (int64_t j = n; j < len; ++j) EXPECT_EQ(s[j], 0.f) << "past n at " << j;
+      }
+    }
+    // Every key masked: zeros, and 0 to scale the row's output by.
+    std::vector<float> dead = {1.f, 2.f, 3.f, 4.f, 5.f}, all_masked(5, -kInf);
+    EXPECT_EQ(vk.attention_exps(dead.data(), 5, 5, 1.f, all_masked.data()), 0.f);
+    for (float x : dead) EXPECT_EQ(x, 0.f);
+    // A NaN score stays NaN and spoils the normalizer, as the reference's softmax.
+    std::vector<float> with_nan = {0.f, NAN, 1.f};
+    EXPECT_TRUE(std::isnan(vk.attention_exps(with_nan.data(), 3, 3, 1.f, nullptr)));
+    EXPECT_TRUE(std::isnan(with_nan[1]));
+  }
+}
+
+}  // namespace
+}  // namespace anvil
