@@ -161,6 +161,32 @@ PY
   touch "$corpus/.conv-depthwise"
 fi
 
+# Attention nodes (opset 23; the backend test data of Debian's onnx 1.12
+# predates them): 3-D with grouped heads, causal, and a float mask; 4-D with a
+# boolean mask. Once.
+if [ ! -e "$corpus/.attention" ]; then
+  "${ANVIL_PYTHON:-python3}" - "$corpus/models" <<'PY'
+import os, sys
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper, TensorProto as T
+rng = np.random.default_rng(0)
+def save(name, node, inputs, inits):
+    g = helper.make_graph([node], name, [helper.make_tensor_value_info(n, t, s) for n, t, s in inputs],
+                          [helper.make_tensor_value_info("y", T.FLOAT, None)], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 23)])
+    m.ir_version = 10
+    onnx.save(m, os.path.join(sys.argv[1], name + ".onnx"))
+mask = numpy_helper.from_array(np.where(rng.random((1, 1, 5, 6)) < 0.3, -np.inf, 0).astype(np.float32), "m")
+save("attention_3d", helper.make_node("Attention", ["q", "k", "v", "m"], ["y"], q_num_heads=4, kv_num_heads=2, is_causal=1),
+     [("q", T.FLOAT, [1, 5, 8]), ("k", T.FLOAT, [1, 6, 4]), ("v", T.FLOAT, [1, 6, 6])], [mask])
+keep = numpy_helper.from_array(rng.random((5, 7)) < 0.7, "m")
+save("attention_4d", helper.make_node("Attention", ["q", "k", "v", "m"], ["y"], scale=0.5),
+     [("q", T.FLOAT, [2, 3, 5, 4]), ("k", T.FLOAT, [2, 3, 7, 4]), ("v", T.FLOAT, [2, 3, 7, 3])], [keep])
+PY
+  touch "$corpus/.attention"
+fi
+
 # ASan's leak checker and UBSan stop at the first report; libFuzzer counts it as a crash.
 export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:allocator_may_return_null=1}"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
