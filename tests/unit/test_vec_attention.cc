@@ -78,6 +78,7 @@ std::vector<double> attention_in_double(const AttentionCase& c, const Tensor& q,
           p[j] = dot * scale + bias;
           m = std::max(m, p[j]);
         }
+        // As the reference kernel: an infinite max (every key masked, or +inf) or a NaN sum gives zeros.
         double sum = 0;
         for (int64_t j = 0; j < skv; ++j) sum += p[j] = std::isinf(m) ? 0.0 : std::exp(p[j] - m);
         for (int64_t e = 0; e < dv; ++e) {
@@ -119,9 +120,9 @@ void expect_attention_matches_definition(const AttentionCase& c, uint32_t seed) 
   const std::vector<double> want = attention_in_double(c, q, k, v);
   const Tensor& y = got.outputs[0];
   ASSERT_EQ(y.numel(), static_cast<int64_t>(want.size()));
-  double worst = 0;
-  for (size_t i = 0; i < want.size(); ++i) worst = std::max(worst, std::abs(y.data<float>()[i] - want[i]));
-  EXPECT_LE(worst, 2e-5) << "largest difference from ONNX's definition";
+  int64_t off = 0;  // NaN-safe: a NaN where a number is wanted counts
+  for (size_t i = 0; i < want.size(); ++i) off += !(std::abs(y.data<float>()[i] - want[i]) <= 2e-5);
+  EXPECT_EQ(off, 0) << "outputs more than 2e-5 from ONNX's definition";
 }
 
 Tensor float_mask(Shape shape, uint32_t seed) {
@@ -136,6 +137,9 @@ TEST(VecKernels, AttentionMatchesItsDefinition) {
   // BERT's padding mask [B, 1, 1, S]; batch item 1 has every key masked (zeros).
   Tensor padding = float_mask({2, 1, 1, 37}, 11);
   for (int64_t j = 0; j < 37; ++j) padding.data<float>()[37 + j] = -kInf;
+  // A boolean [B, 1, Sq, Skv] mask, broadcast over the heads.
+  Tensor keep_per_item(DType::kBool, {2, 1, 6, 9});
+  for (int64_t i = 0; i < keep_per_item.numel(); ++i) keep_per_item.data<bool>()[i] = (i * 5) % 7 != 2;
   // A boolean [Sq, Skv] mask whose query 0 keeps nothing.
   Tensor keep(DType::kBool, {13, 29});
   for (int64_t i = 0; i < keep.numel(); ++i) keep.data<bool>()[i] = i >= 29 && (i * 7) % 3 != 0;
@@ -155,9 +159,36 @@ TEST(VecKernels, AttentionMatchesItsDefinition) {
        2},
       {"300 keys, values of 80", {1, 50, 128}, {1, 300, 128}, {1, 300, 160}, 2, 2, false, 0.f, {}, 2},
       {"one query, one key", {1, 1, 4}, {1, 1, 4}, {1, 1, 4}, 1, 1, false, 0.f, {}, 1},
+      {"4-D grouped heads, a boolean mask per batch item", {2, 4, 6, 8}, {2, 2, 9, 8}, {2, 2, 9, 8}, 0, 0, false, 0.f,
+       keep_per_item, 2},
+      {"4-D, a full float mask and causal", {1, 2, 9, 16}, {1, 2, 9, 16}, {1, 2, 9, 16}, 0, 0, true, 0.f,
+       float_mask({1, 2, 9, 9}, 14), 2},
   };
   uint32_t seed = 100;
   for (const AttentionCase& c : cases) expect_attention_matches_definition(c, seed += 3);
+}
+
+// Rows with a NaN term (from the mask, or all of them, from Q) and rows with
+// a +inf term give zeros, as the reference kernel; the other rows are
+// untouched.
+TEST(VecKernels, AttentionRowsWithoutAFiniteSoftmaxAreZeros) {
+  const Tensor q = random_f32({1, 5, 8}, 21), k = random_f32({1, 6, 8}, 22), v = random_f32({1, 6, 8}, 23);
+  Tensor poisoned = q, mask = float_mask({5, 6}, 24);
+  mask.data<float>()[1 * 6 + 4] = NAN;      // query 1: one NaN term, a finite max
+  mask.data<float>()[3 * 6 + 2] = kInf;     // query 3
+  poisoned.data<float>()[4 * 8 + 3] = NAN;  // query 4: every term NaN
+  ir::Attributes a;
+  a.set("q_num_heads", int64_t{1});
+  a.set("kv_num_heads", int64_t{1});
+  const Tensor y = testing::run_kernel("Attention", {poisoned, k, v, mask}, a, vec_attention_options(2))[0];
+  AttentionCase c{"", {1, 5, 8}, {1, 6, 8}, {1, 6, 8}, 1, 1, false, 0.f, mask, 2};
+  const std::vector<double> want = attention_in_double(c, poisoned, k, v);
+  for (int64_t i = 0; i < 5; ++i)
+    for (int64_t e = 0; e < 8; ++e) {
+      const float got = y.data<float>()[i * 8 + e];
+      if (i == 1 || i == 3 || i == 4) EXPECT_EQ(got, 0.f) << "query " << i;
+      else EXPECT_NEAR(got, want[static_cast<size_t>(i * 8 + e)], 2e-5) << "query " << i;
+    }
 }
 
 TEST(VecKernels, AttentionDeclinesWhatItLacks) {
@@ -172,6 +203,9 @@ TEST(VecKernels, AttentionDeclinesWhatItLacks) {
   ir::Attributes softcap = a;
   softcap.set("softcap", 5.f);
   EXPECT_EQ(testing::error_kind_of([&] { testing::run_kernel("Attention", {q, k, v}, softcap, o); }),
+            ErrorKind::kUnsupported);
+  const Tensor no_queries = random_f32({1, 0, 8}, 6);
+  EXPECT_EQ(testing::error_kind_of([&] { testing::run_kernel("Attention", {no_queries, k, v}, a, o); }),
             ErrorKind::kUnsupported);
   // A mask shorter than the keys (the rest count as masked) is the reference kernel's.
   EXPECT_EQ(testing::error_kind_of([&] { testing::run_kernel("Attention", {q, k, v, random_f32({3, 2}, 5)}, a, o); }),
@@ -219,10 +253,14 @@ TEST(VecKernels, AttentionExpsMatchDoublePrecision) {
     std::vector<float> dead = {1.f, 2.f, 3.f, 4.f, 5.f}, all_masked(5, -kInf);
     EXPECT_EQ(vk.attention_exps(dead.data(), 5, 5, 1.f, all_masked.data()), 0.f);
     for (float x : dead) EXPECT_EQ(x, 0.f);
-    // A NaN score stays NaN and spoils the normalizer, as the reference's softmax.
-    std::vector<float> with_nan = {0.f, NAN, 1.f};
-    EXPECT_TRUE(std::isnan(vk.attention_exps(with_nan.data(), 3, 3, 1.f, nullptr)));
-    EXPECT_TRUE(std::isnan(with_nan[1]));
+    // A NaN score, or a +inf term, leaves no finite softmax: zeros and 0, as the reference attention.
+    std::vector<float> with_nan = {0.f, NAN, 1.f}, with_inf = {0.f, kInf, 1.f};
+    EXPECT_EQ(vk.attention_exps(with_nan.data(), 3, 3, 1.f, nullptr), 0.f);
+    EXPECT_EQ(vk.attention_exps(with_inf.data(), 3, 3, 1.f, nullptr), 0.f);
+    for (size_t j = 0; j < 3; ++j) {
+      EXPECT_EQ(with_nan[j], 0.f) << j;
+      EXPECT_EQ(with_inf[j], 0.f) << j;
+    }
   }
 }
 

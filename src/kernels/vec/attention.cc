@@ -5,9 +5,9 @@
 // they sit in L1, multiplies them into the values, writing the heads
 // straight into Y, and divides each row of Y by its sum of exps (in the
 // tile's registers). The products run on the packed GEMM's micro-kernel
-// (GemmKernels::tile) against the head's K^T and V, packed once per
-// (batch, key/value head) a thread meets. The scores of one row tile are all the memory between the
-// steps, so one parallel region does the whole node.
+// (GemmKernels::tile) against the head's K^T and V, packed once per (batch,
+// key/value head) a thread meets. The scores of one row tile are all the
+// memory between the steps, so one parallel region does the whole node.
 //
 // Why not oneDNN: its attention was four primitives (QK^T, mask add,
 // softmax, PV), four fork/joins of the team, with the scores written to
@@ -15,12 +15,15 @@
 // AVX-512, two threads) a node took 0.060 ms that way and 0.039 this way;
 // at BERT's 128 both take the same (docs/benchmarks.md).
 //
-// Runs: 3-D [B, S, heads * size] and 4-D [B, heads, S, size] inputs, key and
-// value heads shared by groups of query heads, a float or boolean attn_mask
-// of the full key length (broadcast to [B, heads, Sq, Skv]), is_causal
-// (query i sees keys j <= i). Declines (the reference kernel runs them):
-// past key/value, nonpad_kv_seqlen, extra outputs, softcap, sliding windows,
-// a mask shorter than the keys, empty inputs.
+// Runs: float32 3-D [B, S, heads * size] and 4-D [B, heads, S, size]
+// inputs, key and value heads shared by groups of query heads, a float or
+// boolean attn_mask of the full key length (broadcast to [B, heads, Sq,
+// Skv]), is_causal (query i sees keys j <= i). A row whose largest term is
+// infinite, or whose exps sum to NaN, gives zeros, as in the reference
+// kernel (ref/attention.cc). Declines (the reference kernel runs them):
+// other dtypes and mask types, past key/value, nonpad_kv_seqlen, extra
+// outputs, softcap, sliding windows, a mask shorter than the keys, empty
+// inputs, heads too long for the scratch (plan_scratch).
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -39,6 +42,7 @@ constexpr int64_t kAlignFloats = 16;  // 64 bytes
 int64_t aligned_floats(int64_t n) { return (n + kAlignFloats - 1) / kAlignFloats * kAlignFloats; }
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 constexpr int kMaxTileRows = 16;  // GemmKernels::mr of every ISA is at most this
+constexpr int64_t kMaxThreadScratchFloats = int64_t{16} << 20;  // 64 MiB
 
 // Where one head's rows lie in an input or the output: element (s, e) of
 // head h of batch item b at data + b * batch + h * head + s * row + e.
@@ -88,7 +92,7 @@ class VecAttention : public Kernel {
     const float scale_attr = node_.attrs.get_float("scale", 0.f);
     scale_ = node_.attrs.has("scale") ? scale_attr : 1.f / std::sqrt(static_cast<float>(q_.size));
     prepare_mask(ctx);
-    plan_scratch(ctx.num_threads());
+    plan_scratch(ctx);
     return ctx.output_types();
   }
 
@@ -104,7 +108,7 @@ class VecAttention : public Kernel {
     float* y = ctx.out(0).data<float>();
     const int64_t items = batch_ * q_.heads * chunks_;
     const double flops = 4.0 * static_cast<double>(batch_ * q_.heads) * q_.seq * k_.seq * q_.size;
-#pragma omp parallel if (flops > 1e5 && items > 1)
+#pragma omp parallel if (threads_ > 1 && flops > 1e5 && items > 1)
     {
       const int t = omp_get_thread_num(), team = std::min(omp_get_num_threads(), threads_);
       if (t < team) {
@@ -167,10 +171,17 @@ class VecAttention : public Kernel {
 
   // Row tiles of queries per work item, and the scratch: a float copy of a
   // boolean mask, then per thread K^T and V of one head and a tile's scores.
-  void plan_scratch(int threads) {
+  // Beyond kMaxThreadScratchFloats a thread (tens of thousands of keys) the
+  // reference kernel runs the node: packing whole heads per thread would want
+  // keys in blocks with an online softmax instead.
+  void plan_scratch(const PrepareContext& ctx) {
     const vec::GemmKernels& g = vec::vec_kernels().gemm;
     ANVIL_CHECK(g.mr <= kMaxTileRows, ErrorKind::kInternal, "attention: tiles of {} rows", g.mr);
-    threads_ = std::max(1, threads);
+    ANVIL_PREPARE_CHECK(ctx,
+                        k_.seq <= kMaxThreadScratchFloats && q_.size <= kMaxThreadScratchFloats &&
+                            v_.size <= kMaxThreadScratchFloats && mask_numel_ <= (int64_t{1} << 40),
+                        ErrorKind::kUnsupported, "the vectorized attention takes no heads this large");
+    threads_ = std::max(1, ctx.num_threads());
     const int64_t row_tiles = ceil_div(q_.seq, g.mr), heads = batch_ * q_.heads;
     // Whole heads per item while they keep every thread busy; else heads split into blocks of rows.
     chunks_ = std::min(row_tiles, ceil_div(2 * threads_, heads));
@@ -178,18 +189,20 @@ class VecAttention : public Kernel {
     chunks_ = ceil_div(q_.seq, chunk_rows_);
     key_panels_ = ceil_div(k_.seq, g.nr);
     value_panels_ = ceil_div(v_.size, g.nr);
+    // Each factor is at most 2^24 here, so no product overflows.
     kt_floats_ = aligned_floats(key_panels_ * g.nr * q_.size);
     v_floats_ = aligned_floats(value_panels_ * g.nr * k_.seq);
     scores_ld_ = key_panels_ * g.nr;
-    const int64_t per_thread = kt_floats_ + v_floats_ + aligned_floats(g.mr * scores_ld_);
+    thread_floats_ = kt_floats_ + v_floats_ + aligned_floats(g.mr * scores_ld_);
+    ANVIL_PREPARE_CHECK(ctx, thread_floats_ <= kMaxThreadScratchFloats, ErrorKind::kUnsupported,
+                        "the vectorized attention packs at most {} floats a thread ({} keys of {} and {})",
+                        kMaxThreadScratchFloats, k_.seq, q_.size, v_.size);
     mask_floats_ = mask_kind_ == MaskKind::kBool ? aligned_floats(mask_numel_) : 0;
-    scratch_floats_ = mask_floats_ + threads_ * per_thread;
+    scratch_floats_ = mask_floats_ + threads_ * thread_floats_;
   }
 
   ThreadScratch thread_scratch(float* scratch, int t) const {
-    const vec::GemmKernels& g = vec::vec_kernels().gemm;
-    const int64_t per_thread = kt_floats_ + v_floats_ + aligned_floats(g.mr * scores_ld_);
-    float* mine = scratch + mask_floats_ + t * per_thread;
+    float* mine = scratch + mask_floats_ + t * thread_floats_;
     return {mine, mine + kt_floats_, mine + kt_floats_ + v_floats_};
   }
 
@@ -277,7 +290,7 @@ class VecAttention : public Kernel {
   int64_t mask_stride_[3] = {0, 0, 0};  // over batch, head, query
   int threads_ = 1;
   int64_t chunks_ = 1, chunk_rows_ = 0, key_panels_ = 0, value_panels_ = 0, scores_ld_ = 0;
-  int64_t kt_floats_ = 0, v_floats_ = 0, mask_floats_ = 0, scratch_floats_ = 0;
+  int64_t kt_floats_ = 0, v_floats_ = 0, thread_floats_ = 0, mask_floats_ = 0, scratch_floats_ = 0;
 };
 
 }  // namespace

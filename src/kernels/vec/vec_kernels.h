@@ -37,10 +37,11 @@ struct GemmEpilogue {
 };
 
 // The last k-block's epilogue applied in registers, before a whole-width
-// tile is stored: c = relu?(acc + bias), then zeroed where gate <= 0. The
-// pointers are at the tile's first column (gate at its first row); either
-// may be null. A ReLU network's training epilogues are all of this kind;
-// others (GELU, ...) and partial tiles take GemmKernels::epilogue, a pass
+// tile is stored: c = relu?(acc * row_scale[r] + bias), then zeroed where
+// gate <= 0. bias is at the tile's first column, gate at its first row and
+// column, row_scale at its first row; any may be null. A ReLU network's
+// training epilogues are all of this kind; others (GELU, ...) and partial
+// tiles take GemmKernels::epilogue (no row_scale there), a pass
 // over the stored tile, which stalled on the gate's loads right after C's
 // stores (perf; likely 4 KiB aliasing: both matrices' rows are a page apart).
 struct GemmTileFinish {
@@ -48,9 +49,7 @@ struct GemmTileFinish {
   const float* gate = nullptr;
   int64_t gate_ld = 0;
   bool relu = false;
-  // Row r's values times row_scale[r], before the rest (the attention's
-  // softmax normalization; null: none).
-  const float* row_scale = nullptr;
+  const float* row_scale = nullptr;  // the attention's softmax normalization
 };
 
 // Lines a micro-kernel asks the L2 for while it runs, spread over its k
@@ -146,7 +145,8 @@ struct VecKernels {
   void (*softmax_row)(const float* x, const float* mask, int mask_stride, int64_t n, float* y, bool log);
   // The exps of one query's attention scores, in place: s[j] = exp(t[j] -
   // max t), t = s * scale + mask (mask null: none), for j < n, zeros from n
-  // to len; returns 1 / their sum (0 when every key is masked: all zeros).
+  // to len; returns 1 / their sum. A row with an infinite max (every key
+  // masked) or a NaN sum gives zeros and 0, as the reference attention.
   float (*attention_exps)(float* s, int64_t n, int64_t len, float scale, const float* mask);
   // y[j] = the chain applied to x[j] for j < n; operands[s] points at step s's
   // operand values for this block (kRow and kFull; null otherwise). y may be x.

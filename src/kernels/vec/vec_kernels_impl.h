@@ -169,8 +169,9 @@ inline VF exp_approx(VF x) {
 
 // exp(x) for x <= 0 (a softmax's shifted terms), to exp_approx's accuracy
 // with fewer steps: no upper clamp, and one power of two (2^k, k >= -126)
-// instead of two. Below -87.33 (exp < 2^-126) it gives 0, not a denormal:
-// next to the row's largest term, 1, such terms add nothing. NaN stays NaN.
+// instead of two. Below -87.33 (exp about 2^-126, float's smallest normal)
+// it gives 0, not a denormal: next to the row's largest term, 1, such terms
+// add nothing. NaN stays NaN.
 inline VF exp_nonpositive(VF x) {
   constexpr float kLog2e = 1.44269504088896341f, kLn2Hi = 0.693359375f, kLn2Lo = -2.12194440e-4f;
   constexpr float kRound = 12582912.f, kLowest = -87.33f;
@@ -394,40 +395,46 @@ inline float fold_lanes(VF v, Op op) {
 // t = s * scale + mask (mask null: none) for j < n, zeros from n to len (the
 // keys a causal row does not see); returns 1 / the sum of the exps, which
 // the row's output takes after the product with V (a pass over its values,
-// not over the keys). A row whose every key is masked gives zeros and 0.
+// not over the keys). A row whose largest term is infinite (every key
+// masked, or a score of +inf) or whose exps sum to NaN gives zeros and 0,
+// as the reference kernel's (ref/attention.cc).
 template <bool Masked>
 inline float attention_exps(float* s, int64_t n, int64_t len, float scale, const float* mask) {
   const VF sv = splat(scale);
-  const auto term = [&](int64_t j) { return Masked ? load(s + j) * sv + load(mask + j) : load(s + j) * sv; };
+  const auto term = [&](int64_t j) {
+    if constexpr (Masked) return load(s + j) * sv + load(mask + j);
+    else return load(s + j) * sv;
+  };
   VF mv = splat(-kInfinity);
   int64_t j = 0;
   for (; j + kWidth <= n; j += kWidth) mv = kMax(mv, term(j));
-  float m = fold_lanes(mv, kMax);
+  float m = fold_lanes(mv, kMax);  // NaN terms dropped, as the reference's max
   for (int64_t t = j; t < n; ++t) m = kMax(m, s[t] * scale + (Masked ? mask[t] : 0.f));
-  if (m == -kInfinity) {
+  float sum = 0.f;
+  if (m != -kInfinity && m != kInfinity) {
+    const VF shift = splat(m);  // every term - shift <= 0
+    VF sums = splat(0.f);
+    for (j = 0; j + kWidth <= n; j += kWidth) {
+      const VF e = exp_nonpositive(term(j) - shift);
+      store(s + j, e);
+      sums += e;
+    }
+    if (j < n) {  // lanes past n: exp(-inf) = 0
+      float lanes[kWidth];
+      for (int l = 0; l < kWidth; ++l)
+        lanes[l] = j + l < n ? s[j + l] * scale + (Masked ? mask[j + l] : 0.f) : -kInfinity;
+      const VF e = exp_nonpositive(load(lanes) - shift);
+      store_part(s + j, e, n - j);
+      sums += e;
+    }
+    sum = fold_lanes(sums, [](VF a, VF b) { return a + b; });
+  }
+  if (!(sum > 0.f)) {  // nothing to normalize: every key masked, an infinite max, or NaN
     for (j = 0; j < len; ++j) s[j] = 0.f;
     return 0.f;
   }
-  // With a finite max every shifted term is <= 0; an infinite one (+inf
-  // scores) takes the general exp, as the reference's softmax would.
-  const bool finite = m != kInfinity;
-  const VF shift = splat(softmax_shift_of(m));
-  VF sum = splat(0.f);
-  for (j = 0; j + kWidth <= n; j += kWidth) {
-    const VF e = finite ? exp_nonpositive(term(j) - shift) : exp_approx(term(j) - shift);
-    store(s + j, e);
-    sum += e;
-  }
-  if (j < n) {  // lanes past n: exp(-inf) = 0
-    float lanes[kWidth];
-    for (int l = 0; l < kWidth; ++l)
-      lanes[l] = j + l < n ? s[j + l] * scale + (Masked ? mask[j + l] : 0.f) : -kInfinity;
-    const VF e = finite ? exp_nonpositive(load(lanes) - shift) : exp_approx(load(lanes) - shift);
-    store_part(s + j, e, n - j);
-    sum += e;
-  }
   for (j = n; j < len; ++j) s[j] = 0.f;
-  return 1.f / fold_lanes(sum, [](VF a, VF b) { return a + b; });
+  return 1.f / sum;
 }
 
 inline float attention_exps_impl(float* s, int64_t n, int64_t len, float scale, const float* mask) {
