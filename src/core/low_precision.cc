@@ -150,6 +150,10 @@ size_t file_nbytes(DType d, int64_t numel) {
 
 void unpack_elements(DType d, const uint8_t* packed, int64_t n, uint8_t* out) {
   const int bits = dtype_file_bits(d);
+  if (d == DType::kBool) {  // any nonzero byte is true; a bool holding another byte is undefined behaviour
+    for (int64_t i = 0; i < n; ++i) out[i] = packed[i] != 0;
+    return;
+  }
   if (bits >= 8) {
     if (n) std::memcpy(out, packed, static_cast<size_t>(n) * dtype_size(d));
     return;

@@ -28,7 +28,8 @@ int dtype_file_bits(DType d);
 size_t file_nbytes(DType d, int64_t numel);
 
 // `n` elements from packed file bytes (file_nbytes(d, n) of them) into one byte
-// each, sign-extending int4/int2; other types are copied.
+// each, sign-extending int4/int2; bools become 0 or 1 (any nonzero byte is
+// true); other types are copied.
 void unpack_elements(DType d, const uint8_t* packed, int64_t n, uint8_t* out);
 void pack_elements(DType d, const uint8_t* elements, int64_t n, uint8_t* packed);
 

@@ -8,6 +8,7 @@
 
 #include "anvil/tensor_io.h"
 #include "core/check.h"
+#include "core/low_precision.h"
 #include "onnx/tensor_proto.h"
 
 namespace anvil {
@@ -134,7 +135,8 @@ Tensor parse_tensor_npy(const std::string& bytes, const std::string& path) {
               "'{}' holds {} bytes of data but its shape {} needs {}", path, bytes.size() - data_start,
               shape_str(shape), need);
   Tensor t(dtype, shape);
-  if (t.nbytes()) std::memcpy(t.raw(), bytes.data() + data_start, t.nbytes());
+  unpack_elements(dtype, reinterpret_cast<const uint8_t*>(bytes.data() + data_start), t.numel(),
+                  static_cast<uint8_t*>(t.raw()));  // a copy; bools become 0 or 1
   return t;
 }
 

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <limits>
 
+#include "anvil/tensor_io.h"
 #include "core/low_precision.h"
 #include "kernel_tester.h"
 #include "onnx/tensor_proto.h"
@@ -162,6 +163,26 @@ TEST(LowPrecision, TensorProtoReadsInt32DataAndChecksItsSize) {
   p.set_raw_data(std::string("\x01\x02", 2));  // also too long: 2 int4 elements take one byte
   p.clear_int32_data();
   EXPECT_EQ(testing::error_kind_of([&] { onnx_io::tensor_from_proto(p, ""); }), ErrorKind::kInvalidModel);
+}
+
+// A file's bool bytes other than 0 and 1 (a hostile or sloppy writer) read
+// as true, stored as 1: a bool holding another byte is undefined behaviour
+// in the kernels that read it (found by fuzzing an Attention's boolean mask).
+TEST(LowPrecision, FileBoolsOtherThanZeroAndOneReadAsTrue) {
+  onnx::TensorProto p;
+  p.set_name("mask");
+  p.set_data_type(9);  // BOOL
+  p.add_dims(4);
+  p.set_raw_data(std::string("\x00\x81\x01\xff", 4));
+  EXPECT_EQ(values<uint8_t>(onnx_io::tensor_from_proto(p, "")), (std::vector<uint8_t>{0, 1, 1, 1}));
+  std::string npy("\x93NUMPY\x01\x00", 8);
+  std::string header = "{'descr': '|b1', 'fortran_order': False, 'shape': (3,), }";
+  header.append(128 - 10 - header.size() - 1, ' ');  // the data starts 64-byte aligned
+  header += '\n';
+  npy += static_cast<char>(header.size());
+  npy += '\0';
+  npy += header + std::string("\x07\x00\x02", 3);
+  EXPECT_EQ(values<uint8_t>(parse_tensor_npy(npy, "mask.npy")), (std::vector<uint8_t>{1, 0, 1}));
 }
 
 TEST(Cast, IntoAndOutOfFloat8) {
