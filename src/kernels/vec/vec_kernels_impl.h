@@ -137,19 +137,13 @@ inline void store_part(float* p, VF v, int64_t n) {
 
 // ---------------------------------------------------------------- exp
 
-// exp(x) to about 1 ulp over the whole float range: x = k ln2 + r with
-// |r| <= ln2 / 2, e^r by its Taylor series to degree 7, 2^k applied in two
-// halves so that neither factor leaves the normal range. exp(-inf) = 0,
-// exp(+inf) = inf, NaN stays NaN.
-inline VF exp_approx(VF x) {
+// e^r for x = k ln2 + r, |r| <= ln2 / 2 (x clamped, finite): its Taylor
+// series to degree 7, about 1 ulp; k is returned through `k`.
+inline VF exp_of_remainder(VF x, VF& k) {
   constexpr float kLog2e = 1.44269504088896341f, kLn2Hi = 0.693359375f, kLn2Lo = -2.12194440e-4f;
   constexpr float kRound = 12582912.f;  // 1.5 * 2^23: adding and subtracting it rounds to an integer
-  // Clamped in the form of max/min instructions (NaN becomes -104 here and
-  // leaves through the last line), so no NaN reaches the int conversion.
-  VF xc = x > -104.f ? x : splat(-104.f);
-  xc = xc < 89.f ? xc : splat(89.f);
-  const VF k = (xc * kLog2e + kRound) - kRound;
-  const VF r = (xc - k * kLn2Hi) - k * kLn2Lo;
+  k = (x * kLog2e + kRound) - kRound;
+  const VF r = (x - k * kLn2Hi) - k * kLn2Lo;
   VF p = splat(1.f / 5040);
   p = p * r + 1.f / 720;
   p = p * r + 1.f / 120;
@@ -157,7 +151,19 @@ inline VF exp_approx(VF x) {
   p = p * r + 1.f / 6;
   p = p * r + 0.5f;
   p = p * r + 1.f;
-  p = p * r + 1.f;
+  return p * r + 1.f;
+}
+
+// exp(x) to about 1 ulp over the whole float range, 2^k applied in two
+// halves so that neither factor leaves the normal range. exp(-inf) = 0,
+// exp(+inf) = inf, NaN stays NaN.
+inline VF exp_approx(VF x) {
+  // Clamped in the form of max/min instructions (NaN becomes -104 here and
+  // leaves through the last line), so no NaN reaches the int conversion.
+  VF xc = x > -104.f ? x : splat(-104.f);
+  xc = xc < 89.f ? xc : splat(89.f);
+  VF k;
+  const VF p = exp_of_remainder(xc, k);
   const VI ki = __builtin_convertvector(k, VI), k1 = ki >> 1, k2 = ki - k1;
   // Above 88.72 the product overflows to inf by itself (x is clamped at 89).
   VF y = p * __builtin_bit_cast(VF, (k1 + 127) << 23) * __builtin_bit_cast(VF, (k2 + 127) << 23);
@@ -173,19 +179,9 @@ inline VF exp_approx(VF x) {
 // it gives 0, not a denormal: next to the row's largest term, 1, such terms
 // add nothing. NaN stays NaN.
 inline VF exp_nonpositive(VF x) {
-  constexpr float kLog2e = 1.44269504088896341f, kLn2Hi = 0.693359375f, kLn2Lo = -2.12194440e-4f;
-  constexpr float kRound = 12582912.f, kLowest = -87.33f;
-  const VF xc = x > kLowest ? x : splat(kLowest);
-  const VF k = (xc * kLog2e + kRound) - kRound;
-  const VF r = (xc - k * kLn2Hi) - k * kLn2Lo;
-  VF p = splat(1.f / 5040);
-  p = p * r + 1.f / 720;
-  p = p * r + 1.f / 120;
-  p = p * r + 1.f / 24;
-  p = p * r + 1.f / 6;
-  p = p * r + 0.5f;
-  p = p * r + 1.f;
-  p = p * r + 1.f;
+  constexpr float kLowest = -87.33f;
+  VF k;
+  const VF p = exp_of_remainder(x > kLowest ? x : splat(kLowest), k);
   const VF y = p * __builtin_bit_cast(VF, (__builtin_convertvector(k, VI) + 127) << 23);
   return x == x ? (x < kLowest ? splat(0.f) : y) : x;
 }
