@@ -7,6 +7,7 @@
 
 #include "anvil/session.h"
 #include "ir/builder.h"
+#include "kernel_tester.h"
 #include "ir/schema.h"
 #include "passes/pipeline.h"
 #include "runtime/constant_evaluator.h"
@@ -14,11 +15,9 @@
 namespace anvil {
 namespace {
 
-size_t count_ops(const ir::Graph& g, const std::string& op) {
-  size_t n = 0;
-  for (const auto& node : g.nodes()) n += node->op_type == op;
-  return n;
-}
+// Live nodes only: a pass marks what it replaces dead (a fused node left dead
+// must not count as fused).
+size_t count_ops(const ir::Graph& g, const std::string& op) { return testing::count_live_ops(g, op); }
 
 Tensor ints(Shape shape, std::vector<int64_t> v) {
   Tensor t(DType::kInt64, std::move(shape));
