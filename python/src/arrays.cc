@@ -113,12 +113,16 @@ Tensor array_tensor(DType expected, py::handle obj, const std::string& name, std
   }
   const bool native = a.dtype().attr("isnative").cast<bool>();
   const bool aligned = a.flags() & py::detail::npy_api::NPY_ARRAY_ALIGNED_;
+  // np.require, not ascontiguousarray (which makes a 0-d array 1-d in numpy
+  // 1.x), and its result, not a ufunc's (a 0-d input gives a numpy scalar).
+  const py::tuple c_aligned = py::make_tuple("C", "A");
   if (dtype == DType::kBool) {
     // numpy bools may hold any byte (a uint8 array viewed as bool): kernels read 0 or 1.
-    a = py::reinterpret_borrow<py::array>(keep.emplace_back(np.attr("not_equal")(a, false)));
+    a = py::reinterpret_borrow<py::array>(
+        keep.emplace_back(np.attr("require")(np.attr("not_equal")(a, false), py::none(), c_aligned)));
   } else if (!native || !aligned || !(a.flags() & py::array::c_style)) {
     py::object target = native ? py::object(a.dtype()) : a.dtype().attr("newbyteorder")("=");
-    a = py::reinterpret_borrow<py::array>(keep.emplace_back(np.attr("ascontiguousarray")(a, target)));
+    a = py::reinterpret_borrow<py::array>(keep.emplace_back(np.attr("require")(a, target, c_aligned)));
   } else {
     keep.push_back(a);
   }

@@ -125,6 +125,18 @@ def test_misaligned_and_odd_bool_inputs_are_read_correctly(tmp_path, relu_model)
     odd = np.array([0, 2, 1, 255], dtype=np.uint8).view(np.bool_)  # bytes other than 0 and 1
     (n,) = s.run(None, {"b": odd})
     np.testing.assert_array_equal(n, [True, False, False, False])
+    # A Fortran-ordered bool matrix and a 0-d bool (numpy's ufuncs keep the
+    # one's order and turn the other into a scalar).
+    graph = helper.make_graph([helper.make_node("Not", ["b"], ["n"]), helper.make_node("Not", ["c"], ["m"])], "not2",
+                              [helper.make_tensor_value_info("b", TensorProto.BOOL, [2, 3]),
+                               helper.make_tensor_value_info("c", TensorProto.BOOL, [])],
+                              [helper.make_tensor_value_info("n", TensorProto.BOOL, [2, 3]),
+                               helper.make_tensor_value_info("m", TensorProto.BOOL, [])])
+    s = rt.InferenceSession(str(save_model(graph, tmp_path / "not2.onnx")))
+    b = np.array([[True, False, False], [True, True, False]])
+    n, m = s.run(None, {"b": np.asfortranarray(b), "c": np.array(True)})
+    np.testing.assert_array_equal(n, ~b)
+    assert m.shape == () and not m
 
 
 def test_a_session_dropped_inside_its_own_callback_is_released_safely(relu_model):

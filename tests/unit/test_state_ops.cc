@@ -16,6 +16,7 @@ using testing::f32;
 using testing::i64;
 using testing::opset;
 using testing::run_kernel;
+using testing::u8;
 using testing::values;
 
 // Taps {1, 10} over [0 (no past), 1, 2, 3]: y_i = x_{i-1} + 10 x_i; the state keeps the last step.
@@ -97,6 +98,15 @@ TEST(BitCast, ReinterpretsBitsOfTheSameWidth) {
   EXPECT_EQ(values<int32_t>(y[0]), (std::vector<int32_t>{0x3f800000, static_cast<int32_t>(0xc0000000u)}));
   EXPECT_EQ(error_kind_of([&] { run_kernel("BitCast", {f32({1}, {1.f})}, attrs({{"to", int64_t{7}}}), opset(26)); }),
             ErrorKind::kInvalidModel);
+}
+
+// Into bool, any nonzero byte is true and becomes 1: kernels reading a bool
+// that holds another byte would be undefined behaviour.
+TEST(BitCast, IntoBoolEveryNonzeroByteIsOne) {
+  std::vector<Tensor> y =
+      run_kernel("BitCast", {u8({4}, {0, 0x81, 1, 0xff})}, attrs({{"to", int64_t{9}}}), opset(26));
+  ASSERT_EQ(y[0].dtype(), DType::kBool);
+  EXPECT_EQ(values<uint8_t>(y[0]), (std::vector<uint8_t>{0, 1, 1, 1}));
 }
 
 }  // namespace

@@ -212,15 +212,30 @@ class CastKernel : public Kernel {
   LowPrecisionOptions options_;
 };
 
+// The bytes as they are, in place where the planner lets the output share the
+// input's memory; except into bool, where any nonzero byte is true and is
+// written as 1 (a bool holding another byte is undefined behaviour in every
+// kernel that reads it).
 class BitCastKernel : public Kernel {
  public:
   explicit BitCastKernel(const ir::Node&) {}
-  std::vector<TensorType> prepare(const PrepareContext& ctx) override { return ctx.output_types(); }
-  void run(const RunContext& ctx) const override {
-    if (ctx.out(0).raw() != ctx.in(0).raw() && ctx.in(0).nbytes())
-      std::memcpy(ctx.out(0).raw(), ctx.in(0).raw(), ctx.in(0).nbytes());
+  std::vector<TensorType> prepare(const PrepareContext& ctx) override {
+    to_bool_ = ctx.output_dtype(0) == DType::kBool;
+    return ctx.output_types();
   }
-  int output_aliases_input() const override { return 0; }
+  void run(const RunContext& ctx) const override {
+    const auto* in = static_cast<const uint8_t*>(ctx.in(0).raw());
+    auto* out = static_cast<uint8_t*>(ctx.out(0).raw());
+    if (to_bool_) {
+      for (size_t i = 0; i < ctx.in(0).nbytes(); ++i) out[i] = in[i] != 0;
+      return;
+    }
+    if (out != in && ctx.in(0).nbytes()) std::memcpy(out, in, ctx.in(0).nbytes());
+  }
+  int output_aliases_input() const override { return to_bool_ ? -1 : 0; }
+
+ private:
+  bool to_bool_ = false;
 };
 
 }  // namespace
