@@ -286,6 +286,10 @@ TEST(Attention, SoftmaxOfScoresCausalAndBoolMask) {
   expect_near(run_kernel("Attention", {q, k, v}, attrs({{"is_causal", int64_t{1}}}), opset(23))[0], {4.f}, 1e-5f);
   Tensor mask = make_tensor<bool>(DType::kBool, {1, 2}, {false, true});
   expect_near(run_kernel("Attention", {q, k, v, mask}, {}, opset(23))[0], {8.f}, 1e-5f);
+  // An integer mask (ONNX's U allows them) is added as a float one: scores 0 + 1 and ln 3 + 0 give (4e + 24) / (e + 3).
+  const float e = std::exp(1.f);
+  expect_near(run_kernel("Attention", {q, k, v, i64({1, 2}, {1, 0})}, {}, opset(23))[0], {(4 * e + 24) / (e + 3)},
+              1e-5f);
   // 3-D inputs with q_num_heads = kv_num_heads = 1 give the same.
   ir::Attributes heads = attrs({{"q_num_heads", int64_t{1}}, {"kv_num_heads", int64_t{1}}});
   Tensor y = run_kernel("Attention", {f32({1, 1, 1}, {1.f}), f32({1, 2, 1}, {0.f, std::log(3.f)}), f32({1, 2, 1}, {4.f, 8.f})},

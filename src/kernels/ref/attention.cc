@@ -134,6 +134,7 @@ class AttentionKernel : public Kernel {
     return dispatch_dtype(mask.dtype(), [&](auto tag) -> double {
       using M = typename decltype(tag)::type;
       if constexpr (std::is_floating_point_v<M> || std::is_class_v<M>) return load(mask.data<M>(), off);
+      else if constexpr (std::is_arithmetic_v<M>) return static_cast<double>(mask.data<M>()[off]);  // ONNX allows ints
       else return 0.0;
     });
   }
