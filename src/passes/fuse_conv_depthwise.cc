@@ -100,10 +100,8 @@ class FuseConvDepthwise : public Pass {
       if (!advisor_(fused)) continue;
       // The pointwise node becomes the fused one in place (its position in
       // the graph's order, its name); the depthwise goes.
-      ir::Value* y = depthwise->output(0);
       pointwise = fused;
-      y->producer = &pointwise;
-      depthwise->dead = true;
+      absorb(pointwise, *depthwise);
       changed = true;
     }
     return changed;

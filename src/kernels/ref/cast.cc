@@ -226,10 +226,7 @@ class BitCastKernel : public Kernel {
   void run(const RunContext& ctx) const override {
     const auto* in = static_cast<const uint8_t*>(ctx.in(0).raw());
     auto* out = static_cast<uint8_t*>(ctx.out(0).raw());
-    if (to_bool_) {
-      for (size_t i = 0; i < ctx.in(0).nbytes(); ++i) out[i] = in[i] != 0;
-      return;
-    }
+    if (to_bool_) return unpack_elements(DType::kBool, in, ctx.in(0).numel(), out);
     if (out != in && ctx.in(0).nbytes()) std::memcpy(out, in, ctx.in(0).nbytes());
   }
   int output_aliases_input() const override { return to_bool_ ? -1 : 0; }

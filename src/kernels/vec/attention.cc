@@ -160,13 +160,8 @@ class VecAttention : public Kernel {
     mask_kind_ = t.dtype == DType::kBool ? MaskKind::kBool : MaskKind::kFloat;
     mask_numel_ = shape_numel(t.shape);
     // Strides of the mask's dims over (batch, head, query), 0 where it broadcasts.
-    Shape dims(4 - t.shape.size(), 1);
-    dims.insert(dims.end(), t.shape.begin(), t.shape.end());
-    int64_t stride = dims[3];
-    for (int d = 2; d >= 0; --d) {
-      mask_stride_[d] = dims[d] == 1 ? 0 : stride;
-      stride *= dims[d];
-    }
+    const std::vector<int64_t> strides = broadcast_strides(t.shape, {batch_, q_.heads, q_.seq, k_.seq});
+    std::copy_n(strides.begin(), 3, mask_stride_);
   }
 
   // Row tiles of queries per work item, and the scratch: a float copy of a

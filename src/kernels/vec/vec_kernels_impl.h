@@ -404,8 +404,12 @@ inline float attention_exps(float* s, int64_t n, int64_t len, float scale, const
   VF mv = splat(-kInfinity);
   int64_t j = 0;
   for (; j + kWidth <= n; j += kWidth) mv = kMax(mv, term(j));
-  float m = fold_lanes(mv, kMax);  // NaN terms dropped, as the reference's max
-  for (int64_t t = j; t < n; ++t) m = kMax(m, s[t] * scale + (Masked ? mask[t] : 0.f));
+  const int64_t tail = j;
+  float lanes[kWidth];  // the last, partial vector's terms; -inf past n (exp(-inf) = 0)
+  for (int l = 0; l < kWidth; ++l)
+    lanes[l] = tail + l < n ? s[tail + l] * scale + (Masked ? mask[tail + l] : 0.f) : -kInfinity;
+  const VF last = load(lanes);
+  const float m = fold_lanes(kMax(mv, last), kMax);  // NaN terms dropped, as the reference's max
   float sum = 0.f;
   if (m != -kInfinity && m != kInfinity) {
     const VF shift = splat(m);  // every term - shift <= 0
@@ -415,12 +419,9 @@ inline float attention_exps(float* s, int64_t n, int64_t len, float scale, const
       store(s + j, e);
       sums += e;
     }
-    if (j < n) {  // lanes past n: exp(-inf) = 0
-      float lanes[kWidth];
-      for (int l = 0; l < kWidth; ++l)
-        lanes[l] = j + l < n ? s[j + l] * scale + (Masked ? mask[j + l] : 0.f) : -kInfinity;
-      const VF e = exp_nonpositive(load(lanes) - shift);
-      store_part(s + j, e, n - j);
+    if (tail < n) {
+      const VF e = exp_nonpositive(last - shift);
+      store_part(s + tail, e, n - tail);
       sums += e;
     }
     sum = fold_lanes(sums, [](VF a, VF b) { return a + b; });
