@@ -101,8 +101,9 @@ TEST(FusedConvDepthwise, MatchesTheTwoConvolutionsOnEachBackend) {
       ASSERT_EQ(r.outputs[0].shape(), want.shape());
       // Sums of at most 96 + 9 products of terms below 1 in magnitude (plus clipping).
       EXPECT_LT(testing::max_abs_diff(r.outputs[0], want), 2e-5f) << r.impl;
-      if (backend == kernels::Backend::kDnnl && c.cout == 96 && vector_isa() == VectorIsa::kAvx512)
+      if (backend == kernels::Backend::kDnnl && c.cout == 96 && vector_isa() == VectorIsa::kAvx512) {
         EXPECT_EQ(r.impl.rfind("dnnl:jit_1x1:avx512", 0), 0u) << r.impl;  // the one-pass kernel
+      }
     }
   }
 }
