@@ -187,6 +187,27 @@ PY
   touch "$corpus/.attention"
 fi
 
+# A com.anvil QkvAttention node (which sessions make from a Split feeding an
+# Attention): Q, K and V side by side, grouped heads, a boolean mask. Once.
+if [ ! -e "$corpus/.qkv-attention" ]; then
+  "${ANVIL_PYTHON:-python3}" - "$corpus/models" <<'PY'
+import os, sys
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper, TensorProto as T
+rng = np.random.default_rng(0)
+keep = numpy_helper.from_array(rng.random((1, 1, 5, 5)) < 0.7, "m")
+node = helper.make_node("QkvAttention", ["x", "m"], ["y"], domain="com.anvil", q_num_heads=4, kv_num_heads=2,
+                        qkv_sizes=[8, 4, 6], is_causal=1)
+g = helper.make_graph([node], "qkv_attention", [helper.make_tensor_value_info("x", T.FLOAT, [1, 5, 18])],
+                      [helper.make_tensor_value_info("y", T.FLOAT, None)], [keep])
+m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.anvil", 2)])
+m.ir_version = 8
+onnx.save(m, os.path.join(sys.argv[1], "qkv_attention.onnx"))
+PY
+  touch "$corpus/.qkv-attention"
+fi
+
 # ASan's leak checker and UBSan stop at the first report; libFuzzer counts it as a crash.
 export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:allocator_may_return_null=1}"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"

@@ -14,7 +14,7 @@ std::optional<AnvilDomainOp> anvil_domain_op(const std::string& op_type) {
   static const AnvilDomainOp kOps[] = {
       {"FusedConv", "anvil", 1}, {"FusedMatMul", "anvil", 1},      {"Gelu", "", 20},
       {"Attention", "", 23},     {"LayerNormalization", "", 17}, {"MaskedSoftmax", "anvil", 1}, {"ElementwiseChain", "anvil", 1},
-      {"FusedConvDepthwise", "anvil", 1},
+      {"FusedConvDepthwise", "anvil", 1}, {"QkvAttention", "anvil", 1},
       {"Swish", "", 24},         {"FusedGemm", "anvil", 1},      {"HardSwish", "", 14},
   };
   for (const AnvilDomainOp& op : kOps)

@@ -63,6 +63,7 @@ std::vector<std::unique_ptr<Pass>> late_passes_for_level(int level, const Fusion
   if (level >= 2) {
     passes.push_back(make_fold_matmul_transpose());
     passes.push_back(make_fuse_shared_input_matmuls());
+    passes.push_back(make_fuse_qkv_attention());  // after it: it takes the Splits that pass makes
     passes.push_back(make_fuse_masked_softmax());
     passes.push_back(make_fuse_elementwise_chain());
     if (advisor) passes.push_back(make_fuse_conv_depthwise(advisor));

@@ -38,6 +38,7 @@ std::unique_ptr<Pass> make_fold_constants(ConstantEvaluator evaluator);
 std::unique_ptr<Pass> make_simplify_reshapes();
 std::unique_ptr<Pass> make_fold_matmul_transpose();
 std::unique_ptr<Pass> make_fuse_shared_input_matmuls();
+std::unique_ptr<Pass> make_fuse_qkv_attention();
 std::unique_ptr<Pass> make_dead_code();
 std::unique_ptr<Pass> make_fuse_conv_batchnorm();
 std::unique_ptr<Pass> make_fuse_conv_activation();

@@ -271,14 +271,42 @@ struct AttentionGraphOptions {
   int64_t softmax_axis = -1;
   bool scores_are_output = false;
   Shape mask_shape = {2, 1, 1, 5};
+  // Q, K and V as parts of one input x [2, S, 24] (S named when
+  // sequence_symbol), split along the last axis, part qkv_order[i] feeding
+  // Q, K, V in turn.
+  bool packed_qkv = false;
+  bool sequence_symbol = false;
+  std::vector<size_t> qkv_order = {0, 1, 2};
+  bool q_is_output = false;  // packed_qkv: the Q part is also a graph output
+  // packed_qkv: Slice(Shape(Q part), begin, end) is a graph output "q_dims" (none when empty).
+  std::vector<int64_t> q_dims_slice;
 };
 
 std::unique_ptr<ir::Graph> attention_graph(const AttentionGraphOptions& o = {}) {
   auto g = std::make_unique<ir::Graph>();
   g->opsets[""] = 17;
+  std::vector<ir::Value*> parts;
+  if (o.packed_qkv) {
+    ir::Value* x = g->add_input("x", DType::kFloat32, {2, 5, 24});
+    if (o.sequence_symbol)
+      x->type = ir::Type::tensor(DType::kFloat32, ir::SymShape{ir::Dim::known(2), ir::Dim::named("S"), ir::Dim::known(24)});
+    ir::Node* split = g->add_node("Split", {x, g->add_constant("qkv_sizes", ints({3}, {8, 8, 8}))}, 3);
+    split->attrs.set("axis", int64_t{2});
+    for (size_t i : o.qkv_order) parts.push_back(split->output(i));
+    if (o.q_is_output) g->add_output(parts[0]);
+    if (!o.q_dims_slice.empty()) {
+      ir::Value* dims = g->add_node("Shape", {parts[0]}, 1)->output(0);
+      ir::Value* q_dims = g->add_node("Slice", {dims, g->add_constant("q_dims_begin", ints({1}, {o.q_dims_slice[0]})),
+                                                g->add_constant("q_dims_end", ints({1}, {o.q_dims_slice[1]}))}, 1)->output(0);
+      q_dims->name = "q_dims";
+      g->add_output(q_dims);
+    }
+  }
   auto heads = [&](const char* name, std::vector<int64_t> perm) {
-    ir::Value* x = g->add_input(name, DType::kFloat32, {2, 5, 8});
-    ir::Value* r = g->add_node("Reshape", {x, g->add_constant(std::string(name) + "_shape", ints({4}, {2, 5, 2, 4}))}, 1)->output(0);
+    ir::Value* x = !o.packed_qkv ? g->add_input(name, DType::kFloat32, {2, 5, 8})
+                                 : parts[static_cast<size_t>(std::string("qkv").find(name[0]))];
+    const std::vector<int64_t> dims = o.sequence_symbol ? std::vector<int64_t>{0, 0, 2, 4} : std::vector<int64_t>{2, 5, 2, 4};
+    ir::Value* r = g->add_node("Reshape", {x, g->add_constant(std::string(name) + "_shape", ints({4}, dims))}, 1)->output(0);
     ir::Node* t = g->add_node("Transpose", {r}, 1);
     t->attrs.set("perm", perm);
     return t->output(0);
@@ -304,7 +332,8 @@ std::unique_ptr<ir::Graph> attention_graph(const AttentionGraphOptions& o = {}) 
   ir::Value* o4 = g->add_node("MatMul", {sm->output(0), v}, 1)->output(0);
   ir::Node* t = g->add_node("Transpose", {o4}, 1);
   t->attrs.set("perm", std::vector<int64_t>{0, 2, 1, 3});
-  g->add_output(g->add_node("Reshape", {t->output(0), g->add_constant("y_shape", ints({3}, {2, 5, 8}))}, 1)->output(0));
+  const std::vector<int64_t> y_dims = o.sequence_symbol ? std::vector<int64_t>{0, 0, 8} : std::vector<int64_t>{2, 5, 8};
+  g->add_output(g->add_node("Reshape", {t->output(0), g->add_constant("y_shape", ints({3}, y_dims))}, 1)->output(0));
   if (o.scores_are_output) g->add_output(s);
   ir::infer_types(*g);
   return g;
@@ -376,6 +405,72 @@ TEST(Passes, CausalWhereBecomesAnExpandedBooleanMask) {
   Tensor y = s.run({{"q", q}, {"k", k}, {"v", v}})[0];
   std::vector<float> want = attention_expected(q, k, v, [](int64_t, int64_t i, int64_t j) { return j <= i ? 0.0 : -INFINITY; });
   for (int64_t i = 0; i < 80; ++i) EXPECT_NEAR(y.data<float>()[i], want[static_cast<size_t>(i)], 1e-5f) << i;
+}
+
+// Columns [first, first + 8) of x [2, 5, 24].
+Tensor columns(const Tensor& x, int64_t first) {
+  Tensor part(DType::kFloat32, {2, 5, 8});
+  for (int64_t r = 0; r < 10; ++r)
+    for (int64_t e = 0; e < 8; ++e) part.data<float>()[r * 8 + e] = x.data<float>()[r * 24 + first + e];
+  return part;
+}
+
+TEST(Passes, AttentionOnASplitReadsItsPartsInPlace) {
+  for (bool read_q_dims : {false, true}) {
+    SCOPED_TRACE(read_q_dims ? "Q's batch and sequence lengths read too" : "Q, K and V read by the attention alone");
+    AttentionGraphOptions o{.packed_qkv = true, .sequence_symbol = true};
+    if (read_q_dims) o.q_dims_slice = {0, 2};
+    auto g = attention_graph(o);
+    passes::optimize(*g, 2, runtime::reference_evaluator());
+    ASSERT_EQ(count_ops(*g, "QkvAttention"), 1u);
+    EXPECT_EQ(count_ops(*g, "Split") + count_ops(*g, "Attention"), 0u);
+    for (const auto& n : g->nodes()) {
+      if (n->dead) continue;
+      if (n->op_type == "QkvAttention") {
+        EXPECT_EQ(n->input(0), g->find_value("x"));
+        EXPECT_EQ(n->attrs.get_ints("qkv_sizes"), (std::vector<int64_t>{8, 8, 8}));
+      }
+      // Q's lengths, read from Q's shape before, now from x's.
+      if (n->op_type == "Shape") {
+        EXPECT_EQ(n->input(0), g->find_value("x"));
+      }
+    }
+    EXPECT_EQ(count_ops(*g, "Shape"), read_q_dims ? 1u : 0u);
+
+    const Tensor x = ramp({2, 5, 24}, -0.8f, 0.013f);
+    Tensor mask(DType::kFloat32, {2, 1, 1, 5});
+    for (int64_t i = 0; i < 10; ++i) mask.data<float>()[i] = i % 5 == 2 ? -10000.f : 0.2f * float(i);
+    Session s = Session::from_graph(attention_graph(o));
+    const std::vector<Tensor> out = s.run({{"x", x}, {"mask", mask}});
+    if (read_q_dims) {
+      ASSERT_EQ(out.size(), 2u);
+      EXPECT_EQ(testing::values<int64_t>(out[0]), (std::vector<int64_t>{2, 5}));
+    }
+    const Tensor& y = out.back();
+    const std::vector<float> want = attention_expected(columns(x, 0), columns(x, 8), columns(x, 16),
+                                                       [&](int64_t b, int64_t, int64_t j) {
+                                                         return double(mask.data<float>()[b * 5 + j]);
+                                                       });
+    ASSERT_EQ(y.numel(), 80);
+    for (int64_t i = 0; i < 80; ++i) EXPECT_NEAR(y.data<float>()[i], want[static_cast<size_t>(i)], 1e-5f) << i;
+  }
+}
+
+TEST(Passes, SplitsAttentionCannotReadInPlaceStay) {
+  auto swapped = attention_graph({.packed_qkv = true, .qkv_order = {1, 0, 2}});  // the first part is K
+  passes::optimize(*swapped, 2, runtime::reference_evaluator());
+  EXPECT_EQ(count_ops(*swapped, "QkvAttention"), 0u);
+  EXPECT_EQ(count_ops(*swapped, "Attention"), 1u);
+  EXPECT_EQ(count_ops(*swapped, "Split"), 1u);
+  auto q_read_elsewhere = attention_graph({.packed_qkv = true, .q_is_output = true});
+  passes::optimize(*q_read_elsewhere, 2, runtime::reference_evaluator());
+  EXPECT_EQ(count_ops(*q_read_elsewhere, "QkvAttention"), 0u);
+  EXPECT_EQ(count_ops(*q_read_elsewhere, "Attention"), 1u);
+  // Q's last length is not x's.
+  auto q_width_read = attention_graph({.packed_qkv = true, .sequence_symbol = true, .q_dims_slice = {1, 3}});
+  passes::optimize(*q_width_read, 2, runtime::reference_evaluator());
+  EXPECT_EQ(count_ops(*q_width_read, "QkvAttention"), 0u);
+  EXPECT_EQ(count_ops(*q_width_read, "Attention"), 1u);
 }
 
 TEST(Passes, AttentionLookalikesAreLeftAlone) {
@@ -957,8 +1052,11 @@ TEST(Passes, ProductsOfOneInputBecomeOneProductAndASplit) {
   EXPECT_EQ(live, 2u);
   ASSERT_EQ(count_ops(*g, "FusedMatMul"), 1u);
   ASSERT_EQ(count_ops(*g, "Split"), 1u);
-  for (const auto& n : g->nodes())
-    if (n->op_type == "FusedMatMul") EXPECT_EQ(n->input(1)->constant->shape(), Shape({8, 14}));
+  for (const auto& n : g->nodes()) {
+    if (n->op_type == "FusedMatMul") {
+      EXPECT_EQ(n->input(1)->constant->shape(), Shape({8, 14}));
+    }
+  }
 
   Session s = Session::from_graph(shared_input_products());
   Tensor x = ramp({2, 5, 8}, 0.5f, -0.02f);

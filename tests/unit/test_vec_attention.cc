@@ -7,6 +7,7 @@
 // threads. Named VecKernels.*, so ctest runs them at every ISA cap too.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -166,6 +167,81 @@ TEST(VecKernels, AttentionMatchesItsDefinition) {
   };
   uint32_t seed = 100;
   for (const AttentionCase& c : cases) expect_attention_matches_definition(c, seed += 3);
+}
+
+// Q, K and V side by side along the last axis, as anvil.QkvAttention reads them.
+Tensor side_by_side(const Tensor& q, const Tensor& k, const Tensor& v) {
+  const int64_t rows = q.shape()[0] * q.shape()[1], wq = q.shape()[2], wk = k.shape()[2], wv = v.shape()[2];
+  Tensor x(DType::kFloat32, {q.shape()[0], q.shape()[1], wq + wk + wv});
+  float* out = x.data<float>();
+  for (int64_t r = 0; r < rows; ++r) {
+    out = std::copy_n(q.data<float>() + r * wq, wq, out);
+    out = std::copy_n(k.data<float>() + r * wk, wk, out);
+    out = std::copy_n(v.data<float>() + r * wv, wv, out);
+  }
+  return x;
+}
+
+// anvil.QkvAttention, the vectorized and the reference kernels, against
+// ONNX's Attention on the same Q, K and V: the parts are read in place with
+// the packed row's stride, at their column offsets.
+TEST(VecKernels, QkvAttentionMatchesItsDefinition) {
+  Tensor padding = float_mask({2, 1, 1, 37}, 31);
+  Tensor keep(DType::kBool, {2, 1, 9, 9});
+  for (int64_t i = 0; i < keep.numel(); ++i) keep.data<bool>()[i] = (i * 5) % 7 != 2;
+  const AttentionCase cases[] = {
+      {"a GPT-2 decoder's layer: causal, 4 heads of 64", {1, 64, 256}, {1, 64, 256}, {1, 64, 256}, 4, 4, true, 0.f, {},
+       2},
+      {"padding mask, head size 32, 37 positions", {2, 37, 96}, {2, 37, 96}, {2, 37, 96}, 3, 3, false, 0.f, padding, 2},
+      {"grouped heads, causal, scaled", {1, 20, 24}, {1, 20, 12}, {1, 20, 12}, 4, 2, true, 0.3f, {}, 2},
+      {"values wider than keys, a boolean mask", {2, 9, 16}, {2, 9, 16}, {2, 9, 40}, 2, 2, false, 0.f, keep, 1},
+  };
+  uint32_t seed = 300;
+  for (Backend backend : {Backend::kVec, Backend::kRef})
+    for (const AttentionCase& c : cases) {
+      SCOPED_TRACE(c.name + (backend == Backend::kVec ? " (vec)" : " (ref)"));
+      const Tensor q = random_f32(c.q, seed), k = random_f32(c.k, seed + 1), v = random_f32(c.v, seed + 2);
+      seed += 3;
+      std::vector<Tensor> in = {side_by_side(q, k, v)};
+      if (!c.mask.empty()) in.push_back(c.mask);
+      ir::Attributes a = attention_attrs(c);
+      a.set("qkv_sizes", std::vector<int64_t>{c.q[2], c.k[2], c.v[2]});
+      KernelOptions o = vec_attention_options(c.threads);
+      o.backend = backend;
+      o.domain = "anvil";
+      o.opset = 1;
+      const auto got = testing::run_kernel_full("QkvAttention", in, a, o);
+      EXPECT_EQ(got.impl.rfind(backend == Backend::kVec ? "vec:" : "ref", 0), 0u) << got.impl;
+      const std::vector<double> want = attention_in_double(c, q, k, v);
+      const Tensor& y = got.outputs[0];
+      ASSERT_EQ(y.numel(), static_cast<int64_t>(want.size()));
+      int64_t off = 0;
+      for (size_t i = 0; i < want.size(); ++i) off += !(std::abs(y.data<float>()[i] - want[i]) <= 2e-5);
+      EXPECT_EQ(off, 0) << "outputs more than 2e-5 from ONNX's definition";
+    }
+}
+
+// qkv_sizes from a file that do not describe the input: one error, no run
+// (an inconsistent node, or an input the node does not fit).
+TEST(VecKernels, QkvAttentionRejectsSizesThatDoNotFit) {
+  const Tensor x = random_f32({1, 4, 24}, 5);
+  KernelOptions o = vec_attention_options(1);
+  o.domain = "anvil";
+  o.opset = 1;
+  const std::pair<std::vector<int64_t>, ErrorKind> bad[] = {
+      {{8, 8}, ErrorKind::kInvalidModel},                                   // two parts
+      {{int64_t{1} << 62, int64_t{1} << 62, 8}, ErrorKind::kInvalidModel},  // a sum past int64
+      {{8, 4, 12}, ErrorKind::kInvalidModel},                               // K's heads narrower than Q's
+      {{8, 8, 6}, ErrorKind::kInvalidArgument},                             // 22 columns of 24
+  };
+  for (const auto& [sizes, kind] : bad) {
+    ir::Attributes a;
+    a.set("q_num_heads", int64_t{2});
+    a.set("kv_num_heads", int64_t{2});
+    a.set("qkv_sizes", sizes);
+    EXPECT_EQ(testing::error_kind_of([&] { testing::run_kernel("QkvAttention", {x}, a, o); }), kind)
+        << sizes[0] << " " << sizes[1];
+  }
 }
 
 // Rows with a NaN term (from the mask, or all of them, from Q) and rows with

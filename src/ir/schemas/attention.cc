@@ -3,6 +3,9 @@
 // or 4-D [B, heads, S, size], and the past key/value cache), RotaryEmbedding
 // (23), TensorScatter (24, the cache update), and the recurrent-state ops of
 // opset 27: LinearAttention and CausalConvWithState.
+#include <optional>
+
+#include "core/checked.h"
 #include "ir/schemas/common.h"
 
 namespace anvil::ir::schemas {
@@ -22,6 +25,18 @@ Heads heads_of(const InferContext& ctx, const SymShape& s, const char* heads_att
   if (s[2].is_known() && s[2].value % h != 0)
     ctx.fail_input("{} {} does not split into {} = {} heads", name, dims_str(s), heads_attr, h);
   return {s[0], Dim::known(h), s[1], dim_div(s[2], Dim::known(h)).value_or(Dim::unknown())};
+}
+
+// attn_mask (input `index`) broadcasts to `full` [B, q_heads, q_seq, total]; its last axis may be shorter (padded as masked).
+void check_attn_mask(const InferContext& ctx, size_t index, const SymShape& full) {
+  const SymShape& m = ctx.dims(index);
+  bool fits = !m.empty() && m.size() <= 4;
+  for (size_t i = 0; fits && i < m.size(); ++i) {
+    const Dim& want = full[4 - m.size() + i];
+    if (!m[i].is_known() || !want.is_known()) continue;
+    fits = i + 1 == m.size() ? m[i].value <= want.value : (m[i].value == 1 || m[i] == want);
+  }
+  if (!fits) ctx.fail_input("attn_mask {} does not broadcast to {}", dims_str(m), dims_str(full));
 }
 
 void infer_attention(InferContext& ctx) {
@@ -51,18 +66,7 @@ void infer_attention(InferContext& ctx) {
     past = pk[2];
   }
   const Dim total = dim_add(past, k.seq);
-  // attn_mask broadcasts to [B, q_heads, q_seq, total]; its last axis may be shorter (padded as masked).
-  if (ctx.has_input(3)) {
-    const SymShape& m = ctx.dims(3);
-    const SymShape full{q.batch, q.heads, q.seq, total};
-    bool fits = !m.empty() && m.size() <= 4;
-    for (size_t i = 0; fits && i < m.size(); ++i) {
-      const Dim& want = full[4 - m.size() + i];
-      if (!m[i].is_known() || !want.is_known()) continue;
-      fits = i + 1 == m.size() ? m[i].value <= want.value : (m[i].value == 1 || m[i] == want);
-    }
-    if (!fits) ctx.fail_input("attn_mask {} does not broadcast to {}", dims_str(m), dims_str(full));
-  }
+  if (ctx.has_input(3)) check_attn_mask(ctx, 3, SymShape{q.batch, q.heads, q.seq, total});
   if (ctx.has_input(6)) {
     const SymShape& n = ctx.dims(6);
     if (n.size() != 1 || !same(n[0], q.batch)) ctx.fail_input("nonpad_kv_seqlen {} must be [B]", dims_str(n));
@@ -72,6 +76,29 @@ void infer_attention(InferContext& ctx) {
   ctx.set_output(1, Type::tensor(t, SymShape{k.batch, k.heads, total, k.size}));
   ctx.set_output(2, Type::tensor(t, SymShape{v.batch, v.heads, total, v.size}));
   ctx.set_output(3, Type::tensor(t, SymShape{q.batch, q.heads, q.seq, total}));
+}
+
+// anvil.QkvAttention(QKV, attn_mask): Attention on Q, K and V side by side
+// in one [B, S, q + k + v] input, qkv_sizes = {q, k, v} columns
+// (fuse_qkv_attention.cc); Y is [B, S, q_heads * v / kv_heads].
+void infer_qkv_attention(InferContext& ctx) {
+  const int64_t qh = ctx.attr_int("q_num_heads"), kvh = ctx.attr_int("kv_num_heads");
+  const std::vector<int64_t> sizes = ctx.attr_ints("qkv_sizes");
+  if (qh < 1 || kvh < 1 || qh % kvh != 0)
+    ctx.fail("q_num_heads {} must be a positive multiple of kv_num_heads {}", qh, kvh);
+  if (sizes.size() != 3 || sizes[0] < 1 || sizes[1] < 1 || sizes[2] < 1 || sizes[0] % qh || sizes[1] % kvh ||
+      sizes[2] % kvh || sizes[0] / qh != sizes[1] / kvh)
+    ctx.fail("qkv_sizes must be 3 positive widths splitting into {} query and {} key/value heads of one size", qh, kvh);
+  const SymShape& x = ctx.dims(0);
+  if (x.size() != 3) ctx.fail_input("QKV {} must be [B, S, q + k + v]", dims_str(x));
+  const std::optional<int64_t> qk = add_overflow_free(sizes[0], sizes[1]);
+  const std::optional<int64_t> total = qk ? add_overflow_free(*qk, sizes[2]) : std::nullopt;
+  const std::optional<int64_t> y_width = mul_overflow_free(qh, sizes[2] / kvh);
+  if (!total || !y_width) ctx.fail("qkv_sizes {}, {}, {} are too large", sizes[0], sizes[1], sizes[2]);
+  if (x[2].is_known() && x[2].value != *total)
+    ctx.fail_input("QKV {} does not hold qkv_sizes {} + {} + {} columns", dims_str(x), sizes[0], sizes[1], sizes[2]);
+  if (ctx.has_input(1)) check_attn_mask(ctx, 1, SymShape{x[0], Dim::known(qh), x[1], x[1]});
+  ctx.set_output(0, Type::tensor(ctx.dtype(0), SymShape{x[0], x[1], Dim::known(*y_width)}));
 }
 
 // LinearAttention: output [B, T, q_heads * d_v] like the query; present_state
@@ -184,6 +211,10 @@ struct Registrations {
               .attr("mode", std::string("linear"))
               .attr("axis", int64_t{-2})
               .infer(infer_tensor_scatter));
+    r.add(OpSchema("QkvAttention", "anvil")
+              .inputs({kFloats | kHalfs, kAnyDType})
+              .attr("is_causal", int64_t{0})
+              .infer(infer_qkv_attention));
     r.add(OpSchema("Attention")
               .attr("is_causal", int64_t{0})
               .attr("q_num_heads", int64_t{0})

@@ -15,6 +15,10 @@
 //   softmax (3).
 // Scores accumulate in double. A reference kernel: the speed issue fuses it.
 //
+// anvil.QkvAttention (fuse_qkv_attention.cc) is Attention on one 3-D input
+// [B, S, q + k + v] holding Q, K and V side by side (qkv_sizes), as the
+// product before a Split wrote them, with only attn_mask beside it.
+//
 // RotaryEmbedding (opset 23) rotates the first rotary_embedding_dim values of
 // each head by position: pairs (x1, x2), halves or (interleaved) neighbours,
 // become (cos x1 - sin x2, sin x1 + cos x2), the caches read at position_ids
@@ -54,32 +58,42 @@ void store(T* p, int64_t i, double v) {
 // A 4-D view [B, heads, S, size] of a 3-D or 4-D input.
 struct HeadView {
   int64_t batch = 0, heads = 0, seq = 0, size = 0;
-  bool split = false;  // 3-D: [B, S, heads * size]
+  bool split = false;  // 3-D: [B, S, row], the heads from column `offset` on
+  int64_t row = 0, offset = 0;
   int64_t at(int64_t b, int64_t h, int64_t s, int64_t d) const {
-    return split ? ((b * seq + s) * heads + h) * size + d : ((b * heads + h) * seq + s) * size + d;
+    return split ? (b * seq + s) * row + offset + h * size + d : ((b * heads + h) * seq + s) * size + d;
   }
 };
 
-HeadView view_of(const Shape& s, int64_t heads) {
+// `width` columns from `offset` on of a 3-D input's rows, as `heads` heads.
+HeadView columns_view(const Shape& s, int64_t heads, int64_t width, int64_t offset) {
   HeadView v;
   v.batch = s[0];
-  if (s.size() == 3) {
-    v.split = true;
-    v.seq = s[1];
-    v.heads = heads;
-    v.size = heads ? s[2] / heads : 0;
-  } else {
-    v.heads = s[1];
-    v.seq = s[2];
-    v.size = s[3];
-  }
+  v.split = true;
+  v.seq = s[1];
+  v.heads = heads;
+  v.size = heads ? width / heads : 0;
+  v.row = s[2];
+  v.offset = offset;
+  return v;
+}
+
+HeadView view_of(const Shape& s, int64_t heads) {
+  if (s.size() == 3) return columns_view(s, heads, s[2], 0);
+  HeadView v;
+  v.batch = s[0];
+  v.heads = s[1];
+  v.seq = s[2];
+  v.size = s[3];
   return v;
 }
 
 class AttentionKernel : public Kernel {
  public:
   explicit AttentionKernel(const ir::Node& node)
-      : causal_(node.attrs.get_int("is_causal", 0) != 0),
+      : packed_(node.op_type == "QkvAttention"),
+        qkv_sizes_(node.attrs.get_ints("qkv_sizes")),
+        causal_(node.attrs.get_int("is_causal", 0) != 0),
         q_heads_attr_(node.attrs.get_int("q_num_heads", 0)),
         kv_heads_attr_(node.attrs.get_int("kv_num_heads", 0)),
         mode_(node.attrs.get_int("qk_matmul_output_mode", 0)),
@@ -92,18 +106,26 @@ class AttentionKernel : public Kernel {
   std::vector<TensorType> prepare(const PrepareContext& ctx) override {
     // The schema checked the ranks, heads and sizes.
     const Shape& q = ctx.input_shape(0);
-    q_ = view_of(q, q_heads_attr_);
-    k_ = view_of(ctx.input_shape(1), kv_heads_attr_);
-    v_ = view_of(ctx.input_shape(2), kv_heads_attr_);
+    if (packed_) {
+      ANVIL_PREPARE_CHECK(ctx, q.size() == 3 && qkv_sizes_.size() == 3 && q[2] == qkv_sizes_[0] + qkv_sizes_[1] + qkv_sizes_[2],
+                          ErrorKind::kInvalidModel, "QKV {} does not hold qkv_sizes' columns", shape_str(q));
+      q_ = columns_view(q, q_heads_attr_, qkv_sizes_[0], 0);
+      k_ = columns_view(q, kv_heads_attr_, qkv_sizes_[1], qkv_sizes_[0]);
+      v_ = columns_view(q, kv_heads_attr_, qkv_sizes_[2], qkv_sizes_[0] + qkv_sizes_[1]);
+    } else {
+      q_ = view_of(q, q_heads_attr_);
+      k_ = view_of(ctx.input_shape(1), kv_heads_attr_);
+      v_ = view_of(ctx.input_shape(2), kv_heads_attr_);
+    }
     ANVIL_PREPARE_CHECK(ctx, mode_ >= 0 && mode_ <= 3, ErrorKind::kInvalidModel, "qk_matmul_output_mode {} is not 0-3",
                         mode_);
     ANVIL_PREPARE_CHECK(ctx, k_.heads > 0 && q_.heads % k_.heads == 0, ErrorKind::kInvalidArgument,
                         "{} query heads cannot share {} key/value heads", q_.heads, k_.heads);
-    past_ = ctx.has_input(4) ? ctx.input_shape(4)[2] : 0;
+    past_ = !packed_ && ctx.has_input(4) ? ctx.input_shape(4)[2] : 0;
     total_ = past_ + k_.seq;
-    if (ctx.has_input(3)) {
-      mask_shape_ = ctx.input_shape(3);
-      mask_bool_ = ctx.input_dtype(3) == DType::kBool;
+    if (ctx.has_input(mask_input())) {
+      mask_shape_ = ctx.input_shape(mask_input());
+      mask_bool_ = ctx.input_dtype(mask_input()) == DType::kBool;
     }
     return ctx.output_types();
   }
@@ -117,6 +139,7 @@ class AttentionKernel : public Kernel {
 
  private:
   static const Tensor* input(const RunContext& ctx, size_t i) { return i < ctx.inputs.size() ? ctx.inputs[i] : nullptr; }
+  size_t mask_input() const { return packed_ ? 1 : 3; }
   static Tensor* output(const RunContext& ctx, size_t i) { return i < ctx.outputs.size() ? ctx.outputs[i] : nullptr; }
 
   // The mask's value for (b, h, i, j), as an additive bias; j beyond its last axis is masked.
@@ -141,11 +164,14 @@ class AttentionKernel : public Kernel {
 
   template <typename T>
   void compute(const RunContext& ctx) const {
-    const T *q = ctx.in(0).data<T>(), *k = ctx.in(1).data<T>(), *v = ctx.in(2).data<T>();
-    const Tensor* mask = input(ctx, 3);
-    const T* past_k = input(ctx, 4) ? input(ctx, 4)->template data<T>() : nullptr;
-    const T* past_v = input(ctx, 5) ? input(ctx, 5)->template data<T>() : nullptr;
-    const Tensor* nonpad = input(ctx, 6);
+    const T* q = ctx.in(0).data<T>();
+    const T* k = packed_ ? q : ctx.in(1).data<T>();
+    const T* v = packed_ ? q : ctx.in(2).data<T>();
+    const Tensor* mask = input(ctx, mask_input());
+    // QkvAttention has two inputs: no past or nonpad_kv_seqlen.
+    const T* past_k = !packed_ && input(ctx, 4) ? input(ctx, 4)->template data<T>() : nullptr;
+    const T* past_v = !packed_ && input(ctx, 5) ? input(ctx, 5)->template data<T>() : nullptr;
+    const Tensor* nonpad = packed_ ? nullptr : input(ctx, 6);
     const int64_t b_n = q_.batch, hq = q_.heads, hk = k_.heads, sq = q_.seq, d = q_.size, dv = v_.size;
     const int64_t group = hq / hk, total = total_;
     // present_key/value: [B, kv_heads, total, size], the past first.
@@ -227,6 +253,8 @@ class AttentionKernel : public Kernel {
     }
   }
 
+  bool packed_;  // anvil.QkvAttention
+  std::vector<int64_t> qkv_sizes_;
   bool causal_;
   int64_t q_heads_attr_, kv_heads_attr_, mode_;
   bool has_scale_;
@@ -312,5 +340,7 @@ ANVIL_REGISTER_KERNEL_CLASS_TYPED("RotaryEmbedding", kRef, RotaryEmbeddingKernel
                                   {kFloats | kHalfs, kFloats | kHalfs, kFloats | kHalfs, dtype_bit(DType::kInt64)});
 ANVIL_REGISTER_OP_VERSIONS("Attention", 23, 25);
 ANVIL_REGISTER_KERNEL_CLASS_TYPED("Attention", kRef, AttentionKernel, {kFloats | kHalfs, kFloats | kHalfs, kFloats | kHalfs, kAll, kFloats | kHalfs, kFloats | kHalfs, dtype_bit(DType::kInt64)});
+static Registrar qkv_attention("QkvAttention", Backend::kRef, factory_of<AttentionKernel>(), "anvil",
+                               {{kFloats | kHalfs, kAll}});
 
 }  // namespace anvil::kernels

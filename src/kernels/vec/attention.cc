@@ -24,6 +24,10 @@
 // other dtypes and mask types, past key/value, nonpad_kv_seqlen, extra
 // outputs, softcap, sliding windows, a mask shorter than the keys, empty
 // inputs, heads too long for the scratch (plan_scratch).
+//
+// anvil.QkvAttention (fuse_qkv_attention.cc) runs here too: Q, K and V are
+// column ranges of one [B, S, q + k + v] input (qkv_sizes), read in place
+// where a Split would have copied them out.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -45,45 +49,60 @@ constexpr int kMaxTileRows = 16;  // GemmKernels::mr of every ISA is at most thi
 constexpr int64_t kMaxThreadScratchFloats = int64_t{16} << 20;  // 64 MiB
 
 // Where one head's rows lie in an input or the output: element (s, e) of
-// head h of batch item b at data + b * batch + h * head + s * row + e.
+// head h of batch item b at data + offset + b * batch + h * head + s * row + e.
 struct HeadRows {
   int64_t heads = 0, seq = 0, size = 0;
-  int64_t batch = 0, head = 0, row = 0;
-  const float* at(const float* data, int64_t b, int64_t h) const { return data + b * batch + h * head; }
-  float* at(float* data, int64_t b, int64_t h) const { return data + b * batch + h * head; }
+  int64_t batch = 0, head = 0, row = 0, offset = 0;
+  const float* at(const float* data, int64_t b, int64_t h) const { return data + offset + b * batch + h * head; }
+  float* at(float* data, int64_t b, int64_t h) const { return data + offset + b * batch + h * head; }
 };
+
+// `width` columns from `offset` on of a 3-D input [B, S, row] as `heads` heads.
+HeadRows column_rows(const Shape& s, int64_t heads, int64_t width, int64_t offset) {
+  HeadRows r;
+  r.heads = heads;
+  r.seq = s[1];
+  r.size = width / heads;
+  r.row = s[2];
+  r.head = r.size;
+  r.batch = s[1] * s[2];
+  r.offset = offset;
+  return r;
+}
 
 // A 3-D input [B, S, heads * size] (heads from the attribute) or 4-D [B, heads, S, size].
 HeadRows head_rows(const Shape& s, int64_t heads_attr) {
+  if (s.size() == 3) return column_rows(s, heads_attr, s[2], 0);
   HeadRows r;
-  if (s.size() == 3) {
-    r.heads = heads_attr;
-    r.seq = s[1];
-    r.size = s[2] / heads_attr;
-    r.row = s[2];
-    r.head = r.size;
-    r.batch = s[1] * s[2];
-  } else {
-    r.heads = s[1];
-    r.seq = s[2];
-    r.size = s[3];
-    r.row = s[3];
-    r.head = s[2] * s[3];
-    r.batch = s[1] * r.head;
-  }
+  r.heads = s[1];
+  r.seq = s[2];
+  r.size = s[3];
+  r.row = s[3];
+  r.head = s[2] * s[3];
+  r.batch = s[1] * r.head;
   return r;
 }
 
 class VecAttention : public Kernel {
  public:
-  explicit VecAttention(const ir::Node& node) : node_(node) {}
+  explicit VecAttention(const ir::Node& node) : node_(node), packed_(node.op_type == "QkvAttention") {}
 
   std::vector<TensorType> prepare(const PrepareContext& ctx) override {
     check_supported(ctx);
-    const Shape &qs = ctx.input_shape(0), &ks = ctx.input_shape(1), &vs = ctx.input_shape(2);
-    q_ = head_rows(qs, node_.attrs.get_int("q_num_heads", 0));
-    k_ = head_rows(ks, node_.attrs.get_int("kv_num_heads", 0));
-    v_ = head_rows(vs, node_.attrs.get_int("kv_num_heads", 0));
+    const Shape& qs = ctx.input_shape(0);
+    const int64_t q_heads = node_.attrs.get_int("q_num_heads", 0), kv_heads = node_.attrs.get_int("kv_num_heads", 0);
+    if (packed_) {
+      const std::vector<int64_t> w = node_.attrs.get_ints("qkv_sizes");
+      ANVIL_PREPARE_CHECK(ctx, qs.size() == 3 && w.size() == 3 && qs[2] == w[0] + w[1] + w[2],
+                          ErrorKind::kInvalidModel, "QKV {} does not hold qkv_sizes' columns", shape_str(qs));
+      q_ = column_rows(qs, q_heads, w[0], 0);
+      k_ = column_rows(qs, kv_heads, w[1], w[0]);
+      v_ = column_rows(qs, kv_heads, w[2], w[0] + w[1]);
+    } else {
+      q_ = head_rows(qs, q_heads);
+      k_ = head_rows(ctx.input_shape(1), kv_heads);
+      v_ = head_rows(ctx.input_shape(2), kv_heads);
+    }
     y_ = head_rows(ctx.output_shape(0), q_.heads);
     ANVIL_PREPARE_CHECK(ctx, k_.heads > 0 && q_.heads % k_.heads == 0, ErrorKind::kInvalidArgument,
                         "{} query heads cannot share {} key/value heads", q_.heads, k_.heads);
@@ -102,9 +121,11 @@ class VecAttention : public Kernel {
   void run(const RunContext& ctx) const override {
     float* scratch = static_cast<float*>(ctx.scratch);
     const float* mask = nullptr;
-    if (mask_kind_ == MaskKind::kFloat) mask = ctx.in(3).data<float>();
-    if (mask_kind_ == MaskKind::kBool) mask = bool_to_float(ctx.in(3), scratch);
-    const float *q = ctx.in(0).data<float>(), *k = ctx.in(1).data<float>(), *v = ctx.in(2).data<float>();
+    if (mask_kind_ == MaskKind::kFloat) mask = ctx.in(mask_input()).data<float>();
+    if (mask_kind_ == MaskKind::kBool) mask = bool_to_float(ctx.in(mask_input()), scratch);
+    const float* q = ctx.in(0).data<float>();
+    const float* k = packed_ ? q : ctx.in(1).data<float>();
+    const float* v = packed_ ? q : ctx.in(2).data<float>();
     float* y = ctx.out(0).data<float>();
     const int64_t items = batch_ * q_.heads * chunks_;
     const double flops = 4.0 * static_cast<double>(batch_ * q_.heads) * q_.seq * k_.seq * q_.size;
@@ -128,12 +149,19 @@ class VecAttention : public Kernel {
     int64_t packed_b = -1, packed_h = -1;
   };
 
+  size_t mask_input() const { return packed_ ? 1 : 3; }
+
   void check_supported(const PrepareContext& ctx) const {
+    ANVIL_PREPARE_CHECK(ctx, ctx.input_dtype(0) == DType::kFloat32, ErrorKind::kUnsupported,
+                        "the vectorized attention takes float32");
+    if (packed_) {  // two inputs, one output, no other attributes: the schema checked the rest
+      ANVIL_PREPARE_CHECK(ctx, shape_numel(ctx.input_shape(0)) > 0, ErrorKind::kUnsupported,
+                          "the vectorized attention lacks empty inputs");
+      return;
+    }
     auto decline = [&](const char* what) {
       ctx.fail(ErrorKind::kUnsupported, "the vectorized attention lacks {}", what);
     };
-    ANVIL_PREPARE_CHECK(ctx, ctx.input_dtype(0) == DType::kFloat32, ErrorKind::kUnsupported,
-                        "the vectorized attention takes float32");
     for (size_t i = 4; i < ctx.num_inputs(); ++i)
       if (ctx.has_input(i)) decline("past key/value and nonpad_kv_seqlen");
     for (size_t o = 1; o < node_.outputs.size(); ++o)
@@ -150,8 +178,8 @@ class VecAttention : public Kernel {
   void prepare_mask(const PrepareContext& ctx) {
     mask_kind_ = MaskKind::kNone;
     mask_numel_ = 0;
-    if (!ctx.has_input(3)) return;
-    const TensorType& t = ctx.input_type(3);
+    if (!ctx.has_input(mask_input())) return;
+    const TensorType& t = ctx.input_type(mask_input());
     ANVIL_PREPARE_CHECK(ctx, t.dtype == DType::kFloat32 || t.dtype == DType::kBool, ErrorKind::kUnsupported,
                         "the vectorized attention takes no {} attn_mask", dtype_name(t.dtype));
     ANVIL_PREPARE_CHECK(ctx, !t.shape.empty() && t.shape.size() <= 4 && t.shape.back() == k_.seq,
@@ -276,6 +304,7 @@ class VecAttention : public Kernel {
   }
 
   const ir::Node& node_;
+  const bool packed_;  // anvil.QkvAttention
   HeadRows q_, k_, v_, y_;
   int64_t batch_ = 0;
   bool causal_ = false;
@@ -292,5 +321,7 @@ class VecAttention : public Kernel {
 
 ANVIL_REGISTER_KERNEL_CLASS_TYPED("Attention", kVec, VecAttention,
                                   {kFloat32Only, kFloat32Only, kFloat32Only, kAll, kAll});
+static Registrar qkv_attention("QkvAttention", Backend::kVec, factory_of<VecAttention>(), "anvil",
+                               {{kFloat32Only, kAll}});
 
 }  // namespace anvil::kernels

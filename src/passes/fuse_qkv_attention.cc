@@ -1,0 +1,152 @@
+// An Attention whose Q, K and V are the three parts of one Split along the
+// last axis (a packed Q|K|V projection, or the one fuse_shared_input_matmuls
+// made) reads them in place: the Split's copies go.
+//   Split(X, axis = last) -> Q, K, V -> Attention(Q, K, V[, attn_mask])
+//   =>   anvil.QkvAttention(X[, attn_mask]), qkv_sizes = the three widths
+// Taken when the parts are 3-D float32, in Q, K, V order, each read by the
+// Attention and otherwise only by Shape nodes that read their batch and
+// sequence lengths (those read the Split's input instead), and the
+// Attention has no past, no nonpad_kv_seqlen, no
+// output but Y, no softcap and no sliding window (the kernels read
+// attention's other inputs and attributes only from ONNX's Attention). In
+// the GPT-2-style decoder the four Splits were 2.4% of a run.
+#include <map>
+#include <optional>
+#include <vector>
+
+#include "passes/match.h"
+#include "passes/pipeline.h"
+
+namespace anvil::passes {
+
+namespace {
+
+using Uses = std::map<const ir::Value*, std::vector<ir::Node*>>;
+
+// The value of a constant int64 tensor of one element.
+std::optional<int64_t> one_int64(const ir::Value* v) {
+  if (!v || !v->is_constant() || v->constant->dtype() != DType::kInt64 || v->constant->numel() != 1)
+    return std::nullopt;
+  return *v->constant->data<int64_t>();
+}
+
+// Shape node `shape` is read only by Slices of its first two elements: the
+// batch and sequence lengths, which the Split's parts share with its input.
+// (The causal mask fuse_attention builds reads Q's sequence length so.)
+bool reads_leading_dims(const Uses& uses, const ir::Node& shape) {
+  const ir::Value* dims = shape.output(0);
+  if (shape.attrs.has("start") || shape.attrs.has("end") || !dims || dims->is_graph_output) return false;
+  auto it = uses.find(dims);
+  if (it == uses.end()) return true;
+  for (const ir::Node* n : it->second) {
+    if (n->dead) continue;
+    if (!is_op(n, "Slice") || n->opset < 10 || n->num_inputs() < 3 || n->input(0) != dims) return false;
+    const std::optional<int64_t> begin = one_int64(n->input(1)), end = one_int64(n->input(2));
+    const bool axis_0 = n->num_inputs() < 4 || !n->input(3) || one_int64(n->input(3)) == int64_t{0};
+    const bool step_1 = n->num_inputs() < 5 || !n->input(4) || one_int64(n->input(4)) == int64_t{1};
+    if (!begin || !end || *begin < 0 || *end > 2 || *begin >= *end || !axis_0 || !step_1) return false;
+  }
+  return true;
+}
+
+// A Split whose three outputs are an Attention's Q, K and V.
+struct QkvSplit {
+  ir::Node* split = nullptr;
+  std::vector<int64_t> widths;    // the parts' last-axis widths
+  std::vector<ir::Node*> shapes;  // Shape nodes of the parts, to read the Split's input instead
+};
+
+// `split` as a QkvSplit when its parts are 3-D float32 with known widths
+// adding up to the input's, each read by `attention` once and otherwise
+// only by Shape nodes reading their leading dims; nullopt otherwise.
+std::optional<QkvSplit> qkv_split(const Uses& uses, ir::Node* split, const ir::Node& attention) {
+  if (split->num_inputs() < 1 || split->outputs.size() != 3 || !split->input(0)) return std::nullopt;
+  const ir::Type& x = split->input(0)->type;
+  if (split->input(0)->dtype() != DType::kFloat32 || !x.has_shape() || x.rank() != 3 || !x.dims()[2].is_known())
+    return std::nullopt;
+  const int64_t axis = split->attrs.get_int("axis", 0);
+  if (axis != -1 && axis != 2) return std::nullopt;
+  QkvSplit m{split, {}, {}};
+  int64_t total = 0;
+  for (size_t o = 0; o < 3; ++o) {
+    const ir::Value* part = split->output(o);
+    if (!part || part->is_graph_output || !part->type.has_shape() || part->type.rank() != 3 ||
+        !part->type.dims()[2].is_known())
+      return std::nullopt;
+    m.widths.push_back(part->type.dims()[2].value);
+    total += m.widths.back();  // each at most the input's width, an int64, so no overflow
+    if (m.widths.back() < 1 || total > x.dims()[2].value) return std::nullopt;
+    size_t reads = 0;
+    for (ir::Node* n : uses.at(part)) {
+      if (n->dead) continue;
+      if (n == &attention) ++reads;
+      else if (is_op(n, "Shape") && reads_leading_dims(uses, *n)) m.shapes.push_back(n);
+      else return std::nullopt;
+    }
+    if (reads != 1) return std::nullopt;
+  }
+  if (total != x.dims()[2].value) return std::nullopt;
+  return m;
+}
+
+// Attention `a` uses nothing QkvAttention lacks.
+bool plain_attention(const ir::Node& a) {
+  if (a.opset < 23 || a.num_inputs() < 3) return false;
+  for (size_t i = 4; i < a.num_inputs(); ++i)
+    if (a.input(i)) return false;
+  for (size_t o = 1; o < a.outputs.size(); ++o)
+    if (a.output(o)) return false;
+  return a.attrs.get_float("softcap", 0.f) == 0.f && a.attrs.get_int("left_window_size", -1) == -1 &&
+         a.attrs.get_int("right_window_size", -1) == -1 && a.attrs.get_int("q_num_heads", 0) > 0 &&
+         a.attrs.get_int("kv_num_heads", 0) > 0;
+}
+
+class FuseQkvAttention : public Pass {
+ public:
+  std::string name() const override { return "fuse_qkv_attention"; }
+
+  bool run(ir::Graph& graph) override {
+    bool changed = false;
+    const Uses uses = graph.consumers();  // rewrites only add uses of Splits' inputs, which no match reads
+    for (const auto& node : graph.nodes()) {
+      ir::Node* attention = node.get();
+      if (!is_op(attention, "Attention") || !plain_attention(*attention)) continue;
+      ir::Node* split = producer_op(attention->input(0), "Split");
+      if (!split || attention->input(0) != split->output(0) || attention->input(1) != split->output(1) ||
+          attention->input(2) != split->output(2))
+        continue;
+      if (const std::optional<QkvSplit> m = qkv_split(uses, split, *attention)) {
+        rewrite(*attention, *m);
+        changed = true;
+      }
+    }
+    return changed;
+  }
+
+ private:
+  static void rewrite(ir::Node& attention, const QkvSplit& m) {
+    ir::Value* x = m.split->inputs[0];
+    ir::Value* mask = attention.num_inputs() > 3 ? attention.input(3) : nullptr;
+    ir::Attributes attrs;
+    attrs.set("q_num_heads", attention.attrs.get_int("q_num_heads", 0));
+    attrs.set("kv_num_heads", attention.attrs.get_int("kv_num_heads", 0));
+    attrs.set("is_causal", attention.attrs.get_int("is_causal", 0));
+    if (attention.attrs.has("scale")) attrs.set("scale", attention.attrs.get_float("scale", 0.f));
+    attrs.set("qkv_sizes", m.widths);
+    attention.op_type = "QkvAttention";
+    attention.domain = "anvil";
+    attention.opset = 1;
+    attention.attrs = std::move(attrs);
+    attention.inputs = {x};
+    if (mask) attention.inputs.push_back(mask);
+    attention.outputs.resize(1);
+    for (ir::Node* shape : m.shapes) shape->inputs[0] = x;
+    m.split->dead = true;
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Pass> make_fuse_qkv_attention() { return std::make_unique<FuseQkvAttention>(); }
+
+}  // namespace anvil::passes
