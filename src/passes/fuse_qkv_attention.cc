@@ -49,6 +49,21 @@ bool reads_leading_dims(const Uses& uses, const ir::Node& shape) {
   return true;
 }
 
+// The widths Split `split` cuts the last axis (`width` long) into, as the
+// node says: its constant `split` input or attribute, or equal thirds;
+// empty when they depend on run-time values. (The parts' types may carry
+// widths a file declared, which the run would not follow.)
+std::vector<int64_t> declared_widths(const ir::Node& split, int64_t width) {
+  if (split.num_inputs() > 1 && split.input(1)) {
+    const ir::Value* sizes = split.input(1);
+    if (!sizes->is_constant() || sizes->constant->dtype() != DType::kInt64 || sizes->constant->numel() != 3) return {};
+    return std::vector<int64_t>(sizes->constant->data<int64_t>(), sizes->constant->data<int64_t>() + 3);
+  }
+  if (split.attrs.has("split")) return split.attrs.get_ints("split");
+  if (width % 3 != 0) return {};
+  return {width / 3, width / 3, width / 3};
+}
+
 // A Split whose three outputs are an Attention's Q, K and V.
 struct QkvSplit {
   ir::Node* split = nullptr;
@@ -85,7 +100,7 @@ std::optional<QkvSplit> qkv_split(const Uses& uses, ir::Node* split, const ir::N
     }
     if (reads != 1) return std::nullopt;
   }
-  if (total != x.dims()[2].value) return std::nullopt;
+  if (total != x.dims()[2].value || declared_widths(*split, total) != m.widths) return std::nullopt;
   return m;
 }
 

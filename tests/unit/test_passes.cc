@@ -280,6 +280,7 @@ struct AttentionGraphOptions {
   bool q_is_output = false;  // packed_qkv: the Q part is also a graph output
   // packed_qkv: Slice(Shape(Q part), begin, end) is a graph output "q_dims" (none when empty).
   std::vector<int64_t> q_dims_slice;
+  bool split_sizes_input = false;  // packed_qkv: the Split's sizes a graph input, the parts declared [2, 5, 8]
 };
 
 std::unique_ptr<ir::Graph> attention_graph(const AttentionGraphOptions& o = {}) {
@@ -290,8 +291,12 @@ std::unique_ptr<ir::Graph> attention_graph(const AttentionGraphOptions& o = {}) 
     ir::Value* x = g->add_input("x", DType::kFloat32, {2, 5, 24});
     if (o.sequence_symbol)
       x->type = ir::Type::tensor(DType::kFloat32, ir::SymShape{ir::Dim::known(2), ir::Dim::named("S"), ir::Dim::known(24)});
-    ir::Node* split = g->add_node("Split", {x, g->add_constant("qkv_sizes", ints({3}, {8, 8, 8}))}, 3);
+    ir::Value* sizes = o.split_sizes_input ? g->add_input("sizes", DType::kInt64, {3})
+                                           : g->add_constant("qkv_sizes", ints({3}, {8, 8, 8}));
+    ir::Node* split = g->add_node("Split", {x, sizes}, 3);
     split->attrs.set("axis", int64_t{2});
+    if (o.split_sizes_input)  // as a file's value_info may declare them: the run need not follow
+      for (size_t i = 0; i < 3; ++i) split->output(i)->type = ir::Type::tensor(DType::kFloat32, Shape{2, 5, 8});
     for (size_t i : o.qkv_order) parts.push_back(split->output(i));
     if (o.q_is_output) g->add_output(parts[0]);
     if (!o.q_dims_slice.empty()) {
@@ -466,6 +471,11 @@ TEST(Passes, SplitsAttentionCannotReadInPlaceStay) {
   passes::optimize(*q_read_elsewhere, 2, runtime::reference_evaluator());
   EXPECT_EQ(count_ops(*q_read_elsewhere, "QkvAttention"), 0u);
   EXPECT_EQ(count_ops(*q_read_elsewhere, "Attention"), 1u);
+  // Widths only the parts' declared types give.
+  auto sizes_at_run_time = attention_graph({.packed_qkv = true, .split_sizes_input = true});
+  passes::optimize(*sizes_at_run_time, 2, runtime::reference_evaluator());
+  EXPECT_EQ(count_ops(*sizes_at_run_time, "QkvAttention"), 0u);
+  EXPECT_EQ(count_ops(*sizes_at_run_time, "Attention"), 1u);
   // Q's last length is not x's.
   auto q_width_read = attention_graph({.packed_qkv = true, .sequence_symbol = true, .q_dims_slice = {1, 3}});
   passes::optimize(*q_width_read, 2, runtime::reference_evaluator());

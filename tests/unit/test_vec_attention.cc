@@ -242,6 +242,14 @@ TEST(VecKernels, QkvAttentionRejectsSizesThatDoNotFit) {
     EXPECT_EQ(testing::error_kind_of([&] { testing::run_kernel("QkvAttention", {x}, a, o); }), kind)
         << sizes[0] << " " << sizes[1];
   }
+  // Attention's attributes the op lacks (the vectorized kernel would ignore them): refused, not ignored.
+  ir::Attributes softcap;
+  softcap.set("q_num_heads", int64_t{2});
+  softcap.set("kv_num_heads", int64_t{2});
+  softcap.set("qkv_sizes", std::vector<int64_t>{8, 8, 8});
+  softcap.set("softcap", 5.f);
+  EXPECT_EQ(testing::error_kind_of([&] { testing::run_kernel("QkvAttention", {x}, softcap, o); }),
+            ErrorKind::kInvalidModel);
 }
 
 // Rows with a NaN term (from the mask, or all of them, from Q) and rows with

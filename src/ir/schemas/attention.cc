@@ -89,6 +89,8 @@ void infer_qkv_attention(InferContext& ctx) {
   if (sizes.size() != 3 || sizes[0] < 1 || sizes[1] < 1 || sizes[2] < 1 || sizes[0] % qh || sizes[1] % kvh ||
       sizes[2] % kvh || sizes[0] / qh != sizes[1] / kvh)
     ctx.fail("qkv_sizes must be 3 positive widths splitting into {} query and {} key/value heads of one size", qh, kvh);
+  for (const char* lacking : {"softcap", "left_window_size", "right_window_size", "qk_matmul_output_mode"})
+    if (ctx.has_attr(lacking)) ctx.fail("takes no {} (ONNX's Attention does)", lacking);
   const SymShape& x = ctx.dims(0);
   if (x.size() != 3) ctx.fail_input("QKV {} must be [B, S, q + k + v]", dims_str(x));
   const std::optional<int64_t> qk = add_overflow_free(sizes[0], sizes[1]);
