@@ -168,6 +168,37 @@ def test_hardswish_of_an_opset_13_model_reads_back(anvil, tmp_path):
     np.testing.assert_allclose(read_tensor_pb(out / output_file_name("y")), want, rtol=1e-5, atol=1e-6)
 
 
+def test_attention_on_a_split_reads_back(anvil, tmp_path):
+    # Split(x) -> Attention(q, k, v) (opset 23): written as com.anvil QkvAttention over x, read back by Anvil at
+    # levels 0 and 3 with the values numpy gives, as is the original model.
+    nodes = [helper.make_node("Split", ["x", "sizes"], ["q", "k", "v"], axis=2),
+             helper.make_node("Attention", ["q", "k", "v"], ["y"], q_num_heads=2, kv_num_heads=2, is_causal=1)]
+    graph = helper.make_graph(nodes, "qkv", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 5, 24])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 5, 8])],
+                              [numpy_helper.from_array(np.array([8, 8, 8], np.int64), "sizes")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 23)])
+    model.ir_version = 10
+    onnx.save(model, str(tmp_path / "qkv.onnx"))
+    assert_ok(anvil("optimize", tmp_path / "qkv.onnx", tmp_path / "opt.onnx", timeout=TIMEOUT_S))
+    opt = onnx.load(str(tmp_path / "opt.onnx"))
+    assert [(n.domain, n.op_type) for n in opt.graph.node] == [("com.anvil", "QkvAttention")]
+    assert {a.name: list(a.ints) for a in opt.graph.node[0].attribute if a.ints}["qkv_sizes"] == [8, 8, 8]
+    x = np.random.default_rng(5).standard_normal((1, 5, 24)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    want = np.zeros((5, 8))
+    for h in range(2):  # causal softmax(q k^T / 2) v per head of 4
+        q, k, v = (x[0, :, base + 4 * h: base + 4 * h + 4].astype(np.float64) for base in (0, 8, 16))
+        s = q @ k.T / 2 + np.triu(np.full((5, 5), -np.inf), 1)
+        p = np.exp(s - s.max(-1, keepdims=True))
+        want[:, 4 * h: 4 * h + 4] = (p / p.sum(-1, keepdims=True)) @ v
+    for model, level in [("qkv.onnx", "0"), ("opt.onnx", "0"), ("opt.onnx", "3")]:
+        out = tmp_path / f"out_{model}_{level}"
+        assert_ok(anvil("run", tmp_path / model, "-i", f"x={tmp_path / 'x.npy'}", "-o", out, "-O", level,
+                        timeout=TIMEOUT_S))
+        np.testing.assert_allclose(read_tensor_pb(out / output_file_name("y"))[0], want, rtol=1e-5, atol=1e-5,
+                                   err_msg=f"{model} -O {level}")
+
+
 def test_optimize_bad_arguments(anvil, tmp_path):
     make_model(tmp_path / "mlp.onnx")
     check_error(anvil("optimize", tmp_path / "absent.onnx", tmp_path / "o.onnx", timeout=TIMEOUT_S),
