@@ -1,4 +1,4 @@
-// Splitting `count` items between the threads of an OpenMP team.
+// Splitting `count` items between the threads of an OpenMP team, and into blocks.
 #pragma once
 
 #include <cstdint>
@@ -11,5 +11,8 @@ namespace anvil::kernels {
 inline std::pair<int64_t, int64_t> share(int64_t count, int t, int threads) {
   return {count * t / threads, count * (t + 1) / threads};
 }
+
+// The blocks of `b` items that `a` >= 0 items fill, the last maybe partial.
+inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 }  // namespace anvil::kernels

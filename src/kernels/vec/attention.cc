@@ -44,7 +44,6 @@ namespace {
 
 constexpr int64_t kAlignFloats = 16;  // 64 bytes
 int64_t aligned_floats(int64_t n) { return (n + kAlignFloats - 1) / kAlignFloats * kAlignFloats; }
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 constexpr int kMaxTileRows = 16;  // GemmKernels::mr of every ISA is at most this
 constexpr int64_t kMaxThreadScratchFloats = int64_t{16} << 20;  // 64 MiB
 

@@ -25,8 +25,6 @@ namespace {
 constexpr int64_t kBlockRows = 96;
 constexpr int64_t kMinParallelFlops = 1 << 17;  // below this a second thread costs more than it saves
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
 // Calls f(i, j, offset) for every element (i < k, j < n_padded) of B's
 // packed layout, offset being its place there; panels run in parallel.
 template <typename F>

@@ -16,8 +16,6 @@ namespace anvil::kernels::vec {
 
 namespace {
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
 // G of U = G g G^T (6 x 3).
 constexpr double kG[6][3] = {{1 / 4.0, 0, 0},           {-1 / 6.0, -1 / 6.0, -1 / 6.0}, {-1 / 6.0, 1 / 6.0, -1 / 6.0},
                              {1 / 24.0, 1 / 12.0, 1 / 6.0}, {1 / 24.0, -1 / 12.0, 1 / 6.0}, {0, 0, 1}};
