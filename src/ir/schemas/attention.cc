@@ -91,12 +91,13 @@ void infer_qkv_attention(InferContext& ctx) {
     ctx.fail("qkv_sizes must be 3 positive widths splitting into {} query and {} key/value heads of one size", qh, kvh);
   for (const char* lacking : {"softcap", "left_window_size", "right_window_size", "qk_matmul_output_mode"})
     if (ctx.has_attr(lacking)) ctx.fail("takes no {} (ONNX's Attention does)", lacking);
-  const SymShape& x = ctx.dims(0);
-  if (x.size() != 3) ctx.fail_input("QKV {} must be [B, S, q + k + v]", dims_str(x));
   const std::optional<int64_t> qk = add_overflow_free(sizes[0], sizes[1]);
   const std::optional<int64_t> total = qk ? add_overflow_free(*qk, sizes[2]) : std::nullopt;
   const std::optional<int64_t> y_width = mul_overflow_free(qh, sizes[2] / kvh);
   if (!total || !y_width) ctx.fail("qkv_sizes {}, {}, {} are too large", sizes[0], sizes[1], sizes[2]);
+  ctx.set_output(0, Type::tensor(ctx.dtype(0)));  // the dtype, should QKV's shape be unknown here
+  const SymShape& x = ctx.dims(0);
+  if (x.size() != 3) ctx.fail_input("QKV {} must be [B, S, q + k + v]", dims_str(x));
   if (x[2].is_known() && x[2].value != *total)
     ctx.fail_input("QKV {} does not hold qkv_sizes {} + {} + {} columns", dims_str(x), sizes[0], sizes[1], sizes[2]);
   if (ctx.has_input(1)) check_attn_mask(ctx, 1, SymShape{x[0], Dim::known(qh), x[1], x[1]});

@@ -1,5 +1,9 @@
 #include "kernels/ref/common.h"
 
+#include <optional>
+
+#include "core/checked.h"
+
 namespace anvil::kernels {
 
 std::vector<int64_t> contiguous_strides(const Shape& shape) {
@@ -70,6 +74,16 @@ void floats_to_tensor(const std::vector<float>& v, Tensor& t) {
     T* out = t.data<T>();
     for (size_t i = 0; i < v.size(); ++i) out[i] = T(v[i]);
   });
+}
+
+int64_t sum_or_minus_one(const std::vector<int64_t>& v) {
+  int64_t sum = 0;
+  for (int64_t x : v) {
+    const std::optional<int64_t> next = add_overflow_free(sum, x);
+    if (!next) return -1;
+    sum = *next;
+  }
+  return sum;
 }
 
 }  // namespace anvil::kernels

@@ -92,7 +92,7 @@ class VecAttention : public Kernel {
     const int64_t q_heads = node_.attrs.get_int("q_num_heads", 0), kv_heads = node_.attrs.get_int("kv_num_heads", 0);
     if (packed_) {
       const std::vector<int64_t> w = node_.attrs.get_ints("qkv_sizes");
-      ANVIL_PREPARE_CHECK(ctx, qs.size() == 3 && w.size() == 3 && qs[2] == w[0] + w[1] + w[2],
+      ANVIL_PREPARE_CHECK(ctx, qs.size() == 3 && w.size() == 3 && qs[2] == sum_or_minus_one(w),
                           ErrorKind::kInvalidModel, "QKV {} does not hold qkv_sizes' columns", shape_str(qs));
       q_ = column_rows(qs, q_heads, w[0], 0);
       k_ = column_rows(qs, kv_heads, w[1], w[0]);
@@ -153,7 +153,7 @@ class VecAttention : public Kernel {
   void check_supported(const PrepareContext& ctx) const {
     ANVIL_PREPARE_CHECK(ctx, ctx.input_dtype(0) == DType::kFloat32, ErrorKind::kUnsupported,
                         "the vectorized attention takes float32");
-    if (packed_) {  // two inputs, one output, no other attributes: the schema checked the rest
+    if (packed_) {  // no past, nonpad or extra outputs; the schema refuses softcap, windows and qk_matmul_output_mode
       ANVIL_PREPARE_CHECK(ctx, shape_numel(ctx.input_shape(0)) > 0, ErrorKind::kUnsupported,
                           "the vectorized attention lacks empty inputs");
       return;
