@@ -50,10 +50,10 @@ bool reads_leading_dims(const Uses& uses, const ir::Node& shape) {
 }
 
 // The widths Split `split` cuts the last axis (`width` long) into, as the
-// node says: its constant `split` input or attribute, or equal thirds;
-// empty when they depend on run-time values. (The parts' types may carry
-// widths a file declared, which the run would not follow.)
-std::vector<int64_t> declared_widths(const ir::Node& split, int64_t width) {
+// node itself says: its constant `split` input or attribute, or equal
+// thirds; empty when they depend on run-time values. Not the parts' types:
+// those may carry widths a file declared, which the run would not follow.
+std::vector<int64_t> split_widths(const ir::Node& split, int64_t width) {
   if (split.num_inputs() > 1 && split.input(1)) {
     const ir::Value* sizes = split.input(1);
     if (!sizes->is_constant() || sizes->constant->dtype() != DType::kInt64 || sizes->constant->numel() != 3) return {};
@@ -71,9 +71,9 @@ struct QkvSplit {
   std::vector<ir::Node*> shapes;  // Shape nodes of the parts, to read the Split's input instead
 };
 
-// `split` as a QkvSplit when its parts are 3-D float32 with known widths
-// adding up to the input's, each read by `attention` once and otherwise
-// only by Shape nodes reading their leading dims; nullopt otherwise.
+// `split` as a QkvSplit when it cuts a 3-D float32 input's last axis into
+// three known positive widths, each part read by `attention` once and
+// otherwise only by Shape nodes reading their leading dims; nullopt otherwise.
 std::optional<QkvSplit> qkv_split(const Uses& uses, ir::Node* split, const ir::Node& attention) {
   if (split->num_inputs() < 1 || split->outputs.size() != 3 || !split->input(0)) return std::nullopt;
   const ir::Type& x = split->input(0)->type;
@@ -81,16 +81,18 @@ std::optional<QkvSplit> qkv_split(const Uses& uses, ir::Node* split, const ir::N
     return std::nullopt;
   const int64_t axis = split->attrs.get_int("axis", 0);
   if (axis != -1 && axis != 2) return std::nullopt;
-  QkvSplit m{split, {}, {}};
+  const int64_t width = x.dims()[2].value;
+  QkvSplit m{split, split_widths(*split, width), {}};
+  if (m.widths.size() != 3) return std::nullopt;
   int64_t total = 0;
+  for (int64_t w : m.widths) {
+    if (w < 1 || w > width - total) return std::nullopt;  // constants from a file: no overflow
+    total += w;
+  }
+  if (total != width) return std::nullopt;
   for (size_t o = 0; o < 3; ++o) {
     const ir::Value* part = split->output(o);
-    if (!part || part->is_graph_output || !part->type.has_shape() || part->type.rank() != 3 ||
-        !part->type.dims()[2].is_known())
-      return std::nullopt;
-    m.widths.push_back(part->type.dims()[2].value);
-    total += m.widths.back();  // each at most the input's width, an int64, so no overflow
-    if (m.widths.back() < 1 || total > x.dims()[2].value) return std::nullopt;
+    if (!part || part->is_graph_output) return std::nullopt;
     size_t reads = 0;
     for (ir::Node* n : uses.at(part)) {
       if (n->dead) continue;
@@ -100,7 +102,6 @@ std::optional<QkvSplit> qkv_split(const Uses& uses, ir::Node* split, const ir::N
     }
     if (reads != 1) return std::nullopt;
   }
-  if (total != x.dims()[2].value || declared_widths(*split, total) != m.widths) return std::nullopt;
   return m;
 }
 

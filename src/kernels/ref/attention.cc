@@ -107,11 +107,10 @@ class AttentionKernel : public Kernel {
     // The schema checked the ranks, heads and sizes.
     const Shape& q = ctx.input_shape(0);
     if (packed_) {
-      ANVIL_PREPARE_CHECK(ctx, q.size() == 3 && qkv_sizes_.size() == 3 && q[2] == sum_or_minus_one(qkv_sizes_),
-                          ErrorKind::kInvalidModel, "QKV {} does not hold qkv_sizes' columns", shape_str(q));
-      q_ = columns_view(q, q_heads_attr_, qkv_sizes_[0], 0);
-      k_ = columns_view(q, kv_heads_attr_, qkv_sizes_[1], qkv_sizes_[0]);
-      v_ = columns_view(q, kv_heads_attr_, qkv_sizes_[2], qkv_sizes_[0] + qkv_sizes_[1]);
+      const QkvColumns c = qkv_columns(ctx, qkv_sizes_);
+      q_ = columns_view(q, q_heads_attr_, c.width[0], c.first[0]);
+      k_ = columns_view(q, kv_heads_attr_, c.width[1], c.first[1]);
+      v_ = columns_view(q, kv_heads_attr_, c.width[2], c.first[2]);
     } else {
       q_ = view_of(q, q_heads_attr_);
       k_ = view_of(ctx.input_shape(1), kv_heads_attr_);

@@ -76,14 +76,18 @@ void floats_to_tensor(const std::vector<float>& v, Tensor& t) {
   });
 }
 
-int64_t sum_or_minus_one(const std::vector<int64_t>& v) {
-  int64_t sum = 0;
-  for (int64_t x : v) {
-    const std::optional<int64_t> next = add_overflow_free(sum, x);
-    if (!next) return -1;
-    sum = *next;
+QkvColumns qkv_columns(const PrepareContext& ctx, const std::vector<int64_t>& qkv_sizes) {
+  const Shape& x = ctx.input_shape(0);
+  QkvColumns c{};
+  std::optional<int64_t> end = int64_t{0};
+  for (size_t i = 0; i < 3 && end && i < qkv_sizes.size(); ++i) {
+    c.first[i] = *end;
+    c.width[i] = qkv_sizes[i];
+    end = add_overflow_free(*end, qkv_sizes[i]);
   }
-  return sum;
+  ANVIL_PREPARE_CHECK(ctx, x.size() == 3 && qkv_sizes.size() == 3 && end && *end == x[2], ErrorKind::kInvalidModel,
+                      "QKV {} does not hold qkv_sizes' columns", shape_str(x));
+  return c;
 }
 
 }  // namespace anvil::kernels

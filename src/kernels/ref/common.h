@@ -60,9 +60,13 @@ void dispatch_float_or_half(DType dtype, Fn&& fn) {
 // 0 on broadcast dimensions, right-aligned.
 std::vector<int64_t> broadcast_strides(const Shape& shape, const Shape& out_shape);
 std::vector<int64_t> contiguous_strides(const Shape& shape);
-// The sum of `v` (sizes read from a file), or -1 when it overflows: no
-// dimension is -1, so comparing a shape's against it fails.
-int64_t sum_or_minus_one(const std::vector<int64_t>& v);
+// anvil.QkvAttention's Q, K and V: columns [first[i], first[i] + width[i])
+// of its [B, S, q + k + v] input 0. The widths are qkv_sizes, read from a
+// file: fails the prepare unless the input holds exactly their sum.
+struct QkvColumns {
+  int64_t width[3], first[3];
+};
+QkvColumns qkv_columns(const PrepareContext& ctx, const std::vector<int64_t>& qkv_sizes);
 // Maps a possibly negative axis into [0, rank); throws naming the node.
 int64_t normalize_axis(const PrepareContext& ctx, int64_t axis, int64_t rank);
 // Which axes of a rank-`rank` input a Reduce* node reduces: its `axes`

@@ -91,12 +91,10 @@ class VecAttention : public Kernel {
     const Shape& qs = ctx.input_shape(0);
     const int64_t q_heads = node_.attrs.get_int("q_num_heads", 0), kv_heads = node_.attrs.get_int("kv_num_heads", 0);
     if (packed_) {
-      const std::vector<int64_t> w = node_.attrs.get_ints("qkv_sizes");
-      ANVIL_PREPARE_CHECK(ctx, qs.size() == 3 && w.size() == 3 && qs[2] == sum_or_minus_one(w),
-                          ErrorKind::kInvalidModel, "QKV {} does not hold qkv_sizes' columns", shape_str(qs));
-      q_ = column_rows(qs, q_heads, w[0], 0);
-      k_ = column_rows(qs, kv_heads, w[1], w[0]);
-      v_ = column_rows(qs, kv_heads, w[2], w[0] + w[1]);
+      const QkvColumns c = qkv_columns(ctx, node_.attrs.get_ints("qkv_sizes"));
+      q_ = column_rows(qs, q_heads, c.width[0], c.first[0]);
+      k_ = column_rows(qs, kv_heads, c.width[1], c.first[1]);
+      v_ = column_rows(qs, kv_heads, c.width[2], c.first[2]);
     } else {
       q_ = head_rows(qs, q_heads);
       k_ = head_rows(ctx.input_shape(1), kv_heads);
