@@ -220,6 +220,36 @@ TEST(VecKernels, UnpackedGemmLayoutsAndPaths) {
   omp_set_num_threads(saved_threads);
 }
 
+// Products of many rows (training's at large batches), which ISAs with a
+// row sweep (GemmKernels::row_sweep_kc) run a row tile at a time across the
+// panels: ragged rows, panels and k-blocks, two groups of panels, and the
+// epilogue in registers and after, at 1 and 2 threads.
+TEST(VecKernels, UnpackedGemmRowSweep) {
+  const int saved_threads = omp_get_max_threads();
+  bool swept = false;
+  for (VectorIsa isa : supported_vector_isas()) {
+    const GemmKernels& g = kernels::vec::vec_kernels_for(isa).gemm;
+    if (g.row_sweep_kc == 0) continue;
+    SCOPED_TRACE(vector_isa_name(isa));
+    swept = true;
+    uint32_t seed = 900;
+    for (int threads : {1, 2}) {
+      omp_set_num_threads(threads);
+      SCOPED_TRACE(threads);
+      // 1,543 rows: a thread's share of panels covers them all (past the sweep's 1,536-row threshold).
+      check_product(g, {1543, g.row_sweep_kc + 301, 545, true, true, false, GemmActivation::kRelu, 0, 0, true, false,
+                        true, true},
+                    seed += 10);
+      // Few panels, so one thread's rows (two threads split them, 1,550 each).
+      check_product(g, {3100, 70, 2 * g.nr + 5, false, false, true, GemmActivation::kNone, 0, 0, true, false, false,
+                        true},
+                    seed += 10);
+    }
+  }
+  omp_set_num_threads(saved_threads);
+  if (!swept) GTEST_SKIP() << "no ISA here sweeps rows";
+}
+
 TEST(VecKernels, PackedGemmEpilogues) {
   for (VectorIsa isa : supported_vector_isas()) {
     SCOPED_TRACE(vector_isa_name(isa));

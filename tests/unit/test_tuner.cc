@@ -55,6 +55,12 @@ std::string temp_path(const char* name) {
       .string();
 }
 
+// The cache and the lock file the tuner keeps beside it (Tuner::save).
+void remove_cache(const std::string& path) {
+  std::remove(path.c_str());
+  std::remove((path + ".lock").c_str());
+}
+
 nlohmann::json read_json(const std::string& path) {
   std::ifstream in(path);
   return nlohmann::json::parse(in);
@@ -76,7 +82,7 @@ std::string plan_and_check(const std::string& cache, TuningStats* stats) {
 
 TEST(Tuner, TimesTheAlternativesThenPlansFromTheCache) {
   const std::string cache = temp_path("cache");
-  std::remove(cache.c_str());
+  remove_cache(cache);
   TuningStats stats;
   plan_and_check(cache, &stats);
   EXPECT_EQ(stats.timed_nodes, 1u);
@@ -99,7 +105,7 @@ TEST(Tuner, TimesTheAlternativesThenPlansFromTheCache) {
     EXPECT_EQ(stats.cached_nodes, 1u);
     EXPECT_EQ(line.find(":packed_gemm") != std::string::npos, std::string(forced) == "packed_gemm") << line;
   }
-  std::remove(cache.c_str());
+  remove_cache(cache);
 }
 
 TEST(Tuner, AMalformedCacheIsReplaced) {
@@ -111,7 +117,7 @@ TEST(Tuner, AMalformedCacheIsReplaced) {
     EXPECT_EQ(stats.timed_nodes, 1u) << bad;
     EXPECT_EQ(read_json(cache)["choices"].size(), 1u) << bad;  // rewritten, valid
   }
-  std::remove(cache.c_str());
+  remove_cache(cache);
 }
 
 // The tuning cache's model key changes with the wiring and the attributes

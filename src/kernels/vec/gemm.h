@@ -7,7 +7,9 @@
 // three-level scheme: a k-block of one B panel (in L1 below AVX-512; AVX-512's
 // prepacked k-blocks are longer, 768) across every row tile of an A block
 // that stays in L2; threads split the panels (or, when there are few, the
-// rows) so each writes its own part of C.
+// rows) so each writes its own part of C. On AVX-512, a product packed per
+// run with thousands of rows turns that around: a row tile's A in L1 across
+// a k-block of the panels in L2 (the row sweep, gemm.cc).
 //
 // Why it exists: on CPUs without AVX-512, oneDNN 2.6.3's matmul is its
 // gemm:jit sgemm, which takes B only in its plain layout and repacks it on

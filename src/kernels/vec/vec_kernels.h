@@ -80,6 +80,9 @@ struct ConvGather {
 struct GemmKernels {
   int mr, nr, kc;  // tile rows, tile columns (a packed panel's width), k-block of the packing
   int width;       // floats per vector (nr is a multiple)
+  // The k-block of products of many rows swept a row tile at a time across
+  // the panels (gemm.cc, gemm_part_row_sweep); 0: this ISA does not.
+  int row_sweep_kc;
   // c[m x n] = init + a[m x kc] * b for m <= mr, n <= nr: a's rows lda apart,
   // b one packed panel block (nr floats per k), init null (zero), c itself
   // (accumulate) or another matrix, ldc apart like c. `finish` (null: none)
