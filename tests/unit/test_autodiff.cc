@@ -299,6 +299,22 @@ TEST(Autodiff, ConvDataWeightsAndBias) {
   }
 }
 
+// Channels that fill oneDNN's blocks (16 and 32: whole blocks at every ISA),
+// where the convolution and both its gradients run on blocked kernels with
+// their operands reordered in and out (dnnl/conv.cc, dnnl/conv_grad.cc).
+TEST(Autodiff, ConvOnChannelBlocks) {
+  auto make = [] {
+    auto g = new_graph();
+    Value* x = g->add_constant("X", random_tensor({2, 16, 6, 6}, 57));
+    Value* w = g->add_constant("W", random_tensor({32, 16, 3, 3}, 58, -0.2f, 0.2f));
+    Value* b = g->add_constant("B", random_tensor({32}, 59));
+    Value* y = node(*g, "Conv", {x, w, b}, attrs({{"pads", std::vector<int64_t>{1, 1, 1, 1}}}));
+    weighted_sum_loss(*g, y, {2, 32, 6, 6});
+    return g;
+  };
+  expect_gradients_match(make, {}, {"X", "W", "B"});
+}
+
 TEST(Autodiff, PoolingSendsTheGradientToTheWindows) {
   const auto window = attrs({{"kernel_shape", std::vector<int64_t>{3, 3}}, {"strides", std::vector<int64_t>{2, 2}},
                              {"pads", std::vector<int64_t>{1, 1, 1, 1}}});

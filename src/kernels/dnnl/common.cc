@@ -1,6 +1,7 @@
 #include "kernels/dnnl/common.h"
 
 #include <algorithm>
+#include <cstdlib>
 
 #include "anvil/cpu.h"
 #include "kernels/weight_cache.h"
@@ -183,6 +184,20 @@ dnnl::memory::desc blocked_desc(const Shape& shape) {
   bool wide = dnnl::get_effective_cpu_isa() >= dnnl::cpu_isa::avx512_core;
   tag t = shape.size() == 4 ? (wide ? tag::nChw16c : tag::nChw8c) : (wide ? tag::nCdhw16c : tag::nCdhw8c);
   return dnnl::memory::desc(dims(shape), dnnl::memory::data_type::f32, t);
+}
+
+bool blocked_layouts_allowed() {
+  static const bool allowed = [] {
+    const char* v = std::getenv("ANVIL_CONV_LAYOUT");
+    return !(v && std::string(v) == "plain");
+  }();
+  return allowed;
+}
+
+bool fills_channel_blocks(const Shape& x, int64_t out_channels, int64_t group) {
+  if (x.size() != 4 || group != 1 || !blocked_layouts_allowed()) return false;
+  const int64_t block = blocked_desc(x).data.format_desc.blocking.inner_blks[0];
+  return x[1] % block == 0 && out_channels % block == 0;
 }
 
 void PrimitiveKernel::execute(std::unordered_map<int, dnnl::memory>& args, void* scratch) const {

@@ -130,6 +130,15 @@ dnnl::memory::desc desc_of(const TensorType& type);
 // (nChw8c / nChw16c), for primitives that cannot choose one themselves (pooling).
 dnnl::memory::desc blocked_desc(const Shape& shape);
 
+// False when ANVIL_CONV_LAYOUT=plain keeps convolutions on NCHW kernels (no
+// reorders; read once).
+bool blocked_layouts_allowed();
+// Whether a 2-D convolution of x (NCHW) into out_channels, one group, fills
+// blocked_desc's channel blocks on both sides: where oneDNN's blocked
+// kernels run it (a network's first convolution, on an image's 1-3
+// channels, does not).
+bool fills_channel_blocks(const Shape& x, int64_t out_channels, int64_t group);
+
 // How a 4-D tensor's pixels hold their channels: `channels` contiguous floats
 // per pixel, pixels `pixel` floats apart, `planes` planes (batch x channel
 // blocks) `plane` floats apart: nChw8c / nChw16c (a channel block per plane)

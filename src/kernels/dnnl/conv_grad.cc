@@ -6,8 +6,15 @@
 //   anvil.ConvGradWeight(dY, X, W)  -> dW [, dB]  (W for its shape only; dB
 //                                      when the node has a second output)
 //
-// Activations stay plain (NCHW): a training step's reorders would cost more
-// than the blocked kernels save at the sizes trained here.
+// Tensors arrive and leave plain (NCHW). Where the channels fill oneDNN's
+// blocks (du::fills_channel_blocks), the primitives take the layouts they
+// pick, and the kernels reorder in their scratch memory on the way in and
+// out: a 3x3 convolution of 16 into 32 channels at 8x8, batch 64 (Intel
+// Xeon, two threads), ran its backward data and weights in 0.12 and 0.14 ms
+// on the blocked kernels against 0.41 and 0.44 on the im2col GEMM
+// (gemm:jit) over plain data; 64 into 64 at 32x32, batch 128, 36 and 30
+// against 65 and 87 ms. A network's first convolution, on an image's few
+// channels, stays plain (there the blocked backward data ran 10-80x slower).
 #include "kernels/dnnl/common.h"
 #include "kernels/nn_geometry.h"
 #include "kernels/registry.h"
@@ -20,14 +27,21 @@ using dnnl::memory;
 namespace du = dnnl_util;
 
 // What both gradients need: the forward convolution's descriptors, from the
-// shapes of X, W and dY and the node's attributes.
+// shapes of X, W and dY and the node's attributes. `blocked`: the
+// primitives pick the layouts (pick()); else plain.
 struct ForwardConv {
-  memory::desc src, weights, dst, bias;
+  memory::desc src, weights, dst, bias;  // plain
   memory::dims strides, dilations, pads_begin, pads_end;
+  bool blocked = false;
   dnnl::convolution_forward::primitive_desc pd;
+
+  memory::desc pick(const memory::desc& plain) const {
+    return blocked ? memory::desc(plain.dims(), plain.data_type(), memory::format_tag::any) : plain;
+  }
 };
 
-ForwardConv forward_conv(const PrepareContext& ctx, const Shape& x, const Shape& w, const Shape& dy, bool bias) {
+ForwardConv forward_conv(const PrepareContext& ctx, const Shape& x, const Shape& w, const Shape& dy, bool bias,
+                         bool blocked) {
   ANVIL_PREPARE_CHECK(ctx, x.size() >= 3 && x.size() <= 5 && w.size() == x.size() && dy.size() == x.size(),
                       ErrorKind::kUnsupported, "convolution gradients need 1 to 3 spatial dimensions, got X {}, W {}",
                       shape_str(x), shape_str(w));
@@ -38,6 +52,7 @@ ForwardConv forward_conv(const PrepareContext& ctx, const Shape& x, const Shape&
                       shape_str(x), shape_str(w), shape_str(dy), group);
   SpatialGeometry g = conv_geometry(ctx, x, std::vector<int64_t>(w.begin() + 2, w.end()), &dy);
   ForwardConv f;
+  f.blocked = blocked && du::fills_channel_blocks(x, w[0], group);
   f.src = du::plain_desc(x, DType::kFloat32);
   f.dst = du::plain_desc(dy, DType::kFloat32);
   Shape wdims = w;
@@ -53,8 +68,8 @@ ForwardConv forward_conv(const PrepareContext& ctx, const Shape& x, const Shape&
   f.pads_end = du::dims(g.pads_end);
   try {
     dnnl::convolution_forward::desc desc(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
-                                         f.src, f.weights, f.bias, f.dst, f.strides, f.dilations, f.pads_begin,
-                                         f.pads_end);
+                                         f.pick(f.src), f.pick(f.weights), f.bias, f.pick(f.dst), f.strides,
+                                         f.dilations, f.pads_begin, f.pads_end);
     f.pd = dnnl::convolution_forward::primitive_desc(desc, du::engine());
   } catch (const dnnl::error& e) {
     ctx.fail(ErrorKind::kInvalidModel, "the shapes X {}, W {}, dY {} do not fit the convolution's attributes ({})",
@@ -63,21 +78,53 @@ ForwardConv forward_conv(const PrepareContext& ctx, const Shape& x, const Shape&
   return f;
 }
 
-// What both gradient kernels share: the primitive, its scratchpad, execution.
+// Whether a blocked primitive is one of oneDNN's direct kernels, which the
+// staging reorders pay for (not its GEMM or reference fallback).
+bool blocked_kernel(const dnnl::primitive_desc_base& pd) {
+  const std::string impl = du::impl_name(pd);
+  return impl.rfind("dnnl:jit", 0) == 0 || impl.rfind("dnnl:brg", 0) == 0;
+}
+
+// The backward primitive `make(f)` builds: on blocked layouts where the
+// channels fill them and a direct kernel takes them, else on plain ones.
+template <typename Make>
+auto backward_pd(const PrepareContext& ctx, const Shape& x, const Shape& w, const Shape& dy, bool bias, Make make) {
+  const ForwardConv blocked = forward_conv(ctx, x, w, dy, bias, true);
+  if (blocked.blocked) {
+    try {
+      auto pd = make(blocked);
+      if (blocked_kernel(pd)) return std::make_pair(blocked, pd);
+    } catch (const dnnl::error&) {
+    }
+  }
+  const ForwardConv plain = forward_conv(ctx, x, w, dy, bias, false);
+  return std::make_pair(plain, make(plain));
+}
+
+// What both gradient kernels share: the primitive, its scratchpad (at the
+// start of the kernel's scratch, the staged operands after it), execution.
 class ConvGradKernel : public Kernel {
  public:
-  size_t scratch_bytes() const override { return scratchpad_.get_size(); }
+  size_t scratch_bytes() const override { return scratch_; }
   std::string impl_name() const override { return impl_; }
 
  protected:
+  // Records the primitive; returns where the staged operands' scratch starts.
+  size_t set_primitive(const dnnl::primitive_desc_base& pd, dnnl::primitive primitive) {
+    primitive_ = std::move(primitive);
+    scratchpad_ = pd.scratchpad_desc();
+    impl_ = du::impl_name(pd);
+    return scratchpad_.get_size();
+  }
+
   void execute(const RunContext& ctx, std::unordered_map<int, memory> args) const {
     if (scratchpad_.get_size()) args[DNNL_ARG_SCRATCHPAD] = du::wrap(scratchpad_, ctx.scratch);
     primitive_.execute(du::stream(), args);
-    du::stream().wait();
   }
 
   dnnl::primitive primitive_;
   memory::desc scratchpad_;
+  size_t scratch_ = 0;
   std::string impl_;
 };
 
@@ -86,31 +133,36 @@ class ConvGradInputKernel : public ConvGradKernel {
   explicit ConvGradInputKernel(const ir::Node&) {}
 
   std::vector<TensorType> prepare(const PrepareContext& ctx) override {
-    const ForwardConv f = forward_conv(ctx, ctx.input_shape(2), ctx.input_shape(1), ctx.input_shape(0), false);
     try {
-      dnnl::convolution_backward_data::desc desc(dnnl::algorithm::convolution_direct, f.src, f.weights, f.dst,
-                                                 f.strides, f.dilations, f.pads_begin, f.pads_end);
-      dnnl::convolution_backward_data::primitive_desc pd(desc, du::user_scratchpad_attr(), du::engine(), f.pd);
-      primitive_ = dnnl::convolution_backward_data(pd);
-      scratchpad_ = pd.scratchpad_desc();
-      impl_ = du::impl_name(pd);
+      const auto [f, pd] = backward_pd(ctx, ctx.input_shape(2), ctx.input_shape(1), ctx.input_shape(0), false,
+                                       [&](const ForwardConv& f) {
+                                         dnnl::convolution_backward_data::desc desc(
+                                             dnnl::algorithm::convolution_direct, f.pick(f.src), f.pick(f.weights),
+                                             f.pick(f.dst), f.strides, f.dilations, f.pads_begin, f.pads_end);
+                                         return dnnl::convolution_backward_data::primitive_desc(
+                                             desc, du::user_scratchpad_attr(), du::engine(), f.pd);
+                                       });
+      size_t offset = set_primitive(pd, dnnl::convolution_backward_data(pd));
+      offset = diff_dst_.init(f.dst, pd.diff_dst_desc(), offset);
+      offset = weights_.init(f.weights, pd.weights_desc(), offset);
+      scratch_ = diff_src_.init(f.src, pd.diff_src_desc(), offset);
     } catch (const dnnl::error& e) {
       ctx.fail(ErrorKind::kUnsupported, "oneDNN has no convolution backward-data for this case ({})", e.what());
     }
-    diff_dst_ = f.dst;
-    weights_ = f.weights;
-    diff_src_ = f.src;
     return ctx.output_types();
   }
 
   void run(const RunContext& ctx) const override {
-    execute(ctx, {{DNNL_ARG_DIFF_DST, du::wrap(diff_dst_, ctx.in(0).raw())},
-                  {DNNL_ARG_WEIGHTS, du::wrap(weights_, ctx.in(1).raw())},
-                  {DNNL_ARG_DIFF_SRC, du::wrap(diff_src_, ctx.out(0).raw())}});
+    const memory diff_src = diff_src_.output(ctx.out(0).raw(), ctx.scratch);
+    execute(ctx, {{DNNL_ARG_DIFF_DST, diff_dst_.input(ctx.in(0).raw(), ctx.scratch)},
+                  {DNNL_ARG_WEIGHTS, weights_.input(ctx.in(1).raw(), ctx.scratch)},
+                  {DNNL_ARG_DIFF_SRC, diff_src}});
+    diff_src_.finish(diff_src, ctx.out(0).raw());
+    du::stream().wait();
   }
 
  private:
-  memory::desc diff_dst_, weights_, diff_src_;
+  du::Staging diff_dst_, weights_, diff_src_;
 };
 
 class ConvGradWeightKernel : public ConvGradKernel {
@@ -119,35 +171,41 @@ class ConvGradWeightKernel : public ConvGradKernel {
 
   std::vector<TensorType> prepare(const PrepareContext& ctx) override {
     with_bias_ = ctx.output_types().size() > 1;
-    const ForwardConv f = forward_conv(ctx, ctx.input_shape(1), ctx.input_shape(2), ctx.input_shape(0), with_bias_);
     try {
-      dnnl::convolution_backward_weights::desc desc(dnnl::algorithm::convolution_direct, f.src, f.weights, f.bias,
-                                                    f.dst, f.strides, f.dilations, f.pads_begin, f.pads_end);
-      dnnl::convolution_backward_weights::primitive_desc pd(desc, du::user_scratchpad_attr(), du::engine(), f.pd);
-      primitive_ = dnnl::convolution_backward_weights(pd);
-      scratchpad_ = pd.scratchpad_desc();
-      impl_ = du::impl_name(pd);
+      const auto [f, pd] = backward_pd(ctx, ctx.input_shape(1), ctx.input_shape(2), ctx.input_shape(0), with_bias_,
+                                       [&](const ForwardConv& f) {
+                                         dnnl::convolution_backward_weights::desc desc(
+                                             dnnl::algorithm::convolution_direct, f.pick(f.src), f.pick(f.weights),
+                                             f.bias, f.pick(f.dst), f.strides, f.dilations, f.pads_begin, f.pads_end);
+                                         return dnnl::convolution_backward_weights::primitive_desc(
+                                             desc, du::user_scratchpad_attr(), du::engine(), f.pd);
+                                       });
+      size_t offset = set_primitive(pd, dnnl::convolution_backward_weights(pd));
+      offset = diff_dst_.init(f.dst, pd.diff_dst_desc(), offset);
+      offset = src_.init(f.src, pd.src_desc(), offset);
+      scratch_ = diff_weights_.init(f.weights, pd.diff_weights_desc(), offset);
+      diff_bias_ = f.bias;
     } catch (const dnnl::error& e) {
       ctx.fail(ErrorKind::kUnsupported, "oneDNN has no convolution backward-weights for this case ({})", e.what());
     }
-    diff_dst_ = f.dst;
-    src_ = f.src;
-    diff_weights_ = f.weights;
-    diff_bias_ = f.bias;
     return ctx.output_types();
   }
 
   void run(const RunContext& ctx) const override {
-    std::unordered_map<int, memory> args{{DNNL_ARG_DIFF_DST, du::wrap(diff_dst_, ctx.in(0).raw())},
-                                         {DNNL_ARG_SRC, du::wrap(src_, ctx.in(1).raw())},
-                                         {DNNL_ARG_DIFF_WEIGHTS, du::wrap(diff_weights_, ctx.out(0).raw())}};
+    const memory diff_weights = diff_weights_.output(ctx.out(0).raw(), ctx.scratch);
+    std::unordered_map<int, memory> args{{DNNL_ARG_DIFF_DST, diff_dst_.input(ctx.in(0).raw(), ctx.scratch)},
+                                         {DNNL_ARG_SRC, src_.input(ctx.in(1).raw(), ctx.scratch)},
+                                         {DNNL_ARG_DIFF_WEIGHTS, diff_weights}};
     if (with_bias_) args[DNNL_ARG_DIFF_BIAS] = du::wrap(diff_bias_, ctx.out(1).raw());
     execute(ctx, std::move(args));
+    diff_weights_.finish(diff_weights, ctx.out(0).raw());
+    du::stream().wait();
   }
 
  private:
   bool with_bias_ = false;
-  memory::desc diff_dst_, src_, diff_weights_, diff_bias_;
+  du::Staging diff_dst_, src_, diff_weights_;
+  memory::desc diff_bias_;
 };
 
 static Registrar conv_grad_input("ConvGradInput", Backend::kDnnl, factory_of<ConvGradInputKernel>(), "anvil",
