@@ -44,6 +44,8 @@ struct TrainOptions {
   std::string checkpoint_dir;      // non-empty: a checkpoint after every epoch (train/checkpoint.h)
   bool resume = false;             // continue from checkpoint_dir's latest checkpoint
   bool deterministic = false;      // bit-identical weights across reruns at one thread count
+  bool flush_denormals = true;     // floats below 1.2e-38 as zero while training (x86 FTZ/DAZ): tiny
+                                   // gradients otherwise take the CPU's slow path
 };
 
 struct EpochReport {

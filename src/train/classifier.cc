@@ -286,6 +286,7 @@ class Run {
     session.num_threads = options.threads;
     trainer_ = std::make_unique<train::Trainer>(std::move(model.graph), loss_name, params, optimizer_options(options),
                                                 session, extras);
+    trainer_->set_flush_denormals(options.flush_denormals);
   }
 
   const Tensor& targets() const { return targets_; }

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "core/check.h"
+#include "core/denormals.h"
 
 namespace anvil::train {
 
@@ -10,7 +11,8 @@ Trainer::Trainer(std::unique_ptr<ir::Graph> forward, const std::string& loss,
                  const std::vector<std::string>& parameters, const OptimizerOptions& optimizer,
                  const SessionOptions& session, const std::vector<std::string>& extra_outputs)
     : grad_(build_gradient_graph(std::move(forward), loss, parameters, extra_outputs)),
-      extra_count_(extra_outputs.size()) {
+      extra_count_(extra_outputs.size()),
+      threads_(session.num_threads) {
   for (const Tensor& t : grad_.initial_values) params_.push_back(t.clone());  // trained here, in place
   optimizer_ = std::make_unique<Optimizer>(optimizer, params_);
   session_ = std::make_unique<Session>(Session::from_graph(std::move(grad_.graph), session));
@@ -27,6 +29,7 @@ std::vector<Tensor> Trainer::run(const std::map<std::string, Tensor>& batch) con
 }
 
 StepResult Trainer::evaluate(const std::map<std::string, Tensor>& batch) const {
+  const ScopedFlushDenormals flush(flush_denormals_, threads_);
   std::vector<Tensor> out = run(batch);
   StepResult result;
   result.loss = element_as_double(out[0], 0);
@@ -35,6 +38,7 @@ StepResult Trainer::evaluate(const std::map<std::string, Tensor>& batch) const {
 }
 
 StepResult Trainer::step(const std::map<std::string, Tensor>& batch, float lr) {
+  const ScopedFlushDenormals flush(flush_denormals_, threads_);
   std::vector<Tensor> out = run(batch);
   StepResult result;
   result.loss = element_as_double(out[0], 0);

@@ -37,6 +37,9 @@ class Trainer {
   const std::vector<std::string>& parameter_names() const { return grad_.parameters; }
   const std::vector<Tensor>& parameters() const { return params_; }
   std::vector<Tensor>& mutable_parameters() { return params_; }  // updated in place by step()
+  // Whether step() and evaluate() flush denormal floats to zero
+  // (core/denormals.h; on unless turned off).
+  void set_flush_denormals(bool on) { flush_denormals_ = on; }
   const Optimizer& optimizer() const { return *optimizer_; }
   Optimizer& mutable_optimizer() { return *optimizer_; }
 
@@ -46,6 +49,8 @@ class Trainer {
   std::unique_ptr<Session> session_;
   std::vector<Tensor> params_;
   std::unique_ptr<Optimizer> optimizer_;
+  int threads_ = 0;  // the session's team (0: one per core)
+  bool flush_denormals_ = true;
 
   // Runs the gradient graph: the loss, the extra outputs, then the gradients.
   std::vector<Tensor> run(const std::map<std::string, Tensor>& batch) const;

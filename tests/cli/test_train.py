@@ -81,6 +81,22 @@ def test_uint8_features_are_scaled(anvil, tmp_path):
     assert float(re.findall(r"accuracy ([0-9.]+)%", result.stdout)[-1]) >= 90.0, result.stdout
 
 
+def test_keep_denormals_trains_the_same_rule(anvil, tmp_path):
+    """The flag is accepted and changes no result here: this small MLP's values never fall below 1.2e-38."""
+    model = mlp_model(tmp_path / "mlp.onnx")
+    x, y = sign_data(512, 5)
+    np.save(tmp_path / "x.npy", x)
+    np.save(tmp_path / "y.npy", y)
+    losses = []
+    for extra in ([], ["--keep-denormals"]):
+        result = anvil("train", "--model", model, "--data", tmp_path / "x.npy", "--labels", tmp_path / "y.npy",
+                       "--epochs", "3", "--batch", "64", "--lr", "0.02", "--seed", "3", "--threads", "2",
+                       "--deterministic", *extra, timeout=TRAIN_TIMEOUT_S)
+        assert_ok(result)
+        losses.append(re.findall(r"loss ([0-9.]+)", result.stdout))
+    assert losses[0] and losses[0] == losses[1], losses
+
+
 def one_error_line(result, code, text):
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert result.returncode == code, f"exit {result.returncode}: {result.stderr}"

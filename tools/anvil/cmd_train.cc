@@ -25,6 +25,7 @@ namespace {
 struct TrainArgs {
   std::string model, data, labels, export_path;
   int label_column = -1;
+  bool keep_denormals = false;
   TrainOptions options;
 };
 
@@ -53,8 +54,9 @@ void keep_large_blocks() {
 #endif
 }
 
-int train(const TrainArgs& a) {
+int train(TrainArgs& a) {
   keep_large_blocks();
+  a.options.flush_denormals = !a.keep_denormals;
   if (!a.export_path.empty()) check_writable(a.export_path);
   if (is_csv(a.data) && !a.labels.empty())
     throw Error(ErrorKind::kInvalidArgument, "a CSV file holds its labels (--label-column): drop --labels");
@@ -133,6 +135,9 @@ Command add_train(CLI::App& app) {
   app.add_flag("--resume", o.resume, "continue from the latest checkpoint in --checkpoint");
   app.add_flag("--deterministic", o.deterministic,
                "bit-identical weights across reruns with the same --seed and --threads");
+  app.add_flag("--keep-denormals", a->keep_denormals,
+               "compute with denormal floats (below 1.2e-38) rather than as zero, as IEEE 754 has them: exact, "
+               "and slow on x86 once gradients get that small");
   app.add_option("--export", a->export_path, "write the trained model to this ONNX file");
   return [a] { return train(*a); };
 }
