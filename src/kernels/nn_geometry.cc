@@ -169,7 +169,7 @@ SpatialGeometry conv_transpose_geometry(const PrepareContext& ctx, const Shape& 
   return g;
 }
 
-SpatialGeometry pool_geometry(const PrepareContext& ctx, const Shape& x) {
+SpatialGeometry pool_geometry(const PrepareContext& ctx, const Shape& x, const Shape* y) {
   const size_t k = spatial_rank(ctx, x);
   ANVIL_PREPARE_CHECK(ctx, ctx.attrs().has("kernel_shape"), ErrorKind::kInvalidModel,
                       "the kernel_shape attribute is required");
@@ -177,7 +177,7 @@ SpatialGeometry pool_geometry(const PrepareContext& ctx, const Shape& x) {
   ANVIL_PREPARE_CHECK(ctx, kernel.size() == k, ErrorKind::kInvalidModel,
                       "kernel_shape {} has {} entries but the input {} has {} spatial dimensions", shape_str(kernel),
                       kernel.size(), shape_str(x), k);
-  SpatialGeometry g = common_geometry(ctx, k, kernel);
+  SpatialGeometry g = common_geometry(ctx, k, kernel, y);
   AutoPad mode = read_auto_pad(ctx);
   const bool ceil_mode = ctx.attrs().get_int("ceil_mode", 0) != 0;
   if (mode == AutoPad::kNotSet) {

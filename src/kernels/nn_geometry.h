@@ -55,8 +55,9 @@ SpatialGeometry conv_geometry(const PrepareContext& ctx, const Shape& x, const s
                               const Shape* y = nullptr);
 SpatialGeometry conv_transpose_geometry(const PrepareContext& ctx, const Shape& x,
                                         const std::vector<int64_t>& kernel);
-// Kernel from the kernel_shape attribute (required).
-SpatialGeometry pool_geometry(const PrepareContext& ctx, const Shape& x);
+// Kernel from the kernel_shape attribute (required); `y` the pooling's
+// output shape when it is not the node's output 0 (gradients).
+SpatialGeometry pool_geometry(const PrepareContext& ctx, const Shape& x, const Shape* y = nullptr);
 
 // A Gemm-like node's product: A (input 0) and B (input 1) read through the
 // transA / transB attributes as [m, k] and [k, n]. Checked here (invalid

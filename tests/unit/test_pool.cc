@@ -129,6 +129,42 @@ TEST(MaxPool, AutoPadSame) {
   EXPECT_EQ(values<float>(out[0]), (std::vector<float>{2, 4, 5}));
 }
 
+// anvil.MaxPoolGrad(dY, X): each output's gradient goes to the element its
+// window's maximum came from (the first of equals in scan order), summed
+// where windows overlap; padding never takes it.
+testing::KernelOptions anvil_op() {
+  testing::KernelOptions o;
+  o.domain = "anvil";
+  return o;
+}
+
+TEST(MaxPoolGrad, EachGradientGoesToItsWindowsFirstMaximum) {
+  // Windows (2x2, stride 1) of [[1 5 5] [2 0 3] [4 4 1]]: maxima at (0,1), (0,1) again (the first 5), (2,0), (2,1).
+  const Tensor x = f32({1, 1, 3, 3}, {1, 5, 5, 2, 0, 3, 4, 4, 1});
+  const auto out = run_kernel("MaxPoolGrad", {f32({1, 1, 2, 2}, {1, 10, 100, 1000}), x},
+                              attrs({{"kernel_shape", Ints{2, 2}}}), anvil_op());
+  EXPECT_EQ(out[0].shape(), (Shape{1, 1, 3, 3}));
+  EXPECT_EQ(values<float>(out[0]), (std::vector<float>{0, 11, 0, 0, 0, 0, 100, 1000, 0}));
+}
+
+TEST(MaxPoolGrad, PaddingNeverTakesTheGradient) {
+  // Pads of 1, 2x2 windows at stride 2 over negative values: each window holds one real element.
+  const auto out = run_kernel("MaxPoolGrad", {f32({1, 1, 2, 2}, {1, 2, 3, 4}), f32({1, 1, 2, 2}, {-3, -1, -2, -4})},
+                              attrs({{"kernel_shape", Ints{2, 2}}, {"strides", Ints{2, 2}}, {"pads", Ints{1, 1, 1, 1}}}),
+                              anvil_op());
+  EXPECT_EQ(values<float>(out[0]), (std::vector<float>{1, 2, 3, 4}));
+}
+
+TEST(MaxPoolGrad, AGradientOfAnotherShapeIsRefused) {
+  try {
+    run_kernel("MaxPoolGrad", {f32({1, 1, 3, 3}, iota_f(9)), f32({1, 1, 4, 4}, iota_f(16))},
+               attrs({{"kernel_shape", Ints{2, 2}}, {"strides", Ints{2, 2}}}), anvil_op());
+    ADD_FAILURE() << "no anvil::Error thrown";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("is not the shape MaxPool gives"), std::string::npos) << e.what();
+  }
+}
+
 TEST(MaxPool, ThreeDimensional) {
   Tensor x = f32({1, 1, 2, 2, 3}, {0, 1, 2, 3, 4, 5, 11, 10, 9, 8, 7, 6});
   auto out = run_kernel("MaxPool", {x}, attrs({{"kernel_shape", Ints{2, 2, 2}}}), outputs(2));

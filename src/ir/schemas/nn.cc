@@ -264,6 +264,22 @@ void infer_pool(InferContext& ctx) {
   ctx.set_output(1, Type::tensor(DType::kInt64, out));  // MaxPool's Indices
 }
 
+// anvil.MaxPoolGrad(dY, X) -> dX, the autodiff's (train/gradients/conv_pool.cc):
+// MaxPool's attributes, dY shaped as MaxPool's output on X, dX as X.
+void infer_max_pool_grad(InferContext& ctx) {
+  ctx.set_output(0, Type::tensor(ctx.dtype(1)));
+  const SymShape &dy = ctx.dims(0), &x = ctx.dims(1);
+  if (x.size() < 3) ctx.fail_input("X {} must have rank >= 3", dims_str(x));
+  if (ctx.dtype(0) != ctx.dtype(1)) ctx.fail_input("dY and X have different dtypes");
+  SymShape y{x[0], x[1]};
+  const SymShape spatial = window_out(ctx, x, ctx.attr_ints("kernel_shape"), ctx.attr_int("ceil_mode") != 0);
+  y.insert(y.end(), spatial.begin(), spatial.end());
+  bool fits = dy.size() == y.size();
+  for (size_t i = 0; fits && i < y.size(); ++i) fits = !dy[i].is_known() || !y[i].is_known() || dy[i] == y[i];
+  if (!fits) ctx.fail_input("dY {} is not the shape MaxPool gives X {}: {}", dims_str(dy), dims_str(x), dims_str(y));
+  ctx.set_output(0, Type::tensor(ctx.dtype(1), x));
+}
+
 void infer_global_pool(InferContext& ctx) {
   ctx.set_output(0, Type::tensor(ctx.dtype(0)));
   SymShape out = ctx.dims(0);
@@ -599,6 +615,12 @@ struct Registrations {
                 .attr("auto_pad", std::string("NOTSET"))
                 .attr("ceil_mode", int64_t{0})
                 .infer(infer_pool));
+    r.add(OpSchema("MaxPoolGrad", "anvil")
+              .inputs({kFloats})
+              .required_attr("kernel_shape")
+              .attr("auto_pad", std::string("NOTSET"))
+              .attr("ceil_mode", int64_t{0})
+              .infer(infer_max_pool_grad));
     for (const char* op : {"GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool"}) r.add(OpSchema(op).infer(infer_global_pool));
     for (const char* op : {"ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
                            "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare"})

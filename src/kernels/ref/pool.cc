@@ -1,5 +1,6 @@
 // Reference pooling: MaxPool (with the optional Indices output), AveragePool,
-// GlobalAveragePool and GlobalMaxPool.
+// GlobalAveragePool and GlobalMaxPool; and MaxPool's gradient
+// (anvil.MaxPoolGrad, the autodiff's).
 //
 // Windowed pooling runs 1D and 2D as 3D with leading unit dimensions, one
 // (batch, channel) plane per parallel iteration. Per spatial dimension the
@@ -49,6 +50,46 @@ void check_rank(const PrepareContext& ctx) {
                       "input X has {} spatial dimensions; at most 3 are supported", x.size() - 2);
 }
 
+// Calls f(o, best, d, h, w) for each output position o of one plane xp:
+// the largest element of o's window and where it is (the first of equals in
+// the window's scan order; the first real element wins over NaN, so every
+// window has one).
+template <typename T, typename F>
+void scan_window_maxima(const Geometry3& g, const T* xp, F f) {
+  int64_t o = 0;
+  for (int64_t od = 0; od < g.out[0]; ++od) {
+    const int64_t sd = od * g.s[0] - g.p[0];
+    const Taps td = taps_inside(sd, g.k[0], g.d[0], g.in[0]);
+    for (int64_t oh = 0; oh < g.out[1]; ++oh) {
+      const int64_t sh = oh * g.s[1] - g.p[1];
+      const Taps th = taps_inside(sh, g.k[1], g.d[1], g.in[1]);
+      for (int64_t ow = 0; ow < g.out[2]; ++ow, ++o) {
+        const int64_t sw = ow * g.s[2] - g.p[2];
+        const Taps tw = taps_inside(sw, g.k[2], g.d[2], g.in[2]);
+        T best = std::numeric_limits<T>::lowest();
+        int64_t bd = 0, bh = 0, bw = 0;
+        bool found = false;
+        for (int64_t jd = td.lo; jd < td.hi; ++jd) {
+          const int64_t id = sd + jd * g.d[0];
+          for (int64_t jh = th.lo; jh < th.hi; ++jh) {
+            const int64_t ih = sh + jh * g.d[1];
+            const T* row = xp + (id * g.in[1] + ih) * g.in[2];
+            for (int64_t jw = tw.lo; jw < tw.hi; ++jw) {
+              const int64_t iw = sw + jw * g.d[2];
+              if (!found || row[iw] > best) {
+                best = row[iw];
+                bd = id, bh = ih, bw = iw;
+                found = true;
+              }
+            }
+          }
+        }
+        f(o, best, bd, bh, bw);
+      }
+    }
+  }
+}
+
 class MaxPoolKernel : public Kernel {
  public:
   explicit MaxPoolKernel(const ir::Node&) {}
@@ -86,58 +127,68 @@ class MaxPoolKernel : public Kernel {
   void compute(const T* x, T* y, int64_t* indices) const {
     const Geometry3& g = geo_;
     const int64_t in_plane = g.in_plane(), out_plane = g.out_plane();
-    const int64_t window = g.k[0] * g.k[1] * g.k[2];
     // Column-major flattening of the spatial index (storage_order = 1).
     const int64_t cm[3] = {1, g.in[0], g.in[0] * g.in[1]};
-#pragma omp parallel for if (planes_ * out_plane * window > kParallelThreshold)
+#pragma omp parallel for if (planes_ * out_plane * g.taps() > kParallelThreshold)
     for (int64_t pl = 0; pl < planes_; ++pl) {
-      const T* xp = x + pl * in_plane;
       T* yp = y + pl * out_plane;
       int64_t* ip = kIndices ? indices + pl * out_plane : nullptr;
-      int64_t o = 0;
-      for (int64_t od = 0; od < g.out[0]; ++od) {
-        const int64_t sd = od * g.s[0] - g.p[0];
-        const Taps td = taps_inside(sd, g.k[0], g.d[0], g.in[0]);
-        for (int64_t oh = 0; oh < g.out[1]; ++oh) {
-          const int64_t sh = oh * g.s[1] - g.p[1];
-          const Taps th = taps_inside(sh, g.k[1], g.d[1], g.in[1]);
-          for (int64_t ow = 0; ow < g.out[2]; ++ow, ++o) {
-            const int64_t sw = ow * g.s[2] - g.p[2];
-            const Taps tw = taps_inside(sw, g.k[2], g.d[2], g.in[2]);
-            T best = std::numeric_limits<T>::lowest();
-            int64_t bd = 0, bh = 0, bw = 0;
-            bool found = false;
-            for (int64_t jd = td.lo; jd < td.hi; ++jd) {
-              const int64_t id = sd + jd * g.d[0];
-              for (int64_t jh = th.lo; jh < th.hi; ++jh) {
-                const int64_t ih = sh + jh * g.d[1];
-                const T* row = xp + (id * g.in[1] + ih) * g.in[2];
-                for (int64_t jw = tw.lo; jw < tw.hi; ++jw) {
-                  const int64_t iw = sw + jw * g.d[2];
-                  // The first real element always wins, so an all-NaN window still has an index.
-                  if (!found || row[iw] > best) {
-                    best = row[iw];
-                    bd = id, bh = ih, bw = iw;
-                    found = true;
-                  }
-                }
-              }
-            }
-            yp[o] = best;
-            if constexpr (kIndices) {
-              const int64_t local =
-                  storage_order_ == 0 ? (bd * g.in[1] + bh) * g.in[2] + bw : bd * cm[0] + bh * cm[1] + bw * cm[2];
-              ip[o] = pl * in_plane + local;
-            }
-          }
+      scan_window_maxima(g, x + pl * in_plane, [&](int64_t o, T best, int64_t bd, int64_t bh, int64_t bw) {
+        yp[o] = best;
+        if constexpr (kIndices) {
+          const int64_t local =
+              storage_order_ == 0 ? (bd * g.in[1] + bh) * g.in[2] + bw : bd * cm[0] + bh * cm[1] + bw * cm[2];
+          ip[o] = pl * in_plane + local;
         }
-      }
+      });
     }
   }
 
   Geometry3 geo_;
   int64_t planes_ = 0;
   int64_t storage_order_ = 0;
+};
+
+// anvil.MaxPoolGrad(dY, X) -> dX (float32): each output position's gradient
+// added at the element its window's maximum came from, as MaxPool's Indices
+// name it; in one pass per plane, where MaxPool again and a ScatterElements
+// over its indices took 15% of a CNN's training step (bench/train_compare's
+// cnn-32 row).
+class MaxPoolGradKernel : public Kernel {
+ public:
+  explicit MaxPoolGradKernel(const ir::Node&) {}
+
+  std::vector<TensorType> prepare(const PrepareContext& ctx) override {
+    const Shape &dy = ctx.input_shape(0), &x = ctx.input_shape(1);
+    ANVIL_PREPARE_CHECK(ctx, x.size() >= 3 && x.size() <= 5, ErrorKind::kUnsupported,
+                        "X {} must have 1 to 3 spatial dimensions", shape_str(x));
+    ANVIL_PREPARE_CHECK(ctx, dy.size() == x.size() && dy[0] == x[0] && dy[1] == x[1], ErrorKind::kInvalidModel,
+                        "dY {} is not MaxPool's output shape for X {}", shape_str(dy), shape_str(x));
+    geo_ = Geometry3(x, pool_geometry(ctx, x, &dy));
+    planes_ = x[0] * x[1];
+    return ctx.output_types();
+  }
+
+  void run(const RunContext& ctx) const override {
+    const Geometry3& g = geo_;
+    const int64_t in_plane = g.in_plane(), out_plane = g.out_plane();
+    const float* dy = ctx.in(0).data<float>();
+    const float* x = ctx.in(1).data<float>();
+    float* dx = ctx.out(0).data<float>();
+#pragma omp parallel for if (planes_ * out_plane * g.taps() > kParallelThreshold)
+    for (int64_t pl = 0; pl < planes_; ++pl) {
+      float* dxp = dx + pl * in_plane;
+      const float* dyp = dy + pl * out_plane;
+      std::fill(dxp, dxp + in_plane, 0.f);
+      scan_window_maxima(g, x + pl * in_plane, [&](int64_t o, float, int64_t bd, int64_t bh, int64_t bw) {
+        dxp[(bd * g.in[1] + bh) * g.in[2] + bw] += dyp[o];
+      });
+    }
+  }
+
+ private:
+  Geometry3 geo_;
+  int64_t planes_ = 0;
 };
 
 // The exponent of LpPool / GlobalLpPool: an int from opset 2, a float before.
@@ -346,6 +397,7 @@ class MaxUnpoolKernel : public Kernel {
 };
 
 ANVIL_REGISTER_KERNEL_CLASS("MaxPool", kRef, MaxPoolKernel);
+static Registrar max_pool_grad("MaxPoolGrad", Backend::kRef, factory_of<MaxPoolGradKernel>(), "anvil", {{kFloat32Only}});
 ANVIL_REGISTER_KERNEL_CLASS_TYPED("MaxUnpool", kRef, MaxUnpoolKernel, {kFloats, dtype_bit(DType::kInt64), dtype_bit(DType::kInt64)});
 // 1: no count_include_pad (it defaults to 0 since); 19: dilations; 22: types.
 ANVIL_REGISTER_OP_VERSIONS("AveragePool", 1, 22);

@@ -1,5 +1,5 @@
 // Gradients of Conv (oneDNN's backward primitives, src/kernels/dnnl/conv_grad.cc)
-// and pooling: MaxPool (its Indices scatter the gradient back), AveragePool (a
+// and pooling: MaxPool (anvil.MaxPoolGrad: the gradient back to each window's maximum), AveragePool (a
 // transposed convolution with a kernel of ones, over the window counts) and
 // GlobalAveragePool (the gradient spread evenly over each plane).
 #include "core/check.h"
@@ -29,21 +29,11 @@ void conv(GradBuilder& b) {
   if (bias) b.grad(2, g[1]);
 }
 
-// dX = the gradients added at the positions MaxPool took (its Indices output,
-// recomputed here: flat indices into X, plane offsets included).
+// dX = each output's gradient added at the element its window's maximum
+// came from (anvil.MaxPoolGrad: MaxPool's Indices, found again in one pass).
+// Y does not depend on storage_order, which orders only the Indices.
 void max_pool(GradBuilder& b) {
-  const ir::Node& n = b.node();
-  ANVIL_CHECK(n.attrs.get_int("storage_order", 0) == 0, ErrorKind::kUnsupported,
-              "{}: no gradient with storage_order 1", n.describe());
-  ir::Value* indices = b.op_n("MaxPool", {b.x(0)}, 2, n.attrs)[1];
-  ir::Value* count = b.op("Unsqueeze", {b.op("Size", {b.x(0)}), b.ints({0})});
-  ir::Value* zeros = b.op("ConstantOfShape", {count});
-  ir::Attributes scatter;
-  scatter.set("axis", int64_t{0});
-  scatter.set("reduction", std::string("add"));
-  ir::Value* flat = b.op("ScatterElements", {zeros, b.op("Reshape", {indices, b.ints({-1})}),
-                                             b.op("Reshape", {b.dy(), b.ints({-1})})}, scatter);
-  b.grad(0, b.op("Reshape", {flat, b.op("Shape", {b.x(0)})}));
+  b.grad(0, b.anvil_op("MaxPoolGrad", {b.dy(), b.x(0)}, b.node().attrs));
 }
 
 // dX = ConvTranspose(dY / count, ones[C, 1, k...], group = C): each window's
