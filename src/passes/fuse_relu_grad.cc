@@ -8,6 +8,12 @@
 // ReluGrad(Gemm(A, B), Y), Y's shape. Taken from a Gemm without C and with
 // alpha 1, or a MatMul of two matrices; the product must feed only the
 // ReluGrad.
+//
+// Likewise after a max-pool: ReluGrad(MaxPoolGrad(dY, Y), Y), the ReLU's
+// output pooled, becomes MaxPoolGrad(dY, Y) with relu_gate = 1, which adds
+// a window's gradient only where its maximum is positive: the one element
+// it reaches holds that maximum, the ReLU's output there, so the mask
+// changes nothing else. The MaxPoolGrad must feed only the ReluGrad.
 #include "passes/match.h"
 #include "passes/pipeline.h"
 
@@ -30,6 +36,15 @@ ir::Node* fusable_product(const ir::Graph& graph, const ir::Node& relu_grad) {
   return product;
 }
 
+// The MaxPoolGrad feeding `relu_grad` when both read the same Y.
+ir::Node* fusable_max_pool_grad(const ir::Graph& graph, const ir::Node& relu_grad) {
+  const ir::Value* dx = relu_grad.input(0);
+  ir::Node* pool = dx ? dx->producer : nullptr;
+  if (!pool || pool->dead || pool->domain != "anvil" || pool->op_type != "MaxPoolGrad") return nullptr;
+  if (single_consumer(graph, dx) != &relu_grad || pool->input(1) != relu_grad.input(1)) return nullptr;
+  return pool->attrs.get_int("relu_gate", 0) == 0 ? pool : nullptr;
+}
+
 class FuseReluGrad : public Pass {
  public:
   std::string name() const override { return "fuse_relu_grad"; }
@@ -38,6 +53,12 @@ class FuseReluGrad : public Pass {
     for (const auto& node : graph.nodes()) {
       ir::Node& relu_grad = *node;
       if (relu_grad.dead || relu_grad.domain != "anvil" || relu_grad.op_type != "ReluGrad") continue;
+      if (ir::Node* pool = fusable_max_pool_grad(graph, relu_grad)) {
+        pool->attrs.set("relu_gate", int64_t{1});
+        absorb(*pool, relu_grad);
+        changed = true;
+        continue;
+      }
       ir::Node* product = fusable_product(graph, relu_grad);
       ir::Value* y = relu_grad.input(1);
       if (!product || !y || !surely_same_shape(y->type, relu_grad.input(0)->type)) continue;

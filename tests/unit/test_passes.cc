@@ -971,6 +971,51 @@ TEST(Passes, ReluGradOfAProductBecomesOneGemmReluGrad) {
   }
 }
 
+// anvil.ReluGrad(MaxPoolGrad(dy, y), gate) as the autodiff emits it for a
+// ReLU whose output y is max-pooled (gate == y), or a lookalike whose mask
+// is another tensor (gate a second input).
+std::unique_ptr<ir::Graph> pooled_relu_grad_graph(bool same_y) {
+  auto g = std::make_unique<ir::Graph>();
+  g->opsets[""] = 13;
+  g->opsets["anvil"] = 1;
+  ir::Value* dy = g->add_input("dy", DType::kFloat32, {1, 1, 2, 2});
+  ir::Value* y = g->add_input("y", DType::kFloat32, {1, 1, 3, 3});
+  ir::Value* gate = same_y ? y : g->add_input("gate", DType::kFloat32, {1, 1, 3, 3});
+  ir::Node* pool = g->add_node("MaxPoolGrad", {dy, y}, 1);
+  pool->domain = "anvil";
+  pool->attrs.set("kernel_shape", std::vector<int64_t>{2, 2});
+  ir::Node* grad = g->add_node("ReluGrad", {pool->output(0), gate}, 1);
+  grad->domain = "anvil";
+  g->add_output(grad->output(0));
+  ir::infer_types(*g);
+  return g;
+}
+
+TEST(Passes, ReluGradOfAMaxPoolGradGatesItsWindows) {
+  auto g = pooled_relu_grad_graph(true);
+  passes::optimize(*g, 2, runtime::reference_evaluator());
+  ASSERT_EQ(g->nodes().size(), 1u);
+  EXPECT_EQ(g->nodes()[0]->op_type, "MaxPoolGrad");
+  EXPECT_EQ(g->nodes()[0]->attrs.get_int("relu_gate", 0), 1);
+  // Windows (2x2, stride 1) of [[0 0 2] [0 -1 3] [1 .5 -2]]: the first's maximum is 0 (gated out), the second's
+  // and the last's the 3 at (1, 2), the third's the 1 at (2, 0).
+  const Tensor y = testing::f32({1, 1, 3, 3}, {0, 0, 2, 0, -1, 3, 1, 0.5f, -2});
+  for (int level : {0, 3}) {
+    SessionOptions options;
+    options.optimization_level = level;
+    Session s = Session::from_graph(pooled_relu_grad_graph(true), options);
+    const Tensor got = s.run({{"dy", testing::f32({1, 1, 2, 2}, {1, 10, 100, 1000})}, {"y", y}})[0];
+    EXPECT_EQ(testing::values<float>(got), (std::vector<float>{0, 0, 0, 0, 0, 1010, 100, 0, 0})) << "level " << level;
+  }
+}
+
+TEST(Passes, ReluGradOfAMaxPoolGradWithAnotherMaskStays) {
+  auto g = pooled_relu_grad_graph(false);
+  passes::optimize(*g, 2, runtime::reference_evaluator());
+  EXPECT_EQ(count_ops(*g, "ReluGrad"), 1u);
+  EXPECT_EQ(count_ops(*g, "MaxPoolGrad"), 1u);
+}
+
 TEST(Passes, ReluGradLookalikesKeepTheirProduct) {
   for (GradExtra extra : {GradExtra::kBias, GradExtra::kAlpha, GradExtra::kProductIsOutput}) {
     auto g = relu_grad_graph("Gemm", false, false, extra);

@@ -265,7 +265,9 @@ void infer_pool(InferContext& ctx) {
 }
 
 // anvil.MaxPoolGrad(dY, X) -> dX, the autodiff's (train/gradients/conv_pool.cc):
-// MaxPool's attributes, dY shaped as MaxPool's output on X, dX as X.
+// MaxPool's attributes, dY shaped as MaxPool's output on X, dX as X;
+// relu_gate 1: only windows whose maximum is positive pass theirs on
+// (passes/fuse_relu_grad.cc).
 void infer_max_pool_grad(InferContext& ctx) {
   ctx.set_output(0, Type::tensor(ctx.dtype(1)));
   const SymShape &dy = ctx.dims(0), &x = ctx.dims(1);
@@ -620,6 +622,7 @@ struct Registrations {
               .required_attr("kernel_shape")
               .attr("auto_pad", std::string("NOTSET"))
               .attr("ceil_mode", int64_t{0})
+              .attr("relu_gate", int64_t{0})
               .infer(infer_max_pool_grad));
     for (const char* op : {"GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool"}) r.add(OpSchema(op).infer(infer_global_pool));
     for (const char* op : {"ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",

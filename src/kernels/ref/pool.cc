@@ -153,7 +153,8 @@ class MaxPoolKernel : public Kernel {
 // added at the element its window's maximum came from, as MaxPool's Indices
 // name it; in one pass per plane, where MaxPool again and a ScatterElements
 // over its indices took 15% of a CNN's training step (bench/train_compare's
-// cnn-32 row).
+// cnn-32 row). relu_gate: only windows whose maximum is positive add theirs
+// (the ReLU gradient of the pooled ReLU output, passes/fuse_relu_grad.cc).
 class MaxPoolGradKernel : public Kernel {
  public:
   explicit MaxPoolGradKernel(const ir::Node&) {}
@@ -166,6 +167,7 @@ class MaxPoolGradKernel : public Kernel {
                         "dY {} is not MaxPool's output shape for X {}", shape_str(dy), shape_str(x));
     geo_ = Geometry3(x, pool_geometry(ctx, x, &dy));
     planes_ = x[0] * x[1];
+    relu_gate_ = ctx.attrs().get_int("relu_gate", 0) != 0;
     return ctx.output_types();
   }
 
@@ -180,8 +182,8 @@ class MaxPoolGradKernel : public Kernel {
       float* dxp = dx + pl * in_plane;
       const float* dyp = dy + pl * out_plane;
       std::fill(dxp, dxp + in_plane, 0.f);
-      scan_window_maxima(g, x + pl * in_plane, [&](int64_t o, float, int64_t bd, int64_t bh, int64_t bw) {
-        dxp[(bd * g.in[1] + bh) * g.in[2] + bw] += dyp[o];
+      scan_window_maxima(g, x + pl * in_plane, [&](int64_t o, float best, int64_t bd, int64_t bh, int64_t bw) {
+        if (!relu_gate_ || best > 0.f) dxp[(bd * g.in[1] + bh) * g.in[2] + bw] += dyp[o];
       });
     }
   }
@@ -189,6 +191,7 @@ class MaxPoolGradKernel : public Kernel {
  private:
   Geometry3 geo_;
   int64_t planes_ = 0;
+  bool relu_gate_ = false;
 };
 
 // The exponent of LpPool / GlobalLpPool: an int from opset 2, a float before.
