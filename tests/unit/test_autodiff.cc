@@ -301,7 +301,8 @@ TEST(Autodiff, ConvDataWeightsAndBias) {
 
 // Channels that fill oneDNN's blocks (16 and 32: whole blocks at every ISA),
 // where the convolution and both its gradients run on blocked kernels with
-// their operands reordered in and out (dnnl/conv.cc, dnnl/conv_grad.cc).
+// their operands reordered in and out (dnnl/conv.cc, dnnl/conv_grad.cc); and
+// a first convolution's weights' gradient, blocked on its output's side.
 TEST(Autodiff, ConvOnChannelBlocks) {
   auto make = [] {
     auto g = new_graph();
@@ -313,6 +314,18 @@ TEST(Autodiff, ConvOnChannelBlocks) {
     return g;
   };
   expect_gradients_match(make, {}, {"X", "W", "B"});
+  // A first convolution, on an image's 3 channels into 16: its weights' gradient on the blocked kernel, which
+  // reads the image plain (no gradient for the image itself).
+  auto first = [] {
+    auto g = new_graph();
+    Value* x = g->add_constant("X", random_tensor({2, 3, 6, 6}, 60));
+    Value* w = g->add_constant("W", random_tensor({16, 3, 3, 3}, 61, -0.3f, 0.3f));
+    Value* b = g->add_constant("B", random_tensor({16}, 62));
+    Value* y = node(*g, "Conv", {x, w, b}, attrs({{"pads", std::vector<int64_t>{1, 1, 1, 1}}}));
+    weighted_sum_loss(*g, y, {2, 16, 6, 6});
+    return g;
+  };
+  expect_gradients_match(first, {}, {"W", "B"});
 }
 
 TEST(Autodiff, PoolingSendsTheGradientToTheWindows) {

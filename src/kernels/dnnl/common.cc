@@ -194,10 +194,10 @@ bool blocked_layouts_allowed() {
   return allowed;
 }
 
-bool fills_channel_blocks(const Shape& x, int64_t out_channels, int64_t group) {
+bool fills_channel_blocks(const Shape& x, int64_t out_channels, int64_t group, bool outputs_only) {
   if (x.size() != 4 || group != 1 || !blocked_layouts_allowed()) return false;
   const int64_t block = blocked_desc(x).data.format_desc.blocking.inner_blks[0];
-  return x[1] % block == 0 && out_channels % block == 0;
+  return (outputs_only || x[1] % block == 0) && out_channels % block == 0;
 }
 
 void PrimitiveKernel::execute(std::unordered_map<int, dnnl::memory>& args, void* scratch) const {

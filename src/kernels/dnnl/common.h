@@ -136,8 +136,8 @@ bool blocked_layouts_allowed();
 // Whether a 2-D convolution of x (NCHW) into out_channels, one group, fills
 // blocked_desc's channel blocks on both sides: where oneDNN's blocked
 // kernels run it (a network's first convolution, on an image's 1-3
-// channels, does not).
-bool fills_channel_blocks(const Shape& x, int64_t out_channels, int64_t group);
+// channels, does not); with `outputs_only`, on the output's side alone.
+bool fills_channel_blocks(const Shape& x, int64_t out_channels, int64_t group, bool outputs_only = false);
 
 // How a 4-D tensor's pixels hold their channels: `channels` contiguous floats
 // per pixel, pixels `pixel` floats apart, `planes` planes (batch x channel
