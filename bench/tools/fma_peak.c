@@ -4,7 +4,11 @@
  * the FMA latency. Prints GFLOP/s (2 flops per lane per FMA) for the threads
  * OMP_NUM_THREADS gives. Built and run by bench/train_compare --peak.
  *
- *   fma_peak            the best of three bursts of about 50 ms: the peak
+ *   fma_peak            the best of three bursts of about 50 ms, after
+ *                       0.3 s of them unmeasured (idle cores take that
+ *                       long to reach their clock: on the Intel Xeon with
+ *                       AMX, cold bursts read 330-343 GFLOP/s where the
+ *                       cores then sustained 471): the peak
  *   fma_peak SECONDS    bursts back to back for SECONDS, their mean rate:
  *                       what the cores gave over that time (on a shared
  *                       virtual machine it dips for seconds at a time) */
@@ -59,6 +63,7 @@ int main(int argc, char** argv) {
     printf("%.1f\n", flops / spent / 1e9);
     return 0;
   }
+  for (double warm = 0; warm < 0.3;) warm += burst();
   double best = 0;
   for (int trial = 0; trial < 3; ++trial) {
     const double gflops = flops_per_burst / burst() / 1e9;
