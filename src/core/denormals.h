@@ -8,20 +8,22 @@
 // default; PyTorch on request (torch.set_flush_denormal).
 #pragma once
 
+#include <vector>
+
 namespace anvil {
 
 class ScopedFlushDenormals {
  public:
   // threads: the team the scope's work runs on (<= 0: one per core). Off:
-  // changes nothing.
+  // changes nothing. Each thread gets its own mode back at the end (the
+  // OpenMP team of the same size keeps its threads in order).
   ScopedFlushDenormals(bool on, int threads);
   ~ScopedFlushDenormals();
   ScopedFlushDenormals(const ScopedFlushDenormals&) = delete;
   ScopedFlushDenormals& operator=(const ScopedFlushDenormals&) = delete;
 
  private:
-  int threads_ = 0;        // 0: nothing to restore
-  unsigned previous_ = 0;  // the calling thread's FTZ and DAZ bits before
+  std::vector<unsigned> previous_;  // each team thread's FTZ and DAZ bits before (empty: off)
 };
 
 }  // namespace anvil

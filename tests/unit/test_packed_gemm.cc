@@ -222,8 +222,10 @@ TEST(VecKernels, UnpackedGemmLayoutsAndPaths) {
 
 // Products of many rows (training's at large batches), which ISAs with a
 // row sweep (GemmKernels::row_sweep_kc) run a row tile at a time across the
-// panels: ragged rows, panels and k-blocks, two groups of panels, and the
-// epilogue in registers and after, at 1 and 2 threads.
+// panels: ragged rows, panels and k-blocks, and the epilogue in registers
+// and after, at 1 and 2 threads (18 panels: in two groups on one thread
+// where half the L2 holds fewer than 18 of a k-block's panels, 2 MiB or
+// less).
 TEST(VecKernels, UnpackedGemmRowSweep) {
   const int saved_threads = omp_get_max_threads();
   bool swept = false;
@@ -240,7 +242,7 @@ TEST(VecKernels, UnpackedGemmRowSweep) {
       check_product(g, {1543, g.row_sweep_kc + 301, 545, true, true, false, GemmActivation::kRelu, 0, 0, true, false,
                         true, true},
                     seed += 10);
-      // Few panels, so one thread's rows (two threads split them, 1,550 each).
+      // Few panels, so one thread's rows (two threads split them by row tiles: 1,560 and 1,540).
       check_product(g, {3100, 70, 2 * g.nr + 5, false, false, true, GemmActivation::kNone, 0, 0, true, false, false,
                         true},
                     seed += 10);

@@ -155,6 +155,14 @@ TEST(MaxPoolGrad, PaddingNeverTakesTheGradient) {
   EXPECT_EQ(values<float>(out[0]), (std::vector<float>{1, 2, 3, 4}));
 }
 
+TEST(MaxPoolGrad, AWindowOfPaddingAloneSendsNothing) {
+  // Width 2, a window of 2 taps 3 apart from -1 (pads 1 and 1): taps at -1 and 2, both padding.
+  const auto out = run_kernel("MaxPoolGrad", {f32({1, 1, 1, 1}, {5}), f32({1, 1, 1, 2}, {1, 2})},
+                              attrs({{"kernel_shape", Ints{1, 2}}, {"dilations", Ints{1, 3}}, {"pads", Ints{0, 1, 0, 1}}}),
+                              anvil_op());
+  EXPECT_EQ(values<float>(out[0]), (std::vector<float>{0, 0}));
+}
+
 TEST(MaxPoolGrad, AGradientOfAnotherShapeIsRefused) {
   try {
     run_kernel("MaxPoolGrad", {f32({1, 1, 3, 3}, iota_f(9)), f32({1, 1, 4, 4}, iota_f(16))},

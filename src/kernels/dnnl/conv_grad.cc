@@ -95,12 +95,14 @@ bool blocked_kernel(const dnnl::primitive_desc_base& pd) {
 template <typename Make>
 auto backward_pd(const PrepareContext& ctx, const Shape& x, const Shape& w, const Shape& dy, bool bias,
                  bool outputs_only, Make make) {
-  const ForwardConv blocked = forward_conv(ctx, x, w, dy, bias, true, outputs_only);
-  if (blocked.blocked) {
+  const bool try_blocked = du::fills_channel_blocks(x, w[0], ctx.attrs().get_int("group", 1), outputs_only);
+  if (try_blocked) {
     try {
+      const ForwardConv blocked = forward_conv(ctx, x, w, dy, bias, true, outputs_only);
       auto pd = make(blocked);
       if (blocked_kernel(pd)) return std::make_pair(blocked, pd);
     } catch (const dnnl::error&) {
+    } catch (const Error&) {  // no blocked forward primitive: the plain one below says what is wrong, if anything
     }
   }
   const ForwardConv plain = forward_conv(ctx, x, w, dy, bias, false);

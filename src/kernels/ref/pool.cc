@@ -50,12 +50,6 @@ void check_rank(const PrepareContext& ctx) {
                       "input X has {} spatial dimensions; at most 3 are supported", x.size() - 2);
 }
 
-// Calls f(o, best, at) for each output position o of one plane xp: the
-// largest element of o's window and its index in the plane (the first of
-// equals in the window's scan order; the first real element wins over NaN,
-// so every window with an element has one; a window of padding alone gives
-// the lowest value at 0). Branch-free within a window: on random data a
-// branch per comparison mispredicted half the time.
 // scan_window_maxima where every window lies inside a 2-D plane (no
 // dilation, and no padding any window reaches): the window's rows read
 // without bounds, so the compiler keeps the loop in registers.
@@ -87,6 +81,13 @@ bool inner_windows_2d(const Geometry3& g) {
   return (g.out[1] - 1) * g.s[1] + g.k[1] <= g.in[1] && (g.out[2] - 1) * g.s[2] + g.k[2] <= g.in[2];
 }
 
+// Calls f(o, best, at) for each output position o of one plane xp: the
+// largest element of o's window and its index in the plane (the first of
+// equals in the window's scan order; the first real element wins over NaN,
+// so every window with an element has one; a window of padding alone,
+// which dilations allow, gives the lowest value at -1). Branch-free within
+// a window: on random data a branch per comparison mispredicted half the
+// time.
 template <typename T, typename F>
 void scan_window_maxima(const Geometry3& g, const T* xp, F f) {
   if (inner_windows_2d(g)) return scan_inner_windows_2d(g, xp, f);
@@ -102,7 +103,7 @@ void scan_window_maxima(const Geometry3& g, const T* xp, F f) {
         const int64_t sw = ow * g.s[2] - g.p[2];
         const Taps tw = taps_inside(sw, g.k[2], g.d[2], g.in[2]);
         T best = std::numeric_limits<T>::lowest();
-        int64_t at = 0;
+        int64_t at = -1;
         if (td.lo < td.hi && th.lo < th.hi && tw.lo < tw.hi) {
           at = (sd + td.lo * g.d[0]) * plane_rows + (sh + th.lo * g.d[1]) * g.in[2] + sw + tw.lo * g.d[2];
           best = xp[at];
@@ -170,6 +171,7 @@ class MaxPoolKernel : public Kernel {
       scan_window_maxima(g, x + pl * in_plane, [&](int64_t o, T best, int64_t at) {
         yp[o] = best;
         if constexpr (kIndices) {
+          at = std::max<int64_t>(at, 0);  // a window of padding alone names the plane's first element
           const int64_t bd = at / (g.in[1] * g.in[2]), bh = at / g.in[2] % g.in[1], bw = at % g.in[2];
           ip[o] = pl * in_plane + (storage_order_ == 0 ? at : bd * cm[0] + bh * cm[1] + bw * cm[2]);
         }
@@ -216,7 +218,7 @@ class MaxPoolGradKernel : public Kernel {
       const float* dyp = dy + pl * out_plane;
       std::fill(dxp, dxp + in_plane, 0.f);
       scan_window_maxima(g, x + pl * in_plane, [&](int64_t o, float best, int64_t at) {
-        if (!relu_gate_ || best > 0.f) dxp[at] += dyp[o];
+        if (at >= 0 && (!relu_gate_ || best > 0.f)) dxp[at] += dyp[o];  // padding alone takes nothing
       });
     }
   }

@@ -33,7 +33,10 @@ void conv(GradBuilder& b) {
 // came from (anvil.MaxPoolGrad: MaxPool's Indices, found again in one pass).
 // Y does not depend on storage_order, which orders only the Indices.
 void max_pool(GradBuilder& b) {
-  b.grad(0, b.anvil_op("MaxPoolGrad", {b.dy(), b.x(0)}, b.node().attrs));
+  const ir::Node& n = b.node();
+  ANVIL_CHECK(b.x(0)->dtype() == DType::kFloat32, ErrorKind::kUnsupported,
+              "{}: gradients of MaxPool need a float32 input, not {}", n.describe(), dtype_name(b.x(0)->dtype()));
+  b.grad(0, b.anvil_op("MaxPoolGrad", {b.dy(), b.x(0)}, n.attrs));
 }
 
 // dX = ConvTranspose(dY / count, ones[C, 1, k...], group = C): each window's
