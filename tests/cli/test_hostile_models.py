@@ -129,6 +129,19 @@ def test_depth_to_space_huge_blocksize(anvil, cases):
     check_error(run(anvil, model), EXIT_INVALID_MODEL, r"blocksize", strip=(cases,))
 
 
+@pytest.mark.parametrize("op,indices", [("ScatterElements", [0, 3]), ("ScatterND", [[0], [3]])])
+def test_scatter_updates_of_another_type(anvil, cases, op, indices):
+    """float32 updates into float64 data: the kernels read the updates as the data's type (8 bytes each from a
+    buffer of 4 each) unless the type is refused."""
+    idx = np.array(indices, np.int64)
+    graph = helper.make_graph([helper.make_node(op, ["d", "i", "u"], ["y"], name="scatter")], "g",
+                              [helper.make_tensor_value_info("d", TensorProto.DOUBLE, [4]), float_info("u", (2,))],
+                              [helper.make_tensor_value_info("y", TensorProto.DOUBLE, [4])],
+                              [numpy_helper.from_array(idx, "i")])
+    model = save(graph, cases / f"{op}_types.onnx")
+    check_error(run(anvil, model), EXIT_INVALID_MODEL, r"updates are float32 but the data float64", strip=(cases,))
+
+
 # --------------------------------------------------------------------------
 # Initializers whose data does not match their dims
 # --------------------------------------------------------------------------

@@ -363,10 +363,18 @@ void infer_gather_nd(InferContext& ctx) {
   ctx.set_output(0, Type::tensor(ctx.dtype(0), out));
 }
 
+// The updates of a scatter are of the data's type (ONNX's T for both): the
+// kernels read them as that type.
+void check_updates_type(InferContext& ctx) {
+  if (ctx.dtype(2) != ctx.dtype(0))
+    ctx.fail_input("updates are {} but the data {}", dtype_name(ctx.dtype(2)), dtype_name(ctx.dtype(0)));
+}
+
 // ScatterND: updates are indices[:-1] + data[k:]; the output is like the data.
 void infer_scatter_nd(InferContext& ctx) {
   check_scatter_reduction(ctx);
   copy_type(ctx, 0);
+  check_updates_type(ctx);
   const SymShape &data = ctx.dims(0), &idx = ctx.dims(1), &upd = ctx.dims(2);
   if (idx.empty()) ctx.fail_input("indices must have rank >= 1 (index tuples on the last axis), got a scalar");
   if (!idx.back().is_known()) return;
@@ -385,6 +393,7 @@ void infer_scatter_nd(InferContext& ctx) {
 void infer_scatter_elements(InferContext& ctx) {
   check_scatter_reduction(ctx);
   copy_type(ctx, 0);
+  check_updates_type(ctx);
   const SymShape &data = ctx.dims(0), &idx = ctx.dims(1), &upd = ctx.dims(2);
   ctx.axis(ctx.attr_int("axis"), static_cast<int64_t>(data.size()));
   bool fits = idx.size() == data.size() && upd.size() == idx.size();
