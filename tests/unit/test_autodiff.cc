@@ -326,6 +326,22 @@ TEST(Autodiff, ConvOnChannelBlocks) {
     return g;
   };
   expect_gradients_match(first, {}, {"W", "B"});
+  // Strided, dilated and padded unevenly, still on channel blocks.
+  for (const auto& [strides, dilations] : {std::pair<int64_t, int64_t>{2, 1}, {1, 2}}) {
+    SCOPED_TRACE("stride " + std::to_string(strides) + ", dilation " + std::to_string(dilations));
+    auto windows = [strides = strides, dilations = dilations] {
+      auto g = new_graph();
+      Value* x = g->add_constant("X", random_tensor({2, 16, 7, 7}, 63));
+      Value* w = g->add_constant("W", random_tensor({16, 16, 3, 3}, 64, -0.2f, 0.2f));
+      const int64_t out = (7 + 2 + 1 - (2 * dilations + 1)) / strides + 1;  // pads 2 before, 1 after
+      Value* y = node(*g, "Conv", {x, w},
+                      attrs({{"pads", std::vector<int64_t>{2, 2, 1, 1}}, {"strides", std::vector<int64_t>{strides, strides}},
+                             {"dilations", std::vector<int64_t>{dilations, dilations}}}));
+      weighted_sum_loss(*g, y, {2, 16, out, out});
+      return g;
+    };
+    expect_gradients_match(windows, {}, {"X", "W"});
+  }
 }
 
 TEST(Autodiff, PoolingSendsTheGradientToTheWindows) {
