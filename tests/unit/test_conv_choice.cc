@@ -25,6 +25,7 @@
 #include "core/vector_isa.h"
 #include "ir/graph.h"
 #include "kernel_tester.h"
+#include "kernels/dnnl/common.h"
 
 namespace anvil {
 namespace {
@@ -353,6 +354,47 @@ TEST(VecKernels, TunedConvolutionsChooseBetweenDirectAndWinograd) {
 // oneDNN's own pick: the rules are for 2-D ones, and read a plane's two
 // sizes (under ASan, this test also guards that they read no further than
 // a 1-D shape holds).
+// On AVX-512 (oneDNN's pick brgconv), a 7x7 plane at batch 1 on one thread
+// runs on Anvil's conv_gemm where the model's weights stream from memory
+// (streamed_gemm_wanted): here a second, unrelated product makes them
+// outgrow the threshold. On two threads, or with the weights resident, the
+// convolution keeps oneDNN's pick. Below AVX-512 the older rule (conv_gemm
+// where oneDNN's pick is jit:avx2, at any thread count) decides.
+TEST(VecKernels, SmallPlanesOfStreamedModelsRunOnConvGemm) {
+  const size_t threshold = kernels::dnnl_util::streaming_weight_bytes();
+  if (threshold == 0) GTEST_SKIP() << "the CPU's last-level cache size is not known";
+  const Tensor w = random_f32({32, 32, 3, 3}, 20), b = random_f32({32}, 21), in = random_f32({1, 32, 7, 7}, 22);
+  const int64_t big_cols = static_cast<int64_t>(threshold / sizeof(float) / 64) + 64;  // 64 rows: past the threshold
+  for (bool streamed : {false, true})
+    for (int threads : {1, 2}) {
+      SCOPED_TRACE(::testing::Message() << (streamed ? "streamed" : "resident") << ", " << threads << " threads");
+      auto g = std::make_unique<ir::Graph>();
+      g->opsets[""] = 17;
+      ir::Value* x = g->add_input("x", DType::kFloat32, {1, 32, 7, 7});
+      ir::Node* conv = conv3x3(*g, "conv", {x, g->add_constant("w", w), g->add_constant("b", b)});
+      g->add_output(g->add_node("Neg", {conv->output(0)}, 1)->output(0));  // a graph output is written plain
+      if (streamed) {
+        ir::Value* row = g->add_input("r", DType::kFloat32, {1, 64});
+        g->add_output(g->add_node("MatMul", {row, g->add_constant("big", random_f32({64, big_cols}, 23))}, 1)->output(0));
+      }
+      SessionOptions options;
+      options.num_threads = threads;
+      Session s = Session::from_graph(std::move(g), options);
+      std::map<std::string, Tensor> feed{{"x", in}};
+      if (streamed) feed["r"] = random_f32({1, 64}, 24);
+      std::string line;
+      for (const std::string& l : s.describe_plan(feed))
+        if (l.find("'conv'") != std::string::npos) line = l;
+      const bool avx512 = vector_isa() == VectorIsa::kAvx512;
+      if (avx512) {
+        EXPECT_EQ(line.find(":conv_gemm") != std::string::npos, streamed && threads == 1) << line;
+      }
+      std::vector<float> want = conv3x3_by_hand(in, w, b, nullptr, false);
+      for (float& v : want) v = -v;
+      expect_near(s.run(feed)[0], want);
+    }
+}
+
 TEST(VecKernels, OneDimensionalConvolutionsKeepOnednnsPick) {
   const int64_t channels = 32, length = 300;
   const Tensor w = random_f32({channels, 1, 3}, 17), bias = random_f32({channels}, 18);

@@ -80,6 +80,22 @@ bool channel_blocks_fit(const PrepareContext& ctx, const Shape& x, const Shape& 
 // nChw16c, so a model without channel concats keeps oneDNN's pick, and its
 // strided convolutions after Winograd ones (which write nChw16c) run 10-50%
 // slower in jit's nChw16c than brgconv's NHWC after a reorder.
+// Whether a convolution takes channel blocks to run on Anvil's conv_gemm on
+// AVX-512 (where oneDNN's pick is brgconv in NHWC): output planes of at
+// most kStreamedGemmMaxPixels at batch 1, one group, on one thread, where
+// the model's weights stream from memory (du::weights_stream) and the
+// GEMM's prefetch of its next weight panel pays. ResNet-50's layer4 at one
+// thread: its 3x3s 1.61-1.68 ms against brgconv's 1.91-2.17 (ONNX Runtime's
+// MLAS 1.79-1.88), its 1x1s 0.70-0.76 against 0.88-0.93, the model 0.94-0.96
+// of its time; ResNet-18 0.94-0.96 (alternating runs, Intel Xeon with AMX).
+// At two threads ResNet-50 gained as much but ResNet-18 ran 1.01-1.04 of its
+// time, so it stays at one thread.
+constexpr int64_t kStreamedGemmMaxPixels = 49;
+bool streamed_gemm_wanted(const PrepareContext& ctx, const Shape& x, const Shape& y, int64_t group) {
+  return y.size() == 4 && y[0] == 1 && y[2] * y[3] <= kStreamedGemmMaxPixels && group == 1 &&
+         ctx.num_threads() == 1 && ctx.constant(1) && channel_blocks_fit(ctx, x, y, group) && du::weights_stream(ctx);
+}
+
 bool wants_channel_blocks(const PrepareContext& ctx, const Shape& x, const Shape& y, int64_t group, bool strided) {
   if (!channel_blocks_fit(ctx, x, y, group)) return false;
   if (ctx.output_feeds_channel_concat() && y[0] == 1) return true;
@@ -283,7 +299,7 @@ class DnnlConv : public DnnlConvBase {
       // window sizes leave only the reference kernel): else oneDNN's pick.
       const bool strided = std::any_of(g.strides.begin(), g.strides.end(), [](int64_t s) { return s != 1; });
       std::optional<dnnl::convolution_forward::primitive_desc> blocked;
-      if (wants_channel_blocks(ctx, x, y, group_, strided)) {
+      if (wants_channel_blocks(ctx, x, y, group_, strided) || streamed_gemm_wanted(ctx, x, y, group_)) {
         blocked = pd_if_any([&] { return make_pd(du::blocked_desc(x), du::blocked_desc(y)); });
         if (blocked && du::impl_name(*blocked).rfind("dnnl:ref", 0) == 0) blocked.reset();
       }
@@ -395,6 +411,7 @@ class DnnlConv : public DnnlConvBase {
         (jit_avx2 ? pixels >= kWinogradMinPlane : winograd_fits && pixels >= kAnvilWinogradMinPlane))
       return "winograd";
     if (gemm_fits && jit_avx2 && small) return "conv_gemm";
+    if (gemm_fits && streamed_gemm_wanted(ctx, ctx.input_shape(0), y, group_)) return "conv_gemm";
     if (winograd_fits && pixels >= kWinogradMinPlane) return "dnnl_winograd";
     if (jit_dw_fits && pixels >= kJitDwMinPlane) return "dnnl_jit_dw";
     return "dnnl";
