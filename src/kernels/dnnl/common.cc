@@ -186,6 +186,8 @@ dnnl::memory::desc blocked_desc(const Shape& shape) {
   return dnnl::memory::desc(dims(shape), dnnl::memory::data_type::f32, t);
 }
 
+int64_t channel_block(const Shape& shape) { return blocked_desc(shape).data.format_desc.blocking.inner_blks[0]; }
+
 bool blocked_layouts_allowed() {
   static const bool allowed = [] {
     const char* v = std::getenv("ANVIL_CONV_LAYOUT");
@@ -196,7 +198,7 @@ bool blocked_layouts_allowed() {
 
 bool fills_channel_blocks(const Shape& x, int64_t out_channels, int64_t group, bool outputs_only) {
   if (x.size() != 4 || group != 1 || !blocked_layouts_allowed()) return false;
-  const int64_t block = blocked_desc(x).data.format_desc.blocking.inner_blks[0];
+  const int64_t block = channel_block(x);
   return (outputs_only || x[1] % block == 0) && out_channels % block == 0;
 }
 

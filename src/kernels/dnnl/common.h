@@ -129,6 +129,8 @@ dnnl::memory::desc desc_of(const TensorType& type);
 // Picks the blocked activation layout of this ISA for rank-4/5 float tensors
 // (nChw8c / nChw16c), for primitives that cannot choose one themselves (pooling).
 dnnl::memory::desc blocked_desc(const Shape& shape);
+// Channels per block of blocked_desc: 16 on AVX-512, 8 below.
+int64_t channel_block(const Shape& shape);
 
 // False when ANVIL_CONV_LAYOUT=plain keeps convolutions on NCHW kernels (no
 // reorders; read once).

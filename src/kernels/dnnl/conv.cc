@@ -62,7 +62,7 @@ bool is_depthwise(const Shape& x, const Shape& y, int64_t group) { return group 
 bool channel_blocks_fit(const PrepareContext& ctx, const Shape& x, const Shape& y, int64_t group) {
   if (!du::blocked_layouts_allowed() || !ctx.blocked_inputs_allowed() || !ctx.blocked_outputs_allowed()) return false;
   if (x.size() != 4 || (group != 1 && !is_depthwise(x, y, group))) return false;
-  const int64_t block = du::blocked_desc(x).data.format_desc.blocking.inner_blks[0];
+  const int64_t block = du::channel_block(x);
   return x[1] % block == 0 && y[1] % block == 0;
 }
 
@@ -119,7 +119,7 @@ constexpr int64_t kImageChannels = 4;  // gray, RGB or RGBA (measured with 1 and
 bool reads_plain_image(const PrepareContext& ctx, const Shape& x, const Shape& y, int64_t group) {
   if (group != 1 || !du::blocked_layouts_allowed() || !ctx.blocked_outputs_allowed() || x.size() != 4) return false;
   if (ctx.incoming_layout(0)) return false;  // its producer wrote a layout of its own
-  const int64_t block = du::blocked_desc(x).data.format_desc.blocking.inner_blks[0];
+  const int64_t block = du::channel_block(x);
   return x[1] <= kImageChannels && y[1] % block == 0;
 }
 

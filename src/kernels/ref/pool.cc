@@ -162,8 +162,12 @@ class MaxPoolKernel : public Kernel {
   void compute(const T* x, T* y, int64_t* indices) const {
     const Geometry3& g = geo_;
     const int64_t in_plane = g.in_plane(), out_plane = g.out_plane();
-    // Column-major flattening of the spatial index (storage_order = 1).
-    const int64_t cm[3] = {1, g.in[0], g.in[0] * g.in[1]};
+    // Column-major flattening of the spatial index (storage_order = 1): the
+    // divisions only there, not per output of the usual row-major order.
+    auto column_major = [&g](int64_t at) {
+      const int64_t d = at / (g.in[1] * g.in[2]), h = at / g.in[2] % g.in[1], w = at % g.in[2];
+      return d + h * g.in[0] + w * g.in[0] * g.in[1];
+    };
 #pragma omp parallel for if (planes_ * out_plane * g.taps() > kParallelThreshold)
     for (int64_t pl = 0; pl < planes_; ++pl) {
       T* yp = y + pl * out_plane;
@@ -172,8 +176,7 @@ class MaxPoolKernel : public Kernel {
         yp[o] = best;
         if constexpr (kIndices) {
           at = std::max<int64_t>(at, 0);  // a window of padding alone names the plane's first element
-          const int64_t bd = at / (g.in[1] * g.in[2]), bh = at / g.in[2] % g.in[1], bw = at % g.in[2];
-          ip[o] = pl * in_plane + (storage_order_ == 0 ? at : bd * cm[0] + bh * cm[1] + bw * cm[2]);
+          ip[o] = pl * in_plane + (storage_order_ == 0 ? at : column_major(at));
         }
       });
     }
