@@ -17,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "anvil/session.h"
 #include "anvil/tensor.h"
 
 namespace anvil {
@@ -46,6 +47,7 @@ struct TrainOptions {
   bool deterministic = false;      // bit-identical weights across reruns at one thread count
   bool flush_denormals = true;     // floats below 1.2e-38 as zero while training (x86 FTZ/DAZ): tiny
                                    // gradients otherwise take the CPU's slow path
+  bool profile = false;            // record each step's time, node by node (TrainResult::step_profiles)
 };
 
 struct EpochReport {
@@ -70,6 +72,10 @@ struct TrainResult {
   std::map<std::string, Tensor> parameters;  // the trained initializers (and running statistics)
   std::string trained_model;  // the trained model as ONNX bytes (inference form)
   int resumed_from = 0;       // the checkpoint's epoch when resumed, else 0
+  // With options.profile: one per full batch after the run's first step (up
+  // to 1,000): the training graph's nodes (forward, loss, gradients), then
+  // the optimizer's update and the wait for the step's batch.
+  std::vector<RunProfile> step_profiles;
 };
 
 // `model_path`: an ONNX file, or a JSON spec (.json, anvil/nn.h) built with

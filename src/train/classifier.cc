@@ -334,14 +334,14 @@ class Run {
   }
 
   // One step on a batch; returns the loss and counts the right predictions.
-  double step(const train::Batch& b, float lr, int64_t& right) {
+  double step(const train::Batch& b, float lr, int64_t& right, RunProfile* profile) {
     std::map<std::string, Tensor> feed = {{input_name_, b.fields[0]}, {targets_name_, b.fields[1]}};
     if (!mode_.step_input.empty()) {  // the dropout masks' step: the same after a resume
       Tensor step(DType::kInt64, {});
       *step.data<int64_t>() = trainer_->optimizer().steps();
       feed[mode_.step_input] = step;
     }
-    train::StepResult r = trainer_->step(feed, lr);
+    train::StepResult r = trainer_->step(feed, lr, profile);
     right += right_predictions(loss_, r.extra_outputs[0], b.fields[1]);
     update_running_statistics(r.extra_outputs);
     return r.loss;
@@ -395,6 +395,14 @@ void check_options(const TrainOptions& o, const Tensor& features) {
   ANVIL_CHECK(features.dim(0) > 0, ErrorKind::kInvalidArgument, "the dataset is empty");
 }
 
+// Whether to profile this step: the full batches after the run's first step
+// (which plans the graph), up to kMaxProfiledSteps of them, so that every
+// profile has the same nodes and a long run's profiles stay small.
+bool profiled(const TrainOptions& o, const train::Batch& b, int64_t steps_run, const std::vector<RunProfile>& done) {
+  constexpr size_t kMaxProfiledSteps = 1000;
+  return o.profile && b.rows == o.batch && steps_run > 0 && done.size() < kMaxProfiledSteps;
+}
+
 }  // namespace
 
 TrainResult train_classifier(const std::string& model_path, const Tensor& features, const Tensor& labels,
@@ -429,21 +437,33 @@ TrainResult train_classifier(const std::string& model_path, const Tensor& featur
     result.resumed_from = run.resume(*c);
   }
   const double per_sample = static_cast<double>(run.predictions_per_sample());
+  const int64_t first_step = run.trainer().optimizer().steps();
   for (int epoch = result.resumed_from + 1; epoch <= options.epochs; ++epoch) {
     loader.start_epoch(epoch - 1);
     const auto start = std::chrono::steady_clock::now();
     double loss_sum = 0;
     int64_t right = 0, seen = 0;
     train::Batch b;
+    auto wait_start = std::chrono::steady_clock::now();
     while (loader.next(b)) {
+      const double wait_us =
+          std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - wait_start).count();
       const float lr = schedule.lr_at(options.lr, run.trainer().optimizer().steps());
+      RunProfile* profile = profiled(options, b, run.trainer().optimizer().steps() - first_step, result.step_profiles)
+                                ? &result.step_profiles.emplace_back()
+                                : nullptr;
       double loss;
       try {
-        loss = run.step(b, lr, right);
+        loss = run.step(b, lr, right, profile);
       } catch (const Error& e) {
         if (options.checkpoint_dir.empty() || epoch == 1) throw;  // no checkpoint was written yet
         throw Error(e.kind(), fmt::format("{} (the last good checkpoint, epoch {}, stays in {})", e.what(), epoch - 1,
                                           options.checkpoint_dir));
+      }
+      if (profile) {
+        profile->nodes.push_back({"wait for the batch", "DataLoader", "", "", b.fields[0].shape(), profile->total_us,
+                                  wait_us});
+        profile->total_us += wait_us;
       }
       loss_sum += loss * static_cast<double>(b.rows);
       seen += b.rows;
@@ -454,6 +474,7 @@ TrainResult train_classifier(const std::string& model_path, const Tensor& featur
                                      : std::numeric_limits<double>::quiet_NaN(),
                   static_cast<double>(seen) / std::max(s, 1e-9)});
       }
+      wait_start = std::chrono::steady_clock::now();
     }
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     EpochReport report{epoch, loss_sum / static_cast<double>(seen),

@@ -1,5 +1,6 @@
 #include "train/trainer.h"
 
+#include <chrono>
 #include <cmath>
 
 #include "core/check.h"
@@ -18,14 +19,14 @@ Trainer::Trainer(std::unique_ptr<ir::Graph> forward, const std::string& loss,
   session_ = std::make_unique<Session>(Session::from_graph(std::move(grad_.graph), session));
 }
 
-std::vector<Tensor> Trainer::run(const std::map<std::string, Tensor>& batch) const {
+std::vector<Tensor> Trainer::run(const std::map<std::string, Tensor>& batch, RunProfile* profile) const {
   std::map<std::string, Tensor> feed = batch;
   for (size_t k = 0; k < params_.size(); ++k) {
     const std::string& name = grad_.parameters[k];
     ANVIL_CHECK(!batch.count(name), ErrorKind::kInvalidArgument, "'{}' is a parameter, not an input", name);
     feed[name] = params_[k];  // shares the bytes: the optimizer updates them after the run
   }
-  return session_->run(feed);
+  return session_->run(feed, profile);
 }
 
 StepResult Trainer::evaluate(const std::map<std::string, Tensor>& batch) const {
@@ -37,9 +38,9 @@ StepResult Trainer::evaluate(const std::map<std::string, Tensor>& batch) const {
   return result;
 }
 
-StepResult Trainer::step(const std::map<std::string, Tensor>& batch, float lr) {
+StepResult Trainer::step(const std::map<std::string, Tensor>& batch, float lr, RunProfile* profile) {
   const ScopedFlushDenormals flush(flush_denormals_, threads_);
-  std::vector<Tensor> out = run(batch);
+  std::vector<Tensor> out = run(batch, profile);
   StepResult result;
   result.loss = element_as_double(out[0], 0);
   ANVIL_CHECK(std::isfinite(result.loss), ErrorKind::kInvalidArgument,
@@ -51,7 +52,14 @@ StepResult Trainer::step(const std::map<std::string, Tensor>& batch, float lr) {
     ANVIL_CHECK(grads[k].dtype() == DType::kFloat32 && grads[k].shape() == params_[k].shape(), ErrorKind::kInternal,
                 "the gradient of '{}' has shape {}, the parameter {}", grad_.parameters[k],
                 shape_str(grads[k].shape()), shape_str(params_[k].shape()));
+  const auto update_start = std::chrono::steady_clock::now();
   result.grad_norm = optimizer_->step(params_, grads, lr);
+  if (profile) {
+    const double us =
+        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - update_start).count();
+    profile->nodes.push_back({"optimizer update", "Optimizer", optimizer_->options().kind, "", {}, profile->total_us, us});
+    profile->total_us += us;
+  }
   return result;
 }
 

@@ -29,8 +29,9 @@ class Trainer {
   // Forward, backward and one optimizer step at `lr` on one batch (the
   // forward graph's inputs by name). Throws anvil::Error for bad inputs and
   // (kInvalidArgument) when the loss is not finite, leaving the parameters as
-  // they were before the step.
-  StepResult step(const std::map<std::string, Tensor>& batch, float lr);
+  // they were before the step. With `profile`, records the graph's nodes and
+  // then the optimizer's update into it.
+  StepResult step(const std::map<std::string, Tensor>& batch, float lr, RunProfile* profile = nullptr);
   // The loss and extra outputs on a batch, without updating anything.
   StepResult evaluate(const std::map<std::string, Tensor>& batch) const;
 
@@ -53,7 +54,7 @@ class Trainer {
   bool flush_denormals_ = true;
 
   // Runs the gradient graph: the loss, the extra outputs, then the gradients.
-  std::vector<Tensor> run(const std::map<std::string, Tensor>& batch) const;
+  std::vector<Tensor> run(const std::map<std::string, Tensor>& batch, RunProfile* profile = nullptr) const;
 };
 
 }  // namespace anvil::train

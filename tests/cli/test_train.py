@@ -98,6 +98,36 @@ def test_keep_denormals_is_accepted(anvil, tmp_path):
     assert losses[0] and losses[0] == losses[1], losses
 
 
+def test_profile_shows_each_node_of_the_full_batches_after_the_first(anvil, tmp_path):
+    """500 samples at batch 64 over 2 epochs: 7 full batches and one of 52 each epoch. The profile averages the 13
+    full ones after the run's first step, node by node: the forward Gemms, the gradient graph's nodes, the
+    optimizer's update and the wait for data, whose shares add up to the step."""
+    model = mlp_model(tmp_path / "mlp.onnx")
+    x, y = sign_data(500, 6)
+    np.save(tmp_path / "x.npy", x)
+    np.save(tmp_path / "y.npy", y)
+    args = ["train", "--model", model, "--data", tmp_path / "x.npy", "--labels", tmp_path / "y.npy", "--lr", "0.02",
+            "--threads", "2", "--profile"]
+    result = anvil(*args, "--epochs", "2", "--batch", "64", timeout=TRAIN_TIMEOUT_S)
+    assert_ok(result)
+    assert "per-node profile: mean of 13 steps" in result.stdout, result.stdout
+    table = result.stdout.split("per-node profile")[1].split("by op type")[0]
+    rows = [line for line in table.splitlines()[2:] if line.strip()]
+    assert [row.split()[0] for row in rows[:2]] == ["anvil.FusedGemm", "Gemm"], rows  # the forward
+    assert sum("'grad_" in row for row in rows) >= 5, rows  # the gradient graph
+    assert rows[-2].startswith("optimizer update") and rows[-1].startswith("wait for the batch"), rows
+    shares = [float(row.rsplit(None, 1)[1].rstrip("%")) for row in rows]
+    assert 50 < sum(shares) <= 100.5, shares  # the rest: the executor's own work between nodes
+
+    # One step an epoch: only the second counts.
+    one_step = anvil(*args, "--epochs", "2", "--batch", "500", timeout=TRAIN_TIMEOUT_S)
+    assert_ok(one_step)
+    assert "per-node profile: mean of 1 steps" in one_step.stdout, one_step.stdout
+    single = anvil(*args, "--epochs", "1", "--batch", "500", timeout=TRAIN_TIMEOUT_S)
+    assert_ok(single)
+    assert "profile: no step to show" in single.stdout, single.stdout
+
+
 def one_error_line(result, code, text):
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert result.returncode == code, f"exit {result.returncode}: {result.stderr}"

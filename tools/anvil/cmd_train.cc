@@ -88,6 +88,12 @@ int train(TrainArgs& a) {
   if (result.stop_reason != "epochs")
     fmt::print("stopped after epoch {}: the {} target is reached\n", result.epochs.back().epoch, result.stop_reason);
   if (!a.options.checkpoint_dir.empty()) fmt::print("checkpoints in {}\n", a.options.checkpoint_dir);
+  if (a.options.profile) {
+    if (result.step_profiles.empty())
+      fmt::print("profile: no step to show (steps of a full batch after the first are profiled)\n");
+    else
+      print_profile(result.step_profiles, "step");
+  }
   if (!a.export_path.empty()) {
     write_model_file(result.trained_model, a.export_path);
     fmt::print("trained model written to {}\n", a.export_path);
@@ -139,6 +145,9 @@ Command add_train(CLI::App& app) {
                "compute with denormal floats (below 1.2e-38) rather than as zero, as IEEE 754 has them: exact, "
                "and slow on x86 once gradients get that small");
   app.add_option("--export", a->export_path, "write the trained model to this ONNX file");
+  app.add_flag("--profile", a->options.profile,
+               "print the time of every node of a training step (forward, loss, gradients), the optimizer's update "
+               "and the wait for data, the mean over the full batches after the first step");
   return [a] { return train(*a); };
 }
 

@@ -47,7 +47,7 @@ void add_tune_options(CLI::App& app, bool* tune, std::string* cache);
 // "tuning: N nodes timed, M from the cache FILE" when the session tunes.
 void print_tuning(const Session& session);
 // profile.cc: per-node and per-op tables, and a Chrome trace file.
-void print_profile(const std::vector<RunProfile>& runs);
+void print_profile(const std::vector<RunProfile>& runs, const char* unit = "run");
 void write_chrome_trace(const std::vector<RunProfile>& runs, const std::string& path);
 size_t peak_rss_bytes();
 

@@ -25,7 +25,7 @@ std::string truncated(const std::string& s, size_t width) {
 
 }  // namespace
 
-void print_profile(const std::vector<RunProfile>& runs) {
+void print_profile(const std::vector<RunProfile>& runs, const char* unit) {
   if (runs.empty() || runs.front().nodes.empty()) {
     fmt::print("profile: no kernels run (every node was folded at plan time)\n");
     return;
@@ -43,7 +43,7 @@ void print_profile(const std::vector<RunProfile>& runs) {
   }
   const double n = static_cast<double>(runs.size());
   const double mean_run_ms = run_total / n / 1000.0;
-  fmt::print("\nper-node profile: mean of {} runs, {:.3f} ms per run\n", runs.size(), mean_run_ms);
+  fmt::print("\nper-node profile: mean of {} {}s, {:.3f} ms per {}\n", runs.size(), unit, mean_run_ms, unit);
   fmt::print("{:<36} {:<16} {:<28} {:<18} {:<18} {:>9} {:>6}\n", "node", "op", "implementation", "layout",
              "output shape", "mean ms", "share");
   for (const NodeTotals& t : nodes) {
