@@ -5,6 +5,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <exception>
 #include <numeric>
 #include <random>
 #include <system_error>
@@ -84,10 +85,37 @@ BatchLayout batch_layout(const Dataset& dataset, int64_t batch_size) {
   return layout;
 }
 
+// The caller's own batches (no workers) are made between steps, while the
+// OpenMP team waits: its threads split the rows of a large batch (fill() is
+// already called from several loader threads at once). A worker fills alone:
+// it must not start a team of its own, and a fork()ed one cannot.
 void fill_batch(const Dataset& dataset, const int64_t* indices, int64_t rows, std::vector<Tensor>& fields,
                 int64_t index, int worker) {
+  constexpr int64_t kBytesPerThread = int64_t{1} << 20;
+  int64_t bytes = 0;
+  for (const Tensor& t : fields) bytes += static_cast<int64_t>(t.nbytes());
+  const int threads =
+      worker < 0 ? static_cast<int>(std::clamp<int64_t>(bytes / kBytesPerThread, 1, omp_get_max_threads())) : 1;
+  auto fill_rows = [&](int64_t r0, int64_t r1) {
+    for (size_t f = 0; f < fields.size(); ++f) dataset.fill(static_cast<int>(f), indices + r0, r1 - r0, fields[f], r0);
+  };
+  std::exception_ptr error;
   try {
-    for (size_t f = 0; f < fields.size(); ++f) dataset.fill(static_cast<int>(f), indices, rows, fields[f], 0);
+    if (threads == 1) {
+      fill_rows(0, rows);  // no OpenMP region at all in a worker: a fork()ed process has no team
+    } else {
+#pragma omp parallel num_threads(threads)
+      {
+        const int t = omp_get_thread_num(), team = omp_get_num_threads();
+        try {
+          fill_rows(rows * t / team, rows * (t + 1) / team);
+        } catch (...) {
+#pragma omp critical(anvil_fill_batch_error)
+          if (!error) error = std::current_exception();
+        }
+      }
+    }
+    if (error) std::rethrow_exception(error);
   } catch (...) {
     rethrow_in_context(batch_context(index, worker));
   }

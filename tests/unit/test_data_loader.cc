@@ -152,6 +152,33 @@ TEST(DataLoader, BatchesAreTheHandGatheredRows) {
   }
 }
 
+// Without workers, a batch of 2 MiB or more is filled by the caller's OpenMP
+// team, each thread its share of the rows: every row lands in its place.
+TEST(DataLoader, CallersLargeBatchesAreFilledByItsTeam) {
+  const int64_t samples = 6000, width = 130;  // a batch of 5,000: 2.6 MB of floats
+  Tensor x(DType::kUInt8, {samples, width});
+  for (int64_t i = 0; i < x.numel(); ++i) x.data<uint8_t>()[i] = static_cast<uint8_t>((i * 7 + i / width) % 256);
+  Tensor y(DType::kInt64, {samples});
+  for (int64_t i = 0; i < samples; ++i) y.data<int64_t>()[i] = i;
+  LoaderOptions o = options(5000, 0);
+  o.seed = 3;  // shuffled: each thread's rows gather from all over the dataset
+  DataLoader loader(std::make_shared<TensorDataset>(x, y), o);
+  const int previous = omp_get_max_threads();
+  omp_set_num_threads(2);
+  const std::vector<Batch> batches = epoch(loader, 0);
+  omp_set_num_threads(previous);
+  ASSERT_EQ(batches.size(), 2u);
+  for (const Batch& b : batches)
+    for (int64_t r = 0; r < b.rows; ++r) {
+      const int64_t sample = b.fields[1].data<int64_t>()[r];
+      for (int64_t j = 0; j < width; ++j) {
+        const int64_t i = sample * width + j;
+        ASSERT_EQ(b.fields[0].data<float>()[r * width + j], static_cast<float>((i * 7 + i / width) % 256) / 255.f)
+            << "batch " << b.index << " row " << r;
+      }
+    }
+}
+
 TEST(DataLoader, Uint8FeaturesAreExpandedToXOver255) {
   Tensor x(DType::kUInt8, {128, 2});  // every byte value once
   for (int i = 0; i < 256; ++i) x.data<uint8_t>()[i] = static_cast<uint8_t>(i);

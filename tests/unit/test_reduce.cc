@@ -100,18 +100,19 @@ TEST(ReduceMean, LargeInputTakesTheParallelPath) {
 
 // Leading axes of whole rows (a bias gradient's shape): the column-block path,
 // with more columns than one block (2,048) and a partial last block, rows
-// split between the threads (more than 32,768 elements).
+// split between the threads (more than 32,768 elements), each thread's rows
+// in runs of 64 summed in float (one full run and a partial one at 2 threads).
 TEST(ReduceSum, LeadingAxesOfWholeRows) {
-  const int64_t rows = 40, cols = 2100;
+  const int64_t rows = 160, cols = 2100;
   std::vector<float> v(rows * cols);
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t c = 0; c < cols; ++c) v[r * cols + c] = static_cast<float>(c) + 0.25f * static_cast<float>(r % 4);
-  // Column c: 40 * c + 0.25 * (0 + 1 + 2 + 3) * 10 = 40c + 15.
-  auto sum = run_kernel("ReduceSum", {f32({4, 10, cols}, v), i64({2}, {0, 1})}, {}, opset(13));
+  // Column c: 160 * c + 0.25 * (0 + 1 + 2 + 3) * 40 = 160c + 60.
+  auto sum = run_kernel("ReduceSum", {f32({16, 10, cols}, v), i64({2}, {0, 1})}, {}, opset(13));
   EXPECT_EQ(sum[0].shape(), (Shape{1, 1, cols}));
   auto mean = run_kernel("ReduceMean", {f32({rows, cols}, v)}, attrs({{"axes", Ints{0}}, {"keepdims", int64_t{0}}}));
   for (int64_t c = 0; c < cols; ++c) {
-    EXPECT_FLOAT_EQ(sum[0].data<float>()[c], 40.f * c + 15.f) << c;
+    EXPECT_FLOAT_EQ(sum[0].data<float>()[c], 160.f * c + 60.f) << c;
     EXPECT_FLOAT_EQ(mean[0].data<float>()[c], c + 0.375f) << c;
   }
 }
