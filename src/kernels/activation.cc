@@ -1,5 +1,7 @@
 #include "kernels/activation.h"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <cmath>
 
@@ -41,9 +43,28 @@ void apply_activation(float* d, int64_t n, const std::string& name, float alpha,
     apply(d, n, [](float x) { return 0.5f * x * (1.f + std::tanh(0.79788456f * (x + 0.044715f * x * x * x))); });
 }
 
+namespace {
+
+// dy is read whether kept or not, so the loop compiles to a mask: read only
+// where y > 0 it was a branch per element, scalar, mispredicted on half of
+// them (2.2 ms on 2M elements, 6% of cnn-32's epoch; perf).
+void relu_grad_range(const float* dy, const float* y, float* dx, int64_t begin, int64_t end) {
+#pragma omp simd
+  for (int64_t i = begin; i < end; ++i) {
+    const float g = dy[i];
+    dx[i] = y[i] > 0.f ? g : 0.f;
+  }
+}
+
+}  // namespace
+
 void relu_grad(const float* dy, const float* y, float* dx, int64_t n) {
-#pragma omp parallel for simd if (n > 65536) schedule(static)
-  for (int64_t i = 0; i < n; ++i) dx[i] = y[i] > 0.f ? dy[i] : 0.f;
+  if (n <= 65536) return relu_grad_range(dy, y, dx, 0, n);
+#pragma omp parallel
+  {
+    const int t = omp_get_thread_num(), team = omp_get_num_threads();
+    relu_grad_range(dy, y, dx, n * t / team, n * (t + 1) / team);
+  }
 }
 
 }  // namespace anvil::kernels

@@ -405,5 +405,26 @@ TEST(Clip, BoundsMustBeScalarsOfTheInputType) {
   EXPECT_EQ(error_of("Clip", {b}), ErrorKind::kUnsupported);
 }
 
+// anvil.ReluGrad(dY, Y): dY where Y > 0, else 0 (Y at 0, negative, -0 or
+// NaN), on one thread below 65,537 elements and split across the team above;
+// a NaN gradient where Y <= 0 gives 0 too.
+TEST(ReluGrad, KeepsTheGradientWhereTheActivationIsPositive) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (const int64_t n : {int64_t{37}, int64_t{70001}}) {
+    std::vector<float> dy(static_cast<size_t>(n)), y(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t kind = (i * 7) % 5;  // positive, zero, negative, -0, NaN
+      y[static_cast<size_t>(i)] = kind == 0 ? 0.5f : kind == 1 ? 0.f : kind == 2 ? -2.f : kind == 3 ? -0.f : nan;
+      dy[static_cast<size_t>(i)] = kind == 2 ? nan : static_cast<float>(i + 1);
+    }
+    testing::KernelOptions o;
+    o.domain = "anvil";
+    const auto out = run_kernel("ReluGrad", {f32({n}, dy), f32({n}, y)}, {}, o);
+    const std::vector<float> dx = values<float>(out[0]);
+    for (int64_t i = 0; i < n; ++i)
+      ASSERT_EQ(dx[static_cast<size_t>(i)], (i * 7) % 5 == 0 ? static_cast<float>(i + 1) : 0.f) << n << " " << i;
+  }
+}
+
 }  // namespace
 }  // namespace anvil
