@@ -11,6 +11,7 @@
 #include "anvil/error.h"
 #include "anvil/session.h"
 #include "kernel_tester.h"
+#include "kernels/vec/vec_kernels.h"
 #include "train/autodiff.h"
 #include "train/training_mode.h"
 
@@ -342,6 +343,58 @@ TEST(Autodiff, ConvOnChannelBlocks) {
     };
     expect_gradients_match(windows, {}, {"X", "W"});
   }
+}
+
+// A CNN's gradients planned as training plans them (the default level): in
+// the format the forward convolutions keep (NHWC or channel blocks, by ISA),
+// the convolutions' gradients, the ReLU's between them and the max
+// pooling's (its ReLU folded in) read and write that format, with no
+// reorder between them (dnnl/conv_grad.cc, dnnl/relu_grad.cc, dnnl/pool.cc).
+// The plan only: the values are checked against PyTorch, step for step, by
+// tests/models/test_training_matches_torch.py (finite differences through
+// two ReLUs and an overlapping max pool are too rough to tell).
+TEST(Autodiff, CnnGradientsKeepTheConvolutionsLayout) {
+  auto g = new_graph();
+  Value* x = g->add_constant("X", random_tensor({2, 16, 8, 8}, 70));
+  Value* w1 = g->add_constant("W1", random_tensor({16, 16, 3, 3}, 71, -0.2f, 0.2f));
+  Value* b1 = g->add_constant("B1", random_tensor({16}, 72));
+  Value* w2 = g->add_constant("W2", random_tensor({16, 16, 3, 3}, 73, -0.2f, 0.2f));
+  Value* w3 = g->add_constant("W3", random_tensor({32, 16, 3, 3}, 74, -0.2f, 0.2f));
+  const auto pad = attrs({{"pads", std::vector<int64_t>{1, 1, 1, 1}}});
+  Value* h = node(*g, "Relu", {node(*g, "Conv", {x, w1, b1}, pad)});
+  h = node(*g, "Relu", {node(*g, "Conv", {h, w2}, pad)});
+  h = node(*g, "MaxPool", {h},  // overlapping windows
+           attrs({{"kernel_shape", std::vector<int64_t>{3, 3}}, {"strides", std::vector<int64_t>{2, 2}},
+                  {"pads", std::vector<int64_t>{1, 1, 1, 1}}}));
+  weighted_sum_loss(*g, node(*g, "Conv", {h, w3}, pad), {2, 32, 4, 4});
+  const std::vector<std::string> params = {"W1", "B1", "W2", "W3"};
+  auto grad = train::build_gradient_graph(std::move(g), "loss", params);
+  Session s = Session::from_graph(std::move(grad.graph));
+  std::map<std::string, Tensor> feed;
+  for (size_t k = 0; k < params.size(); ++k) feed[params[k]] = grad.initial_values[k];
+  RunProfile profile;
+  s.run(feed, &profile);
+
+  std::string conv_layout;
+  std::map<std::string, std::vector<std::string>> ran;  // op -> "impl layout" of each node
+  for (const NodeProfile& p : profile.nodes) {
+    if (p.op == "Conv" && conv_layout.empty()) conv_layout = p.layout;
+    ran[p.op].push_back(p.impl + " " + p.layout);
+  }
+  if (conv_layout == "plain" || conv_layout.empty()) GTEST_SKIP() << "the forward convolutions ran plain here";
+  if (ran["ConvGradWeight"].empty() || ran["ConvGradWeight"][0].find("gemm") != std::string::npos)
+    GTEST_SKIP() << "no direct backward kernel at this ISA (oneDNN's SSE4.1 runs its GEMM, on plain tensors)";
+  // Reorders only at the edges (X in, the loss's tensors), none of the ReLUs' or pooling's outputs or of a gradient.
+  for (const NodeProfile& p : profile.nodes)
+    if (p.op == "Reorder")
+      for (const char* chain : {"Relu", "MaxPool", "Grad"}) EXPECT_EQ(p.node.find(chain), std::string::npos) << p.node;
+  EXPECT_EQ(ran["MaxPoolGrad"],
+            std::vector<std::string>{std::string(kernels::vec::vec_impl_name()) + ":max_pool_grad " + conv_layout});
+  EXPECT_EQ(ran["ReluGrad"], std::vector<std::string>{"planned " + conv_layout});
+  EXPECT_EQ(ran["ConvGradInput"].size(), 2u);  // none into X, a constant here
+  EXPECT_EQ(ran["ConvGradWeight"].size(), 3u);
+  for (const char* op : {"ConvGradInput", "ConvGradWeight"})
+    for (const std::string& r : ran[op]) EXPECT_EQ(r.substr(r.find(' ') + 1), conv_layout) << op << ": " << r;
 }
 
 TEST(Autodiff, PoolingSendsTheGradientToTheWindows) {

@@ -4,6 +4,7 @@
 // capped at sse41 and avx2) against the reference kernel.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <random>
@@ -592,6 +593,68 @@ TEST(VecKernels, MaxPoolRowsMatchTheReferenceRule) {
       for (int64_t p = 0; p < oh * ow; ++p)  // the floats between pixels are left alone
         EXPECT_EQ(dst[static_cast<size_t>(p * dst_pixel + t.channels)], 123.f);
     }
+  }
+}
+
+// Max pooling's gradient over the same pixel layouts, every ISA path against
+// the reference's rule computed here: each window's dY added at its first
+// maximum (a window of padding alone sends nothing), overlapping windows
+// summed in output order, with relu_gate only where the maximum is
+// positive; ties, NaN first and later, channel counts that fill a vector,
+// two or part of one. Bit for bit: the same additions in the same order.
+TEST(VecKernels, MaxPoolGradRowsMatchTheReferenceRule) {
+  struct Case {
+    int64_t ih, iw, channels;
+    kernels::vec::PoolWindow w;
+  };
+  const Case cases[] = {
+      {8, 8, 16, {2, 2, 2, 2, 1, 1, 0, 0}},     // a CNN's 2x2 at stride 2
+      {11, 11, 8, {3, 3, 2, 2, 1, 1, 0, 0}},    // overlapping, the last window cut
+      {12, 9, 16, {3, 3, 2, 2, 1, 1, 1, 1}},    // ResNet's, padded
+      {7, 8, 5, {2, 3, 1, 2, 2, 1, 1, 0}},      // dilated rows, a partial vector of channels
+      {5, 5, 40, {5, 5, 1, 1, 1, 1, 2, 2}},     // NHWC-like: many channels per pixel
+      {3, 4, 3, {2, 2, 3, 3, 1, 1, 1, 1}},      // windows of padding alone (stride 3 from -1)
+  };
+  for (VectorIsa isa : supported_vector_isas()) {
+    SCOPED_TRACE(vector_isa_name(isa));
+    const auto grad = kernels::vec::vec_kernels_for(isa).max_pool_grad_rows;
+    uint32_t seed = 60;
+    for (const Case& t : cases)
+      for (const bool gate : {false, true}) {
+        const auto& w = t.w;
+        SCOPED_TRACE(std::to_string(t.ih) + "x" + std::to_string(t.iw) + "x" + std::to_string(t.channels) +
+                     (gate ? " gated" : ""));
+        const int64_t oh = (t.ih + 2 * w.ph - ((w.kh - 1) * w.dh + 1) + w.sh - 1) / w.sh + 1;
+        const int64_t ow = (t.iw + 2 * w.pw - ((w.kw - 1) * w.dw + 1) + w.sw - 1) / w.sw + 1;
+        const int64_t x_pixel = t.channels + 3, dy_pixel = t.channels + 1;
+        // Whole numbers in [-3, 1]: ties in most windows, and maxima of exactly 0 (which the gate stops).
+        std::vector<float> x = normal_values(static_cast<size_t>(t.ih * t.iw * x_pixel), seed++);
+        for (float& v : x) v = std::min(1.f, std::max(-3.f, std::floor(v)));
+        x[0] = std::nanf("");
+        x[static_cast<size_t>(5 * x_pixel + 1)] = std::nanf("");
+        const std::vector<float> dy = normal_values(static_cast<size_t>(oh * ow * dy_pixel), seed++);
+        std::vector<float> dx(x.size(), 0.f), want(x.size(), 0.f);
+        grad(dy.data(), ow, dy_pixel, x.data(), t.ih, t.iw, x_pixel, dx.data(), t.channels, w, gate, 0, oh);
+        for (int64_t y = 0; y < oh; ++y)
+          for (int64_t q0 = 0; q0 < ow; ++q0)
+            for (int64_t c = 0; c < t.channels; ++c) {
+              float best = 0.f;
+              int64_t at = -1;
+              for (int64_t i = 0; i < w.kh; ++i)
+                for (int64_t j = 0; j < w.kw; ++j) {
+                  const int64_t r = y * w.sh - w.ph + i * w.dh, q = q0 * w.sw - w.pw + j * w.dw;
+                  if (r < 0 || r >= t.ih || q < 0 || q >= t.iw) continue;
+                  const int64_t k = (r * t.iw + q) * x_pixel + c;
+                  if (at < 0 || x[static_cast<size_t>(k)] > best) {
+                    best = x[static_cast<size_t>(k)];
+                    at = k;
+                  }
+                }
+              if (at >= 0 && (!gate || best > 0.f))
+                want[static_cast<size_t>(at)] += dy[static_cast<size_t>((y * ow + q0) * dy_pixel + c)];
+            }
+        for (size_t i = 0; i < dx.size(); ++i) ASSERT_EQ(dx[i], want[i]) << i;  // between pixels: 0 left alone
+      }
   }
 }
 

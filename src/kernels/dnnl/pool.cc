@@ -2,6 +2,7 @@
 // A 2-D MaxPool in a plan's blocked or NHWC layout runs Anvil's own loop
 // (vec/pool_impl.h) instead: oneDNN 2.6.3's jit:avx2 max pooling read nChw8c
 // at about 4 GB/s (SqueezeNet's three pools: 1.6 ms against ONNX Runtime's 0.4).
+#include <algorithm>
 #include <optional>
 
 #include <omp.h>
@@ -150,6 +151,86 @@ class DnnlPool : public Kernel {
   size_t scratch_ = 0;
   std::string impl_;
 };
+
+// anvil.MaxPoolGrad(dY, X) -> dX in a plan's layout: where X arrives with
+// each pixel's channels together (NHWC, or channel blocks without padding:
+// the forward pooling's format), dY is read and dX written in the same
+// format, on Anvil's vectorized loop (vec/pool_impl.h), so training's
+// gradients between convolutions need no reorder to plain and back around
+// the pooling. 2-D only; plain tensors are left to the reference kernel,
+// whose values this loop gives bit for bit.
+class PlannedMaxPoolGrad : public Kernel {
+ public:
+  explicit PlannedMaxPoolGrad(const ir::Node&) {}
+
+  std::vector<TensorType> prepare(const PrepareContext& ctx) override {
+    const Shape &dy = ctx.input_shape(0), &x = ctx.input_shape(1);
+    const Layout in = ctx.incoming_layout(1);
+    ANVIL_PREPARE_CHECK(ctx, in && ctx.blocked_inputs_allowed() && ctx.blocked_outputs_allowed() && x.size() == 4,
+                        ErrorKind::kUnsupported, "X arrives plain, or is not 2-D: the reference kernel");
+    ANVIL_PREPARE_CHECK(ctx, dy.size() == x.size() && dy[0] == x[0] && dy[1] == x[1], ErrorKind::kInvalidModel,
+                        "dY {} is not MaxPool's output shape for X {}", shape_str(dy), shape_str(x));
+    const memory::desc x_md = du::desc_of({DType::kFloat32, x, in});
+    // dY in X's format: NHWC, or the channel blocks pooling keeps.
+    const memory::desc nhwc(du::dims(x), memory::data_type::f32, memory::format_tag::nhwc);
+    memory::desc dy_md;
+    if (same_layout(in, du::layout_of(nhwc, x, DType::kFloat32)))
+      dy_md = memory::desc(du::dims(dy), memory::data_type::f32, memory::format_tag::nhwc);
+    else if (same_layout(in, du::layout_of(du::blocked_desc(x), x, DType::kFloat32)))
+      dy_md = du::blocked_desc(dy);
+    const std::optional<du::PixelLayout> xp = du::pixel_layout(x_md);
+    const std::optional<du::PixelLayout> dp = dy_md ? du::pixel_layout(dy_md) : std::nullopt;
+    ANVIL_PREPARE_CHECK(ctx, xp && dp && xp->channels == dp->channels && xp->planes == dp->planes,
+                        ErrorKind::kUnsupported, "X's layout {} keeps no whole pixels: the reference kernel",
+                        in->name());
+    const SpatialGeometry g = pool_geometry(ctx, x, &dy);
+    x_pixels_ = *xp;
+    dy_pixels_ = *dp;
+    x_layout_ = in;
+    dy_layout_ = du::layout_of(dy_md, dy, DType::kFloat32);
+    in_h_ = x[2];
+    in_w_ = x[3];
+    out_h_ = dy[2];
+    out_w_ = dy[3];
+    window_ = {g.kernel[0], g.kernel[1], g.strides[0], g.strides[1], g.dilations[0], g.dilations[1],
+               g.pads_begin[0], g.pads_begin[1]};
+    relu_gate_ = ctx.attrs().get_int("relu_gate", 0) != 0;
+    std::vector<TensorType> out = ctx.output_types();
+    out[0].layout = x_layout_;
+    return out;
+  }
+
+  Layout input_layout(size_t i) const override { return i == 0 ? dy_layout_ : i == 1 ? x_layout_ : nullptr; }
+  std::string layout_name() const override { return kernels::layout_name(x_layout_); }
+  std::string impl_name() const override { return std::string(vec::vec_impl_name()) + ":max_pool_grad"; }
+
+  // A thread per plane (batch item, or its channel block): overlapping
+  // windows add into the same rows of dX.
+  void run(const RunContext& ctx) const override {
+    const float* dy = ctx.in(0).data<float>();
+    const float* x = ctx.in(1).data<float>();
+    float* dx = ctx.out(0).data<float>();
+    const auto grad = vec::vec_kernels().max_pool_grad_rows;
+    const int64_t planes = x_pixels_.planes, plane_floats = in_h_ * in_w_ * x_pixels_.pixel;
+#pragma omp parallel for schedule(static) if (planes * plane_floats > 32768)
+    for (int64_t p = 0; p < planes; ++p) {
+      float* dxp = dx + p * x_pixels_.plane;
+      std::fill(dxp, dxp + plane_floats, 0.f);
+      grad(dy + p * dy_pixels_.plane, out_w_, dy_pixels_.pixel, x + p * x_pixels_.plane, in_h_, in_w_,
+           x_pixels_.pixel, dxp, x_pixels_.channels, window_, relu_gate_, 0, out_h_);
+    }
+  }
+
+ private:
+  du::PixelLayout x_pixels_{}, dy_pixels_{};
+  Layout x_layout_, dy_layout_;
+  int64_t in_h_ = 0, in_w_ = 0, out_h_ = 0, out_w_ = 0;
+  vec::PoolWindow window_{};
+  bool relu_gate_ = false;
+};
+
+static Registrar max_pool_grad_planned("MaxPoolGrad", Backend::kDnnl, factory_of<PlannedMaxPoolGrad>(), "anvil",
+                                       {{kFloat32Only}});
 
 // MaxPool's optional Indices output is left to the reference kernel.
 std::unique_ptr<Kernel> make_pool(const ir::Node& node) {

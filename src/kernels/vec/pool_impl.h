@@ -48,3 +48,50 @@ inline void max_pool_rows_impl(const float* src, int64_t ih, int64_t iw, int64_t
     }
   }
 }
+
+// The gradient of max_pool_rows over the same pixel layouts, for output rows
+// [oh_begin, oh_end): each window's dy goes to the tap holding its maximum
+// (the first of equals, as max_pool_rows and the reference), added into dx
+// (laid out as x), which the caller zeroed; with relu_gate only where that
+// maximum is positive; a window of padding alone sends nothing. A lane keeps
+// its maximum's tap number, then each tap adds dy where it is that tap, so
+// the loop runs on whole vectors of channels, without a scatter. Windows
+// that overlap add in output order, as the reference does.
+inline void max_pool_grad_rows_impl(const float* dy, int64_t ow, int64_t dy_pixel, const float* x, int64_t ih,
+                                    int64_t iw, int64_t x_pixel, float* dx, int64_t channels, const PoolWindow& w,
+                                    bool relu_gate, int64_t oh_begin, int64_t oh_end) {
+  for (int64_t oh = oh_begin; oh < oh_end; ++oh) {
+    const int64_t h0 = oh * w.sh - w.ph;
+    int64_t h_lo, h_hi;
+    taps_inside(h0, w.kh, w.dh, ih, &h_lo, &h_hi);
+    for (int64_t ox = 0; ox < ow; ++ox) {
+      const int64_t w0 = ox * w.sw - w.pw;
+      int64_t w_lo, w_hi;
+      taps_inside(w0, w.kw, w.dw, iw, &w_lo, &w_hi);
+      if (h_lo == h_hi || w_lo == w_hi) continue;
+      const float* g = dy + (oh * ow + ox) * dy_pixel;
+      for (int64_t c = 0; c < channels; c += kWidth) {
+        const int64_t n = channels - c < kWidth ? channels - c : kWidth;
+        auto at = [&](int64_t i, int64_t j) { return ((h0 + i * w.dh) * iw + w0 + j * w.dw) * x_pixel + c; };
+        VF best = n == kWidth ? load(x + at(h_lo, w_lo)) : load_part(x + at(h_lo, w_lo), n, 0.f);
+        VF tap = splat(0.f), next = splat(0.f);
+        for (int64_t i = h_lo; i < h_hi; ++i)
+          for (int64_t j = w_lo; j < w_hi; ++j, next += 1.f) {
+            const VF v = n == kWidth ? load(x + at(i, j)) : load_part(x + at(i, j), n, 0.f);
+            tap = v > best ? next : tap;
+            best = v > best ? v : best;
+          }
+        VF grad = n == kWidth ? load(g + c) : load_part(g + c, n, 0.f);
+        if (relu_gate) grad = best > 0.f ? grad : splat(0.f);
+        next = splat(0.f);
+        for (int64_t i = h_lo; i < h_hi; ++i)
+          for (int64_t j = w_lo; j < w_hi; ++j, next += 1.f) {
+            float* d = dx + at(i, j);
+            const VF add = tap == next ? grad : splat(0.f);
+            if (n == kWidth) store(d, load(d) + add);
+            else store_part(d, load_part(d, n, 0.f) + add, n);
+          }
+      }
+    }
+  }
+}

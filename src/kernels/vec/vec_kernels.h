@@ -162,6 +162,13 @@ struct VecKernels {
   // the reference: the first tap in the window, then any greater one.
   void (*max_pool_rows)(const float* src, int64_t ih, int64_t iw, int64_t src_pixel, float* dst, int64_t ow,
                         int64_t dst_pixel, int64_t channels, const PoolWindow& w, int64_t oh_begin, int64_t oh_end);
+  // The gradient of max_pool_rows for output rows [oh_begin, oh_end) of one
+  // plane: dy (ow pixels a row, dy_pixel floats apart) added into dx, laid
+  // out as x and zeroed by the caller, at each window's first maximum; with
+  // relu_gate only where that maximum is positive (anvil.MaxPoolGrad).
+  void (*max_pool_grad_rows)(const float* dy, int64_t ow, int64_t dy_pixel, const float* x, int64_t ih, int64_t iw,
+                             int64_t x_pixel, float* dx, int64_t channels, const PoolWindow& w, bool relu_gate,
+                             int64_t oh_begin, int64_t oh_end);
   WinogradKernels winograd;
 };
 
