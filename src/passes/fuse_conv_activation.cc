@@ -13,6 +13,16 @@ namespace anvil::passes {
 
 namespace {
 
+// Weights known only at run time (training's) fuse where the input has
+// whole channel blocks to read (8 or more channels), whose oneDNN kernels
+// take the post-ops for free: cnn-32's forward ReLUs 1.7% of its step. A
+// first convolution, on an image's few channels, runs oneDNN's im2col GEMM
+// there, which took 3.4 ms with the ReLU fused against 1.3 + 0.2 apart.
+bool run_time_weights_fuse(const ir::Node& conv) {
+  const ir::Value* x = conv.input(0);
+  return x && x->type.has_shape() && x->type.rank() >= 3 && x->type.dims()[1].value >= 8;
+}
+
 void make_fused(ir::Node& conv) {
   if (conv.op_type == "FusedConv") return;
   conv.op_type = "FusedConv";
@@ -29,7 +39,7 @@ class FuseConvActivation : public Pass {
       ir::Node& conv = *ptr;
       if (!is_convolution(&conv) || conv.attrs.has("activation")) continue;
       const ir::Value* w = conv.input(1);
-      if (!w || !w->is_constant() || w->constant->dtype() != DType::kFloat32) continue;
+      if (!w || w->dtype() != DType::kFloat32 || (!w->is_constant() && !run_time_weights_fuse(conv))) continue;
       ir::Node* next = single_consumer(graph, conv.output(0));
       if (!next || next->dead) continue;
       if (next->op_type == "Add" && next->domain.empty() && !conv.input(3)) {

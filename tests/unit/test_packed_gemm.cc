@@ -9,6 +9,7 @@
 #include <omp.h>
 
 #include <cmath>
+#include <limits>
 #include <random>
 
 #include "kernels/dnnl/common.h"
@@ -287,6 +288,11 @@ TEST(VecKernels, PackedGemmGeluKeepsItsTail) {
       EXPECT_LE(std::abs(c[0] - want), 1e-5 * std::abs(want) + 1e-30)
           << vector_isa_name(isa) << ": gelu(" << x << ") = " << c[0];
     }
+    // The reciprocal in erfc takes a capped z: infinity stays infinite, NaN stays NaN.
+    float c[2] = {std::numeric_limits<float>::infinity(), std::nanf("")};
+    g.epilogue(c, 2, 1, 2, nullptr, nullptr, {GemmActivation::kGelu, 0, 0});
+    EXPECT_EQ(c[0], std::numeric_limits<float>::infinity()) << vector_isa_name(isa);
+    EXPECT_TRUE(std::isnan(c[1])) << vector_isa_name(isa);
   }
 }
 
