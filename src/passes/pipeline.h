@@ -46,6 +46,7 @@ std::unique_ptr<Pass> make_fuse_gelu();
 std::unique_ptr<Pass> make_fuse_swish();
 std::unique_ptr<Pass> make_fuse_matmul();
 std::unique_ptr<Pass> make_fuse_relu_grad();
+std::unique_ptr<Pass> make_fuse_bias_grad();
 std::unique_ptr<Pass> make_fuse_attention();
 std::unique_ptr<Pass> make_fuse_layer_norm();
 std::unique_ptr<Pass> make_fuse_masked_softmax();

@@ -63,6 +63,7 @@ struct Product {
   // with A stored as [k, m] and B as [n, k] when transposed.
   bool unpacked = false, trans_a = false, trans_b = false;
   bool gate = false;  // C zeroed where a gate matrix (rows ldc apart) is not positive, after the activation
+  bool sums = false;  // unpacked: C's column sums too (GemmOutput::column_sums)
 };
 
 // `logical` [rows, cols] as stored: itself, or its transpose.
@@ -80,6 +81,9 @@ void run_packed(const GemmKernels& g, const Product& p, const std::vector<float>
 void expect_product(const Product& p, const std::vector<float>& a, const std::vector<float>& b,
                     const std::vector<float>& bias, const std::vector<float>& residual, const float* gate,
                     const std::vector<float>& c, int64_t ldc);
+void expect_column_sums(const Product& p, const std::vector<float>& a, const std::vector<float>& b,
+                        const std::vector<float>& bias, const std::vector<float>& residual, const float* gate,
+                        const std::vector<double>& sums, int64_t ldc);
 
 // Runs one product on `g` and checks every element against double precision:
 // the error bound scales with the sum of |a * b| terms (float accumulation).
@@ -110,7 +114,16 @@ void check_product(const GemmKernels& g, const Product& p, uint32_t seed) {
     product.c = c.data();
     product.ldc = ldc;
     product.epilogue = {p.act, p.alpha, p.beta, gate, ldc};
+    const int threads = omp_get_max_threads();
+    std::vector<double> partial(static_cast<size_t>(threads * p.n), 0.0);
+    if (p.sums) product.column_sums = partial.data();
     kernels::vec::gemm(g, product);
+    if (p.sums) {
+      std::vector<double> sums(static_cast<size_t>(p.n), 0.0);
+      for (int t = 0; t < threads; ++t)
+        for (int64_t j = 0; j < p.n; ++j) sums[static_cast<size_t>(j)] += partial[static_cast<size_t>(t * p.n + j)];
+      expect_column_sums(p, a, b, bias, residual, gate, sums, ldc);
+    }
   } else {
     run_packed(g, p, a, b, bias, residual, gate, c, ldc);
   }
@@ -136,25 +149,53 @@ void run_packed(const GemmKernels& g, const Product& p, const std::vector<float>
   kernels::vec::packed_gemm(g, args);
 }
 
-// C against the product in double: the error bound scales with the sum of
-// |a * b| terms (float accumulation).
+// C[i][j] in double, and the error its float computation may carry: the
+// bound scales with the sum of |a * b| terms (float accumulation).
+double expected(const Product& p, const std::vector<float>& a, const std::vector<float>& b,
+                const std::vector<float>& bias, const std::vector<float>& residual, const float* gate, int64_t ldc,
+                int64_t i, int64_t j, double* tolerance) {
+  double sum = 0, magnitude = 0;
+  for (int64_t q = 0; q < p.k; ++q) {
+    const double term = static_cast<double>(a[i * p.k + q]) * b[q * p.n + j];
+    sum += term;
+    magnitude += std::abs(term);
+  }
+  if (p.bias) sum += bias[j];
+  if (p.residual || p.in_place) sum += residual[i * ldc + j];
+  const double activated = activate(sum, p.act, p.alpha, p.beta);
+  const double want = gate && !(gate[i * ldc + j] > 0) ? 0.0 : activated;
+  *tolerance = 2e-6 * (magnitude + 4) + 2e-6 * std::abs(want);
+  return want;
+}
+
+// Each column's sum against the sum of the product's values in double.
+void expect_column_sums(const Product& p, const std::vector<float>& a, const std::vector<float>& b,
+                        const std::vector<float>& bias, const std::vector<float>& residual, const float* gate,
+                        const std::vector<double>& sums, int64_t ldc) {
+  int failures = 0;
+  for (int64_t j = 0; j < p.n && failures < 5; ++j) {
+    double want = 0, tolerance = 0;
+    for (int64_t i = 0; i < p.m; ++i) {
+      double t;
+      want += expected(p, a, b, bias, residual, gate, ldc, i, j, &t);
+      tolerance += t;
+    }
+    if (!(std::abs(sums[static_cast<size_t>(j)] - want) <= tolerance + 1e-9)) {
+      ADD_FAILURE() << "column " << j << " sums to " << sums[static_cast<size_t>(j)] << ", want " << want;
+      ++failures;
+    }
+  }
+}
+
+// C against the product in double.
 void expect_product(const Product& p, const std::vector<float>& a, const std::vector<float>& b,
                     const std::vector<float>& bias, const std::vector<float>& residual, const float* gate,
                     const std::vector<float>& c, int64_t ldc) {
   int failures = 0;
   for (int64_t i = 0; i < p.m && failures < 5; ++i)
     for (int64_t j = 0; j < p.n && failures < 5; ++j) {
-      double sum = 0, magnitude = 0;
-      for (int64_t q = 0; q < p.k; ++q) {
-        const double term = static_cast<double>(a[i * p.k + q]) * b[q * p.n + j];
-        sum += term;
-        magnitude += std::abs(term);
-      }
-      if (p.bias) sum += bias[j];
-      if (p.residual || p.in_place) sum += residual[i * ldc + j];
-      const double activated = activate(sum, p.act, p.alpha, p.beta);
-      const double want = gate && !(gate[i * ldc + j] > 0) ? 0.0 : activated;
-      const double tolerance = 2e-6 * (magnitude + 4) + 2e-6 * std::abs(want);
+      double tolerance;
+      const double want = expected(p, a, b, bias, residual, gate, ldc, i, j, &tolerance);
       const float got = c[i * ldc + j];
       if (!(std::abs(got - want) <= tolerance)) {
         ADD_FAILURE() << "C[" << i << "][" << j << "] = " << got << ", want " << want;
@@ -251,6 +292,37 @@ TEST(VecKernels, UnpackedGemmRowSweep) {
   }
   omp_set_num_threads(saved_threads);
   if (!swept) GTEST_SKIP() << "no ISA here sweeps rows";
+}
+
+// C's column sums beside the product (a ReLU layer's bias gradient,
+// GemmReluGrad's second output): in the micro-kernel's registers on whole
+// panels, after the store on partial ones and after another epilogue, over
+// every path: a thread's panels, the row sweep, K split between threads, K =
+// 0; at 1 and 2 threads.
+TEST(VecKernels, UnpackedGemmColumnSums) {
+  const int saved_threads = omp_get_max_threads();
+  for (VectorIsa isa : supported_vector_isas()) {
+    SCOPED_TRACE(vector_isa_name(isa));
+    const GemmKernels& g = kernels::vec::vec_kernels_for(isa).gemm;
+    uint32_t seed = 1300;
+    for (int threads : {1, 2}) {
+      omp_set_num_threads(threads);
+      SCOPED_TRACE(threads);
+      const Product products[] = {
+          {3 * g.mr + 1, 300, 2 * g.nr + 5, false, false, false, GemmActivation::kNone, 0, 0, true, false, true, true},
+          {25, 70, 48, true, false, false, GemmActivation::kRelu, 0, 0, true, true, false, true},
+          {9, 40, g.nr + 3, true, false, false, GemmActivation::kGelu, 0, 0, true, false, false, true},
+          {14, 1100, 19, true, false, false, GemmActivation::kNone, 0, 0, true, false, false, true},  // split K
+          {1543, g.row_sweep_kc + 30, 70, false, false, false, GemmActivation::kNone, 0, 0, true, false, true, true},
+          {6, 0, 9, true, false, false, GemmActivation::kRelu, 0, 0, true, false, false, true},  // K = 0
+      };
+      for (Product p : products) {
+        p.sums = true;
+        check_product(g, p, seed += 10);
+      }
+    }
+  }
+  omp_set_num_threads(saved_threads);
 }
 
 TEST(VecKernels, PackedGemmEpilogues) {

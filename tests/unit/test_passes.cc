@@ -1059,6 +1059,82 @@ TEST(Passes, ReluGradLookalikesKeepTheirProduct) {
   }
 }
 
+// relu_grad_graph's gradient [7, 20] summed by `count` ReduceSums over
+// `axes` (an input, as opset 13 has it) with `keepdims`: a bias's gradient
+// as the autodiff emits it for axes {0} and keepdims 1.
+std::unique_ptr<ir::Graph> bias_grad_graph(std::vector<int64_t> axes, int64_t keepdims, int count = 1) {
+  auto g = relu_grad_graph("Gemm", false, false);
+  ir::Value* grad = g->outputs()[0];
+  Tensor axes_tensor(DType::kInt64, {static_cast<int64_t>(axes.size())});
+  std::copy(axes.begin(), axes.end(), axes_tensor.data<int64_t>());
+  ir::Value* axes_value = g->add_constant("axes", axes_tensor);
+  for (int i = 0; i < count; ++i) {
+    ir::Node* sum = g->add_node("ReduceSum", {grad, axes_value}, 1);
+    sum->attrs.set("keepdims", keepdims);
+    g->add_output(sum->output(0));
+  }
+  ir::infer_types(*g);
+  return g;
+}
+
+// The bias's gradient becomes the GemmReluGrad's second output, summed in
+// the GEMM; both outputs against values computed here, unfused (level 0)
+// and fused (level 3), and on the reference kernel.
+TEST(Passes, BiasGradientBecomesTheGemmReluGradsSecondOutput) {
+  for (const std::vector<int64_t>& axes : {std::vector<int64_t>{0}, std::vector<int64_t>{-2}}) {
+    auto g = bias_grad_graph(axes, 1);
+    passes::optimize(*g, 2, runtime::reference_evaluator());
+    ASSERT_EQ(g->nodes().size(), 1u) << axes[0];
+    EXPECT_EQ(g->nodes()[0]->op_type, "GemmReluGrad");
+    EXPECT_EQ(g->nodes()[0]->outputs.size(), 2u);
+  }
+  const Tensor a = ramp({7, 5}, -1.f, 0.13f), b = ramp({5, 20}, 0.9f, -0.021f);
+  Tensor y = ramp({7, 20}, 0.69f, -0.01f);  // the first rows kept, the last masked
+  y.data<float>()[70] = 0.f;
+  double want[7][20], want_sums[20] = {};
+  for (int64_t i = 0; i < 7; ++i)
+    for (int64_t j = 0; j < 20; ++j) {
+      double sum = 0;
+      for (int64_t q = 0; q < 5; ++q) sum += static_cast<double>(a.data<float>()[i * 5 + q]) * b.data<float>()[q * 20 + j];
+      want[i][j] = y.data<float>()[i * 20 + j] > 0 ? sum : 0;
+      want_sums[j] += want[i][j];
+    }
+  auto expect_outputs = [&](const Tensor& got, const Tensor& sums, const std::string& where) {
+    ASSERT_EQ(sums.shape(), Shape({1, 20})) << where;
+    for (int64_t j = 0; j < 20; ++j) {
+      EXPECT_NEAR(sums.data<float>()[j], want_sums[j], 1e-5) << where << " column " << j;
+      for (int64_t i = 0; i < 7; ++i) EXPECT_NEAR(got.data<float>()[i * 20 + j], want[i][j], 1e-5) << where;
+    }
+  };
+  for (int level : {0, 3}) {
+    SessionOptions options;
+    options.optimization_level = level;
+    const std::vector<Tensor> out = Session::from_graph(bias_grad_graph({0}, 1), options).run({{"a", a}, {"b", b}, {"y", y}});
+    expect_outputs(out[0], out[1], "level " + std::to_string(level));
+  }
+  testing::KernelOptions ref;
+  ref.domain = "anvil";
+  ref.num_outputs = 2;
+  const auto out = testing::run_kernel("GemmReluGrad", {a, b, y}, {}, ref);
+  expect_outputs(out[0], out[1], "reference kernel");
+  testing::KernelOptions constant_b = ref;  // B known at plan time: the sums in a pass after the product
+  constant_b.backend = kernels::Backend::kDnnl;
+  constant_b.constant_inputs = {false, true, false};
+  const auto packed = testing::run_kernel("GemmReluGrad", {a, b, y}, {}, constant_b);
+  expect_outputs(packed[0], packed[1], "constant B");
+}
+
+TEST(Passes, BiasGradientLookalikesStay) {
+  for (const auto& [axes, keepdims] : {std::pair<std::vector<int64_t>, int64_t>{{1}, 1}, {{0}, 0}, {{0, 1}, 1}}) {
+    auto g = bias_grad_graph(axes, keepdims);
+    passes::optimize(*g, 2, runtime::reference_evaluator());
+    EXPECT_EQ(count_ops(*g, "ReduceSum"), 1u) << axes.size() << " axes, keepdims " << keepdims;
+  }
+  auto twice = bias_grad_graph({0}, 1, 2);  // the second sum finds the output taken
+  passes::optimize(*twice, 2, runtime::reference_evaluator());
+  EXPECT_EQ(count_ops(*twice, "ReduceSum"), 1u);
+}
+
 }  // namespace
 }  // namespace anvil
 

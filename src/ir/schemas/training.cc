@@ -40,6 +40,16 @@ void infer_conv_grad_weight(InferContext& ctx) {
                                                    : Type::tensor(w.dtype()));
 }
 
+// ReluGrad(A x B, Y): Y's type; with a second output (passes/fuse_bias_grad.cc),
+// the column sums of the first, [1, N].
+void infer_gemm_relu_grad(InferContext& ctx) {
+  copy_type(ctx, 2, 0);
+  if (ctx.num_outputs() < 2) return;
+  const Type& y = ctx.input(2);
+  ctx.set_output(1, y.has_shape() && y.rank() == 2 ? Type::tensor(y.dtype(), SymShape{Dim::known(1), y.dims()[1]})
+                                                   : Type::tensor(y.dtype()));
+}
+
 struct Registrations {
   Registrations() {
     auto& r = SchemaRegistry::global();
@@ -51,12 +61,13 @@ struct Registrations {
     // is shaped like the incoming gradient, input 0.
     r.add(OpSchema("ReluGrad", "anvil").inputs({kFloats | kHalfs}).infer(same_as_input(0)));
     // ReluGrad(Gemm(A, B), Y) in one node (passes/fuse_relu_grad.cc): Y's
-    // type; the kernels check the product's shape against it.
+    // type; the kernels check the product's shape against it. An optional
+    // second output sums its columns (passes/fuse_bias_grad.cc).
     r.add(OpSchema("GemmReluGrad", "anvil")
               .inputs({kFloats})
               .attr("transA", int64_t{0})
               .attr("transB", int64_t{0})
-              .infer(same_as_input(2)));
+              .infer(infer_gemm_relu_grad));
     // The convolution gradients take the forward Conv's attributes; X and W
     // give the output shapes (dX like X, dW like W, dB like W's first axis).
     r.add(OpSchema("TrainingDropout", "anvil").inputs({kFloats, dtype_bit(DType::kInt64)}).infer(infer_training_dropout));

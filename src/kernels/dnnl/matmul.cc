@@ -15,7 +15,10 @@
 // too for products of few rows when the model's weights outgrow the
 // last-level cache (streams_weights_faster). `--tune` times both instead
 // (Kernel::alternatives).
+#include <omp.h>
+
 #include <cstring>
+#include <vector>
 
 #include "kernels/activation.h"
 #include "kernels/dnnl/common.h"
@@ -83,6 +86,31 @@ Operand maybe_transposed(const Shape& shape, bool trans) {
   return o;
 }
 
+// out[j] = the sum of row t of `partial` (threads x n doubles) over the
+// threads, as float: GemmReluGrad's column sums.
+void reduce_column_sums(const std::vector<double>& partial, int threads, int64_t n, float* out) {
+  for (int64_t j = 0; j < n; ++j) {
+    double sum = 0;
+    for (int t = 0; t < threads; ++t) sum += partial[static_cast<size_t>(t * n + j)];
+    out[j] = static_cast<float>(sum);
+  }
+}
+
+// The column sums of C (m x n, rows contiguous) into out[n], a pass of its
+// own: where the product ran on oneDNN or on a prepacked B.
+void column_sums_of(const float* c, int64_t m, int64_t n, float* out) {
+  const int threads = m * n > 65536 ? omp_get_max_threads() : 1;
+  std::vector<double> partial(static_cast<size_t>(threads * n), 0.0);
+#pragma omp parallel num_threads(threads)
+  {
+    const int t = omp_get_thread_num(), team = omp_get_num_threads();
+    double* sums = partial.data() + t * n;
+    for (int64_t i = m * t / team; i < m * (t + 1) / team; ++i)
+      for (int64_t j = 0; j < n; ++j) sums[j] += c[i * n + j];
+  }
+  reduce_column_sums(partial, threads, n, out);
+}
+
 class DnnlMatMulBase : public Kernel {
  public:
   size_t scratch_bytes() const override { return scratch_; }
@@ -95,6 +123,13 @@ class DnnlMatMulBase : public Kernel {
   }
 
   void run(const RunContext& ctx) const override {
+    run_product(ctx);
+    if (column_sums_ && !(anvil_gemm_ && !constant_b_))  // run_gemm adds them up in the GEMM
+      column_sums_of(ctx.out(0).data<float>(), sums_m_, sums_n_, ctx.out(1).data<float>());
+  }
+
+ protected:
+  void run_product(const RunContext& ctx) const {
     if (anvil_gemm_) return constant_b_ ? run_packed_gemm(ctx) : run_gemm(ctx);
     if (has_sum_ && ctx.in(3).raw() != ctx.out(0).raw())  // the sum post-op adds to what dst holds
       std::memcpy(ctx.out(0).raw(), ctx.in(3).raw(), ctx.out(0).nbytes());
@@ -109,7 +144,6 @@ class DnnlMatMulBase : public Kernel {
     if (gate_input_ >= 0) apply_gate(ctx);
   }
 
- protected:
   // Builds the primitive; `b_data` is the constant B (already scaled) or nullptr.
   // `b_source` is the constant input itself when b_data is its unscaled bytes:
   // then the packed B is shared through the session's weight cache.
@@ -172,6 +206,9 @@ class DnnlMatMulBase : public Kernel {
   // GemmReluGrad: C is kept where this input is positive (the GEMM's
   // epilogue, or a pass after oneDNN's product).
   int gate_input_ = -1;
+  // GemmReluGrad with a second output: C's column sums (passes/fuse_bias_grad.cc), C being sums_m_ x sums_n_.
+  bool column_sums_ = false;
+  int64_t sums_m_ = 0, sums_n_ = 0;
 
   dnnl::primitive primitive_;
   dnnl::post_ops post_ops_;
@@ -256,7 +293,12 @@ class DnnlMatMulBase : public Kernel {
     product.a.data = ctx.in(0).data<float>();
     product.b.data = ctx.in(1).data<float>();
     set_gemm_outputs(ctx, product);
+    if (!column_sums_) return vec::gemm(vec::vec_kernels().gemm, product);
+    const int threads = omp_get_max_threads();
+    std::vector<double> partial(static_cast<size_t>(threads * gemm_.n), 0.0);
+    product.column_sums = partial.data();
     vec::gemm(vec::vec_kernels().gemm, product);
+    reduce_column_sums(partial, threads, gemm_.n, ctx.out(1).data<float>());
   }
 
   // The bias, residual, C and epilogue of a run.
@@ -368,12 +410,16 @@ class DnnlGemm : public DnnlMatMulBase {
     if (fused_activation_)
       set_activation(ctx, ctx.attrs().get_string("activation", ""), ctx.attrs().get_float("activation_alpha", 0.f),
                      ctx.attrs().get_float("activation_beta", 0.f));
-    if (gate_input_ >= 0)
+    if (gate_input_ >= 0) {
       ANVIL_PREPARE_CHECK(ctx, ctx.input_shape(2) == Shape({m, n}) && ctx.input_dtype(2) == DType::kFloat32,
                           ErrorKind::kInvalidModel, "the gate must be float32 of the product's shape [{}, {}], got {} {}",
                           m, n, dtype_name(ctx.input_dtype(2)), shape_str(ctx.input_shape(2)));
-    else
+      column_sums_ = ctx.output_types().size() > 1;
+      sums_m_ = m;
+      sums_n_ = n;
+    } else {
       prepare_bias(ctx, beta);
+    }
     build(ctx, oa, ob, contiguous({m, n}), bconst ? (scaled_b.empty() ? bconst->raw() : scaled_b.raw()) : nullptr,
           scaled_b.empty() ? bconst : nullptr);
     return ctx.output_types();

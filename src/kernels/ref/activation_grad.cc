@@ -44,6 +44,7 @@ class RefGemmReluGrad : public Kernel {
     gemm_node_.domain = "";
     gemm_node_.opset = std::max(gemm_node_.opset, 13);  // fused from a MatMul of any opset; Gemm's C optional from 11
     gemm_node_.inputs.resize(2);
+    gemm_node_.outputs.resize(1);  // the column sums are this kernel's
   }
 
   std::vector<TensorType> prepare(const PrepareContext& ctx) override {
@@ -55,6 +56,7 @@ class RefGemmReluGrad : public Kernel {
     ANVIL_PREPARE_CHECK(ctx, out[0].shape == ctx.input_shape(2), ErrorKind::kInvalidModel,
                         "the product {} and the activation {} differ in shape", shape_str(out[0].shape),
                         shape_str(ctx.input_shape(2)));
+    if (ctx.output_types().size() > 1) out.push_back(ctx.output_type(1));  // the column sums
     return out;
   }
 
@@ -68,6 +70,13 @@ class RefGemmReluGrad : public Kernel {
     gemm_->run(gemm_ctx);
     float* dx = ctx.out(0).data<float>();
     relu_grad(dx, ctx.in(2).data<float>(), dx, ctx.out(0).numel());
+    if (ctx.outputs.size() < 2 || !ctx.outputs[1]) return;
+    const int64_t n = ctx.out(1).numel(), m = n ? ctx.out(0).numel() / n : 0;
+    for (int64_t j = 0; j < n; ++j) {  // in double, down each column: the reference
+      double sum = 0;
+      for (int64_t i = 0; i < m; ++i) sum += dx[i * n + j];
+      ctx.out(1).data<float>()[j] = static_cast<float>(sum);
+    }
   }
 
  private:

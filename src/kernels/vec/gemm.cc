@@ -103,6 +103,21 @@ PrefetchPlan prefetch_plan(const GemmKernels& g, const float* b, int64_t kc, int
   return {panel + 1 < p1 ? PanelBlock{b + kc * g.nr, kc} : after, g.nr, row_tiles};
 }
 
+// Adds rows [0, m) of C's columns [j, j + n) (c points at the first) into
+// the calling thread's row of out.column_sums (n_total wide): a tile's sums
+// in float, then in double.
+void add_column_sums(const GemmOutput& out, int64_t n_total, const float* c, int64_t m, int64_t j, int64_t n) {
+  constexpr int64_t kBlock = 64;  // columns summed at once (a panel is 32 on AVX-512)
+  double* sums = out.column_sums + static_cast<int64_t>(omp_get_thread_num()) * n_total + j;
+  for (int64_t j0 = 0; j0 < n; j0 += kBlock) {
+    const int64_t width = std::min(kBlock, n - j0);
+    float tile[kBlock] = {};
+    for (int64_t r = 0; r < m; ++r)
+      for (int64_t q = 0; q < width; ++q) tile[q] += c[r * out.ldc + j0 + q];
+    for (int64_t q = 0; q < width; ++q) sums[j0 + q] += static_cast<double>(tile[q]);
+  }
+}
+
 // Row tile i (m rows) of C at panel `panel` over k-block [k0, k0 + kc):
 // tile_a(i, m, b, init, c, n, finish, prefetch) runs the micro-kernel (A
 // read in place or from a packed block) on the panel's block b. After the
@@ -119,14 +134,16 @@ void run_tile(const GemmKernels& g, const GemmOutput& out, int64_t n_total, int6
   const bool epilogue = last && (out.bias || e.any());
   const bool in_registers = e.activation == GemmActivation::kNone || e.activation == GemmActivation::kRelu;
   if (last) prefetch_gate(e, i, j, m, n);
-  if (epilogue && in_registers && n % g.width == 0) {
+  double* sums = last && out.column_sums ? out.column_sums + omp_get_thread_num() * n_total + j : nullptr;
+  if ((epilogue || sums) && in_registers && n % g.width == 0) {
     const GemmTileFinish finish{out.bias ? out.bias + j : nullptr, e.gate ? e.gate + i * e.gate_ld + j : nullptr,
-                                e.gate_ld, e.activation == GemmActivation::kRelu};
+                                e.gate_ld, e.activation == GemmActivation::kRelu, nullptr, sums};
     tile_a(i, m, b, init, c, n, &finish, prefetch);
     return;
   }
   tile_a(i, m, b, init, c, n, nullptr, prefetch);
   if (epilogue) tile_epilogue(g, c, out.ldc, i, j, m, n, out.bias, e);
+  if (sums) add_column_sums(out, n_total, c, m, j, n);
 }
 
 // One k-block [k0, k0 + kc) of C's rows [i0, i1) and panels [p0, p1), a
@@ -462,6 +479,7 @@ void gemm_split_k(const GemmKernels& g, const GemmProduct& p) {
     part.b.data += b0 * g.kc * p.b.row_stride;
     part.bias = nullptr;
     part.epilogue = GemmEpilogue{};
+    part.column_sums = nullptr;  // of the summed C, below
     if (t > 0) {
       std::vector<float>& buffer = pack_buffers().c;
       buffer.resize(static_cast<size_t>(p.m * p.n));
@@ -481,6 +499,7 @@ void gemm_split_k(const GemmKernels& g, const GemmProduct& p) {
       }
     }
     if (p.bias || p.epilogue.any()) tile_epilogue(g, p.c + r0 * p.ldc, p.ldc, r0, 0, r1 - r0, p.n, p.bias, p.epilogue);
+    if (p.column_sums) add_column_sums(p, p.n, p.c + r0 * p.ldc, r1 - r0, 0, p.n);
   }
 }
 
@@ -579,8 +598,13 @@ constexpr int kPerRunKc = 256;
 void gemm(const GemmKernels& isa_kernels, const GemmProduct& p) {
   GemmKernels g = isa_kernels;
   g.kc = std::min(g.kc, kPerRunKc);
+  ANVIL_CHECK(!p.column_sums || p.ldv == 0, ErrorKind::kInternal, "gemm: column sums of a blocked C");
   if (p.m == 0 || p.n == 0) return;
-  if (p.k == 0) return empty_product(g, p.c, p.ldc, p.m, p.n, p.bias, p.residual, p.epilogue);
+  if (p.k == 0) {
+    empty_product(g, p.c, p.ldc, p.m, p.n, p.bias, p.residual, p.epilogue);
+    if (p.column_sums) add_column_sums(p, p.n, p.c, p.m, 0, p.n);
+    return;
+  }
   const int threads = omp_get_max_threads();
   if (threads > 1 && p.k >= 4 * std::max(p.m, p.n) && p.k >= 2 * threads * g.kc) return gemm_split_k(g, p);
   in_thread_parts(g, p.m, p.k, p.n, [&](int64_t r0, int64_t r1, int64_t p0, int64_t p1) {

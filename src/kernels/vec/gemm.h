@@ -56,6 +56,11 @@ struct GemmOutput {
   // activation is applied.
   int64_t ldv = 0;
   GemmEpilogue epilogue;
+  // gemm() only, with ldv 0: the column sums of C's final values (after the
+  // epilogue) added into column_sums + t * n for each OpenMP thread t of the
+  // team (the caller zeroes one row of n per thread and adds the rows up),
+  // each tile's as it is finished, in cache. Null: none.
+  double* column_sums = nullptr;
 };
 
 struct GemmArgs : GemmOutput {

@@ -104,6 +104,24 @@ inline void finish_tile(VF (&acc)[M][Nv], const GemmTileFinish& f) {
     for (int r = 0; r < M; ++r)
 #pragma GCC unroll 4
       for (int v = 0; v < Nv; ++v) acc[r][v] = load(f.gate + r * f.gate_ld + v * kWidth) > 0.f ? acc[r][v] : splat(0.f);
+  if (f.column_sums)
+#pragma GCC unroll 4
+    for (int v = 0; v < Nv; ++v) {
+      VF sum = acc[0][v];
+#pragma GCC unroll 16
+      for (int r = 1; r < M; ++r) sum += acc[r][v];
+      float lanes[kWidth];
+      store(lanes, sum);
+      for (int h = 0; h < kWidth; h += kHalf) {  // widened a half vector at a time
+        VFh part;
+        __builtin_memcpy(&part, lanes + h, sizeof part);
+        double* to = f.column_sums + v * kWidth + h;
+        VD total;
+        __builtin_memcpy(&total, to, sizeof total);
+        total += __builtin_convertvector(part, VD);
+        __builtin_memcpy(to, &total, sizeof total);
+      }
+    }
 }
 
 // c[M x Nv vectors] = init + a[M x kc] * b[kc x Nv vectors]: a's rows `lda`

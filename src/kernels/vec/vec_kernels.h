@@ -50,6 +50,10 @@ struct GemmTileFinish {
   int64_t gate_ld = 0;
   bool relu = false;
   const float* row_scale = nullptr;  // the attention's softmax normalization
+  // The tile's column sums (after the gate) added here, in double: the
+  // calling thread's row of GemmOutput::column_sums at the tile's first
+  // column. Null: none.
+  double* column_sums = nullptr;
 };
 
 // Lines a micro-kernel asks the L2 for while it runs, spread over its k
