@@ -73,7 +73,7 @@ struct TrainResult {
   std::string trained_model;  // the trained model as ONNX bytes (inference form)
   int resumed_from = 0;       // the checkpoint's epoch when resumed, else 0
   // With options.profile: one per full batch after the run's first step (up
-  // to 1,000): the training graph's nodes (forward, loss, gradients), then
+  // to 100): the training graph's nodes (forward, loss, gradients), then
   // the optimizer's update and the wait for the step's batch.
   std::vector<RunProfile> step_profiles;
 };

@@ -5,7 +5,8 @@
 // activation-sized gradient (100 MB at batch 25,000 and width 1,024).
 //
 // GemmReluGrad: inputs A, B, Y; attributes transA, transB (Gemm's); output
-// ReluGrad(Gemm(A, B), Y), Y's shape. Taken from a Gemm without C and with
+// ReluGrad(Gemm(A, B), Y), Y's shape (and, set by passes/fuse_bias_grad.cc,
+// its column sums). Taken from a Gemm without C and with
 // alpha 1, or a MatMul of two matrices; the product must feed only the
 // ReluGrad.
 //

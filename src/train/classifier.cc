@@ -397,9 +397,10 @@ void check_options(const TrainOptions& o, const Tensor& features) {
 
 // Whether to profile this step: the full batches after the run's first step
 // (which plans the graph), up to kMaxProfiledSteps of them, so that every
-// profile has the same nodes and a long run's profiles stay small.
+// profile has the same nodes and a long run's profiles stay small (a profile
+// holds a few hundred bytes a node).
 bool profiled(const TrainOptions& o, const train::Batch& b, int64_t steps_run, const std::vector<RunProfile>& done) {
-  constexpr size_t kMaxProfiledSteps = 1000;
+  constexpr size_t kMaxProfiledSteps = 100;
   return o.profile && b.rows == o.batch && steps_run > 0 && done.size() < kMaxProfiledSteps;
 }
 
@@ -423,6 +424,7 @@ TrainResult train_classifier(const std::string& model_path, const Tensor& featur
   lo.worker_kind = options.worker_processes ? train::WorkerKind::kProcesses : train::WorkerKind::kThreads;
   lo.prefetch_factor = options.prefetch;
   lo.persistent_workers = true;
+  lo.threads = options.threads;
   train::DataLoader loader(std::make_shared<train::TensorDataset>(features, run.targets()), lo);
   ANVIL_CHECK(loader.batches() > 0, ErrorKind::kInvalidArgument, "{} samples make no full batch of {}",
               features.dim(0), options.batch);

@@ -90,12 +90,12 @@ BatchLayout batch_layout(const Dataset& dataset, int64_t batch_size) {
 // already called from several loader threads at once). A worker fills alone:
 // it must not start a team of its own, and a fork()ed one cannot.
 void fill_batch(const Dataset& dataset, const int64_t* indices, int64_t rows, std::vector<Tensor>& fields,
-                int64_t index, int worker) {
+                int64_t index, int worker, int threads) {
   constexpr int64_t kBytesPerThread = int64_t{1} << 20;
   int64_t bytes = 0;
   for (const Tensor& t : fields) bytes += static_cast<int64_t>(t.nbytes());
-  const int threads =
-      worker < 0 ? static_cast<int>(std::clamp<int64_t>(bytes / kBytesPerThread, 1, omp_get_max_threads())) : 1;
+  const int64_t team = threads > 0 ? threads : omp_get_max_threads();
+  threads = worker < 0 ? static_cast<int>(std::clamp<int64_t>(bytes / kBytesPerThread, 1, team)) : 1;
   auto fill_rows = [&](int64_t r0, int64_t r1) {
     for (size_t f = 0; f < fields.size(); ++f) dataset.fill(static_cast<int>(f), indices + r0, r1 - r0, fields[f], r0);
   };
@@ -121,7 +121,8 @@ void fill_batch(const Dataset& dataset, const int64_t* indices, int64_t rows, st
   }
 }
 
-Batch make_batch(const Dataset& dataset, const int64_t* indices, int64_t rows, int64_t index, int worker) {
+Batch make_batch(const Dataset& dataset, const int64_t* indices, int64_t rows, int64_t index, int worker,
+                 int threads) {
   Batch b;
   b.rows = rows;
   b.index = index;
@@ -136,7 +137,7 @@ Batch make_batch(const Dataset& dataset, const int64_t* indices, int64_t rows, i
   } catch (...) {
     rethrow_in_context(batch_context(index, worker));
   }
-  fill_batch(dataset, indices, rows, b.fields, index, worker);
+  fill_batch(dataset, indices, rows, b.fields, index, worker, threads);
   return b;
 }
 
@@ -366,7 +367,7 @@ bool DataLoader::next(Batch& out) {
     if (next_batch_ == batches_) return false;
     const int64_t b = next_batch_++;  // before making it: a failing batch is skipped, as with workers
     const int64_t rows = batch_rows(dataset_->size(), options_.batch_size, b);
-    out = make_batch(*dataset_, order_.data() + b * options_.batch_size, rows, b, -1);
+    out = make_batch(*dataset_, order_.data() + b * options_.batch_size, rows, b, -1, options_.threads);
     return true;
   }
   if (!source_) return false;

@@ -105,6 +105,9 @@ struct LoaderOptions {
   bool persistent_workers = false;  // keep workers (and their worker_init) across epochs
   // Runs first in each worker (thread or child process), with its id 0..num_workers-1.
   std::function<void(int worker_id)> worker_init;
+  // Without workers: the threads that fill a large batch on the calling
+  // thread's behalf (0: OpenMP's default), as many as the steps use.
+  int threads = 0;
 };
 
 struct Batch {

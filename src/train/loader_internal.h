@@ -40,15 +40,17 @@ inline int64_t batch_rows(int64_t size, int64_t batch_size, int64_t index) {
 
 // Fills `fields` ([rows, sample...] tensors, one per field) with the samples
 // `indices`. Any exception becomes an anvil::Error prefixed with the batch
-// and (when >= 0) the worker.
+// and (when >= 0) the worker. The caller's own batches (worker < 0) use up
+// to `threads` threads (0: OpenMP's default).
 void fill_batch(const Dataset& dataset, const int64_t* indices, int64_t rows, std::vector<Tensor>& fields,
-                int64_t index, int worker);
+                int64_t index, int worker, int threads = 0);
 // Rethrows the exception being handled as an anvil::Error starting with
 // `where` (std::bad_alloc as kOutOfMemory, other foreign exceptions as
 // kInvalidArgument: they come from the caller's dataset or hook).
 [[noreturn]] void rethrow_in_context(const std::string& where);
 
-// A batch in new tensors.
-Batch make_batch(const Dataset& dataset, const int64_t* indices, int64_t rows, int64_t index, int worker);
+// A batch in new tensors (`threads` as fill_batch's).
+Batch make_batch(const Dataset& dataset, const int64_t* indices, int64_t rows, int64_t index, int worker,
+                 int threads = 0);
 
 }  // namespace anvil::train

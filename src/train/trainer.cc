@@ -57,7 +57,8 @@ StepResult Trainer::step(const std::map<std::string, Tensor>& batch, float lr, R
   if (profile) {
     const double us =
         std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - update_start).count();
-    profile->nodes.push_back({"optimizer update", "Optimizer", optimizer_->options().kind, "", {}, profile->total_us, us});
+    profile->nodes.push_back(
+        {"optimizer update", "Optimizer", optimizer_->options().kind, "", {}, profile->total_us, us});
     profile->total_us += us;
   }
   return result;

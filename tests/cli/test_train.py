@@ -122,7 +122,7 @@ def test_profile_shows_each_node_of_the_full_batches_after_the_first(anvil, tmp_
     # One step an epoch: only the second counts.
     one_step = anvil(*args, "--epochs", "2", "--batch", "500", timeout=TRAIN_TIMEOUT_S)
     assert_ok(one_step)
-    assert "per-node profile: mean of 1 steps" in one_step.stdout, one_step.stdout
+    assert "per-node profile: mean of 1 step," in one_step.stdout, one_step.stdout
     single = anvil(*args, "--epochs", "1", "--batch", "500", timeout=TRAIN_TIMEOUT_S)
     assert_ok(single)
     assert "profile: no step to show" in single.stdout, single.stdout

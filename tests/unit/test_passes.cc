@@ -1,6 +1,7 @@
 // Graph passes: each test builds a small graph, optimizes it, and checks both
 // the rewritten graph and the values it computes (hand-computed).
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <cmath>
 #include <functional>
@@ -705,36 +706,39 @@ TEST(Passes, ConvThenSiluBecomesOneFusedConv) {
   }
 }
 
-// Conv -> Relu with weights known only at run time (a graph input, as
-// training feeds them): fused where the input has 8 channels or more, left
-// apart for a first convolution's 3 (oneDNN's im2col GEMM ran the fused
-// ReLU 2x slower there). The fused node computes relu(conv) with the weights
-// given at run time, against values computed here.
+// Conv -> Relu with weights known only at run time (graph inputs, as
+// training feeds them): fused where both sides are whole channel blocks (16
+// into 16), left apart for a first convolution's 3 input channels or 2
+// output channels (oneDNN's im2col GEMM ran the fused ReLU 2x slower). The
+// graph computes relu(conv) with the weights given at run time, against
+// values computed here.
 TEST(Passes, ConvWithRunTimeWeightsFusesItsReluOverWholeChannelBlocks) {
-  for (const int64_t channels : {int64_t{3}, int64_t{8}}) {
-    auto make = [channels] {
+  for (const auto& [in, out] : {std::pair<int64_t, int64_t>{3, 16}, {16, 2}, {16, 16}}) {
+    const bool fuses = in == 16 && out == 16;
+    auto make = [in = in, out = out] {
       auto g = std::make_unique<ir::Graph>();
       g->opsets[""] = 13;
-      ir::Value* x = g->add_input("x", DType::kFloat32, {1, channels, 2, 2});
-      ir::Value* w = g->add_input("w", DType::kFloat32, {2, channels, 1, 1});
+      ir::Value* x = g->add_input("x", DType::kFloat32, {1, in, 2, 2});
+      ir::Value* w = g->add_input("w", DType::kFloat32, {out, in, 1, 1});
       g->add_output(g->add_node("Relu", {g->add_node("Conv", {x, w}, 1)->output(0)}, 1)->output(0));
       ir::infer_types(*g);
       return g;
     };
+    SCOPED_TRACE(std::to_string(in) + " -> " + std::to_string(out));
     auto g = make();
     passes::optimize(*g, 2, runtime::reference_evaluator());
-    EXPECT_EQ(count_ops(*g, "FusedConv"), channels >= 8 ? 1u : 0u) << channels;
-    EXPECT_EQ(count_ops(*g, "Relu"), channels >= 8 ? 0u : 1u) << channels;
-    Tensor x(DType::kFloat32, {1, channels, 2, 2}), w(DType::kFloat32, {2, channels, 1, 1});
+    EXPECT_EQ(count_ops(*g, "FusedConv"), fuses ? 1u : 0u);
+    EXPECT_EQ(count_ops(*g, "Relu"), fuses ? 0u : 1u);
+    Tensor x(DType::kFloat32, {1, in, 2, 2}), w(DType::kFloat32, {out, in, 1, 1});
     for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = 0.5f * static_cast<float>(i % 7) - 1.f;
-    for (int64_t i = 0; i < w.numel(); ++i) w.data<float>()[i] = i % 2 ? 0.25f : -0.5f;
+    for (int64_t i = 0; i < w.numel(); ++i) w.data<float>()[i] = i % 3 ? 0.25f : -0.5f;
     Tensor y = Session::from_graph(make()).run({{"x", x}, {"w", w}})[0];
-    for (int64_t o = 0; o < 2; ++o)
+    for (int64_t o = 0; o < out; ++o)
       for (int64_t p = 0; p < 4; ++p) {
         double sum = 0;
-        for (int64_t c = 0; c < channels; ++c)
-          sum += static_cast<double>(x.data<float>()[c * 4 + p]) * w.data<float>()[o * channels + c];
-        EXPECT_NEAR(y.data<float>()[o * 4 + p], std::max(0.0, sum), 1e-5) << channels << ": " << o << "," << p;
+        for (int64_t c = 0; c < in; ++c)
+          sum += static_cast<double>(x.data<float>()[c * 4 + p]) * w.data<float>()[o * in + c];
+        EXPECT_NEAR(y.data<float>()[o * 4 + p], std::max(0.0, sum), 1e-5) << o << "," << p;
       }
   }
 }
@@ -1122,6 +1126,28 @@ TEST(Passes, BiasGradientBecomesTheGemmReluGradsSecondOutput) {
   constant_b.constant_inputs = {false, true, false};
   const auto packed = testing::run_kernel("GemmReluGrad", {a, b, y}, {}, constant_b);
   expect_outputs(packed[0], packed[1], "constant B");
+
+  // 300 rows: Anvil's GEMM on every ISA (from 256 rows), the sums from its registers, per thread.
+  const Tensor tall_a = ramp({300, 5}, -1.f, 0.007f);
+  Tensor tall_y = ramp({300, 20}, 1.f, -0.0003f);
+  for (int64_t i = 0; i < tall_y.numel(); i += 3) tall_y.data<float>()[i] = -1.f;
+  testing::KernelOptions dnnl = ref;
+  dnnl.backend = kernels::Backend::kDnnl;
+  dnnl.num_threads = 2;
+  const int saved = omp_get_max_threads();
+  omp_set_num_threads(2);
+  const auto tall = testing::run_kernel_full("GemmReluGrad", {tall_a, b, tall_y}, {}, dnnl);
+  omp_set_num_threads(saved);
+  EXPECT_NE(tall.impl.find("gemm"), std::string::npos) << tall.impl;
+  for (int64_t j = 0; j < 20; ++j) {
+    double sum = 0;
+    for (int64_t i = 0; i < 300; ++i) {
+      if (!(tall_y.data<float>()[i * 20 + j] > 0)) continue;
+      for (int64_t q = 0; q < 5; ++q)
+        sum += static_cast<double>(tall_a.data<float>()[i * 5 + q]) * b.data<float>()[q * 20 + j];
+    }
+    EXPECT_NEAR(tall.outputs[1].data<float>()[j], sum, 1e-4) << "300 rows, column " << j;
+  }
 }
 
 TEST(Passes, BiasGradientLookalikesStay) {

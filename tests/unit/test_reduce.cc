@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <numeric>
 
 #include "anvil/error.h"
@@ -115,6 +116,22 @@ TEST(ReduceSum, LeadingAxesOfWholeRows) {
     EXPECT_FLOAT_EQ(sum[0].data<float>()[c], 160.f * c + 60.f) << c;
     EXPECT_FLOAT_EQ(mean[0].data<float>()[c], c + 0.375f) << c;
   }
+}
+
+// Values near float's limits whose float sums over a run of rows overflow
+// but whose total does not: the run is added again in double.
+TEST(ReduceSum, LeadingAxesNearFloatsLimitsSumInDouble) {
+  const int64_t rows = 80, cols = 500;  // split between the threads: more than 32,768 elements
+  std::vector<float> v(rows * cols, 1.f);
+  for (int64_t r = 0; r < rows; ++r) v[r * cols] = r < 40 ? 3e37f : -3e37f;  // column 0: +-1.2e39 halves
+  for (int64_t r = 0; r < rows; ++r) v[r * cols + 1] = 1e37f;                  // column 1: 8e38, past float
+  auto sum = run_kernel("ReduceSum", {f32({rows, cols}, v), i64({1}, {0})}, {}, opset(13));
+  EXPECT_EQ(sum[0].data<float>()[0], 0.f);
+  EXPECT_EQ(sum[0].data<float>()[1], std::numeric_limits<float>::infinity());  // the true sum overflows float
+  EXPECT_EQ(sum[0].data<float>()[2], 80.f);
+  auto mean = run_kernel("ReduceMean", {f32({rows, cols}, v)}, attrs({{"axes", Ints{0}}, {"keepdims", int64_t{0}}}));
+  EXPECT_FLOAT_EQ(mean[0].data<float>()[1], 1e37f);
+  EXPECT_EQ(mean[0].data<float>()[0], 0.f);
 }
 
 TEST(ReduceSum, AxesAsInputFromOpset13) {

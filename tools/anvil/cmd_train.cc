@@ -147,7 +147,7 @@ Command add_train(CLI::App& app) {
   app.add_option("--export", a->export_path, "write the trained model to this ONNX file");
   app.add_flag("--profile", a->options.profile,
                "print the time of every node of a training step (forward, loss, gradients), the optimizer's update "
-               "and the wait for data, the mean over the full batches after the first step");
+               "and the wait for data, the mean over the full batches after the first step (up to 100)");
   return [a] { return train(*a); };
 }
 

@@ -43,7 +43,8 @@ void print_profile(const std::vector<RunProfile>& runs, const char* unit) {
   }
   const double n = static_cast<double>(runs.size());
   const double mean_run_ms = run_total / n / 1000.0;
-  fmt::print("\nper-node profile: mean of {} {}s, {:.3f} ms per {}\n", runs.size(), unit, mean_run_ms, unit);
+  fmt::print("\nper-node profile: mean of {} {}{}, {:.3f} ms per {}\n", runs.size(), unit, runs.size() == 1 ? "" : "s",
+             mean_run_ms, unit);
   fmt::print("{:<36} {:<16} {:<28} {:<18} {:<18} {:>9} {:>6}\n", "node", "op", "implementation", "layout",
              "output shape", "mean ms", "share");
   for (const NodeTotals& t : nodes) {

@@ -414,7 +414,7 @@ class DnnlGemm : public DnnlMatMulBase {
       ANVIL_PREPARE_CHECK(ctx, ctx.input_shape(2) == Shape({m, n}) && ctx.input_dtype(2) == DType::kFloat32,
                           ErrorKind::kInvalidModel, "the gate must be float32 of the product's shape [{}, {}], got {} {}",
                           m, n, dtype_name(ctx.input_dtype(2)), shape_str(ctx.input_shape(2)));
-      column_sums_ = ctx.output_types().size() > 1;
+      column_sums_ = ctx.node().output(1) != nullptr;
       sums_m_ = m;
       sums_n_ = n;
     } else {

@@ -5,7 +5,9 @@
 //
 //   anvil.ReluGrad(dy, y) = dy where y > 0, else 0   (y: Relu's output, or its input)
 //   anvil.GemmReluGrad(a, b, y) = ReluGrad(Gemm(a, b), y), attributes transA
-//     and transB (passes/fuse_relu_grad.cc); the reference runs the two.
+//     and transB (passes/fuse_relu_grad.cc); the reference runs the two. An
+//     optional second output, [1, N], sums the first's columns (a bias's
+//     gradient, passes/fuse_bias_grad.cc).
 //   anvil.TrainingDropout(x, step) -> (y, mask), attributes ratio and seed:
 //     element i is kept when a counter-based hash of (seed, step, i) maps to
 //     a uniform draw >= ratio; kept elements are scaled by 1 / (1 - ratio).
@@ -56,7 +58,7 @@ class RefGemmReluGrad : public Kernel {
     ANVIL_PREPARE_CHECK(ctx, out[0].shape == ctx.input_shape(2), ErrorKind::kInvalidModel,
                         "the product {} and the activation {} differ in shape", shape_str(out[0].shape),
                         shape_str(ctx.input_shape(2)));
-    if (ctx.output_types().size() > 1) out.push_back(ctx.output_type(1));  // the column sums
+    if (ctx.node().output(1)) out.push_back(ctx.output_type(1));  // the column sums
     return out;
   }
 

@@ -23,8 +23,10 @@ namespace {
 
 enum class Reduction { kMean, kSum, kMax, kMin, kProd, kL1, kL2, kSumSquare, kLogSum, kLogSumExp };
 
-// Floats accumulate in double; integers in 64 bits, wrapping like the narrow
-// type would (the result is converted back modulo 2^bits).
+// Floats accumulate in double (a float sum of leading axes adds runs of 64
+// rows in float first, redone in double where a run overflows: see
+// column_sums); integers in 64 bits, wrapping like the narrow type would
+// (the result is converted back modulo 2^bits).
 template <typename T>
 using Acc = std::conditional_t<std::is_floating_point_v<T>, double,
                                std::conditional_t<std::is_signed_v<T>, int64_t, uint64_t>>;
@@ -176,7 +178,7 @@ class ReduceKernel : public Kernel {
   }
 
   void column_sums(const float* x, float* y) const {
-    constexpr int64_t kBlock = 2048;  // columns summed at once: a thread's doubles stay in L1
+    constexpr int64_t kBlock = 2048;  // columns summed at once: a thread's doubles and floats stay in L1
     const int64_t cols = kept_[0].size, rows = red_[0].size;
     const double scale = r_ == Reduction::kMean && rows > 0 ? 1.0 / static_cast<double>(rows) : 1.0;
     constexpr int64_t kRun = 64;  // rows added in float before their sum joins the double accumulator
@@ -197,17 +199,25 @@ class ReduceKernel : public Kernel {
         float* run = runs.data() + static_cast<size_t>(t) * block;
         const auto [r0, r1] = share(rows, t, team);
         // Runs of kRun rows summed in float, then added in double: a double
-        // add per element held the kernel at half the memory's bandwidth.
+        // add per element held the kernel at half the memory's bandwidth. A
+        // run whose float sum is not finite (values near float's limits that
+        // cancel in double) is added again in double, column by column.
         for (int64_t r = r0; r < r1; r += kRun) {
+          const int64_t end = std::min(r + kRun, r1);
           const float* first = x + r * cols + c0;
           std::copy(first, first + width, run);
-          for (int64_t i = r + 1; i < std::min(r + kRun, r1); ++i) {
+          for (int64_t i = r + 1; i < end; ++i) {
             const float* row = x + i * cols + c0;
 #pragma omp simd
             for (int64_t j = 0; j < width; ++j) run[j] += row[j];
           }
-#pragma omp simd
-          for (int64_t j = 0; j < width; ++j) acc[j] += static_cast<double>(run[j]);
+          for (int64_t j = 0; j < width; ++j) {
+            if (std::isfinite(run[j])) {
+              acc[j] += static_cast<double>(run[j]);
+              continue;
+            }
+            for (int64_t i = r; i < end; ++i) acc[j] += static_cast<double>(x[i * cols + c0 + j]);
+          }
         }
       }
       for (int64_t j = 0; j < width; ++j) {
