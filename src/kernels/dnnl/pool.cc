@@ -19,6 +19,19 @@ namespace {
 using dnnl::memory;
 namespace du = dnnl_util;
 
+// A 2-D pooling's planes for Anvil's loops (vec/pool_impl.h): the input's
+// and output's sizes and the window, from X's and Y's shapes.
+struct PoolPlane {
+  int64_t in_h = 0, in_w = 0, out_h = 0, out_w = 0;
+  vec::PoolWindow window{};
+
+  PoolPlane() = default;
+  PoolPlane(const Shape& x, const Shape& y, const SpatialGeometry& g)
+      : in_h(x[2]), in_w(x[3]), out_h(y[2]), out_w(y[3]),
+        window{g.kernel[0], g.kernel[1], g.strides[0], g.strides[1], g.dilations[0], g.dilations[1],
+               g.pads_begin[0], g.pads_begin[1]} {}
+};
+
 class DnnlPool : public Kernel {
  public:
   DnnlPool(const ir::Node& node) : op_(node.op_type) {}
@@ -117,12 +130,7 @@ class DnnlPool : public Kernel {
     if (ctx.choice() == 0) return;  // the rule: Anvil's loop wherever it fits
     src_pixels_ = *src;
     dst_pixels_ = *dst;
-    in_h_ = x[2];
-    in_w_ = x[3];
-    out_h_ = y[2];
-    out_w_ = y[3];
-    window_ = {g.kernel[0], g.kernel[1], g.strides[0], g.strides[1], g.dilations[0], g.dilations[1],
-               g.pads_begin[0], g.pads_begin[1]};
+    plane_ = PoolPlane(x, y, g);
     own_max_ = true;
     impl_ = std::string(vec::vec_impl_name()) + ":max_pool";
   }
@@ -131,20 +139,20 @@ class DnnlPool : public Kernel {
     const float* src = ctx.in(0).data<float>();
     auto* dst = static_cast<float*>(ctx.out(0).raw());
     const auto pool = vec::vec_kernels().max_pool_rows;
-    const int64_t items = src_pixels_.planes * out_h_;
-#pragma omp parallel for schedule(static) if (items * out_w_ * src_pixels_.channels > 32768)
+    const PoolPlane& pp = plane_;
+    const int64_t items = src_pixels_.planes * pp.out_h;
+#pragma omp parallel for schedule(static) if (items * pp.out_w * src_pixels_.channels > 32768)
     for (int64_t item = 0; item < items; ++item) {
-      const int64_t plane = item / out_h_, row = item % out_h_;
-      pool(src + plane * src_pixels_.plane, in_h_, in_w_, src_pixels_.pixel, dst + plane * dst_pixels_.plane, out_w_,
-           dst_pixels_.pixel, src_pixels_.channels, window_, row, row + 1);
+      const int64_t plane = item / pp.out_h, row = item % pp.out_h;
+      pool(src + plane * src_pixels_.plane, pp.in_h, pp.in_w, src_pixels_.pixel, dst + plane * dst_pixels_.plane,
+           pp.out_w, dst_pixels_.pixel, src_pixels_.channels, pp.window, row, row + 1);
     }
   }
 
   std::string op_;
   bool own_max_ = false, own_max_fits_ = false;
   du::PixelLayout src_pixels_{}, dst_pixels_{};
-  int64_t in_h_ = 0, in_w_ = 0, out_h_ = 0, out_w_ = 0;
-  vec::PoolWindow window_{};
+  PoolPlane plane_;
   dnnl::primitive primitive_;
   memory::desc src_md_, dst_md_, scratchpad_md_;
   du::ActivationLayouts io_;
@@ -159,6 +167,16 @@ class DnnlPool : public Kernel {
 // gradients between convolutions need no reorder to plain and back around
 // the pooling. 2-D only; plain tensors are left to the reference kernel,
 // whose values this loop gives bit for bit.
+// `shape` in the format `in` is for a tensor of `like`: NHWC, or the channel
+// blocks pooling keeps; an empty descriptor for any other.
+memory::desc same_format(const Layout& in, const Shape& like, const Shape& shape) {
+  const memory::desc nhwc(du::dims(like), memory::data_type::f32, memory::format_tag::nhwc);
+  if (same_layout(in, du::layout_of(nhwc, like, DType::kFloat32)))
+    return memory::desc(du::dims(shape), memory::data_type::f32, memory::format_tag::nhwc);
+  if (same_layout(in, du::layout_of(du::blocked_desc(like), like, DType::kFloat32))) return du::blocked_desc(shape);
+  return {};
+}
+
 class PlannedMaxPoolGrad : public Kernel {
  public:
   explicit PlannedMaxPoolGrad(const ir::Node&) {}
@@ -171,13 +189,7 @@ class PlannedMaxPoolGrad : public Kernel {
     ANVIL_PREPARE_CHECK(ctx, dy.size() == x.size() && dy[0] == x[0] && dy[1] == x[1], ErrorKind::kInvalidModel,
                         "dY {} is not MaxPool's output shape for X {}", shape_str(dy), shape_str(x));
     const memory::desc x_md = du::desc_of({DType::kFloat32, x, in});
-    // dY in X's format: NHWC, or the channel blocks pooling keeps.
-    const memory::desc nhwc(du::dims(x), memory::data_type::f32, memory::format_tag::nhwc);
-    memory::desc dy_md;
-    if (same_layout(in, du::layout_of(nhwc, x, DType::kFloat32)))
-      dy_md = memory::desc(du::dims(dy), memory::data_type::f32, memory::format_tag::nhwc);
-    else if (same_layout(in, du::layout_of(du::blocked_desc(x), x, DType::kFloat32)))
-      dy_md = du::blocked_desc(dy);
+    const memory::desc dy_md = same_format(in, x, dy);
     const std::optional<du::PixelLayout> xp = du::pixel_layout(x_md);
     const std::optional<du::PixelLayout> dp = dy_md ? du::pixel_layout(dy_md) : std::nullopt;
     ANVIL_PREPARE_CHECK(ctx, xp && dp && xp->channels == dp->channels && xp->planes == dp->planes,
@@ -188,12 +200,7 @@ class PlannedMaxPoolGrad : public Kernel {
     dy_pixels_ = *dp;
     x_layout_ = in;
     dy_layout_ = du::layout_of(dy_md, dy, DType::kFloat32);
-    in_h_ = x[2];
-    in_w_ = x[3];
-    out_h_ = dy[2];
-    out_w_ = dy[3];
-    window_ = {g.kernel[0], g.kernel[1], g.strides[0], g.strides[1], g.dilations[0], g.dilations[1],
-               g.pads_begin[0], g.pads_begin[1]};
+    plane_ = PoolPlane(x, dy, g);
     relu_gate_ = ctx.attrs().get_int("relu_gate", 0) != 0;
     std::vector<TensorType> out = ctx.output_types();
     out[0].layout = x_layout_;
@@ -211,21 +218,21 @@ class PlannedMaxPoolGrad : public Kernel {
     const float* x = ctx.in(1).data<float>();
     float* dx = ctx.out(0).data<float>();
     const auto grad = vec::vec_kernels().max_pool_grad_rows;
-    const int64_t planes = x_pixels_.planes, plane_floats = in_h_ * in_w_ * x_pixels_.pixel;
+    const PoolPlane& pp = plane_;
+    const int64_t planes = x_pixels_.planes, plane_floats = pp.in_h * pp.in_w * x_pixels_.pixel;
 #pragma omp parallel for schedule(static) if (planes * plane_floats > 32768)
     for (int64_t p = 0; p < planes; ++p) {
       float* dxp = dx + p * x_pixels_.plane;
       std::fill(dxp, dxp + plane_floats, 0.f);
-      grad(dy + p * dy_pixels_.plane, out_w_, dy_pixels_.pixel, x + p * x_pixels_.plane, in_h_, in_w_,
-           x_pixels_.pixel, dxp, x_pixels_.channels, window_, relu_gate_, 0, out_h_);
+      grad(dy + p * dy_pixels_.plane, pp.out_w, dy_pixels_.pixel, x + p * x_pixels_.plane, pp.in_h, pp.in_w,
+           x_pixels_.pixel, dxp, x_pixels_.channels, pp.window, relu_gate_, 0, pp.out_h);
     }
   }
 
  private:
   du::PixelLayout x_pixels_{}, dy_pixels_{};
   Layout x_layout_, dy_layout_;
-  int64_t in_h_ = 0, in_w_ = 0, out_h_ = 0, out_w_ = 0;
-  vec::PoolWindow window_{};
+  PoolPlane plane_;
   bool relu_gate_ = false;
 };
 

@@ -12,10 +12,13 @@ inline void taps_inside(int64_t start, int64_t taps, int64_t step, int64_t size,
   *hi = h;
 }
 
-inline void max_pool_rows_impl(const float* src, int64_t ih, int64_t iw, int64_t src_pixel, float* dst, int64_t ow,
-                               int64_t dst_pixel, int64_t channels, const PoolWindow& w, int64_t oh_begin,
-                               int64_t oh_end) {
-  constexpr float kLowest = -3.40282347e38f;  // the reference's start when a window has no tap
+// The windows of output rows [oh_begin, oh_end), ow pixels each, over an
+// ih x iw plane: f(o, h0, h_lo, h_hi, w0, w_lo, w_hi) with o the output
+// pixel's number in the plane, (h0, w0) the window's first tap and [lo, hi)
+// its taps inside the plane along each axis.
+template <typename F>
+inline void for_each_window(int64_t ih, int64_t iw, int64_t ow, const PoolWindow& w, int64_t oh_begin, int64_t oh_end,
+                            F f) {
   for (int64_t oh = oh_begin; oh < oh_end; ++oh) {
     const int64_t h0 = oh * w.sh - w.ph;
     int64_t h_lo, h_hi;
@@ -24,10 +27,21 @@ inline void max_pool_rows_impl(const float* src, int64_t ih, int64_t iw, int64_t
       const int64_t w0 = ox * w.sw - w.pw;
       int64_t w_lo, w_hi;
       taps_inside(w0, w.kw, w.dw, iw, &w_lo, &w_hi);
-      float* out = dst + (oh * ow + ox) * dst_pixel;
+      f(oh * ow + ox, h0, h_lo, h_hi, w0, w_lo, w_hi);
+    }
+  }
+}
+
+inline void max_pool_rows_impl(const float* src, int64_t ih, int64_t iw, int64_t src_pixel, float* dst, int64_t ow,
+                               int64_t dst_pixel, int64_t channels, const PoolWindow& w, int64_t oh_begin,
+                               int64_t oh_end) {
+  constexpr float kLowest = -3.40282347e38f;  // the reference's start when a window has no tap
+  for_each_window(ih, iw, ow, w, oh_begin, oh_end,
+                  [&](int64_t o, int64_t h0, int64_t h_lo, int64_t h_hi, int64_t w0, int64_t w_lo, int64_t w_hi) {
+      float* out = dst + o * dst_pixel;
       if (h_lo == h_hi || w_lo == w_hi) {
         for (int64_t c = 0; c < channels; ++c) out[c] = kLowest;
-        continue;
+        return;
       }
       for (int64_t c = 0; c < channels; c += kWidth) {
         const int64_t n = channels - c < kWidth ? channels - c : kWidth;
@@ -45,8 +59,7 @@ inline void max_pool_rows_impl(const float* src, int64_t ih, int64_t iw, int64_t
         if (n == kWidth) store(out + c, m);
         else store_part(out + c, m, n);
       }
-    }
-  }
+  });
 }
 
 // The gradient of max_pool_rows over the same pixel layouts, for output rows
@@ -60,16 +73,10 @@ inline void max_pool_rows_impl(const float* src, int64_t ih, int64_t iw, int64_t
 inline void max_pool_grad_rows_impl(const float* dy, int64_t ow, int64_t dy_pixel, const float* x, int64_t ih,
                                     int64_t iw, int64_t x_pixel, float* dx, int64_t channels, const PoolWindow& w,
                                     bool relu_gate, int64_t oh_begin, int64_t oh_end) {
-  for (int64_t oh = oh_begin; oh < oh_end; ++oh) {
-    const int64_t h0 = oh * w.sh - w.ph;
-    int64_t h_lo, h_hi;
-    taps_inside(h0, w.kh, w.dh, ih, &h_lo, &h_hi);
-    for (int64_t ox = 0; ox < ow; ++ox) {
-      const int64_t w0 = ox * w.sw - w.pw;
-      int64_t w_lo, w_hi;
-      taps_inside(w0, w.kw, w.dw, iw, &w_lo, &w_hi);
-      if (h_lo == h_hi || w_lo == w_hi) continue;
-      const float* g = dy + (oh * ow + ox) * dy_pixel;
+  for_each_window(ih, iw, ow, w, oh_begin, oh_end,
+                  [&](int64_t o, int64_t h0, int64_t h_lo, int64_t h_hi, int64_t w0, int64_t w_lo, int64_t w_hi) {
+      if (h_lo == h_hi || w_lo == w_hi) return;
+      const float* g = dy + o * dy_pixel;
       for (int64_t c = 0; c < channels; c += kWidth) {
         const int64_t n = channels - c < kWidth ? channels - c : kWidth;
         auto at = [&](int64_t i, int64_t j) { return ((h0 + i * w.dh) * iw + w0 + j * w.dw) * x_pixel + c; };
@@ -92,6 +99,5 @@ inline void max_pool_grad_rows_impl(const float* dy, int64_t ow, int64_t dy_pixe
             else store_part(d, load_part(d, n, 0.f) + add, n);
           }
       }
-    }
-  }
+  });
 }
