@@ -113,6 +113,15 @@ Layout layout_of(const dnnl::memory::desc& md, const dnnl::memory::desc& plain);
 // back around each such op between convolutions (docs/architecture.md).
 Layout elementwise_layout(const PrepareContext& ctx, size_t i, const Shape& shape);
 
+// A float32 memory format applied to a shape: NHWC (nhwc_desc) or the ISA's
+// channel blocks (blocked_desc), the two that keep each pixel's channels
+// together. Training's gradients keep the one the forward pass wrote.
+using Format = dnnl::memory::desc (*)(const Shape&);
+dnnl::memory::desc nhwc_desc(const Shape& shape);
+// Which of the two `in`, the layout a float32 tensor of `shape` arrives in,
+// is; null for any other (plain included).
+Format format_of(const Layout& in, const Shape& shape);
+
 // The bytes of product weights past which a model's weights come from
 // memory on every run rather than from the last-level cache: the L3, at
 // most 32 MiB, since the L3 is shared with other cores and tenants (on the

@@ -41,12 +41,7 @@ namespace du = dnnl_util;
 // and dX in the plan's format (kPlanned), the weights in the one they pick.
 enum class ConvLayouts { kPlain, kBlocked, kPlanned };
 
-// A memory format applied to a shape: NHWC, or the ISA's channel blocks.
-using Format = memory::desc (*)(const Shape&);
-
-memory::desc nhwc_desc(const Shape& shape) {
-  return memory::desc(du::dims(shape), memory::data_type::f32, memory::format_tag::nhwc);
-}
+using du::Format;
 
 // What both gradients need: the forward convolution's descriptors, from the
 // shapes of X, W and dY and the node's attributes.
@@ -118,15 +113,6 @@ bool blocked_kernel(const dnnl::primitive_desc_base& pd) {
   return impl.rfind("dnnl:jit", 0) == 0 || impl.rfind("dnnl:brg", 0) == 0;
 }
 
-// Which format `in`, the layout a tensor of `shape` arrives in, is: NHWC,
-// the ISA's channel blocks, or neither (null).
-Format format_of(const Layout& in, const Shape& shape) {
-  if (!in) return nullptr;
-  if (same_layout(in, du::layout_of(nhwc_desc(shape), shape, DType::kFloat32))) return nhwc_desc;
-  if (same_layout(in, du::layout_of(du::blocked_desc(shape), shape, DType::kFloat32))) return du::blocked_desc;
-  return nullptr;
-}
-
 // The format the gradients keep: for a 2-D convolution of one group in a
 // plan that lets the kernel read its own layouts (and, with `writes_dx`,
 // write one), X's (input `x_input`) when it arrives in NHWC or the ISA's
@@ -139,9 +125,9 @@ Format planned_format(const PrepareContext& ctx, size_t x_input, const Shape& x,
   if (!ctx.blocked_inputs_allowed() || (writes_dx && !ctx.blocked_outputs_allowed()) || x.size() != 4 ||
       ctx.attrs().get_int("group", 1) != 1)
     return nullptr;
-  if (const Format f = format_of(ctx.incoming_layout(x_input), x)) return f;
+  if (const Format f = du::format_of(ctx.incoming_layout(x_input), x)) return f;
   if (!du::fills_channel_blocks(x, w[0], 1)) return nullptr;
-  return format_of(ctx.incoming_layout(0), ctx.input_shape(0));
+  return du::format_of(ctx.incoming_layout(0), ctx.input_shape(0));
 }
 
 // The backward primitive `make(f)` builds: in the plan's format of X (input
@@ -181,17 +167,26 @@ class ConvGradKernel : public Kernel {
   Layout input_layout(size_t i) const override { return i < inputs_.size() ? inputs_[i] : nullptr; }
 
  protected:
-  // In the plan's format (kPlanned): the layouts the inputs are read in
-  // (`dy`, and `x` at x_input when the values are read), the format's name.
-  void plan_layouts(const ForwardConv& f, const PrepareContext& ctx, size_t dy_input, size_t x_input,
-                    bool reads_x) {
+  // Records the layouts the inputs are read in (dY is input 0; X, at
+  // x_input, is read when `reads_x`, else taken as it comes: no reorder for
+  // a shape) and returns the descriptor dY is staged from. kPlanned: dY and
+  // X in the plan's format, read in place. kBlocked: dY as it arrives, one
+  // reorder into the primitive's layout in scratch instead of the planner's
+  // to plain and the kernel's from plain (a first convolution's dY, NHWC
+  // from the ReLU gradient after it). Else plain.
+  memory::desc plan_layouts(const ForwardConv& f, const PrepareContext& ctx, size_t x_input, bool reads_x) {
     inputs_.assign(ctx.num_inputs(), nullptr);
-    // X for its shape only is taken as it comes: no reorder for it.
-    if (!reads_x && ctx.blocked_inputs_allowed()) inputs_[x_input] = ctx.incoming_layout(x_input);
-    if (f.layouts != ConvLayouts::kPlanned) return;
-    planned_ = du::layout_of(f.src, ctx.input_shape(x_input), DType::kFloat32);
-    inputs_[dy_input] = du::layout_of(f.dst, ctx.input_shape(dy_input), DType::kFloat32);
-    if (reads_x) inputs_[x_input] = planned_;
+    if (!ctx.blocked_inputs_allowed()) return f.dst;
+    if (!reads_x) inputs_[x_input] = ctx.incoming_layout(x_input);
+    if (f.layouts == ConvLayouts::kPlanned) {
+      planned_ = du::layout_of(f.src, ctx.input_shape(x_input), DType::kFloat32);
+      inputs_[0] = du::layout_of(f.dst, ctx.input_shape(0), DType::kFloat32);
+      if (reads_x) inputs_[x_input] = planned_;
+    } else if (const Layout in = ctx.incoming_layout(0); in && f.layouts == ConvLayouts::kBlocked) {
+      inputs_[0] = in;
+      return du::desc_of({DType::kFloat32, ctx.input_shape(0), in});
+    }
+    return f.dst;
   }
 
   // Records the primitive; returns where the staged operands' scratch starts.
@@ -211,16 +206,6 @@ class ConvGradKernel : public Kernel {
   memory::desc scratchpad_;
   size_t scratch_ = 0;
   std::string impl_;
-  // The descriptor dY is staged from: as it arrives where the primitive's
-  // layouts are its own (kBlocked), one reorder into them in scratch instead
-  // of the planner's to plain and the kernel's from plain (a first
-  // convolution's dY, NHWC from the ReLU gradient after it); else `f.dst`.
-  memory::desc arriving_dy(const ForwardConv& f, const PrepareContext& ctx) const {
-    const Layout in = ctx.incoming_layout(0);
-    if (f.layouts != ConvLayouts::kBlocked || !in || !ctx.blocked_inputs_allowed()) return f.dst;
-    return du::desc_of({DType::kFloat32, ctx.input_shape(0), in});
-  }
-
   Layout planned_;              // X's (and dX's) format when kPlanned; null otherwise
   std::vector<Layout> inputs_;  // input_layout(): null is plain
 };
@@ -240,12 +225,9 @@ class ConvGradInputKernel : public ConvGradKernel {
                                              desc, du::user_scratchpad_attr(), du::engine(), f.pd);
                                        });
       size_t offset = set_primitive(pd, dnnl::convolution_backward_data(pd));
-      const memory::desc dy = arriving_dy(f, ctx);
-      offset = diff_dst_.init(dy, pd.diff_dst_desc(), offset);
+      offset = diff_dst_.init(plan_layouts(f, ctx, 2, false), pd.diff_dst_desc(), offset);
       offset = weights_.init(f.weights, pd.weights_desc(), offset);
       scratch_ = diff_src_.init(f.src, pd.diff_src_desc(), offset);
-      plan_layouts(f, ctx, 0, 2, false);
-      if (dy != f.dst) inputs_[0] = ctx.incoming_layout(0);
     } catch (const dnnl::error& e) {
       ctx.fail(ErrorKind::kUnsupported, "oneDNN has no convolution backward-data for this case ({})", e.what());
     }
@@ -283,13 +265,10 @@ class ConvGradWeightKernel : public ConvGradKernel {
                                              desc, du::user_scratchpad_attr(), du::engine(), f.pd);
                                        });
       size_t offset = set_primitive(pd, dnnl::convolution_backward_weights(pd));
-      const memory::desc dy = arriving_dy(f, ctx);
-      offset = diff_dst_.init(dy, pd.diff_dst_desc(), offset);
+      offset = diff_dst_.init(plan_layouts(f, ctx, 1, true), pd.diff_dst_desc(), offset);
       offset = src_.init(f.src, pd.src_desc(), offset);
       scratch_ = diff_weights_.init(f.weights, pd.diff_weights_desc(), offset);
       diff_bias_ = f.bias;
-      plan_layouts(f, ctx, 0, 1, true);
-      if (dy != f.dst) inputs_[0] = ctx.incoming_layout(0);
     } catch (const dnnl::error& e) {
       ctx.fail(ErrorKind::kUnsupported, "oneDNN has no convolution backward-weights for this case ({})", e.what());
     }

@@ -85,6 +85,17 @@ size_t ActivationLayouts::init(const PrepareContext& ctx, const dnnl::memory::de
   return dst.init(plain_dst, dst_md, offset);
 }
 
+dnnl::memory::desc nhwc_desc(const Shape& shape) {
+  return dnnl::memory::desc(dims(shape), dnnl::memory::data_type::f32, dnnl::memory::format_tag::nhwc);
+}
+
+Format format_of(const Layout& in, const Shape& shape) {
+  if (!in) return nullptr;
+  if (same_layout(in, layout_of(nhwc_desc(shape), shape, DType::kFloat32))) return nhwc_desc;
+  if (same_layout(in, layout_of(blocked_desc(shape), shape, DType::kFloat32))) return blocked_desc;
+  return nullptr;
+}
+
 Layout elementwise_layout(const PrepareContext& ctx, size_t i, const Shape& shape) {
   if (!ctx.blocked_inputs_allowed() || !ctx.blocked_outputs_allowed()) return nullptr;
   const Layout in = ctx.incoming_layout(i);

@@ -167,16 +167,6 @@ class DnnlPool : public Kernel {
 // gradients between convolutions need no reorder to plain and back around
 // the pooling. 2-D only; plain tensors are left to the reference kernel,
 // whose values this loop gives bit for bit.
-// `shape` in the format `in` is for a tensor of `like`: NHWC, or the channel
-// blocks pooling keeps; an empty descriptor for any other.
-memory::desc same_format(const Layout& in, const Shape& like, const Shape& shape) {
-  const memory::desc nhwc(du::dims(like), memory::data_type::f32, memory::format_tag::nhwc);
-  if (same_layout(in, du::layout_of(nhwc, like, DType::kFloat32)))
-    return memory::desc(du::dims(shape), memory::data_type::f32, memory::format_tag::nhwc);
-  if (same_layout(in, du::layout_of(du::blocked_desc(like), like, DType::kFloat32))) return du::blocked_desc(shape);
-  return {};
-}
-
 class PlannedMaxPoolGrad : public Kernel {
  public:
   explicit PlannedMaxPoolGrad(const ir::Node&) {}
@@ -189,7 +179,8 @@ class PlannedMaxPoolGrad : public Kernel {
     ANVIL_PREPARE_CHECK(ctx, dy.size() == x.size() && dy[0] == x[0] && dy[1] == x[1], ErrorKind::kInvalidModel,
                         "dY {} is not MaxPool's output shape for X {}", shape_str(dy), shape_str(x));
     const memory::desc x_md = du::desc_of({DType::kFloat32, x, in});
-    const memory::desc dy_md = same_format(in, x, dy);
+    const du::Format format = du::format_of(in, x);  // dY in X's: NHWC, or the channel blocks pooling keeps
+    const memory::desc dy_md = format ? format(dy) : memory::desc();
     const std::optional<du::PixelLayout> xp = du::pixel_layout(x_md);
     const std::optional<du::PixelLayout> dp = dy_md ? du::pixel_layout(dy_md) : std::nullopt;
     ANVIL_PREPARE_CHECK(ctx, xp && dp && xp->channels == dp->channels && xp->planes == dp->planes,
