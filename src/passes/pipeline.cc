@@ -38,6 +38,7 @@ std::vector<std::unique_ptr<Pass>> passes_for_level(int level, const ConstantEva
     passes.push_back(make_eliminate_identity());
     passes.push_back(make_fold_shapes());
     passes.push_back(make_fold_constants(evaluator));
+    passes.push_back(make_eliminate_common_subexpressions());
     passes.push_back(make_dead_code());
   }
   if (level >= 2) {
@@ -68,6 +69,8 @@ std::vector<std::unique_ptr<Pass>> late_passes_for_level(int level, const Fusion
     passes.push_back(make_fuse_masked_softmax());
     passes.push_back(make_fuse_elementwise_chain());
     if (advisor) passes.push_back(make_fuse_conv_depthwise(advisor));
+    passes.push_back(make_eliminate_common_subexpressions());  // the shape arithmetic the fusions repeat
+    passes.push_back(make_dead_code());
   }
   return passes;
 }

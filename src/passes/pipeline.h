@@ -1,8 +1,8 @@
 // The optimization levels and the passes each one runs.
 //   0: nothing
 //   1: cleanup — identity elimination, shape folding (known elements of
-//      shapes under symbolic dims), constant folding, dead code; then, late,
-//      Transpose / Reshape elimination
+//      shapes under symbolic dims), constant folding, common-subexpression
+//      elimination, dead code; then, late, Transpose / Reshape elimination
 //   2: + fusions — Conv+BatchNorm, GELU, Swish (x * sigmoid(x)), Conv/MatMul
 //      + bias + residual Add + activation (oneDNN post-ops), multi-head
 //      attention, LayerNormalization;
@@ -39,6 +39,7 @@ std::unique_ptr<Pass> make_simplify_reshapes();
 std::unique_ptr<Pass> make_fold_matmul_transpose();
 std::unique_ptr<Pass> make_fuse_shared_input_matmuls();
 std::unique_ptr<Pass> make_fuse_qkv_attention();
+std::unique_ptr<Pass> make_eliminate_common_subexpressions();
 std::unique_ptr<Pass> make_dead_code();
 std::unique_ptr<Pass> make_fuse_conv_batchnorm();
 std::unique_ptr<Pass> make_fuse_conv_activation();
