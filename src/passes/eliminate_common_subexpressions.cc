@@ -1,7 +1,7 @@
 // Common-subexpression elimination: a node that repeats an earlier one (same
 // op, opset, attributes and inputs) is dropped and its readers take the
-// earlier node's outputs; small constants equal in type and bytes become one
-// value first, so that nodes reading copies of a constant compare equal.
+// earlier node's outputs; integer and bool constants equal in type and bytes
+// become one value first, so that nodes reading copies of one compare equal.
 //
 // Exporters repeat work per layer: each of a decoder's layers slices its own
 // copy of the causal-mask buffer with the same shape arithmetic, and each
@@ -9,10 +9,11 @@
 //
 // Left alone: nodes that draw random numbers (a second draw must differ),
 // every Dropout (training mode draws), nodes with subgraphs, nodes whose
-// outputs are graph outputs (their names must stay), constants that are graph
-// inputs (a caller may feed them) or outputs. Constants are compared byte for
-// byte only where their dtype, shape and sampled bytes agree, so that large
-// weights (maybe mapped from external data) are not read in full.
+// outputs are graph outputs (their names must stay), float constants (maybe
+// weights), constants that are graph inputs (a caller may feed them) or
+// outputs. Constants are hashed in full and compared byte for byte only where
+// their dtype, shape and sampled bytes agree, so that large ones (maybe
+// mapped from external data) are not read in full.
 #include <cstring>
 #include <functional>
 #include <map>
@@ -75,58 +76,113 @@ bool same_node(const ir::Node& a, const ir::Node& b) {
   return same_attributes(a.attrs, b.attrs);
 }
 
+// Attribute names and the integers among their values: nodes that differ
+// only there (Gathers of one shape by index, Slices of one input) fall in
+// different buckets.
+size_t attributes_hash(const ir::Attributes& attrs) {
+  size_t h = 0;
+  for (const auto& [name, value] : attrs.all()) {
+    h = h * 131u ^ std::hash<std::string>{}(name);
+    if (const auto* i = std::get_if<int64_t>(&value)) h = h * 1000003u ^ std::hash<int64_t>{}(*i);
+    if (const auto* v = std::get_if<std::vector<int64_t>>(&value))
+      for (int64_t i : *v) h = h * 1000003u ^ std::hash<int64_t>{}(i);
+  }
+  return h;
+}
+
 size_t node_hash(const ir::Node& n) {
   size_t h = std::hash<std::string>{}(n.op_type) ^ (std::hash<std::string>{}(n.domain) << 1);
   for (const ir::Value* in : n.inputs) h = h * 1000003u ^ std::hash<const ir::Value*>{}(in);
-  return h * 31u + n.outputs.size();
+  return (h ^ attributes_hash(n.attrs)) * 31u + n.outputs.size();
 }
 
-// FNV-1a over a tensor's first and last 4 KiB: equal tensors hash equal, and
-// a large one (maybe memory-mapped external data) is read in full only when
-// another of its dtype and shape agrees with it there.
-size_t sampled_hash(const Tensor& t) {
-  constexpr size_t kSample = 4096;
-  uint64_t h = 1469598103934665603ull;
-  auto mix = [&](const unsigned char* p, size_t n) {
-    for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 1099511628211ull;
-  };
+// FNV-1a, eight bytes at a time, over bytes [from, to) of a tensor.
+uint64_t bytes_hash(const Tensor& t, size_t from, size_t to, uint64_t h = 1469598103934665603ull) {
   const auto* bytes = static_cast<const unsigned char*>(t.raw());
-  const size_t n = t.nbytes();
-  if (n <= 2 * kSample) {
-    mix(bytes, n);
-  } else {
-    mix(bytes, kSample);
-    mix(bytes + n - kSample, kSample);
+  size_t i = from;
+  for (uint64_t word; i + 8 <= to; i += 8) {
+    std::memcpy(&word, bytes + i, 8);
+    h = (h ^ word) * 1099511628211ull;
   }
-  return static_cast<size_t>(h);
+  for (; i < to; ++i) h = (h ^ bytes[i]) * 1099511628211ull;
+  return h;
 }
 
+// A tensor's first and last 4 KiB: a large one (maybe mapped from external
+// data) is hashed in full only when another of its dtype and shape agrees
+// with it there.
+uint64_t sampled_hash(const Tensor& t) {
+  constexpr size_t kSample = 4096;
+  const size_t n = t.nbytes();
+  if (n <= 2 * kSample) return bytes_hash(t, 0, n);
+  return bytes_hash(t, n - kSample, n, bytes_hash(t, 0, kSample));
+}
+
+// Integer and bool constants only: float ones may be weights, and a model
+// written by `anvil optimize` may be trained, where weights equal at their
+// initialization (zero biases, a BatchNorm's ones) must stay apart.
 bool mergeable_constant(const ir::Value& v) {
   if (!v.is_constant() || v.is_graph_input || v.is_graph_output || v.is_capture) return false;
   const Tensor& t = *v.constant;
-  return !t.is_sequence() && !t.empty() && t.dtype() != DType::kString;
+  return !t.is_sequence() && !t.empty() && t.dtype() != DType::kString && !dtype_is_float(t.dtype());
 }
 
+// The graph's readers of each value, built once per run: rewiring through
+// Graph::replace_uses scans every node, once per merge.
+class Readers {
+ public:
+  explicit Readers(const ir::Graph& graph) : readers_(graph.consumers()) {}
+  bool read(const ir::Value* v) const {
+    auto it = readers_.find(v);
+    return it != readers_.end() && !it->second.empty();
+  }
+  // Every reader of `from` (none a graph output: the callers skip those) reads `to`.
+  void rewire(ir::Value* from, ir::Value* to) {
+    auto it = readers_.find(from);
+    if (it == readers_.end()) return;
+    std::vector<ir::Node*> moved = std::move(it->second);
+    readers_.erase(it);
+    for (ir::Node* n : moved)
+      for (ir::Value*& in : n->inputs)
+        if (in == from) in = to;
+    auto& kept = readers_[to];
+    kept.insert(kept.end(), moved.begin(), moved.end());
+  }
+
+ private:
+  std::map<const ir::Value*, std::vector<ir::Node*>> readers_;
+};
+
 // Readers of a constant equal to an earlier one read the earlier one.
-bool merge_constants(ir::Graph& graph) {
+bool merge_constants(ir::Graph& graph, Readers& readers) {
   std::map<std::pair<DType, Shape>, std::vector<ir::Value*>> by_type;
   for (const auto& v : graph.values())
-    if (mergeable_constant(*v)) by_type[{v->constant->dtype(), v->constant->shape()}].push_back(v.get());
+    if (mergeable_constant(*v) && readers.read(v.get()))
+      by_type[{v->constant->dtype(), v->constant->shape()}].push_back(v.get());
   bool changed = false;
+  std::unordered_map<const ir::Value*, uint64_t> full;  // whole-tensor hashes, computed once where samples collide
+  auto full_hash = [&](const ir::Value* v) {
+    auto [it, added] = full.try_emplace(v, 0);
+    if (added) it->second = bytes_hash(*v->constant, 0, v->constant->nbytes());
+    return it->second;
+  };
   for (const auto& [type, values] : by_type) {
     if (values.size() < 2) continue;
-    std::unordered_map<size_t, std::vector<ir::Value*>> seen;
+    std::unordered_map<uint64_t, std::vector<ir::Value*>> seen;
     for (ir::Value* v : values) {
       auto& bucket = seen[sampled_hash(*v->constant)];
       ir::Value* twin = nullptr;
       for (ir::Value* c : bucket)
-        if (same_tensor(*c->constant, *v->constant)) twin = c;
+        if (full_hash(c) == full_hash(v) && same_tensor(*c->constant, *v->constant)) {
+          twin = c;
+          break;
+        }
       if (!twin) {
         bucket.push_back(v);
-      } else if (use_count(graph, v) > 0) {
-        graph.replace_uses(v, twin);
-        changed = true;
+        continue;
       }
+      readers.rewire(v, twin);
+      changed = true;
     }
   }
   return changed;
@@ -136,20 +192,25 @@ class EliminateCommonSubexpressions : public Pass {
  public:
   std::string name() const override { return "eliminate_common_subexpressions"; }
   bool run(ir::Graph& graph) override {
-    bool changed = merge_constants(graph);
+    Readers readers(graph);
+    bool changed = merge_constants(graph, readers);
     std::unordered_map<size_t, std::vector<ir::Node*>> seen;
     for (const auto& n : graph.nodes()) {  // in topological order: a repeat's inputs are already merged
       if (!may_merge(*n)) continue;
       auto& bucket = seen[node_hash(*n)];
       ir::Node* twin = nullptr;
       for (ir::Node* earlier : bucket)
-        if (same_node(*earlier, *n)) twin = earlier;
-      if (!twin || has_graph_output(*n)) {
-        if (!twin) bucket.push_back(n.get());
+        if (same_node(*earlier, *n)) {
+          twin = earlier;
+          break;
+        }
+      if (!twin) {
+        bucket.push_back(n.get());
         continue;
       }
+      if (has_graph_output(*n)) continue;
       for (size_t i = 0; i < n->outputs.size(); ++i)
-        if (n->outputs[i]) graph.replace_uses(n->outputs[i], twin->outputs[i]);
+        if (n->outputs[i]) readers.rewire(n->outputs[i], twin->outputs[i]);
       n->dead = true;
       changed = true;
     }
