@@ -555,5 +555,30 @@ TEST(VecKernels, GemmOfRunTimeOperandsMatchesTheReference) {
         attrs({{"activation", std::string("Gelu")}}), true);
 }
 
+// B known only at run time, of a product with rows enough (training's
+// forward products at large batches): brgemm reads it staged per run in its
+// own blocked layout. Values against the reference either side of the rule's
+// 2048 rows, B plain and transposed (transB, as PyTorch exports Linear).
+TEST(DnnlGemm, RunTimeWeightsOfManyRowsAreStagedForBrgemm) {
+  for (int64_t m : {2047, 2048})
+    for (int64_t trans_b : {0, 1}) {
+      const Tensor a = random_tensor({m, 64}, 60), bias = random_tensor({96}, 62);
+      const Tensor b = trans_b ? random_tensor({96, 64}, 61) : random_tensor({64, 96}, 61);
+      const ir::Attributes at = attrs({{"transB", trans_b}, {"activation", std::string("Relu")}});
+      KernelOptions fast, ref;
+      fast.backend = Backend::kDnnl;
+      ref.backend = Backend::kRef;
+      fast.domain = ref.domain = "anvil";
+      const testing::KernelResult got = testing::run_kernel_full("FusedGemm", {a, b, bias}, at, fast);
+      const std::vector<float> want = values<float>(testing::run_kernel("FusedGemm", {a, b, bias}, at, ref)[0]);
+      const std::vector<float> have = values<float>(got.outputs[0]);
+      if (got.impl.rfind("dnnl:brg", 0) == 0)
+        EXPECT_EQ(got.impl.find(":b_staged") != std::string::npos, m >= 2048) << got.impl;
+      ASSERT_EQ(have.size(), want.size());
+      for (size_t i = 0; i < want.size(); ++i)
+        ASSERT_NEAR(have[i], want[i], 1e-4 * (1 + std::abs(want[i]))) << got.impl << " at " << i;
+    }
+}
+
 }  // namespace
 }  // namespace anvil

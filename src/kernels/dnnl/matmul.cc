@@ -14,7 +14,10 @@
 // B transposed) packed per run, from M of one row tile up. Against brgemm
 // too for products of few rows when the model's weights outgrow the
 // last-level cache (streams_weights_faster). `--tune` times both instead
-// (Kernel::alternatives).
+// (Kernel::alternatives). On brgemm, a B known only at run time is staged
+// per run in brgemm's own blocked layout where the product has rows enough
+// to repay that pass (staging_b_pays: training's forward products at large
+// batches).
 #include <omp.h>
 
 #include <cstring>
@@ -46,6 +49,17 @@ namespace du = dnnl_util;
 bool packing_per_run_pays(int64_t m, int64_t k) {
   constexpr int64_t kRowsThatRepayPacking = 256, kShortK = 128;
   return m >= vec::vec_kernels().gemm.mr && (m >= kRowsThatRepayPacking || k <= kShortK);
+}
+
+// Whether a B known only at run time pays for a pass that stages it, each
+// run, in the layout oneDNN's brgemm prefers (blocks of 16 k x 64 n): brgemm
+// reading plain B ran 0.88 of its time staged at M = 25,000 (K = N = 1024),
+// 0.92 at 2048, level at 1024; B stored transposed (Gemm's transB, as
+// PyTorch exports Linear) 0.95 and 0.97 (Intel Xeon with AMX, two threads,
+// the staging pass included).
+bool staging_b_pays(int64_t m) {
+  constexpr int64_t kRowsThatRepayStaging = 2048;
+  return m >= kRowsThatRepayStaging;
 }
 
 // Whether Anvil's packed GEMM beats oneDNN's brgemm on a product of M rows
@@ -136,9 +150,14 @@ class DnnlMatMulBase : public Kernel {
     std::unordered_map<int, memory> args;
     args[DNNL_ARG_SRC] = du::wrap(src_md_, ctx.in(0).raw());
     args[DNNL_ARG_WEIGHTS] = packed_b_ ? packed_.memory : du::wrap(weights_md_, ctx.in(1).raw());
+    if (stage_b_) {
+      dnnl::memory staged = du::wrap(staged_b_md_, static_cast<char*>(ctx.scratch) + staged_b_offset_);
+      stage_b_.execute(du::stream(), {{DNNL_ARG_FROM, args[DNNL_ARG_WEIGHTS]}, {DNNL_ARG_TO, staged}});
+      args[DNNL_ARG_WEIGHTS] = staged;
+    }
     if (has_bias_) args[DNNL_ARG_BIAS] = du::wrap(bias_md_, bias_data(ctx));
     args[DNNL_ARG_DST] = du::wrap(dst_md_, ctx.out(0).raw());
-    if (scratch_) args[DNNL_ARG_SCRATCHPAD] = du::wrap(scratchpad_md_, ctx.scratch);
+    if (scratchpad_md_.get_size() > 0) args[DNNL_ARG_SCRATCHPAD] = du::wrap(scratchpad_md_, ctx.scratch);
     primitive_.execute(du::stream(), args);
     du::stream().wait();
     if (gate_input_ >= 0) apply_gate(ctx);
@@ -177,10 +196,16 @@ class DnnlMatMulBase : public Kernel {
         if (constant_b_) prepare_packed_gemm(ctx, b, static_cast<const float*>(b_data), b_source);
         return;
       }
+      if (!b_data && brgemm && a.dims.size() == 2 && staging_b_pays(a.dims[0])) stage_b(pd, attr);
       primitive_ = dnnl::matmul(pd);
       scratchpad_md_ = pd.scratchpad_desc();
       scratch_ = scratchpad_md_.get_size();
       impl_ = du::impl_name(pd);
+      if (stage_b_) {
+        staged_b_offset_ = (scratch_ + 63) / 64 * 64;
+        scratch_ = staged_b_offset_ + staged_b_md_.get_size();
+        impl_ += ":b_staged";
+      }
       if (b_data) {
         packed_ = b_source ? du::pack_shared(ctx, *b_source, weights_md_, pd.weights_desc())
                            : du::pack(weights_md_, b_data, pd.weights_desc());
@@ -189,6 +214,20 @@ class DnnlMatMulBase : public Kernel {
     } catch (const dnnl::error& e) {
       ctx.fail(ErrorKind::kUnsupported, "oneDNN has no matmul for this case ({})", e.what());
     }
+  }
+
+  // Takes `pd` onto B in brgemm's preferred layout, staged per run by a
+  // reorder into the node's scratch, where oneDNN prefers a layout other
+  // than B's own (staging_b_pays).
+  void stage_b(dnnl::matmul::primitive_desc& pd, const dnnl::primitive_attr& attr) {
+    const memory::desc any(weights_md_.dims(), memory::data_type::f32, memory::format_tag::any);
+    dnnl::matmul::desc desc = has_bias_ ? dnnl::matmul::desc(src_md_, any, bias_md_, dst_md_)
+                                        : dnnl::matmul::desc(src_md_, any, dst_md_);
+    dnnl::matmul::primitive_desc staged(desc, attr, du::engine());
+    if (du::impl_name(staged).rfind("dnnl:brg", 0) != 0 || staged.weights_desc() == weights_md_) return;
+    staged_b_md_ = staged.weights_desc();
+    stage_b_ = dnnl::reorder(dnnl::reorder::primitive_desc(du::engine(), weights_md_, du::engine(), staged_b_md_));
+    pd = staged;
   }
 
   // The fused activation (FusedMatMul, FusedGemm): oneDNN's post-op, or Anvil's GEMM's epilogue.
@@ -216,6 +255,10 @@ class DnnlMatMulBase : public Kernel {
   memory::desc src_md_, weights_md_, bias_md_, dst_md_, scratchpad_md_;
   du::PackedWeights packed_;
   bool packed_b_ = false;
+  // B known only at run time, staged per run at scratch + staged_b_offset_ (stage_b).
+  dnnl::reorder stage_b_;
+  memory::desc staged_b_md_;
+  size_t staged_b_offset_ = 0;
   bool has_bias_ = false;
   Tensor bias_const_;
   size_t scratch_ = 0;
