@@ -219,15 +219,24 @@ class DnnlMatMulBase : public Kernel {
   // Takes `pd` onto B in brgemm's preferred layout, staged per run by a
   // reorder into the node's scratch, where oneDNN prefers a layout other
   // than B's own (staging_b_pays).
+  // Where oneDNN declines any of it, B is read as it is. The reorder takes no
+  // scratchpad of its own, so that one primitive can run from any thread.
   void stage_b(dnnl::matmul::primitive_desc& pd, const dnnl::primitive_attr& attr) {
-    const memory::desc any(weights_md_.dims(), memory::data_type::f32, memory::format_tag::any);
-    dnnl::matmul::desc desc = has_bias_ ? dnnl::matmul::desc(src_md_, any, bias_md_, dst_md_)
-                                        : dnnl::matmul::desc(src_md_, any, dst_md_);
-    dnnl::matmul::primitive_desc staged(desc, attr, du::engine());
-    if (du::impl_name(staged).rfind("dnnl:brg", 0) != 0 || staged.weights_desc() == weights_md_) return;
-    staged_b_md_ = staged.weights_desc();
-    stage_b_ = dnnl::reorder(dnnl::reorder::primitive_desc(du::engine(), weights_md_, du::engine(), staged_b_md_));
-    pd = staged;
+    try {
+      const memory::desc any(weights_md_.dims(), memory::data_type::f32, memory::format_tag::any);
+      dnnl::matmul::desc desc = has_bias_ ? dnnl::matmul::desc(src_md_, any, bias_md_, dst_md_)
+                                          : dnnl::matmul::desc(src_md_, any, dst_md_);
+      dnnl::matmul::primitive_desc staged(desc, attr, du::engine());
+      if (du::impl_name(staged).rfind("dnnl:brg", 0) != 0 || staged.weights_desc() == weights_md_) return;
+      const dnnl::reorder::primitive_desc reorder(du::engine(), weights_md_, du::engine(), staged.weights_desc(),
+                                                  du::user_scratchpad_attr());
+      if (reorder.scratchpad_desc().get_size() != 0) return;
+      stage_b_ = dnnl::reorder(reorder);
+      staged_b_md_ = staged.weights_desc();
+      pd = staged;
+    } catch (const dnnl::error&) {
+      stage_b_ = {};
+    }
   }
 
   // The fused activation (FusedMatMul, FusedGemm): oneDNN's post-op, or Anvil's GEMM's epilogue.
