@@ -218,9 +218,9 @@ class DnnlMatMulBase : public Kernel {
 
   // Takes `pd` onto B in brgemm's preferred layout, staged per run by a
   // reorder into the node's scratch, where oneDNN prefers a layout other
-  // than B's own (staging_b_pays).
-  // Where oneDNN declines any of it, B is read as it is. The reorder takes no
-  // scratchpad of its own, so that one primitive can run from any thread.
+  // than B's own (staging_b_pays). Where oneDNN declines any of it, B is
+  // read as it is; a reorder that would need a scratchpad of its own is not
+  // taken, so that one primitive runs from any thread.
   void stage_b(dnnl::matmul::primitive_desc& pd, const dnnl::primitive_attr& attr) {
     try {
       const memory::desc any(weights_md_.dims(), memory::data_type::f32, memory::format_tag::any);
