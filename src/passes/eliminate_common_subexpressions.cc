@@ -76,26 +76,6 @@ bool same_node(const ir::Node& a, const ir::Node& b) {
   return same_attributes(a.attrs, b.attrs);
 }
 
-// Attribute names and the integers among their values: nodes that differ
-// only there (Gathers of one shape by index, Slices of one input) fall in
-// different buckets.
-size_t attributes_hash(const ir::Attributes& attrs) {
-  size_t h = 0;
-  for (const auto& [name, value] : attrs.all()) {
-    h = h * 131u ^ std::hash<std::string>{}(name);
-    if (const auto* i = std::get_if<int64_t>(&value)) h = h * 1000003u ^ std::hash<int64_t>{}(*i);
-    if (const auto* v = std::get_if<std::vector<int64_t>>(&value))
-      for (int64_t i : *v) h = h * 1000003u ^ std::hash<int64_t>{}(i);
-  }
-  return h;
-}
-
-size_t node_hash(const ir::Node& n) {
-  size_t h = std::hash<std::string>{}(n.op_type) ^ (std::hash<std::string>{}(n.domain) << 1);
-  for (const ir::Value* in : n.inputs) h = h * 1000003u ^ std::hash<const ir::Value*>{}(in);
-  return (h ^ attributes_hash(n.attrs)) * 31u + n.outputs.size();
-}
-
 // FNV-1a, eight bytes at a time, over bytes [from, to) of a tensor.
 uint64_t bytes_hash(const Tensor& t, size_t from, size_t to, uint64_t h = 1469598103934665603ull) {
   const auto* bytes = static_cast<const unsigned char*>(t.raw());
@@ -116,6 +96,30 @@ uint64_t sampled_hash(const Tensor& t) {
   const size_t n = t.nbytes();
   if (n <= 2 * kSample) return bytes_hash(t, 0, n);
   return bytes_hash(t, n - kSample, n, bytes_hash(t, 0, kSample));
+}
+
+// Attribute names, the integers among their values and the bytes of their
+// tensors: nodes that differ only there (Gathers of one shape by index,
+// Slices of one input, Constants) fall in different buckets, so a model of
+// many such nodes is not compared pair by pair.
+size_t attributes_hash(const ir::Attributes& attrs) {
+  size_t h = 0;
+  for (const auto& [name, value] : attrs.all()) {
+    h = h * 131u ^ std::hash<std::string>{}(name);
+    if (const auto* i = std::get_if<int64_t>(&value)) h = h * 1000003u ^ std::hash<int64_t>{}(*i);
+    if (const auto* v = std::get_if<std::vector<int64_t>>(&value))
+      for (int64_t i : *v) h = h * 1000003u ^ std::hash<int64_t>{}(i);
+    if (const auto* t = std::get_if<Tensor>(&value))
+      if (!t->is_sequence() && !t->empty() && t->dtype() != DType::kString)
+        h = h * 1000003u ^ static_cast<size_t>(bytes_hash(*t, 0, t->nbytes()));
+  }
+  return h;
+}
+
+size_t node_hash(const ir::Node& n) {
+  size_t h = std::hash<std::string>{}(n.op_type) ^ (std::hash<std::string>{}(n.domain) << 1);
+  for (const ir::Value* in : n.inputs) h = h * 1000003u ^ std::hash<const ir::Value*>{}(in);
+  return (h ^ attributes_hash(n.attrs)) * 31u + n.outputs.size();
 }
 
 // Integer and bool constants only: float ones may be weights, and a model

@@ -153,6 +153,27 @@ TEST(CommonSubexpressions, OtherAttributesStay) {
   EXPECT_EQ(count_live_ops(*g, "LeakyRelu"), 1u);
 }
 
+TEST(CommonSubexpressions, ConstantNodesCompareTheirTensors) {
+  auto constants = [](const Tensor& v1, const Tensor& v2) {
+    auto g = new_graph();
+    ir::Value* x = g->add_input("x", DType::kInt64, {3});
+    ir::Node* c1 = g->add_node("Constant", {}, 1);
+    c1->attrs.set("value", v1);
+    ir::Node* c2 = g->add_node("Constant", {}, 1);
+    c2->attrs.set("value", v2);
+    g->add_output(binary(*g, "Mul", binary(*g, "Add", x, c1->output(0)), binary(*g, "Add", x, c2->output(0))));
+    ir::infer_types(*g);
+    return g;
+  };
+  auto g = constants(testing::i64({3}, {4, 5, 6}), testing::i64({3}, {4, 5, 6}));
+  EXPECT_TRUE(eliminate(*g));
+  EXPECT_EQ(count_live_ops(*g, "Constant"), 1u);
+  EXPECT_EQ(count_live_ops(*g, "Add"), 1u);
+  g = constants(testing::i64({3}, {4, 5, 6}), testing::i64({3}, {4, 5, 7}));
+  EXPECT_FALSE(eliminate(*g));
+  EXPECT_EQ(count_live_ops(*g, "Constant"), 2u);
+}
+
 TEST(CommonSubexpressions, RandomOpsAndTrainingDropoutDrawEachTime) {
   auto g = new_graph();
   ir::Value* x = g->add_input("x", DType::kFloat32, {2, 3});
