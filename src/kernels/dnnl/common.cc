@@ -142,14 +142,27 @@ std::string layout_name(const dnnl::memory::desc& md) {
 
 std::string Staging::layout() const { return staged_ ? layout_name(inner_) + " (staged)" : "plain"; }
 
+namespace {
+
+// A reorder that keeps no scratchpad of its own where it needs none (the
+// float layouts staged here), so that one primitive runs from any thread;
+// oneDNN's library-managed scratchpad otherwise.
+dnnl::reorder staging_reorder(const dnnl::memory::desc& from, const dnnl::memory::desc& to) {
+  dnnl::reorder::primitive_desc pd(engine(), from, engine(), to, user_scratchpad_attr());
+  if (pd.scratchpad_desc().get_size() == 0) return dnnl::reorder(pd);
+  return dnnl::reorder(dnnl::reorder::primitive_desc(engine(), from, engine(), to));
+}
+
+}  // namespace
+
 size_t Staging::init(const dnnl::memory::desc& plain, const dnnl::memory::desc& inner, size_t offset) {
   plain_ = plain;
   inner_ = inner;
   staged_ = inner != plain;
   offset_ = (offset + 63) / 64 * 64;
   if (!staged_) return offset;
-  to_inner_ = dnnl::reorder(dnnl::reorder::primitive_desc(engine(), plain_, engine(), inner_));
-  to_plain_ = dnnl::reorder(dnnl::reorder::primitive_desc(engine(), inner_, engine(), plain_));
+  to_inner_ = staging_reorder(plain_, inner_);
+  to_plain_ = staging_reorder(inner_, plain_);
   return offset_ + inner_.get_size();
 }
 

@@ -149,12 +149,9 @@ class DnnlMatMulBase : public Kernel {
       std::memcpy(ctx.out(0).raw(), ctx.in(3).raw(), ctx.out(0).nbytes());
     std::unordered_map<int, memory> args;
     args[DNNL_ARG_SRC] = du::wrap(src_md_, ctx.in(0).raw());
-    args[DNNL_ARG_WEIGHTS] = packed_b_ ? packed_.memory : du::wrap(weights_md_, ctx.in(1).raw());
-    if (stage_b_) {
-      dnnl::memory staged = du::wrap(staged_b_md_, static_cast<char*>(ctx.scratch) + staged_b_offset_);
-      stage_b_.execute(du::stream(), {{DNNL_ARG_FROM, args[DNNL_ARG_WEIGHTS]}, {DNNL_ARG_TO, staged}});
-      args[DNNL_ARG_WEIGHTS] = staged;
-    }
+    args[DNNL_ARG_WEIGHTS] = packed_b_ ? packed_.memory
+                                       : b_staging_.staged() ? b_staging_.input(ctx.in(1).raw(), ctx.scratch)
+                                                             : du::wrap(weights_md_, ctx.in(1).raw());
     if (has_bias_) args[DNNL_ARG_BIAS] = du::wrap(bias_md_, bias_data(ctx));
     args[DNNL_ARG_DST] = du::wrap(dst_md_, ctx.out(0).raw());
     if (scratchpad_md_.get_size() > 0) args[DNNL_ARG_SCRATCHPAD] = du::wrap(scratchpad_md_, ctx.scratch);
@@ -171,10 +168,8 @@ class DnnlMatMulBase : public Kernel {
     src_md_ = a.desc();
     weights_md_ = b.desc();
     dst_md_ = c.desc();
-    memory::desc b_any = b_data ? memory::desc(b.dims, memory::data_type::f32, memory::format_tag::any) : weights_md_;
     try {
-      dnnl::matmul::desc desc = has_bias_ ? dnnl::matmul::desc(src_md_, b_any, bias_md_, dst_md_)
-                                          : dnnl::matmul::desc(src_md_, b_any, dst_md_);
+      const dnnl::matmul::desc desc = matmul_desc(b_data ? any_layout(weights_md_) : weights_md_);
       dnnl::primitive_attr attr = du::user_scratchpad_attr();
       if (post_ops_.len() > 0) attr.set_post_ops(post_ops_);
       dnnl::matmul::primitive_desc pd(desc, attr, du::engine());
@@ -199,13 +194,8 @@ class DnnlMatMulBase : public Kernel {
       if (!b_data && brgemm && a.dims.size() == 2 && staging_b_pays(a.dims[0])) stage_b(pd, attr);
       primitive_ = dnnl::matmul(pd);
       scratchpad_md_ = pd.scratchpad_desc();
-      scratch_ = scratchpad_md_.get_size();
-      impl_ = du::impl_name(pd);
-      if (stage_b_) {
-        staged_b_offset_ = (scratch_ + 63) / 64 * 64;
-        scratch_ = staged_b_offset_ + staged_b_md_.get_size();
-        impl_ += ":b_staged";
-      }
+      scratch_ = b_staging_.staged() ? staged_b_end_ : scratchpad_md_.get_size();
+      impl_ = du::impl_name(pd) + (b_staging_.staged() ? ":b_staged" : "");
       if (b_data) {
         packed_ = b_source ? du::pack_shared(ctx, *b_source, weights_md_, pd.weights_desc())
                            : du::pack(weights_md_, b_data, pd.weights_desc());
@@ -216,26 +206,27 @@ class DnnlMatMulBase : public Kernel {
     }
   }
 
-  // Takes `pd` onto B in brgemm's preferred layout, staged per run by a
-  // reorder into the node's scratch, where oneDNN prefers a layout other
-  // than B's own (staging_b_pays). Where oneDNN declines any of it, B is
-  // read as it is; a reorder that would need a scratchpad of its own is not
-  // taken, so that one primitive runs from any thread.
+  static memory::desc any_layout(const memory::desc& md) {
+    return memory::desc(md.dims(), memory::data_type::f32, memory::format_tag::any);
+  }
+  // The matmul of A, `weights` (B's descriptor, or `any` to let oneDNN pick), the bias and C.
+  dnnl::matmul::desc matmul_desc(const memory::desc& weights) const {
+    return has_bias_ ? dnnl::matmul::desc(src_md_, weights, bias_md_, dst_md_)
+                     : dnnl::matmul::desc(src_md_, weights, dst_md_);
+  }
+
+  // Takes `pd` onto B in brgemm's preferred layout, staged per run into the
+  // node's scratch after the matmul's scratchpad (du::Staging), where oneDNN
+  // prefers a layout other than B's own (staging_b_pays). Where oneDNN
+  // declines any of it, B is read as it is.
   void stage_b(dnnl::matmul::primitive_desc& pd, const dnnl::primitive_attr& attr) {
     try {
-      const memory::desc any(weights_md_.dims(), memory::data_type::f32, memory::format_tag::any);
-      dnnl::matmul::desc desc = has_bias_ ? dnnl::matmul::desc(src_md_, any, bias_md_, dst_md_)
-                                          : dnnl::matmul::desc(src_md_, any, dst_md_);
-      dnnl::matmul::primitive_desc staged(desc, attr, du::engine());
+      dnnl::matmul::primitive_desc staged(matmul_desc(any_layout(weights_md_)), attr, du::engine());
       if (du::impl_name(staged).rfind("dnnl:brg", 0) != 0 || staged.weights_desc() == weights_md_) return;
-      const dnnl::reorder::primitive_desc reorder(du::engine(), weights_md_, du::engine(), staged.weights_desc(),
-                                                  du::user_scratchpad_attr());
-      if (reorder.scratchpad_desc().get_size() != 0) return;
-      stage_b_ = dnnl::reorder(reorder);
-      staged_b_md_ = staged.weights_desc();
+      staged_b_end_ = b_staging_.init(weights_md_, staged.weights_desc(), staged.scratchpad_desc().get_size());
       pd = staged;
     } catch (const dnnl::error&) {
-      stage_b_ = {};
+      b_staging_ = {};
     }
   }
 
@@ -264,10 +255,9 @@ class DnnlMatMulBase : public Kernel {
   memory::desc src_md_, weights_md_, bias_md_, dst_md_, scratchpad_md_;
   du::PackedWeights packed_;
   bool packed_b_ = false;
-  // B known only at run time, staged per run at scratch + staged_b_offset_ (stage_b).
-  dnnl::reorder stage_b_;
-  memory::desc staged_b_md_;
-  size_t staged_b_offset_ = 0;
+  // B known only at run time, staged per run in scratch up to staged_b_end_ (stage_b).
+  du::Staging b_staging_;
+  size_t staged_b_end_ = 0;
   bool has_bias_ = false;
   Tensor bias_const_;
   size_t scratch_ = 0;
