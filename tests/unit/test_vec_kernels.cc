@@ -167,6 +167,42 @@ TEST(VecKernels, RowReductionsOfSpecialValues) {
   }
 }
 
+// The column folds against reduce_double down each column, finished as reduce.cc does.
+TEST(VecKernels, ColumnFoldsMatchDoublePrecision) {
+  const Reduction kinds[] = {Reduction::kSum, Reduction::kMean, Reduction::kMax, Reduction::kMin,
+                             Reduction::kSumSquare, Reduction::kL1, Reduction::kL2, Reduction::kLogSumExp};
+  for (VectorIsa isa : supported_vector_isas()) {
+    SCOPED_TRACE(vector_isa_name(isa));
+    const VecKernels& k = kernels::vec::vec_kernels_for(isa);
+    for (int64_t n : {1, 5, 16, 67, 768, 2048})
+      for (int64_t rows : {1, 3, 64, 65, 131}) {
+        const int64_t ld = n + 3;
+        std::vector<float> x = normal_values(static_cast<size_t>(rows * ld), static_cast<uint32_t>(n + rows), 3.f);
+        for (Reduction kind : kinds) {
+          const bool extreme = kind == Reduction::kMax || kind == Reduction::kMin;
+          std::vector<float> ext(static_cast<size_t>(n), kind == Reduction::kMin ? kInf : -kInf), shift(ext.size());
+          std::vector<double> acc(ext.size(), 0.0);
+          if (extreme || kind == Reduction::kLogSumExp)
+            k.extreme_columns(extreme ? kind : Reduction::kMax, x.data(), rows, ld, n, ext.data());
+          for (int64_t j = 0; j < n; ++j) shift[j] = std::isinf(ext[j]) ? 0.f : ext[j];
+          if (!extreme) k.sum_columns(kind, x.data(), rows, ld, n, shift.data(), acc.data());
+          for (int64_t j = 0; j < n; ++j) {
+            std::vector<float> column(static_cast<size_t>(rows));
+            for (int64_t r = 0; r < rows; ++r) column[r] = x[r * ld + j];
+            const double got = extreme                          ? ext[j]
+                               : kind == Reduction::kMean      ? acc[j] / rows
+                               : kind == Reduction::kL2        ? std::sqrt(acc[j])
+                               : kind == Reduction::kLogSumExp ? shift[j] + std::log(acc[j])
+                                                               : acc[j];
+            expect_close(static_cast<float>(got), reduce_double(kind, column.data(), rows), 2e-5,
+                         "kind " + std::to_string(static_cast<int>(kind)) + " n " + std::to_string(n) + " rows " +
+                             std::to_string(rows) + " column " + std::to_string(j));
+          }
+        }
+      }
+  }
+}
+
 void softmax_double(const float* x, const float* mask, int mask_stride, int64_t n, bool log, std::vector<double>& y) {
   y.assign(static_cast<size_t>(n), 0.0);
   double m = -INFINITY;
@@ -323,9 +359,65 @@ TEST(VecKernels, InnerReductionsMatchTheReference) {
   Tensor big = testing::f32({2, 3}, {3e38f, 3e38f, -1e38f, 1e20f, -2e20f, 3e-23f});
   for (const char* op : {"ReduceMean", "ReduceL2", "ReduceSumSquare", "ReduceL1"})
     expect_same_as_ref(op, {big}, attrs({{"axes", std::vector<int64_t>{-1}}}), 1e-6f);
-  // Over a leading axis: the reference kernel's job.
+}
+
+TEST(VecKernels, LeadingAndMiddleReductionsMatchTheReference) {
+  const char* ops[] = {"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceSumSquare",
+                       "ReduceL1", "ReduceL2", "ReduceLogSumExp"};
+  struct Case {
+    Shape shape;
+    std::vector<int64_t> axes;
+    int threads;
+  };
+  const Case cases[] = {
+      {{2, 3, 5, 67}, {0}, 1},       {{2, 3, 5, 67}, {1, 2}, 1},   {{2, 3, 5, 67}, {0, 1, 2}, 1},
+      {{3, 1, 4, 1, 5}, {0, 2}, 1},  // size-1 axes between the reduced ones
+      {{2, 300, 70}, {1}, 2},        // a block per batch item, each on a thread
+      {{3, 60, 2100}, {1}, 2},       // rows wider than one block of columns
+      {{3000, 20}, {0}, 2},          // one block, its rows split between threads
+      {{1500, 2, 20}, {0}, 3},       // two blocks, three threads: one split block, one not
+  };
+  for (const char* op : ops) {
+    SCOPED_TRACE(op);
+    for (const Case& c : cases) {
+      SCOPED_TRACE(::testing::PrintToString(c.shape) + " axes " + ::testing::PrintToString(c.axes));
+      for (int64_t keep : {0, 1}) {
+        ir::Attributes a = attrs({{"keepdims", keep}});
+        std::vector<Tensor> in = {random_f32(c.shape, 7)};
+        if (std::string(op) == "ReduceSum") in.push_back(testing::i64({static_cast<int64_t>(c.axes.size())}, c.axes));
+        else a.set("axes", c.axes);
+        KernelOptions vec = vec_backend();
+        vec.num_threads = c.threads;
+        // Both kernels add runs of rows in float, split differently: up to
+        // 3,000 values in (-1, 1) whose sum cancels to much less.
+        expect_same_as_ref(op, in, a, 3e-5f, vec);
+      }
+    }
+  }
+  // Special values down a column: NaN propagates, infinities and sums that
+  // leave float's range (before the result does) give the reference's answers.
+  const float nan = std::nanf("");
+  Tensor special = testing::f32({4, 5}, {nan, 3e38f, -kInf, 1e20f, -kInf,  //
+                                         1.f, 3e38f, 2.f, 1e20f, -kInf,    //
+                                         2.f, -3e38f, kInf, 1e20f, -kInf,  //
+                                         3.f, 1.f, 4.f, -1e20f, -kInf});
+  for (const char* op : ops) {
+    ir::Attributes a = attrs({{"keepdims", int64_t{0}}});
+    std::vector<Tensor> in = {special};
+    if (std::string(op) == "ReduceSum") in.push_back(testing::i64({1}, {0}));
+    else a.set("axes", std::vector<int64_t>{0});
+    expect_same_as_ref(op, in, a, 1e-6f);
+  }
+  // A LogSumExp whose rows, split between threads, differ by far more than
+  // exp's range in double: each part's exps must use the whole column's max.
+  Tensor steep = random_f32({3000, 20}, 12);
+  for (int64_t i = 0; i < steep.numel(); ++i) steep.data<float>()[i] += i < 1500 * 20 ? -1000.f : 100.f;
+  KernelOptions two = vec_backend();
+  two.num_threads = 2;
+  expect_same_as_ref("ReduceLogSumExp", {steep}, attrs({{"axes", std::vector<int64_t>{0}}}), 1e-6f, two);
+  // Two separate runs of axes: the reference kernel's job.
   EXPECT_EQ(testing::error_kind_of([] {
-              run_kernel("ReduceMax", {random_f32({4, 5}, 1)}, attrs({{"axes", std::vector<int64_t>{0}}}),
+              run_kernel("ReduceMax", {random_f32({4, 5, 6}, 1)}, attrs({{"axes", std::vector<int64_t>{0, 2}}}),
                          vec_backend());
             }),
             ErrorKind::kUnsupported);

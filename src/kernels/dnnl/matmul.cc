@@ -28,7 +28,9 @@
 #include "kernels/nn_geometry.h"
 #include "kernels/ref/common.h"
 #include "kernels/registry.h"
+#include "kernels/thread_share.h"
 #include "kernels/vec/gemm.h"
+#include "kernels/vec/vec_kernels.h"
 #include "kernels/weight_cache.h"
 
 namespace anvil::kernels {
@@ -118,9 +120,10 @@ void column_sums_of(const float* c, int64_t m, int64_t n, float* out) {
 #pragma omp parallel num_threads(threads)
   {
     const int t = omp_get_thread_num(), team = omp_get_num_threads();
-    double* sums = partial.data() + t * n;
-    for (int64_t i = m * t / team; i < m * (t + 1) / team; ++i)
-      for (int64_t j = 0; j < n; ++j) sums[j] += c[i * n + j];
+    const auto [r0, r1] = share(m, t, team);
+    for (int64_t j = 0; j < n; j += vec::kFoldColumns)
+      vec::vec_kernels().sum_columns(vec::Reduction::kSum, c + r0 * n + j, r1 - r0, n,
+                                     std::min(vec::kFoldColumns, n - j), nullptr, partial.data() + t * n + j);
   }
   reduce_column_sums(partial, threads, n, out);
 }

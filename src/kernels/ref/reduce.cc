@@ -11,11 +11,9 @@
 #include <type_traits>
 #include <vector>
 
-#include <omp.h>
 
 #include "kernels/ref/common.h"
 #include "kernels/registry.h"
-#include "kernels/thread_share.h"
 
 namespace anvil::kernels {
 
@@ -23,10 +21,9 @@ namespace {
 
 enum class Reduction { kMean, kSum, kMax, kMin, kProd, kL1, kL2, kSumSquare, kLogSum, kLogSumExp };
 
-// Floats accumulate in double (a float sum of leading axes adds runs of 64
-// rows in float first, redone in double where a run overflows: see
-// column_sums); integers in 64 bits, wrapping like the narrow type would
-// (the result is converted back modulo 2^bits).
+// Floats accumulate in double; integers in 64 bits, wrapping like the narrow
+// type would (the result is converted back modulo 2^bits). Float32 reductions
+// over one run of axes have a vectorized kernel (vec/reduce.cc).
 template <typename T>
 using Acc = std::conditional_t<std::is_floating_point_v<T>, double,
                                std::conditional_t<std::is_signed_v<T>, int64_t, uint64_t>>;
@@ -145,7 +142,6 @@ class ReduceKernel : public Kernel {
       for (int64_t i = 0; i < ctx.out(0).numel(); ++i) y[i] = y[i] != 0;
       return;
     }
-    if (is_column_sum(ctx.in(0).dtype())) return column_sums(ctx.in(0).data<float>(), ctx.out(0).data<float>());
     dispatch_dtype(ctx.in(0).dtype(), [&](auto tag) {
       using T = typename decltype(tag)::type;
       if constexpr (std::is_arithmetic_v<T> && !std::is_same_v<T, bool>)
@@ -167,65 +163,6 @@ class ReduceKernel : public Kernel {
       r /= red_[d].size;
     }
     return off;
-  }
-
-  // A float sum or mean over the leading axes of rows kept whole (a bias's
-  // gradient: [N, C] -> [C]): whole rows added into a block of columns, so
-  // the loop runs along memory and vectorizes, instead of a strided walk per column.
-  bool is_column_sum(DType d) const {
-    return d == DType::kFloat32 && (r_ == Reduction::kSum || r_ == Reduction::kMean) && kept_.size() == 1 &&
-           kept_[0].stride == 1 && red_.size() == 1 && red_[0].stride == kept_[0].size && red_[0].size > 0;
-  }
-
-  void column_sums(const float* x, float* y) const {
-    constexpr int64_t kBlock = 2048;  // columns summed at once: a thread's doubles and floats stay in L1
-    const int64_t cols = kept_[0].size, rows = red_[0].size;
-    const double scale = r_ == Reduction::kMean && rows > 0 ? 1.0 / static_cast<double>(rows) : 1.0;
-    constexpr int64_t kRun = 64;  // rows added in float before their sum joins the double accumulator
-    const int threads = rows * cols > 32768 ? std::max(1, omp_get_max_threads()) : 1;
-    const size_t block = static_cast<size_t>(std::min(kBlock, cols));
-    std::vector<double> partial(static_cast<size_t>(threads) * block);
-    std::vector<float> runs(static_cast<size_t>(threads) * block);
-    for (int64_t c0 = 0; c0 < cols; c0 += kBlock) {
-      const int64_t width = std::min(kBlock, cols - c0);
-      std::fill(partial.begin(), partial.end(), 0.0);  // a smaller team than asked leaves some parts unwritten
-      // Threads take row ranges, each read along memory: rows a page or more
-      // apart read a column block at a time stall at every page, where the
-      // hardware prefetcher stops (100 MB of a bias gradient at 10 GB/s).
-#pragma omp parallel num_threads(threads)
-      {
-        const int t = omp_get_thread_num(), team = omp_get_num_threads();
-        double* acc = partial.data() + static_cast<size_t>(t) * static_cast<size_t>(width);
-        float* run = runs.data() + static_cast<size_t>(t) * block;
-        const auto [r0, r1] = share(rows, t, team);
-        // Runs of kRun rows summed in float, then added in double: a double
-        // add per element held the kernel at half the memory's bandwidth. A
-        // run whose float sum is not finite (values near float's limits that
-        // cancel in double) is added again in double, column by column.
-        for (int64_t r = r0; r < r1; r += kRun) {
-          const int64_t end = std::min(r + kRun, r1);
-          const float* first = x + r * cols + c0;
-          std::copy(first, first + width, run);
-          for (int64_t i = r + 1; i < end; ++i) {
-            const float* row = x + i * cols + c0;
-#pragma omp simd
-            for (int64_t j = 0; j < width; ++j) run[j] += row[j];
-          }
-          for (int64_t j = 0; j < width; ++j) {
-            if (std::isfinite(run[j])) {
-              acc[j] += static_cast<double>(run[j]);
-              continue;
-            }
-            for (int64_t i = r; i < end; ++i) acc[j] += static_cast<double>(x[i * cols + c0 + j]);
-          }
-        }
-      }
-      for (int64_t j = 0; j < width; ++j) {
-        double sum = 0;
-        for (int t = 0; t < threads; ++t) sum += partial[static_cast<size_t>(t) * static_cast<size_t>(width) + j];
-        y[c0 + j] = static_cast<float>(sum * scale);
-      }
-    }
   }
 
   template <typename T>

@@ -18,6 +18,10 @@ namespace anvil::kernels::vec {
 
 enum class Reduction { kSum, kMean, kMax, kMin, kSumSquare, kL1, kL2, kLogSumExp };
 
+// The most columns sum_columns and extreme_columns take at once: their runs
+// and the caller's accumulators stay in L1.
+constexpr int64_t kFoldColumns = 2048;
+
 using ir::ChainOp;
 using ir::ChainOperand;
 using ir::ChainStep;
@@ -147,6 +151,17 @@ struct VecKernels {
   // out[r] = the reduction of x[r * n, r * n + n) for r < rows (Mean divides by n;
   // Max and Min propagate NaN).
   void (*reduce_rows)(Reduction kind, const float* x, int64_t rows, int64_t n, float* out);
+  // Reductions over leading or middle axes, rows folded into columns, for
+  // j < n <= kFoldColumns, rows `ld` floats apart. sum_columns: acc[j] +=
+  // the sum over r < rows of the reduction's term of x[r * ld + j] (Sum and
+  // Mean: x; SumSquare and L2: x * x; L1: |x|; LogSumExp: exp(x - shift[j]),
+  // shift null otherwise), added in float over runs of rows and the runs in
+  // double (a run that leaves float's range is added again in double).
+  // extreme_columns: ext[j] = the max (Max) or min (Min) of ext[j] and the
+  // column's values; NaN propagates.
+  void (*sum_columns)(Reduction kind, const float* x, int64_t rows, int64_t ld, int64_t n, const float* shift,
+                      double* acc);
+  void (*extreme_columns)(Reduction kind, const float* x, int64_t rows, int64_t ld, int64_t n, float* ext);
   // One row of n: y = softmax(x + mask) (or its log); mask may be null, or a
   // single value broadcast over the row when mask_stride is 0.
   void (*softmax_row)(const float* x, const float* mask, int mask_stride, int64_t n, float* y, bool log);

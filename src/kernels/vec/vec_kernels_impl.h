@@ -319,6 +319,107 @@ inline void reduce_rows_impl(Reduction kind, const float* x, int64_t rows, int64
   for (int64_t r = 0; r < rows; ++r) out[r] = reduce_row(kind, x + r * n, n);
 }
 
+// ------------------------------------------- reductions over leading axes
+
+// f(j, count) over a row of n floats, a vector at a time: count kWidth, and
+// once the rest (under kWidth).
+template <typename F>
+void for_row_vectors(int64_t n, F f) {
+  int64_t j = 0;
+  for (; j + kWidth <= n; j += kWidth) f(j, kWidth);
+  if (j < n) f(j, n - j);
+}
+inline VF load_n(const float* p, int64_t count) { return count == kWidth ? load(p) : load_part(p, count, 0.f); }
+inline void store_n(float* p, VF v, int64_t count) {
+  if (count == kWidth) store(p, v);
+  else store_part(p, v, count);
+}
+
+// The larger (smaller) of a and v, or v where it is NaN: a NaN anywhere in
+// a fold reaches its result.
+const auto kMaxKeepNan = [](VF a, VF v) { return (v > a) | (v != v) ? v : a; };
+const auto kMinKeepNan = [](VF a, VF v) { return (v < a) | (v != v) ? v : a; };
+
+// Rows folded into ext, four at a time: one load and store of ext per four.
+template <typename Op>
+void extreme_columns_loop(const float* x, int64_t rows, int64_t ld, int64_t n, float* ext, Op op) {
+  int64_t r = 0;
+  for (; r + 4 <= rows; r += 4) {
+    const float* p = x + r * ld;
+    for_row_vectors(n, [&](int64_t j, int64_t c) {
+      const VF m = op(op(load_n(p + j, c), load_n(p + ld + j, c)), op(load_n(p + 2 * ld + j, c), load_n(p + 3 * ld + j, c)));
+      store_n(ext + j, op(load_n(ext + j, c), m), c);
+    });
+  }
+  for (; r < rows; ++r)
+    for_row_vectors(n, [&](int64_t j, int64_t c) { store_n(ext + j, op(load_n(ext + j, c), load_n(x + r * ld + j, c)), c); });
+}
+
+inline void extreme_columns_impl(Reduction kind, const float* x, int64_t rows, int64_t ld, int64_t n, float* ext) {
+  if (kind == Reduction::kMin) extreme_columns_loop(x, rows, ld, n, ext, kMinKeepNan);
+  else extreme_columns_loop(x, rows, ld, n, ext, kMaxKeepNan);
+}
+
+// A reduction's term (sum_columns), in floats and in double.
+template <Reduction K>
+VF column_term(VF v, VF shift) {
+  if constexpr (K == Reduction::kSumSquare) return v * v;
+  else if constexpr (K == Reduction::kL1) return v < 0.f ? -v : v;
+  else if constexpr (K == Reduction::kLogSumExp) return exp_approx(v - shift);
+  else return v;
+}
+template <Reduction K>
+double column_term(double v, double shift) {
+  if constexpr (K == Reduction::kSumSquare) return v * v;
+  else if constexpr (K == Reduction::kL1) return v < 0 ? -v : v;
+  else if constexpr (K == Reduction::kLogSumExp) return __builtin_exp(v - shift);
+  else return v;
+}
+
+// Rows added in float before their sum joins the double accumulator: a
+// double add per element held a column sum at half the memory's bandwidth.
+constexpr int64_t kFoldRun = 64;
+
+template <Reduction K>
+void sum_columns_loop(const float* x, int64_t rows, int64_t ld, int64_t n, const float* shift, double* acc) {
+  float run[kFoldColumns];
+  const auto term = [&](const float* p, int64_t j, int64_t c) {
+    return column_term<K>(load_n(p + j, c), K == Reduction::kLogSumExp ? load_n(shift + j, c) : VF{});
+  };
+  for (int64_t r0 = 0; r0 < rows; r0 += kFoldRun) {
+    const int64_t r1 = r0 + kFoldRun < rows ? r0 + kFoldRun : rows;
+    for_row_vectors(n, [&](int64_t j, int64_t c) { store_n(run + j, term(x + r0 * ld, j, c), c); });
+    int64_t r = r0 + 1;
+    for (; r + 2 <= r1; r += 2) {
+      const float* p = x + r * ld;
+      for_row_vectors(n, [&](int64_t j, int64_t c) {
+        store_n(run + j, load_n(run + j, c) + (term(p, j, c) + term(p + ld, j, c)), c);
+      });
+    }
+    if (r < r1)
+      for_row_vectors(n, [&](int64_t j, int64_t c) { store_n(run + j, load_n(run + j, c) + term(x + r * ld, j, c), c); });
+    for (int64_t j = 0; j < n; ++j) {
+      if (__builtin_isfinite(run[j])) {
+        acc[j] += static_cast<double>(run[j]);
+        continue;
+      }
+      const double s = K == Reduction::kLogSumExp ? static_cast<double>(shift[j]) : 0.0;
+      for (int64_t i = r0; i < r1; ++i) acc[j] += column_term<K>(static_cast<double>(x[i * ld + j]), s);
+    }
+  }
+}
+
+inline void sum_columns_impl(Reduction kind, const float* x, int64_t rows, int64_t ld, int64_t n, const float* shift,
+                             double* acc) {
+  switch (kind) {
+    case Reduction::kSumSquare: case Reduction::kL2:
+      return sum_columns_loop<Reduction::kSumSquare>(x, rows, ld, n, shift, acc);
+    case Reduction::kL1: return sum_columns_loop<Reduction::kL1>(x, rows, ld, n, shift, acc);
+    case Reduction::kLogSumExp: return sum_columns_loop<Reduction::kLogSumExp>(x, rows, ld, n, shift, acc);
+    default: return sum_columns_loop<Reduction::kSum>(x, rows, ld, n, shift, acc);  // Sum, Mean
+  }
+}
+
 // ---------------------------------------------------------------- Softmax
 
 // y = x + mask (mask_stride 1, or one value when 0); returns the max of y.
