@@ -148,6 +148,17 @@ TEST(VecKernels, RowReductionsOfSpecialValues) {
       k.reduce_rows(kind, with_nan.data(), 1, 40, &out);
       EXPECT_TRUE(std::isnan(out)) << static_cast<int>(kind);
     }
+    // A NaN anywhere in a long row (the four-vector body, the single
+    // vectors after it, the tail) reaches the result.
+    for (int64_t n : {70, 200, 1100})
+      for (int64_t at : {int64_t{0}, int64_t{17}, int64_t{63}, int64_t{64}, n / 2, n - 1}) {
+        std::vector<float> row = normal_values(static_cast<size_t>(n), 5);
+        row[static_cast<size_t>(at)] = std::nanf("");
+        for (Reduction kind : {Reduction::kMax, Reduction::kMin, Reduction::kSum, Reduction::kL2}) {
+          k.reduce_rows(kind, row.data(), 1, n, &out);
+          EXPECT_TRUE(std::isnan(out)) << static_cast<int>(kind) << " n " << n << " NaN at " << at;
+        }
+      }
     std::vector<float> with_inf(40, -2.f);
     with_inf[3] = -kInf;
     k.reduce_rows(Reduction::kMin, with_inf.data(), 1, 40, &out);

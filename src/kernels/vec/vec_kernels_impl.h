@@ -188,6 +188,27 @@ inline VF exp_nonpositive(VF x) {
 
 // ---------------------------------------------------------------- reductions
 
+// The lanes of v folded by op (a max or a sum) in log2(kWidth) shuffles:
+// lane by lane, a short row's horizontal steps cost as much as its body.
+template <typename Op>
+inline float fold_lanes(VF v, Op op) {
+#if defined(__AVX512F__)
+  v = op(v, __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15, 8, 9, 10, 11, 12, 13, 14, 15));
+  v = op(v, __builtin_shufflevector(v, v, 4, 5, 6, 7, 4, 5, 6, 7, 4, 5, 6, 7, 4, 5, 6, 7));
+  v = op(v, __builtin_shufflevector(v, v, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3));
+  v = op(v, __builtin_shufflevector(v, v, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1));
+#elif defined(__AVX2__)
+  v = op(v, __builtin_shufflevector(v, v, 4, 5, 6, 7, 4, 5, 6, 7));
+  v = op(v, __builtin_shufflevector(v, v, 2, 3, 2, 3, 2, 3, 2, 3));
+  v = op(v, __builtin_shufflevector(v, v, 1, 1, 1, 1, 1, 1, 1, 1));
+#else
+  v = op(v, __builtin_shufflevector(v, v, 2, 3, 2, 3));
+  v = op(v, __builtin_shufflevector(v, v, 1, 1, 1, 1));
+#endif
+  return v[0];
+}
+
+
 // Folds a row into four vector accumulators with step(acc, value) (four,
 // for the adder's latency), then joins them and their lanes with
 // join(acc, acc); both take floats and vectors alike. `pad` fills the lanes
@@ -205,10 +226,7 @@ float fold_row(const float* x, int64_t n, float init, float pad, Step step, Join
   }
   for (; j + kWidth <= n; j += kWidth) a0 = step(a0, load(x + j));
   if (j < n) a1 = step(a1, load_part(x + j, n - j, pad));
-  a0 = join(join(a0, a1), join(a2, a3));
-  float r = a0[0];
-  for (int l = 1; l < kWidth; ++l) r = join(r, a0[l]);
-  return r;
+  return fold_lanes(join(join(a0, a1), join(a2, a3)), join);
 }
 
 // A fold whose step is its join (sums, max, min): the padding is the identity.
@@ -221,45 +239,82 @@ const auto kAdd = [](auto a, auto v) { return a + v; };
 const auto kMax = [](auto a, auto v) { return v > a ? v : a; };  // drops NaN: see extreme_row
 const auto kMin = [](auto a, auto v) { return v < a ? v : a; };
 
-// The sum of term(x[j]) in double lanes, as the reference accumulates: the
-// terms are formed in double too, so squares of large values and sums near
-// float's limits stay finite where the reference's do.
-template <typename Term>
-double sum_row(const float* x, int64_t n, Term term) {
-  const auto widen = [](const float* p) {
-    VFh h;
-    __builtin_memcpy(&h, p, sizeof h);
-    return __builtin_convertvector(h, VD);
-  };
-  VD a0 = {}, a1 = {}, a2 = {}, a3 = {};
-  int64_t j = 0;
-  for (; j + 4 * kHalf <= n; j += 4 * kHalf) {
-    a0 += term(widen(x + j));
-    a1 += term(widen(x + j + kHalf));
-    a2 += term(widen(x + j + 2 * kHalf));
-    a3 += term(widen(x + j + 3 * kHalf));
-  }
-  a0 = (a0 + a1) + (a2 + a3);
-  double r = a0[0];
-  for (int l = 1; l < kHalf; ++l) r += a0[l];
-  for (; j < n; ++j) r += term(VD{} + static_cast<double>(x[j]))[0];
-  return r;
+// A sum's term (Sum: x; SumSquare: x * x; L1: |x|; LogSumExp: exp(x -
+// shift)), in floats and in double.
+template <Reduction K>
+VF column_term(VF v, VF shift) {
+  if constexpr (K == Reduction::kSumSquare) return v * v;
+  else if constexpr (K == Reduction::kL1) return v < 0.f ? -v : v;
+  else if constexpr (K == Reduction::kLogSumExp) return exp_approx(v - shift);
+  else return v;
+}
+template <Reduction K>
+double column_term(double v, double shift) {
+  if constexpr (K == Reduction::kSumSquare) return v * v;
+  else if constexpr (K == Reduction::kL1) return v < 0 ? -v : v;
+  else if constexpr (K == Reduction::kLogSumExp) return __builtin_exp(v - shift);
+  else return v;
 }
 
-const auto kSame = [](VD v) { return v; };
-const auto kSquare = [](VD v) { return v * v; };
-const auto kAbs = [](VD v) { return v < 0.0 ? -v : v; };
+// The sum of a row's terms, in float over blocks of kSumBlock values (four
+// vector accumulators, for the adder's latency) and the blocks in double, as
+// close to the reference's double sums as float32 results need: a block
+// whose float sum leaves float's range (large squares, sums near float's
+// limits) is added again in double, where the reference's stays finite.
+constexpr int64_t kSumBlock = 64 * kWidth;
 
-// The max (or min) with plain compares, which drop NaN; the sum of v - v is
-// NaN when a NaN (or an infinity) passed, and only then is the row searched
-// for a NaN to return, as the reference propagates it.
+template <Reduction K>
+double sum_row(const float* x, int64_t n) {
+  const VF none{};
+  double total = 0;
+  for (int64_t b0 = 0; b0 < n; b0 += kSumBlock) {
+    const int64_t b1 = b0 + kSumBlock < n ? b0 + kSumBlock : n;
+    VF a0{}, a1{}, a2{}, a3{};
+    int64_t j = b0;
+    for (; j + 4 * kWidth <= b1; j += 4 * kWidth) {
+      a0 += column_term<K>(load(x + j), none);
+      a1 += column_term<K>(load(x + j + kWidth), none);
+      a2 += column_term<K>(load(x + j + 2 * kWidth), none);
+      a3 += column_term<K>(load(x + j + 3 * kWidth), none);
+    }
+    for (; j + kWidth <= b1; j += kWidth) a0 += column_term<K>(load(x + j), none);
+    if (j < b1) a1 += column_term<K>(load_part(x + j, b1 - j, 0.f), none);  // every term of 0 is 0
+    const float block = fold_lanes((a0 + a1) + (a2 + a3), kAdd);
+    if (__builtin_isfinite(block)) {
+      total += block;
+      continue;
+    }
+    for (int64_t i = b0; i < b1; ++i) total += column_term<K>(static_cast<double>(x[i]), 0.0);
+  }
+  return total;
+}
+
+// The max (or min) with plain compares, which drop NaN, in one pass that
+// also sums the values times 0: that is NaN when a NaN (or an infinity, or
+// an overflowing partial sum) passed, and only then is the row searched for
+// a NaN to return, as the reference propagates it.
 template <typename Op>
 float extreme_row(const float* x, int64_t n, Op op, float init) {
-  const float result = fold_row(x, n, init, op);
-  if (fold_row(x, n, 0.f, 0.f, [](auto a, auto v) { return a + (v - v); }, kAdd) == 0.f) return result;
+  VF a0 = splat(init), a1 = a0, a2 = a0, a3 = a0, z{};
+  int64_t j = 0;
+  for (; j + 4 * kWidth <= n; j += 4 * kWidth) {
+    const VF v0 = load(x + j), v1 = load(x + j + kWidth), v2 = load(x + j + 2 * kWidth), v3 = load(x + j + 3 * kWidth);
+    a0 = op(a0, v0);
+    a1 = op(a1, v1);
+    a2 = op(a2, v2);
+    a3 = op(a3, v3);
+    z += ((v0 + v1) + (v2 + v3)) * 0.f;
+  }
+  for (; j < n; j += kWidth) {
+    const int64_t left = n - j < kWidth ? n - j : kWidth;
+    a0 = op(a0, load_part(x + j, left, init));
+    z += load_part(x + j, left, 0.f) * 0.f;
+  }
+  const float r = fold_lanes(op(op(a0, a1), op(a2, a3)), op);
+  if (fold_lanes(z, kAdd) == 0.f) return r;
   for (int64_t k = 0; k < n; ++k)
     if (x[k] != x[k]) return x[k];
-  return result;
+  return r;
 }
 
 inline float row_max(const float* x, int64_t n) {
@@ -300,13 +355,13 @@ inline float sum_exp(const float* x, int64_t n, float shift, float* y) {
 
 inline float reduce_row(Reduction kind, const float* x, int64_t n) {
   switch (kind) {
-    case Reduction::kSum: return static_cast<float>(sum_row(x, n, kSame));
-    case Reduction::kMean: return static_cast<float>(sum_row(x, n, kSame) / static_cast<double>(n));  // n = 0: NaN
+    case Reduction::kSum: return static_cast<float>(sum_row<Reduction::kSum>(x, n));
+    case Reduction::kMean: return static_cast<float>(sum_row<Reduction::kSum>(x, n) / static_cast<double>(n));  // n = 0: NaN
     case Reduction::kMax: return row_max(x, n);
     case Reduction::kMin: return extreme_row(x, n, kMin, kInfinity);
-    case Reduction::kSumSquare: return static_cast<float>(sum_row(x, n, kSquare));
-    case Reduction::kL1: return static_cast<float>(sum_row(x, n, kAbs));
-    case Reduction::kL2: return static_cast<float>(__builtin_sqrt(sum_row(x, n, kSquare)));
+    case Reduction::kSumSquare: return static_cast<float>(sum_row<Reduction::kSumSquare>(x, n));
+    case Reduction::kL1: return static_cast<float>(sum_row<Reduction::kL1>(x, n));
+    case Reduction::kL2: return static_cast<float>(__builtin_sqrt(sum_row<Reduction::kSumSquare>(x, n)));
     case Reduction::kLogSumExp: {
       const float shift = softmax_shift_of(row_max(x, n));
       return shift + __builtin_logf(sum_exp(x, n, shift, nullptr));
@@ -358,22 +413,6 @@ void extreme_columns_loop(const float* x, int64_t rows, int64_t ld, int64_t n, f
 inline void extreme_columns_impl(Reduction kind, const float* x, int64_t rows, int64_t ld, int64_t n, float* ext) {
   if (kind == Reduction::kMin) extreme_columns_loop(x, rows, ld, n, ext, kMinKeepNan);
   else extreme_columns_loop(x, rows, ld, n, ext, kMaxKeepNan);
-}
-
-// A reduction's term (sum_columns), in floats and in double.
-template <Reduction K>
-VF column_term(VF v, VF shift) {
-  if constexpr (K == Reduction::kSumSquare) return v * v;
-  else if constexpr (K == Reduction::kL1) return v < 0.f ? -v : v;
-  else if constexpr (K == Reduction::kLogSumExp) return exp_approx(v - shift);
-  else return v;
-}
-template <Reduction K>
-double column_term(double v, double shift) {
-  if constexpr (K == Reduction::kSumSquare) return v * v;
-  else if constexpr (K == Reduction::kL1) return v < 0 ? -v : v;
-  else if constexpr (K == Reduction::kLogSumExp) return __builtin_exp(v - shift);
-  else return v;
 }
 
 // Rows added in float before their sum joins the double accumulator: a
@@ -465,26 +504,6 @@ inline void softmax_row_impl(const float* x, const float* mask, int mask_stride,
   }
   const float inv = 1.f / sum_exp(t, n, shift, y);
   for (int64_t j = 0; j < n; ++j) y[j] *= inv;
-}
-
-// The lanes of v folded by op (a max or a sum) in log2(kWidth) shuffles:
-// lane by lane, a short row's horizontal steps cost as much as its body.
-template <typename Op>
-inline float fold_lanes(VF v, Op op) {
-#if defined(__AVX512F__)
-  v = op(v, __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15, 8, 9, 10, 11, 12, 13, 14, 15));
-  v = op(v, __builtin_shufflevector(v, v, 4, 5, 6, 7, 4, 5, 6, 7, 4, 5, 6, 7, 4, 5, 6, 7));
-  v = op(v, __builtin_shufflevector(v, v, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3));
-  v = op(v, __builtin_shufflevector(v, v, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1));
-#elif defined(__AVX2__)
-  v = op(v, __builtin_shufflevector(v, v, 4, 5, 6, 7, 4, 5, 6, 7));
-  v = op(v, __builtin_shufflevector(v, v, 2, 3, 2, 3, 2, 3, 2, 3));
-  v = op(v, __builtin_shufflevector(v, v, 1, 1, 1, 1, 1, 1, 1, 1));
-#else
-  v = op(v, __builtin_shufflevector(v, v, 2, 3, 2, 3));
-  v = op(v, __builtin_shufflevector(v, v, 1, 1, 1, 1));
-#endif
-  return v[0];
 }
 
 // The exps of one query's attention scores and the factor that normalizes
