@@ -255,6 +255,20 @@ TEST(VecKernels, SoftmaxRowsWithAndWithoutMasks) {
     std::vector<float> dead(9, -kInf), y(9);
     k.softmax_row(dead.data(), nullptr, 0, 9, y.data(), false);
     for (float v : y) EXPECT_TRUE(std::isnan(v));
+    // +inf present (no finite shift either): NaN there, 0 elsewhere; a NaN
+    // anywhere: NaN everywhere. Rows long enough for the vector body.
+    for (int64_t n : {5, 40}) {
+      std::vector<float> row = normal_values(static_cast<size_t>(n), 3), out(static_cast<size_t>(n));
+      row[2] = kInf;
+      k.softmax_row(row.data(), nullptr, 0, n, out.data(), false);
+      for (int64_t j = 0; j < n; ++j) {
+        if (j == 2) EXPECT_TRUE(std::isnan(out[j])) << n;
+        else EXPECT_EQ(out[j], 0.f) << n << " at " << j;
+      }
+      row[2] = std::nanf("");
+      k.softmax_row(row.data(), nullptr, 0, n, out.data(), false);
+      for (float v : out) EXPECT_TRUE(std::isnan(v)) << n;
+    }
   }
 }
 

@@ -329,11 +329,15 @@ inline float softmax_shift_of(float m) {
 }
 
 // sum of exp(x[j] - shift); with `y`, each exp is also stored there.
-inline float sum_exp(const float* x, int64_t n, float shift, float* y) {
+// Nonpositive: shift is the row's max, so every argument is <= 0 (or NaN)
+// and exp_nonpositive's shorter form serves.
+template <bool Nonpositive>
+float sum_exp_of(const float* x, int64_t n, float shift, float* y) {
+  const auto exp_of = [](VF v) { return Nonpositive ? exp_nonpositive(v) : exp_approx(v); };
   VF a0 = splat(0.f), a1 = a0;
   int64_t j = 0;
   for (; j + 2 * kWidth <= n; j += 2 * kWidth) {
-    const VF e0 = exp_approx(load(x + j) - shift), e1 = exp_approx(load(x + j + kWidth) - shift);
+    const VF e0 = exp_of(load(x + j) - shift), e1 = exp_of(load(x + j + kWidth) - shift);
     if (y) {
       store(y + j, e0);
       store(y + j + kWidth, e1);
@@ -343,14 +347,17 @@ inline float sum_exp(const float* x, int64_t n, float shift, float* y) {
   }
   for (; j < n; j += kWidth) {
     const int64_t left = n - j < kWidth ? n - j : kWidth;
-    const VF e = exp_approx(load_part(x + j, left, -kInfinity) - shift);
+    const VF e = exp_of(load_part(x + j, left, -kInfinity) - shift);
     if (y) store_part(y + j, e, left);
     a0 += e;
   }
-  a0 += a1;
-  float r = a0[0];
-  for (int l = 1; l < kWidth; ++l) r += a0[l];
-  return r;
+  return fold_lanes(a0 + a1, kAdd);
+}
+
+// sum_exp_of for a row whose max is m, shifted by softmax_shift_of(m).
+inline float sum_exp(const float* x, int64_t n, float m, float* y) {
+  const float shift = softmax_shift_of(m);
+  return shift == m ? sum_exp_of<true>(x, n, shift, y) : sum_exp_of<false>(x, n, shift, y);
 }
 
 inline float reduce_row(Reduction kind, const float* x, int64_t n) {
@@ -363,8 +370,8 @@ inline float reduce_row(Reduction kind, const float* x, int64_t n) {
     case Reduction::kL1: return static_cast<float>(sum_row<Reduction::kL1>(x, n));
     case Reduction::kL2: return static_cast<float>(__builtin_sqrt(sum_row<Reduction::kSumSquare>(x, n)));
     case Reduction::kLogSumExp: {
-      const float shift = softmax_shift_of(row_max(x, n));
-      return shift + __builtin_logf(sum_exp(x, n, shift, nullptr));
+      const float m = row_max(x, n);
+      return softmax_shift_of(m) + __builtin_logf(sum_exp(x, n, m, nullptr));
     }
   }
   return 0;
@@ -474,9 +481,7 @@ inline float add_mask_and_max(const float* x, const float* mask, int mask_stride
     m0 = kMax(m0, t0);
     m1 = kMax(m1, t1);
   }
-  m0 = kMax(m0, m1);
-  float m = m0[0];
-  for (int l = 1; l < kWidth; ++l) m = kMax(m, m0[l]);
+  float m = fold_lanes(kMax(m0, m1), kMax);
   for (; j < n; ++j) {
     y[j] = x[j] + mask[mask_stride ? j : 0];
     m = kMax(m, y[j]);
@@ -498,11 +503,11 @@ inline void softmax_row_impl(const float* x, const float* mask, int mask_stride,
   const float shift = softmax_shift_of(m);
   if (log) {
     // (t - shift) - log(sum), not t - (shift + log(sum)), which loses log(sum) next to a large shift.
-    const float log_sum = __builtin_logf(sum_exp(t, n, shift, nullptr));
+    const float log_sum = __builtin_logf(sum_exp(t, n, m, nullptr));
     for (int64_t j = 0; j < n; ++j) y[j] = (t[j] - shift) - log_sum;
     return;
   }
-  const float inv = 1.f / sum_exp(t, n, shift, y);
+  const float inv = 1.f / sum_exp(t, n, m, y);
   for (int64_t j = 0; j < n; ++j) y[j] *= inv;
 }
 
