@@ -213,6 +213,8 @@ void run_inference(const OpSchema& schema, InferContext& ctx) {
 
 class Inferencer {
  public:
+  explicit Inferencer(bool tolerant = false) : tolerant_(tolerant) {}
+
   size_t run(Graph& graph) {
     for (const auto& v : graph.values())
       if (v->is_constant())
@@ -227,7 +229,15 @@ class Inferencer {
     for (const auto& node : graph.nodes()) {
       if (node->dead) continue;
       for (Graph* sub : node->attrs.subgraphs()) inferred += run(*sub);
-      if (infer_node(*node)) ++inferred;
+      if (!tolerant_) {
+        inferred += infer_node(*node);
+        continue;
+      }
+      try {
+        inferred += infer_node(*node);
+      } catch (const Error&) {
+        // A type the rewritten graph cannot refine: kept as it was.
+      }
     }
     return inferred;
   }
@@ -256,6 +266,7 @@ class Inferencer {
     return true;
   }
 
+  bool tolerant_;
   std::map<const Value*, SymValues> values_;
 };
 
@@ -310,6 +321,8 @@ class FactInferencer {
 }  // namespace
 
 size_t infer_types(Graph& graph) { return Inferencer().run(graph); }
+
+size_t refine_types(Graph& graph) { return Inferencer(/*tolerant=*/true).run(graph); }
 
 const Type& InferredFacts::type_of(const Value* v) const {
   static const Type unknown;

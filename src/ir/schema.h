@@ -193,6 +193,11 @@ SymShape broadcast(const InferContext& ctx, const SymShape& a, const SymShape& b
 // outputs as declared. Returns the number of nodes inferred.
 size_t infer_types(Graph& graph);
 
+// infer_types again after passes have rewritten the graph (constant folding
+// can settle values import could not see): a node whose inference fails
+// keeps its outputs' types, and the others go on.
+size_t refine_types(Graph& graph);
+
 // What holds at every run of the top-level graph: the types inferred from
 // the graph inputs' declared types (which each run's inputs are checked
 // against) and the constants alone, and the values inference tracks through

@@ -1,6 +1,7 @@
 #include "passes/pipeline.h"
 
 #include "core/check.h"
+#include "ir/schema.h"
 #include "ir/verify.h"
 
 namespace anvil::passes {
@@ -98,9 +99,20 @@ int run_to_fixed_point(ir::Graph& graph, std::vector<std::unique_ptr<Pass>>& pas
 }  // namespace
 
 int optimize(ir::Graph& graph, int level, const ConstantEvaluator& evaluator, const FusionAdvisor& advisor) {
+  int rounds = 0;
+  if (level >= 2) {
+    // Folding settles values that inference at import could not see (the
+    // shape of torchvision ViT's class-token Expand, computed from
+    // constants by ConstantOfShape, Mul, Equal and Where): everything after
+    // it had no known rank, and the fusions match only values that have one.
+    // So the types are inferred again before them.
+    auto basic = passes_for_level(1, evaluator);
+    rounds += run_to_fixed_point(graph, basic);
+    ir::refine_types(graph);
+  }
   auto passes = passes_for_level(level, evaluator);
   auto late = late_passes_for_level(level, advisor);
-  const int rounds = run_to_fixed_point(graph, passes);
+  rounds += run_to_fixed_point(graph, passes);
   return rounds + run_to_fixed_point(graph, late);
 }
 

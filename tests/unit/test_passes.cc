@@ -180,6 +180,47 @@ TEST(Passes, GeluTanhFormBecomesOneGelu) {
   expect_gelu_values(gelu_tanh_graph(), true);
 }
 
+// torchvision ViT's class token: Expand(token, shape), the shape computed
+// from constants as PyTorch exports expand(n, -1, -1) (Where(Equal(c, -1),
+// ones, c)), then Concat with the patches, then GELU's Erf form. Import's
+// inference cannot see the shape's value, so nothing after the Expand has a
+// rank until folding settles it.
+std::unique_ptr<ir::Graph> class_token_gelu_graph() {
+  auto g = std::make_unique<ir::Graph>();
+  g->opsets[""] = 13;
+  ir::Value* patches = g->add_input("patches", DType::kFloat32, {1, 2, 4});
+  ir::Value* c = g->add_constant("c", ints({3}, {1, -1, -1}));
+  ir::Node* ones = g->add_node("ConstantOfShape", {g->add_constant("three", ints({1}, {3}))}, 1);
+  ones->attrs.set("value", ints({1}, {1}));
+  ir::Value* minus = mul(*g, ones->output(0), g->add_constant("minus1", ints({}, {-1})));
+  ir::Value* is_free = g->add_node("Equal", {c, minus}, 1)->output(0);
+  ir::Value* shape = g->add_node("Where", {is_free, ones->output(0), c}, 1)->output(0);
+  ir::Value* token = g->add_node("Expand", {g->add_constant("token", ramp({1, 1, 4}, -1.f, 0.5f)), shape}, 1)->output(0);
+  ir::Node* concat = g->add_node("Concat", {token, patches}, 1);
+  concat->attrs.set("axis", int64_t{1});
+  ir::Value* x = concat->output(0);
+  ir::Value* erf = g->add_node("Erf", {g->add_node("Div", {x, scalar_f32(*g, "sqrt2", 1.4142135f)}, 1)->output(0)}, 1)->output(0);
+  ir::Value* sum = g->add_node("Add", {erf, scalar_f32(*g, "one", 1.f)}, 1)->output(0);
+  g->add_output(mul(*g, mul(*g, x, sum), scalar_f32(*g, "half", 0.5f)));
+  return g;
+}
+
+TEST(Passes, FusionsSeeTypesThatFoldingSettles) {
+  auto g = class_token_gelu_graph();
+  ir::infer_types(*g);
+  passes::optimize(*g, 2, runtime::reference_evaluator());
+  EXPECT_EQ(count_ops(*g, "Gelu"), 1u);
+  EXPECT_EQ(count_ops(*g, "Erf"), 0u);
+  Session s = Session::from_graph(class_token_gelu_graph());
+  Tensor patches = ramp({1, 2, 4}, 0.25f, -0.3f);
+  const Tensor y = s.run({{"patches", patches}})[0];
+  ASSERT_EQ(y.shape(), (Shape{1, 3, 4}));
+  for (int64_t i = 0; i < y.numel(); ++i) {
+    const double v = i < 4 ? -1.0 + 0.5 * i : 0.25 - 0.3 * (i - 4);
+    EXPECT_NEAR(y.data<float>()[i], 0.5 * v * (1 + std::erf(v / std::sqrt(2.0))), 1e-5) << i;
+  }
+}
+
 TEST(Passes, GeluLookalikesAreLeftAlone) {
   auto other_constant = gelu_erf_graph(2.f);  // 1 + erf replaced by 2 + erf
   passes::optimize(*other_constant, 2, runtime::reference_evaluator());
