@@ -1,4 +1,6 @@
-// Removes Identity nodes and inference-mode Dropout whose mask nobody reads.
+// Removes Identity nodes, and Dropout whose mask nobody reads in inference mode
+// or with a ratio of 0.
+#include "passes/match.h"
 #include "passes/pipeline.h"
 
 namespace anvil::passes {
@@ -10,6 +12,9 @@ bool is_removable(const ir::Graph& graph, const ir::Node& n) {
   if (n.op_type != "Dropout" || !n.domain.empty()) return false;
   const ir::Value* mask = n.output(1);
   if (mask && (mask->is_graph_output || use_count(graph, mask))) return false;
+  // A ratio of 0 keeps every element, in training mode too (torchvision's
+  // Swin exports its attention dropouts so: ratio 0, training_mode true).
+  if (const std::optional<double> ratio = scalar_value(n.input(1)); ratio && *ratio == 0.0) return true;
   const ir::Value* training = n.input(2);  // opset 12+: a constant false is inference
   if (training && !(training->is_constant() && training->constant->numel() == 1 &&
                     !*training->constant->data<bool>()))

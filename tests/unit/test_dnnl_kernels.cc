@@ -165,6 +165,19 @@ TEST(DnnlFusedMatMul, BiasResidualAndActivations) {
   expect_fused_matmul("Swish", [](float x) { return x / (1 + std::exp(-0.75f * x)); }, {3, 5}, true, 0.75f);
 }
 
+// A broadcast oneDNN has only its reference binary for (Swin's attention
+// mask over a middle axis of a rank-5 tensor) is declined, so Anvil's own
+// kernel runs it; a plain one stays on oneDNN.
+TEST(DnnlBinary, BroadcastsWithoutAJitKernelAreDeclined) {
+  KernelOptions dnnl_opts;
+  dnnl_opts.backend = Backend::kDnnl;
+  EXPECT_EQ(error_kind_of([&] {
+              run_kernel("Add", {random_f32({1, 4, 3, 5, 5}, 1), random_f32({1, 4, 1, 5, 5}, 2)}, {}, dnnl_opts);
+            }),
+            ErrorKind::kUnsupported);
+  expect_backends_agree("Add", {random_f32({2, 3, 8}, 3), random_f32({8}, 4)}, {}, {false, false});
+}
+
 TEST(DnnlEltwise, SwishMatchesItsFormula) {
   Tensor x = random_f32({2, 3, 17}, 77);
   for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] *= 8.f;  // both tails of the sigmoid

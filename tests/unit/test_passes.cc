@@ -84,6 +84,24 @@ TEST(Passes, IdentityAndDeadNodesAreRemoved) {
   EXPECT_EQ(g->nodes()[0]->input(0), x);
 }
 
+// Dropout is an identity in inference mode and, with a ratio of 0, in
+// training mode too (torchvision's Swin exports it so); with a ratio above
+// 0 in training mode it stays.
+TEST(Passes, DropoutsThatKeepEveryElementAreRemoved) {
+  for (float ratio : {0.f, 0.1f}) {
+    auto g = std::make_unique<ir::Graph>();
+    g->opsets[""] = 13;
+    ir::Value* x = g->add_input("x", DType::kFloat32, {4});
+    Tensor training(DType::kBool, {});
+    *training.data<bool>() = true;
+    ir::Node* dropout =
+        g->add_node("Dropout", {x, g->add_constant("ratio", testing::scalar_f32(ratio)), g->add_constant("training", training)}, 2);
+    g->add_output(g->add_node("Relu", {dropout->output(0)}, 1)->output(0));
+    passes::optimize(*g, 1, runtime::reference_evaluator());
+    EXPECT_EQ(count_ops(*g, "Dropout"), ratio == 0.f ? 0u : 1u) << ratio;
+  }
+}
+
 TEST(Passes, ConvBatchNormFoldsIntoWeights) {
   // 1x1 conv, one channel, weight 2, bias 1; BN gamma 3, beta 0.5, mean 1, var 3 (eps 1):
   // y = 3 * ((2x + 1) - 1) / sqrt(3 + 1) + 0.5 = 3x + 0.5.
