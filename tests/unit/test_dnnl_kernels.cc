@@ -171,10 +171,11 @@ TEST(DnnlFusedMatMul, BiasResidualAndActivations) {
 TEST(DnnlBinary, BroadcastsWithoutAJitKernelAreDeclined) {
   KernelOptions dnnl_opts;
   dnnl_opts.backend = Backend::kDnnl;
-  EXPECT_EQ(error_kind_of([&] {
-              run_kernel("Add", {random_f32({1, 4, 3, 5, 5}, 1), random_f32({1, 4, 1, 5, 5}, 2)}, {}, dnnl_opts);
-            }),
-            ErrorKind::kUnsupported);
+  const std::vector<Tensor> masked = {random_f32({1, 4, 3, 5, 5}, 1), random_f32({1, 4, 1, 5, 5}, 2)};
+  std::string impl;
+  const ErrorKind declined = error_kind_of([&] { impl = run_kernel_full("Add", masked, {}, dnnl_opts).impl; });
+  // Declined, or (a later oneDNN, another CPU) run on a kernel that is not its reference.
+  if (declined != ErrorKind::kUnsupported) EXPECT_EQ(impl.find("ref"), std::string::npos) << impl;
   expect_backends_agree("Add", {random_f32({2, 3, 8}, 3), random_f32({8}, 4)}, {}, {false, false});
 }
 

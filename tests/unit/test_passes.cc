@@ -100,6 +100,15 @@ TEST(Passes, DropoutsThatKeepEveryElementAreRemoved) {
     passes::optimize(*g, 1, runtime::reference_evaluator());
     EXPECT_EQ(count_ops(*g, "Dropout"), ratio == 0.f ? 0u : 1u) << ratio;
   }
+  // Its mask read: it stays.
+  auto g = std::make_unique<ir::Graph>();
+  g->opsets[""] = 13;
+  ir::Node* dropout = g->add_node("Dropout", {g->add_input("x", DType::kFloat32, {4}),
+                                              g->add_constant("ratio", testing::scalar_f32(0.f))}, 2);
+  g->add_output(dropout->output(0));
+  g->add_output(dropout->output(1));
+  passes::optimize(*g, 1, runtime::reference_evaluator());
+  EXPECT_EQ(count_ops(*g, "Dropout"), 1u);
 }
 
 TEST(Passes, ConvBatchNormFoldsIntoWeights) {

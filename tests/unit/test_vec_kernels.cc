@@ -3,6 +3,7 @@
 // vector_isa() picks, which ANVIL_MAX_ISA caps: ctest also runs these tests
 // capped at sse41 and avx2) against the reference kernel.
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
@@ -400,7 +401,10 @@ TEST(VecKernels, LeadingAndMiddleReductionsMatchTheReference) {
       {{2, 300, 70}, {1}, 2},        // a block per batch item, each on a thread
       {{3, 60, 2100}, {1}, 2},       // rows wider than one block of columns
       {{3000, 20}, {0}, 2},          // one block, its rows split between threads
-      {{1500, 2, 20}, {0}, 3},       // two blocks, three threads: one split block, one not
+      {{1500, 2, 20}, {0}, 3},       // 2 x 20 columns kept: one block, split
+      {{0, 200, 4}, {1}, 2},         // no output
+      {{128, 0}, {0}, 2},            // no output
+      {{3, 0, 5}, {1}, 1},           // nothing reduced: the identities
   };
   for (const char* op : ops) {
     SCOPED_TRACE(op);
@@ -433,6 +437,31 @@ TEST(VecKernels, LeadingAndMiddleReductionsMatchTheReference) {
     else a.set("axes", std::vector<int64_t>{0});
     expect_same_as_ref(op, in, a, 1e-6f);
   }
+  // Two blocks (two batch items) each split between threads: four threads
+  // asked for, whatever the cores.
+  {
+    const int threads_before = omp_get_max_threads();
+    omp_set_num_threads(4);
+    KernelOptions four = vec_backend();
+    four.num_threads = 4;
+    for (const char* op : {"ReduceMean", "ReduceMax", "ReduceLogSumExp"})
+      expect_same_as_ref(op, {random_f32({2, 3000, 20}, 13)}, attrs({{"axes", std::vector<int64_t>{1}}}), 3e-5f, four);
+    omp_set_num_threads(threads_before);
+  }
+  // Values whose squares underflow in float: L2 and SumSquare as the
+  // reference, which squares in double (over rows and down columns).
+  Tensor tiny = random_f32({70, 40}, 14);
+  for (int64_t i = 0; i < tiny.numel(); ++i) tiny.data<float>()[i] *= 1e-21f;
+  for (int64_t axis : {0, 1})
+    for (const char* op : {"ReduceL2", "ReduceSumSquare"}) {
+      const ir::Attributes a = attrs({{"axes", std::vector<int64_t>{axis}}});
+      KernelOptions ref = vec_backend();
+      ref.backend = Backend::kRef;
+      const Tensor got = run_kernel(op, {tiny}, a, vec_backend())[0], want = run_kernel(op, {tiny}, a, ref)[0];
+      for (int64_t i = 0; i < want.numel(); ++i)  // relative: the values are far below 1
+        EXPECT_LE(std::abs(got.data<float>()[i] - want.data<float>()[i]), 1e-5f * std::abs(want.data<float>()[i]))
+            << op << " axis " << axis << " at " << i;
+    }
   // A LogSumExp whose rows, split between threads, differ by far more than
   // exp's range in double: each part's exps must use the whole column's max.
   Tensor steep = random_f32({3000, 20}, 12);

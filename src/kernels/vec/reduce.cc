@@ -5,8 +5,11 @@
 // blocks of columns, along memory. Reductions over several separate runs of
 // axes, and other dtypes, go to the reference kernel.
 //
-// Sums accumulate in double lanes as the reference's do (the column folds
-// add runs of rows in float first); max and min propagate NaN.
+// Sums add blocks of terms in float and the blocks in double (the
+// reference adds every term in double; a float32 result sees the difference
+// only where the sum cancels far below its terms), a block that leaves
+// float's range, or whose squares may have underflowed, again in double;
+// max and min propagate NaN.
 #include <omp.h>
 
 #include <algorithm>
@@ -70,6 +73,7 @@ class VecReduceKernel : public Kernel {
     const float* x = ctx.in(0).data<float>();
     float* y = ctx.out(0).data<float>();
     if (inner_ == 1) return run_rows(x, y);
+    if (outer_ == 0 || inner_ == 0) return;  // no output
     const bool parallel = outer_ * count_ * inner_ > kMinParallelElements;
     const int team = parallel ? std::min(threads_, omp_get_max_threads()) : 1;
     const int64_t units = outer_ * blocks_;

@@ -256,11 +256,20 @@ double column_term(double v, double shift) {
   else return v;
 }
 
+// Whether a sum of terms formed in float can be kept: finite, and for
+// squares not so small that some may have underflowed (values under about
+// 1e-19, whose squares the reference forms in double).
+template <Reduction K>
+bool float_sum_holds(float sum) {
+  if (!__builtin_isfinite(sum)) return false;
+  return K != Reduction::kSumSquare || sum >= 0x1p-60f;
+}
+
 // The sum of a row's terms, in float over blocks of kSumBlock values (four
 // vector accumulators, for the adder's latency) and the blocks in double, as
 // close to the reference's double sums as float32 results need: a block
 // whose float sum leaves float's range (large squares, sums near float's
-// limits) is added again in double, where the reference's stays finite.
+// limits) or whose squares may have underflowed is added again in double.
 constexpr int64_t kSumBlock = 64 * kWidth;
 
 template <Reduction K>
@@ -280,7 +289,7 @@ double sum_row(const float* x, int64_t n) {
     for (; j + kWidth <= b1; j += kWidth) a0 += column_term<K>(load(x + j), none);
     if (j < b1) a1 += column_term<K>(load_part(x + j, b1 - j, 0.f), none);  // every term of 0 is 0
     const float block = fold_lanes((a0 + a1) + (a2 + a3), kAdd);
-    if (__builtin_isfinite(block)) {
+    if (float_sum_holds<K>(block)) {
       total += block;
       continue;
     }
@@ -445,7 +454,7 @@ void sum_columns_loop(const float* x, int64_t rows, int64_t ld, int64_t n, const
     if (r < r1)
       for_row_vectors(n, [&](int64_t j, int64_t c) { store_n(run + j, load_n(run + j, c) + term(x + r * ld, j, c), c); });
     for (int64_t j = 0; j < n; ++j) {
-      if (__builtin_isfinite(run[j])) {
+      if (float_sum_holds<K>(run[j])) {
         acc[j] += static_cast<double>(run[j]);
         continue;
       }
