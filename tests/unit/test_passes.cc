@@ -1194,6 +1194,19 @@ TEST(Passes, BiasGradientBecomesTheGemmReluGradsSecondOutput) {
   constant_b.constant_inputs = {false, true, false};
   const auto packed = testing::run_kernel("GemmReluGrad", {a, b, y}, {}, constant_b);
   expect_outputs(packed[0], packed[1], "constant B");
+  {  // six columns, narrower than a vector: the sums' pass takes them a row at a time
+    const Tensor b6 = ramp({5, 6}, 0.4f, -0.05f), y6 = ramp({7, 6}, 0.3f, -0.01f);
+    const auto narrow = testing::run_kernel("GemmReluGrad", {a, b6, y6}, {}, constant_b);
+    for (int64_t j = 0; j < 6; ++j) {
+      double sum = 0;
+      for (int64_t i = 0; i < 7; ++i) {
+        double v = 0;
+        for (int64_t q = 0; q < 5; ++q) v += static_cast<double>(a.data<float>()[i * 5 + q]) * b6.data<float>()[q * 6 + j];
+        sum += y6.data<float>()[i * 6 + j] > 0 ? v : 0;
+      }
+      EXPECT_NEAR(narrow[1].data<float>()[j], sum, 1e-5) << "narrow, column " << j;
+    }
+  }
 
   // 300 rows: Anvil's GEMM on every ISA (from 256 rows), the sums from its registers, per thread.
   const Tensor tall_a = ramp({300, 5}, -1.f, 0.007f);

@@ -397,7 +397,7 @@ TEST(VecKernels, LeadingAndMiddleReductionsMatchTheReference) {
   };
   const Case cases[] = {
       {{2, 3, 5, 67}, {0}, 1},       {{2, 3, 5, 67}, {1, 2}, 1},   {{2, 3, 5, 67}, {0, 1, 2}, 1},
-      {{3, 1, 4, 1, 5}, {0, 2}, 1},  // size-1 axes between the reduced ones
+      {{3, 1, 4, 1, 17}, {0, 2}, 1},  // size-1 axes between the reduced ones
       {{2, 300, 70}, {1}, 2},        // a block per batch item, each on a thread
       {{3, 60, 2100}, {1}, 2},       // rows wider than one block of columns
       {{3000, 20}, {0}, 2},          // one block, its rows split between threads
@@ -426,10 +426,13 @@ TEST(VecKernels, LeadingAndMiddleReductionsMatchTheReference) {
   // Special values down a column: NaN propagates, infinities and sums that
   // leave float's range (before the result does) give the reference's answers.
   const float nan = std::nanf("");
-  Tensor special = testing::f32({4, 5}, {nan, 3e38f, -kInf, 1e20f, -kInf,  //
-                                         1.f, 3e38f, 2.f, 1e20f, -kInf,    //
-                                         2.f, -3e38f, kInf, 1e20f, -kInf,  //
-                                         3.f, 1.f, 4.f, -1e20f, -kInf});
+  const float columns[4][5] = {{nan, 3e38f, -kInf, 1e20f, -kInf},
+                               {1.f, 3e38f, 2.f, 1e20f, -kInf},
+                               {2.f, -3e38f, kInf, 1e20f, -kInf},
+                               {3.f, 1.f, 4.f, -1e20f, -kInf}};
+  Tensor special = random_f32({4, 16}, 15);  // the first five columns special, the rest plain
+  for (int r = 0; r < 4; ++r)
+    for (int j = 0; j < 5; ++j) special.data<float>()[r * 16 + j] = columns[r][j];
   for (const char* op : ops) {
     ir::Attributes a = attrs({{"keepdims", int64_t{0}}});
     std::vector<Tensor> in = {special};
@@ -469,7 +472,11 @@ TEST(VecKernels, LeadingAndMiddleReductionsMatchTheReference) {
   KernelOptions two = vec_backend();
   two.num_threads = 2;
   expect_same_as_ref("ReduceLogSumExp", {steep}, attrs({{"axes", std::vector<int64_t>{0}}}), 1e-6f, two);
-  // Two separate runs of axes: the reference kernel's job.
+  // Fewer columns than a vector, and two separate runs of axes: the reference kernel's job.
+  EXPECT_EQ(testing::error_kind_of([] {
+              run_kernel("ReduceSum", {random_f32({30, 4}, 1), testing::i64({1}, {0})}, {}, vec_backend());
+            }),
+            ErrorKind::kUnsupported);
   EXPECT_EQ(testing::error_kind_of([] {
               run_kernel("ReduceMax", {random_f32({4, 5, 6}, 1)}, attrs({{"axes", std::vector<int64_t>{0, 2}}}),
                          vec_backend());
