@@ -239,20 +239,16 @@ const auto kAdd = [](auto a, auto v) { return a + v; };
 const auto kMax = [](auto a, auto v) { return v > a ? v : a; };  // drops NaN: see extreme_row
 const auto kMin = [](auto a, auto v) { return v < a ? v : a; };
 
+inline VF exp_of(VF v) { return exp_approx(v); }
+inline double exp_of(double v) { return __builtin_exp(v); }
+
 // A sum's term (Sum: x; SumSquare: x * x; L1: |x|; LogSumExp: exp(x -
-// shift)), in floats and in double.
-template <Reduction K>
-VF column_term(VF v, VF shift) {
+// shift)), on float vectors and on a double alike.
+template <Reduction K, typename T>
+T column_term(T v, T shift) {
   if constexpr (K == Reduction::kSumSquare) return v * v;
-  else if constexpr (K == Reduction::kL1) return v < 0.f ? -v : v;
-  else if constexpr (K == Reduction::kLogSumExp) return exp_approx(v - shift);
-  else return v;
-}
-template <Reduction K>
-double column_term(double v, double shift) {
-  if constexpr (K == Reduction::kSumSquare) return v * v;
-  else if constexpr (K == Reduction::kL1) return v < 0 ? -v : v;
-  else if constexpr (K == Reduction::kLogSumExp) return __builtin_exp(v - shift);
+  else if constexpr (K == Reduction::kL1) return v < T{} ? -v : v;
+  else if constexpr (K == Reduction::kLogSumExp) return exp_of(v - shift);
   else return v;
 }
 
