@@ -27,6 +27,7 @@ namespace {
 using vec::Reduction;
 
 constexpr int64_t kMinParallelElements = 32768;
+constexpr int64_t kMinRowsToSplit = 128;  // two of the column fold's float runs
 
 class VecReduceKernel : public Kernel {
  public:
@@ -82,7 +83,7 @@ class VecReduceKernel : public Kernel {
     const bool parallel = outer_ * count_ * inner_ > kMinParallelElements;
     const int team = parallel ? std::min(threads_, omp_get_max_threads()) : 1;
     const int64_t units = outer_ * blocks_;
-    if (units >= team || count_ < 2 * 64) return run_column_blocks(x, y, ctx.scratch, team);
+    if (units >= team || count_ < kMinRowsToSplit) return run_column_blocks(x, y, ctx.scratch, team);
     run_split_rows(x, y, ctx.scratch, team);
   }
 
