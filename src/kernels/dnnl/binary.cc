@@ -158,18 +158,14 @@ class DnnlBinary : public du::PrimitiveKernel {
     if (!layout_) {
       src0_ = du::plain_desc(out_r, DType::kFloat32);
       src1_ = du::plain_desc(other_r, DType::kFloat32);
-      // Where oneDNN has only its reference binary (a broadcast over a
-      // middle axis, as Swin-T's rank-5 attention masks: 15.1 ms a node
-      // where Anvil's reference loops take 0.07), Anvil's kernels run it.
-      std::string impl;
-      try {
-        impl = du::impl_name(make_pd());
-      } catch (const dnnl::error&) {
-      }
-      ANVIL_PREPARE_CHECK(ctx, impl.find("ref") == std::string::npos, ErrorKind::kUnsupported,
-                          "oneDNN has only its reference binary for this {}", op_);
     }
     create<dnnl::binary, dnnl::binary::primitive_desc>(ctx, make_pd);
+    // Where oneDNN has only its reference binary for plain data too (a
+    // broadcast over a middle axis, as Swin-T's rank-5 attention masks:
+    // 15.1 ms a node where Anvil's reference loops take 0.07), Anvil's
+    // kernels run it.
+    ANVIL_PREPARE_CHECK(ctx, layout_ || impl_.find("ref") == std::string::npos, ErrorKind::kUnsupported,
+                        "oneDNN has only its reference binary for this {}", op_);
     return output_types(ctx);
   }
 

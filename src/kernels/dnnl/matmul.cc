@@ -121,15 +121,9 @@ void column_sums_of(const float* c, int64_t m, int64_t n, float* out) {
   {
     const int t = omp_get_thread_num(), team = omp_get_num_threads();
     const auto [r0, r1] = share(m, t, team);
-    double* sums = partial.data() + t * n;
-    if (n < 16) {  // rows narrower than a vector: the fold would take each as a partial one
-      for (int64_t i = r0; i < r1; ++i)
-        for (int64_t j = 0; j < n; ++j) sums[j] += c[i * n + j];
-    } else {
-      for (int64_t j = 0; j < n; j += vec::kFoldColumns)
-        vec::vec_kernels().sum_columns(vec::Reduction::kSum, c + r0 * n + j, r1 - r0, n,
-                                       std::min(vec::kFoldColumns, n - j), nullptr, sums + j);
-    }
+    for (int64_t j = 0; j < n; j += vec::kFoldColumns)
+      vec::vec_kernels().sum_columns(vec::Reduction::kSum, c + r0 * n + j, r1 - r0, n,
+                                     std::min(vec::kFoldColumns, n - j), nullptr, partial.data() + t * n + j);
   }
   reduce_column_sums(partial, threads, n, out);
 }

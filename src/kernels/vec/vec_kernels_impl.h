@@ -433,6 +433,12 @@ constexpr int64_t kFoldRun = 64;
 
 template <Reduction K>
 void sum_columns_loop(const float* x, int64_t rows, int64_t ld, int64_t n, const float* shift, double* acc) {
+  if (n < kWidth) {  // rows narrower than a vector: as partial vectors each cost 4x a loop in double
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t j = 0; j < n; ++j)
+        acc[j] += column_term<K>(static_cast<double>(x[r * ld + j]), K == Reduction::kLogSumExp ? shift[j] : 0.0);
+    return;
+  }
   float run[kFoldColumns];
   const auto term = [&](const float* p, int64_t j, int64_t c) {
     return column_term<K>(load_n(p + j, c), K == Reduction::kLogSumExp ? load_n(shift + j, c) : VF{});
