@@ -338,11 +338,11 @@ inline float softmax_shift_of(float m) {
 // and exp_nonpositive's shorter form serves.
 template <bool Nonpositive>
 float sum_exp_of(const float* x, int64_t n, float shift, float* y) {
-  const auto exp_of = [](VF v) { return Nonpositive ? exp_nonpositive(v) : exp_approx(v); };
+  const auto exp_term = [](VF v) { return Nonpositive ? exp_nonpositive(v) : exp_approx(v); };
   VF a0 = splat(0.f), a1 = a0;
   int64_t j = 0;
   for (; j + 2 * kWidth <= n; j += 2 * kWidth) {
-    const VF e0 = exp_of(load(x + j) - shift), e1 = exp_of(load(x + j + kWidth) - shift);
+    const VF e0 = exp_term(load(x + j) - shift), e1 = exp_term(load(x + j + kWidth) - shift);
     if (y) {
       store(y + j, e0);
       store(y + j + kWidth, e1);
@@ -352,7 +352,7 @@ float sum_exp_of(const float* x, int64_t n, float shift, float* y) {
   }
   for (; j < n; j += kWidth) {
     const int64_t left = n - j < kWidth ? n - j : kWidth;
-    const VF e = exp_of(load_part(x + j, left, -kInfinity) - shift);
+    const VF e = exp_term(load_part(x + j, left, -kInfinity) - shift);
     if (y) store_part(y + j, e, left);
     a0 += e;
   }
