@@ -2,7 +2,8 @@
 // standard ONNX at the model's opset cannot hold, and how the importer reads
 // them back.
 //   - Anvil's own fused ops (internal domain "anvil"): FusedConv, FusedMatMul,
-//     FusedGemm, MaskedSoftmax, ElementwiseChain, FusedConvDepthwise, QkvAttention.
+//     FusedGemm, MaskedSoftmax, ElementwiseChain, FusedConvDepthwise, QkvAttention,
+//     FusedBatchNorm.
 //   - ONNX ops newer than the model's opset that the passes create (Gelu-20,
 //     LayerNormalization-17, Attention-23, Swish-24): written as com.anvil nodes of the
 //     same name, meaning the ONNX op at that version. Raising the model's

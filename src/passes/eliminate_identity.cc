@@ -1,5 +1,8 @@
-// Removes Identity nodes, and Dropout whose mask nobody reads in inference mode
-// or with a ratio of 0.
+// Removes Identity nodes, Pad nodes whose pads are all zero (torchvision's
+// DenseNet exports one before each transition's AveragePool), and Dropout
+// whose mask nobody reads in inference mode or with a ratio of 0.
+#include <algorithm>
+
 #include "passes/match.h"
 #include "passes/pipeline.h"
 
@@ -7,8 +10,22 @@ namespace anvil::passes {
 
 namespace {
 
+// Pads of zero on every side leave the data as it is, whatever the mode.
+bool pads_nothing(const ir::Node& pad) {
+  if (pad.opset < 11) {
+    if (!pad.attrs.has("pads")) return false;  // required: an invalid node is the kernel's to reject
+    const std::vector<int64_t> pads = pad.attrs.get_ints("pads");
+    return std::all_of(pads.begin(), pads.end(), [](int64_t p) { return p == 0; });
+  }
+  const ir::Value* pads = pad.input(1);
+  if (!pads || !pads->is_constant() || pads->constant->dtype() != DType::kInt64) return false;
+  const int64_t* p = pads->constant->data<int64_t>();
+  return std::all_of(p, p + pads->constant->numel(), [](int64_t v) { return v == 0; });
+}
+
 bool is_removable(const ir::Graph& graph, const ir::Node& n) {
   if (n.op_type == "Identity" && n.domain.empty()) return true;
+  if (n.op_type == "Pad" && n.domain.empty()) return pads_nothing(n);
   if (n.op_type != "Dropout" || !n.domain.empty()) return false;
   const ir::Value* mask = n.output(1);
   if (mask && (mask->is_graph_output || use_count(graph, mask))) return false;

@@ -43,6 +43,7 @@ std::unique_ptr<Pass> make_eliminate_common_subexpressions();
 std::unique_ptr<Pass> make_dead_code();
 std::unique_ptr<Pass> make_fuse_conv_batchnorm();
 std::unique_ptr<Pass> make_fuse_conv_activation();
+std::unique_ptr<Pass> make_fuse_batchnorm_activation();
 std::unique_ptr<Pass> make_fuse_gelu();
 std::unique_ptr<Pass> make_fuse_swish();
 std::unique_ptr<Pass> make_fuse_matmul();

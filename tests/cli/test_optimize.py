@@ -199,6 +199,42 @@ def test_attention_on_a_split_reads_back(anvil, tmp_path):
                                    err_msg=f"{model} -O {level}")
 
 
+def test_a_batch_norm_and_its_relu_read_back_as_one_node(anvil, tmp_path):
+    # DenseNet's layer: Concat -> BatchNormalization -> Relu (no convolution to fold the BN into), with a
+    # Pad of zeros before it as torchvision's exports have: one com.anvil FusedBatchNorm; read back by Anvil.
+    rng = np.random.default_rng(13)
+    gamma, beta, mean = (rng.standard_normal(6).astype(np.float32) for _ in range(3))
+    var = rng.uniform(0.5, 2.0, 6).astype(np.float32)
+    inits = [numpy_helper.from_array(v, n) for v, n in [(gamma, "gamma"), (beta, "beta"), (mean, "mean"), (var, "var")]]
+    inits.append(numpy_helper.from_array(np.zeros(8, np.int64), "pads"))
+    nodes = [helper.make_node("Concat", ["a", "b"], ["c"], axis=1),
+             helper.make_node("Pad", ["c", "pads"], ["p"]),
+             helper.make_node("BatchNormalization", ["p", "gamma", "beta", "mean", "var"], ["n"], epsilon=1e-3),
+             helper.make_node("Relu", ["n"], ["y"])]
+    info = lambda name, shape: helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)
+    graph = helper.make_graph(nodes, "bn", [info("a", [2, 2, 3, 3]), info("b", [2, 4, 3, 3])], [info("y", [2, 6, 3, 3])],
+                              inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 7
+    onnx.save(model, str(tmp_path / "bn.onnx"))
+    assert_ok(anvil("optimize", tmp_path / "bn.onnx", tmp_path / "opt.onnx", timeout=TIMEOUT_S))
+    opt = onnx.load(str(tmp_path / "opt.onnx"))
+    assert [(n.domain, n.op_type) for n in opt.graph.node] == [("", "Concat"), ("com.anvil", "FusedBatchNorm")]
+    a, b = rng.standard_normal((2, 2, 3, 3)).astype(np.float32), rng.standard_normal((2, 4, 3, 3)).astype(np.float32)
+    np.save(tmp_path / "a.npy", a)
+    np.save(tmp_path / "b.npy", b)
+    per_channel = lambda v: v.reshape(1, 6, 1, 1)
+    x = np.concatenate([a, b], axis=1)
+    want = np.maximum((x - per_channel(mean)) / np.sqrt(per_channel(var) + 1e-3) * per_channel(gamma)
+                      + per_channel(beta), 0)
+    for opt_level in ["0", "3"]:
+        out = tmp_path / f"out{opt_level}"
+        assert_ok(anvil("run", tmp_path / "opt.onnx", "-i", f"a={tmp_path / 'a.npy'}", "-i",
+                        f"b={tmp_path / 'b.npy'}", "-o", out, "-O", opt_level, timeout=TIMEOUT_S))
+        np.testing.assert_allclose(read_tensor_pb(out / output_file_name("y")), want, rtol=1e-5, atol=1e-5,
+                                   err_msg=f"-O {opt_level}")
+
+
 def test_optimize_bad_arguments(anvil, tmp_path):
     make_model(tmp_path / "mlp.onnx")
     check_error(anvil("optimize", tmp_path / "absent.onnx", tmp_path / "o.onnx", timeout=TIMEOUT_S),

@@ -143,6 +143,8 @@ MODELS: Dict[str, ModelSpec] = {
         ModelSpec("resnet50", _torchvision("resnet50"), IMAGE),
         ModelSpec("mobilenet_v2", _torchvision("mobilenet_v2"), IMAGE),
         ModelSpec("squeezenet1_1", _torchvision("squeezenet1_1"), IMAGE),
+        # BatchNormalization + ReLU after each Concat: anvil.FusedBatchNorm in channel blocks
+        ModelSpec("densenet121", _torchvision("densenet121"), IMAGE),
         ModelSpec("super_resolution", _super_resolution, (1, 1, 224, 224)),
     )
 }

@@ -1,7 +1,9 @@
 // Tests of the reference BatchNormalization kernel (src/kernels/ref/batchnorm.cc), inference mode.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <string>
 
 #include "anvil/error.h"
 #include "kernel_tester.h"
@@ -131,6 +133,86 @@ TEST(BatchNormalization, TrainingModeUsesBatchStatistics) {
   EXPECT_NE(msg.find("training"), std::string::npos) << msg;
   // From 14, those outputs without training_mode contradict the model.
   EXPECT_EQ(error_of(example_inputs(), {}, options(15, 3)), ErrorKind::kInvalidModel);
+}
+
+// Parameters for C channels: scale and shift around 0, variances in [0.25, 2.25].
+std::vector<Tensor> random_inputs(const Shape& x, uint32_t seed) {
+  const int64_t c = x[1];
+  Tensor var = testing::random_f32({c}, seed + 4);
+  for (int64_t i = 0; i < c; ++i) var.data<float>()[i] = 1.25f + var.data<float>()[i];
+  return {testing::random_f32(x, seed), testing::random_f32({c}, seed + 1), testing::random_f32({c}, seed + 2),
+          testing::random_f32({c}, seed + 3), var};
+}
+
+// y = (x - mean) / sqrt(var + eps) * scale + B in double, then the activation
+// (LeakyRelu's slope 0.1), for X [N, C, ...] in plain layout.
+std::vector<double> by_hand(const std::vector<Tensor>& in, float eps, const std::string& activation) {
+  const Tensor& x = in[0];
+  const int64_t c = x.shape()[1], inner = x.numel() / (x.shape()[0] * c);
+  std::vector<double> y(static_cast<size_t>(x.numel()));
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    const int64_t ch = i / inner % c;
+    const auto p = [&](int k) { return static_cast<double>(in[k].data<float>()[ch]); };
+    double v = (x.data<float>()[i] - p(3)) / std::sqrt(p(4) + eps) * p(1) + p(2);
+    if (activation == "Relu") v = std::max(v, 0.0);
+    if (activation == "LeakyRelu" && v < 0) v *= 0.1;
+    y[static_cast<size_t>(i)] = v;
+  }
+  return y;
+}
+
+void expect_close_to(const Tensor& y, const std::vector<double>& want, const std::string& what) {
+  ASSERT_EQ(static_cast<size_t>(y.numel()), want.size()) << what;
+  for (int64_t i = 0; i < y.numel(); ++i)
+    ASSERT_NEAR(y.data<float>()[i], want[static_cast<size_t>(i)], 2e-6 * std::max(1.0, std::abs(want[i])))
+        << what << " at " << i;
+}
+
+// The vectorized kernel (the session's) on plain data of every rank it
+// takes, with the parameters known when planning (folded once) and only at
+// run time (folded per run), on tensors small and large enough for threads.
+TEST(BatchNormalization, VectorizedKernelMatchesTheFormula) {
+  for (const Shape& x : {Shape{3, 5}, Shape{2, 3, 7}, Shape{2, 5, 9, 11}, Shape{1, 3, 2, 2, 3}, Shape{2, 24, 40, 40},
+                         Shape{1, 2, 150, 150}})
+    for (bool constant : {true, false}) {
+      const std::string what = shape_str(x) + (constant ? " constant" : " run-time");
+      testing::KernelOptions o = options(15);
+      o.backend = kernels::Backend::kDnnl;
+      if (constant) o.constant_inputs = {false, true, true, true, true};
+      const std::vector<Tensor> in = random_inputs(x, 7);
+      const testing::KernelResult r = testing::run_kernel_full("BatchNormalization", in, attrs({{"epsilon", 1e-3f}}), o);
+      EXPECT_NE(r.impl.find(":batchnorm"), std::string::npos) << r.impl;
+      expect_close_to(r.outputs[0], by_hand(in, 1e-3f, ""), what);
+    }
+}
+
+// anvil.FusedBatchNorm (passes/fuse_batchnorm_activation.cc): the vectorized
+// kernel applies its ReLU; the reference kernel any activation, at any opset
+// a file gives (the node means opset 15's inference normalization); the
+// vectorized one leaves other activations to it.
+TEST(BatchNormalization, FusedBatchNormAppliesItsActivation) {
+  const std::vector<Tensor> in = random_inputs({2, 6, 5, 7}, 11);
+  for (kernels::Backend backend : {kernels::Backend::kDnnl, kernels::Backend::kRef})
+    for (const char* activation : {"Relu", "LeakyRelu"})
+      for (int opset : {6, 17}) {
+        testing::KernelOptions o = options(opset);
+        o.backend = backend;
+        o.domain = "anvil";
+        ir::Attributes a = attrs({{"epsilon", 1e-3f}, {"activation", std::string(activation)}});
+        if (std::string(activation) == "LeakyRelu") a.set("activation_alpha", 0.1f);
+        const std::string what = std::string(activation) + (backend == kernels::Backend::kRef ? " ref" : " vec") +
+                                 " opset " + std::to_string(opset);
+        if (backend == kernels::Backend::kDnnl && std::string(activation) != "Relu") {
+          try {
+            run_kernel("FusedBatchNorm", in, a, o);
+            ADD_FAILURE() << what << ": no error";
+          } catch (const Error& e) {
+            EXPECT_EQ(e.kind(), ErrorKind::kUnsupported) << what << ": " << e.what();
+          }
+          continue;
+        }
+        expect_close_to(run_kernel("FusedBatchNorm", in, a, o)[0], by_hand(in, 1e-3f, activation), what);
+      }
 }
 
 TEST(BatchNormalization, ShapeAndDtypeErrors) {

@@ -13,10 +13,12 @@ using kernels::Backend;
 
 // The oneDNN backend's kernels run on oneDNN, or on Anvil's GEMM: MatMul and
 // Gemm with a constant B where oneDNN's choice is gemm:jit (packed_gemm),
-// convolutions on small planes where it is jit:avx2 (conv_gemm).
+// convolutions on small planes where it is jit:avx2 (conv_gemm); or on
+// Anvil's loop: inference BatchNormalization (batchnorm).
 bool runs_on_backend_kernel(const std::string& impl) {
-  const bool on_gemm = impl.find(":packed_gemm") != std::string::npos || impl.find(":conv_gemm") != std::string::npos;
-  return impl.rfind("dnnl:", 0) == 0 || (impl.rfind("vec:", 0) == 0 && on_gemm);
+  const bool on_own = impl.find(":packed_gemm") != std::string::npos || impl.find(":conv_gemm") != std::string::npos ||
+                      impl.find(":batchnorm") != std::string::npos;
+  return impl.rfind("dnnl:", 0) == 0 || (impl.rfind("vec:", 0) == 0 && on_own);
 }
 
 // Runs op on both backends with the given constant mask and checks they agree.

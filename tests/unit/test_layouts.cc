@@ -324,5 +324,68 @@ TEST(Layouts, ConcatOfBlockedConvolutions) {
   }
 }
 
+// DenseNet's layer: two convolutions concatenated, then BatchNormalization and
+// ReLU (one anvil.FusedBatchNorm), then a 1x1 convolution. Over whole channel
+// blocks the normalization reads the layout the Concat keeps, so nothing is
+// reordered between the convolutions; with a partial block it takes plain
+// data. Against the computation by hand, at batch 1 and 2.
+TEST(Layouts, BatchNormAfterAConcatKeepsItsLayout) {
+  for (const auto& [c1, c2] : {std::pair{16, 32}, std::pair{12, 8}}) {
+    for (int64_t batch : {1, 2}) {
+      const int64_t c = c1 + c2;
+      SCOPED_TRACE(fmt::format("{} + {} channels, batch {}", c1, c2, batch));
+      Tensor w1 = random_tensor({c1, 8, 3, 3}, 15), w2 = random_tensor({c2, 8, 3, 3}, 16);
+      Tensor w3 = random_tensor({8, c, 1, 1}, 17);
+      Tensor gamma = random_tensor({c}, 18), beta = random_tensor({c}, 19), mean = random_tensor({c}, 20);
+      Tensor var = random_tensor({c}, 21);
+      for (int64_t i = 0; i < c; ++i) var.data<float>()[i] += 1.5f;
+      auto g = std::make_unique<ir::Graph>();
+      g->opsets[""] = 17;
+      ir::Value* x = g->add_input("x", DType::kFloat32, {batch, 8, 10, 10});
+      ir::Node* a = g->add_node("Conv", {x, g->add_constant("w1", w1)}, 1, "conv1");
+      ir::Node* b = g->add_node("Conv", {x, g->add_constant("w2", w2)}, 1, "conv2");
+      for (ir::Node* conv : {a, b}) conv->attrs.set("pads", std::vector<int64_t>{1, 1, 1, 1});
+      ir::Node* cat = g->add_node("Concat", {a->output(0), b->output(0)}, 1, "cat");
+      cat->attrs.set("axis", int64_t{1});
+      ir::Node* bn = g->add_node("BatchNormalization",
+                                 {cat->output(0), g->add_constant("gamma", gamma), g->add_constant("beta", beta),
+                                  g->add_constant("mean", mean), g->add_constant("var", var)},
+                                 1, "bn");
+      ir::Node* relu = g->add_node("Relu", {bn->output(0)}, 1, "relu");
+      ir::Node* c3 = g->add_node("Conv", {relu->output(0), g->add_constant("w3", w3)}, 1, "conv3");
+      g->add_output(c3->output(0));
+      Session s = Session::from_graph(std::move(g));
+      Tensor xv = random_tensor({batch, 8, 10, 10}, 22);
+      const std::vector<std::string> plan = s.describe_plan({{"x", xv}});
+      const std::string bn_line = line_of(plan, "bn");
+      EXPECT_NE(bn_line.find("FusedBatchNorm"), std::string::npos) << fmt::format("{}", fmt::join(plan, "\n"));
+      EXPECT_NE(bn_line.find(":batchnorm"), std::string::npos) << bn_line;
+      if (c1 == 16) {  // no reorder from the first convolution to the last
+        EXPECT_EQ(bn_line.find(" plain "), std::string::npos) << bn_line;
+        EXPECT_EQ(index_of(plan, "bn"), index_of(plan, "cat") + 1) << fmt::format("{}", fmt::join(plan, "\n"));
+        EXPECT_EQ(index_of(plan, "conv3"), index_of(plan, "bn") + 1) << fmt::format("{}", fmt::join(plan, "\n"));
+      }
+      const Tensor ya = conv_by_hand(xv, w1, 1), yb = conv_by_hand(xv, w2, 1);
+      Tensor normalized(DType::kFloat32, {batch, c, 10, 10});
+      const int64_t plane = 100;
+      for (int64_t n = 0; n < batch; ++n)
+        for (int64_t ch = 0; ch < c; ++ch) {
+          const float* src = ch < c1 ? ya.data<float>() + (n * c1 + ch) * plane
+                                     : yb.data<float>() + (n * c2 + ch - c1) * plane;
+          const double k = gamma.data<float>()[ch] / std::sqrt(double(var.data<float>()[ch]) + 1e-5);
+          for (int64_t i = 0; i < plane; ++i) {
+            const double v = (src[i] - mean.data<float>()[ch]) * k + beta.data<float>()[ch];
+            normalized.data<float>()[(n * c + ch) * plane + i] = static_cast<float>(std::max(v, 0.0));
+          }
+        }
+      const Tensor expected = conv_by_hand(normalized, w3, 0);
+      const Tensor y = s.run({{"x", xv}})[0];
+      ASSERT_EQ(y.shape(), expected.shape());
+      for (int64_t i = 0; i < y.numel(); ++i)
+        ASSERT_NEAR(y.data<float>()[i], expected.data<float>()[i], 2e-3f) << "element " << i;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace anvil

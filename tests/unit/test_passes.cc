@@ -3,8 +3,10 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
+#include <tuple>
 
 #include "anvil/session.h"
 #include "ir/builder.h"
@@ -147,6 +149,88 @@ Tensor ramp(Shape shape, float start, float step) {
   Tensor t(DType::kFloat32, std::move(shape));
   for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = start + step * static_cast<float>(i);
   return t;
+}
+
+// Pads of zero (torchvision's DenseNet exports one before each transition's
+// AveragePool) leave the data as it is: removed, at opset 11+ (pads an input)
+// and before (an attribute). Pads that add anything stay.
+TEST(Passes, PadsOfZeroAreRemoved) {
+  for (int opset : {13, 2})
+    for (int64_t pad : {0, 1}) {
+      auto g = std::make_unique<ir::Graph>();
+      g->opsets[""] = opset;
+      ir::Value* x = g->add_input("x", DType::kFloat32, {1, 2, 3, 3});
+      const std::vector<int64_t> pads = {0, 0, pad, 0, 0, 0, 0, pad};
+      ir::Node* p = opset >= 11 ? g->add_node("Pad", {x, g->add_constant("pads", ints({8}, pads))}, 1)
+                                : g->add_node("Pad", {x}, 1);
+      if (opset < 11) p->attrs.set("pads", pads);
+      g->add_output(g->add_node("Relu", {p->output(0)}, 1)->output(0));
+      passes::optimize(*g, 1, runtime::reference_evaluator());
+      EXPECT_EQ(count_ops(*g, "Pad"), pad ? 1u : 0u) << "opset " << opset << ", pad " << pad;
+    }
+}
+
+// [1, 4, 2, 2] by channel: 16 values around 0 so that the ReLU clips some.
+struct BatchNormGraph {
+  Tensor gamma = testing::f32({4}, {1.f, -2.f, 0.5f, 3.f}), beta = testing::f32({4}, {0.5f, 0.f, -1.f, 0.25f});
+  Tensor mean = testing::f32({4}, {0.f, 1.f, -1.f, 2.f}), var = testing::f32({4}, {1.f, 4.f, 0.25f, 9.f});
+  std::unique_ptr<ir::Graph> make(const char* activation, bool bn_is_output, int64_t training_mode = 0) const {
+    auto g = std::make_unique<ir::Graph>();
+    g->opsets[""] = 15;
+    ir::Value* a = g->add_input("a", DType::kFloat32, {1, 2, 2, 2});
+    ir::Value* b = g->add_input("b", DType::kFloat32, {1, 2, 2, 2});
+    ir::Node* cat = g->add_node("Concat", {a, b}, 1, "cat");  // a BN no convolution can take
+    cat->attrs.set("axis", int64_t{1});
+    ir::Node* bn = g->add_node("BatchNormalization",
+                               {cat->output(0), g->add_constant("gamma", gamma), g->add_constant("beta", beta),
+                                g->add_constant("mean", mean), g->add_constant("var", var)},
+                               1, "bn");
+    bn->attrs.set("epsilon", 0.f);
+    if (training_mode) bn->attrs.set("training_mode", training_mode);
+    ir::Node* act = g->add_node(activation, {bn->output(0)}, 1, "act");
+    g->add_output(act->output(0));
+    if (bn_is_output) g->add_output(bn->output(0));
+    return g;
+  }
+  // The normalized value of channel c, rectified.
+  float expected(float x, int64_t c) const {
+    const double y = (x - mean.data<float>()[c]) / std::sqrt(double(var.data<float>()[c])) * gamma.data<float>()[c] +
+                     beta.data<float>()[c];
+    return static_cast<float>(std::max(y, 0.0));
+  }
+};
+
+// BatchNormalization -> Relu where no convolution takes the BN (after a
+// Concat, as in DenseNet) becomes one anvil.FusedBatchNorm; values by hand.
+TEST(Passes, BatchNormThenReluBecomesOneFusedBatchNorm) {
+  const BatchNormGraph bg;
+  auto g = bg.make("Relu", false);
+  passes::optimize(*g, 2, runtime::reference_evaluator());
+  EXPECT_EQ(count_ops(*g, "BatchNormalization"), 0u);
+  EXPECT_EQ(count_ops(*g, "Relu"), 0u);
+  EXPECT_EQ(count_ops(*g, "FusedBatchNorm"), 1u);
+  Session s = Session::from_graph(bg.make("Relu", false));
+  const Tensor a = ramp({1, 2, 2, 2}, -2.f, 0.5f), b = ramp({1, 2, 2, 2}, 3.f, -0.75f);
+  const Tensor y = s.run({{"a", a}, {"b", b}})[0];
+  ASSERT_EQ(y.shape(), (Shape{1, 4, 2, 2}));
+  for (int64_t i = 0; i < 16; ++i) {
+    const float x = i < 8 ? a.data<float>()[i] : b.data<float>()[i - 8];
+    EXPECT_NEAR(y.data<float>()[i], bg.expected(x, i / 4), 1e-5f) << i;
+  }
+}
+
+// Left alone: a BN whose output is read elsewhere too (a graph output), one
+// followed by another activation, and one in training mode.
+TEST(Passes, BatchNormLookalikesKeepTheirRelu) {
+  const BatchNormGraph bg;
+  for (const auto& [activation, bn_is_output, training_mode] :
+       {std::tuple{"Relu", true, int64_t{0}}, std::tuple{"LeakyRelu", false, int64_t{0}},
+        std::tuple{"Relu", false, int64_t{1}}}) {
+    auto g = bg.make(activation, bn_is_output, training_mode);
+    passes::optimize(*g, 2, runtime::reference_evaluator());
+    EXPECT_EQ(count_ops(*g, "FusedBatchNorm"), 0u) << activation << " " << bn_is_output << " " << training_mode;
+    EXPECT_EQ(count_ops(*g, "BatchNormalization"), 1u);
+  }
 }
 
 ir::Value* mul(ir::Graph& g, ir::Value* a, ir::Value* b) { return g.add_node("Mul", {a, b}, 1)->output(0); }

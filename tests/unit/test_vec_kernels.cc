@@ -9,6 +9,7 @@
 #include <cmath>
 #include <limits>
 #include <random>
+#include <tuple>
 
 #include "anvil/cpu.h"
 #include "core/vector_isa.h"
@@ -701,6 +702,38 @@ TEST(VecKernels, MalformedChainsAreRefused) {
 // against the reference's rule (the first tap in the window, then any greater
 // one) computed here: windows cut by padding and the end, dilation, strides,
 // channel counts that fill a vector, two, or part of one; NaN first and later.
+// Batch normalization rows at every ISA: per lane over rows of a channel
+// block (the ISA's width and others, with a tail) and NHWC's pixels, and one
+// value for a whole plane; with and without the ReLU; in place.
+TEST(VecKernels, BatchNormRowsMatchTheFormula) {
+  for (VectorIsa isa : supported_vector_isas()) {
+    SCOPED_TRACE(vector_isa_name(isa));
+    const VecKernels& k = kernels::vec::vec_kernels_for(isa);
+    for (const auto& [rows, n, per_lane] : {std::tuple{5, 16, true}, std::tuple{3, 8, true}, std::tuple{4, 5, true},
+                                            std::tuple{2, 37, true}, std::tuple{1, 1, false}, std::tuple{1, 45, false},
+                                            std::tuple{3, 16, false}})
+      for (bool relu : {false, true}) {
+        const std::string what = std::to_string(rows) + "x" + std::to_string(n) + (per_lane ? " per lane" : " plane") +
+                                 (relu ? " relu" : "");
+        const size_t count = static_cast<size_t>(rows * n);
+        const std::vector<float> x = normal_values(count, 40, 2.f), mean = normal_values(size_t(n), 41),
+                                 scale = normal_values(size_t(n), 42), shift = normal_values(size_t(n), 43);
+        std::vector<float> y(count);
+        k.batch_norm_rows(x.data(), y.data(), rows, n, mean.data(), scale.data(), shift.data(), per_lane, relu);
+        for (size_t i = 0; i < count; ++i) {
+          const size_t c = per_lane ? i % static_cast<size_t>(n) : 0;
+          double want = (double(x[i]) - mean[c]) * scale[c] + shift[c];
+          if (relu) want = std::max(want, 0.0);
+          expect_close(y[i], want, 1e-6, what + " at " + std::to_string(i));
+        }
+        std::vector<float> inplace = x;
+        k.batch_norm_rows(inplace.data(), inplace.data(), rows, n, mean.data(), scale.data(), shift.data(), per_lane,
+                          relu);
+        EXPECT_EQ(inplace, y) << what;
+      }
+  }
+}
+
 TEST(VecKernels, MaxPoolRowsMatchTheReferenceRule) {
   struct Case {
     int64_t ih, iw, channels;

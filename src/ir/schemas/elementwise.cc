@@ -271,6 +271,9 @@ struct Registrations {
               .attr("stash_type", int64_t{1})
               .infer(infer_layer_norm));
     r.add(OpSchema("BatchNormalization").attr("epsilon", 1e-5f).attr("momentum", 0.9f).infer(infer_batch_norm));
+    // anvil.FusedBatchNorm (passes/fuse_batchnorm_activation.cc): an inference
+    // BatchNormalization (X, scale, B, mean, var), then an activation.
+    r.add(OpSchema("FusedBatchNorm", "anvil").inputs({kFloat32Only}).attr("epsilon", 1e-5f).infer(same_as_input(0)));
     r.add(OpSchema("Dropout").infer(infer_dropout));
     r.add(OpSchema("InstanceNormalization").inputs({kFloatLike}).attr("epsilon", 1e-5f).infer(infer_instance_norm));
     r.add(OpSchema("GroupNormalization")

@@ -12,6 +12,7 @@
 // with C * D1 * ... * Dn "channels" of one element each.
 #include <cmath>
 
+#include "kernels/activation.h"
 #include "kernels/ref/common.h"
 #include "kernels/registry.h"
 
@@ -147,8 +148,50 @@ class BatchNormKernel : public Kernel {
   bool training_ = false;
 };
 
+// Reference anvil.FusedBatchNorm: BatchNormalization in inference (as at
+// opset 15, whatever the model's opset), then the activation.
+class RefFusedBatchNorm : public Kernel {
+ public:
+  explicit RefFusedBatchNorm(const ir::Node& node) : bn_node_(node) {
+    bn_node_.op_type = "BatchNormalization";
+    bn_node_.domain = "";
+    bn_node_.opset = 15;
+    bn_node_.attrs.erase("training_mode");
+    act_ = take_activation(bn_node_);
+  }
+
+  std::vector<TensorType> prepare(const PrepareContext& ctx) override {
+    ANVIL_PREPARE_CHECK(ctx, is_known_activation(act_.name), ErrorKind::kInvalidModel, "unknown activation '{}'",
+                        act_.name);
+    std::vector<TensorType> types;
+    std::vector<const Tensor*> constants;
+    for (size_t i = 0; i < ctx.num_inputs(); ++i) {
+      types.push_back(ctx.has_input(i) ? ctx.input_type(i) : TensorType{});
+      constants.push_back(ctx.constant(i));
+    }
+    PrepareContext bn_ctx(bn_node_, types, constants, ctx.num_threads());
+    bn_.prepare(bn_ctx);
+    std::vector<TensorType> out = ctx.output_types();
+    ANVIL_PREPARE_CHECK(ctx, out.size() == 1 && out[0].dtype == DType::kFloat32, ErrorKind::kInvalidModel,
+                        "FusedBatchNorm has one float32 output");
+    return out;
+  }
+
+  void run(const RunContext& ctx) const override {
+    bn_.run(ctx);
+    Tensor& y = ctx.out(0);
+    apply_activation(y.data<float>(), y.numel(), act_.name, act_.alpha, act_.beta);
+  }
+
+ private:
+  ir::Node bn_node_;
+  BatchNormKernel bn_{bn_node_};
+  FusedActivationSpec act_;
+};
+
 ANVIL_REGISTER_OP_VERSIONS("BatchNormalization", 1, 15);  // 1-6: is_test, spatial
 ANVIL_REGISTER_KERNEL_CLASS("BatchNormalization", kRef, BatchNormKernel);
+static Registrar fused_batchnorm_ref("FusedBatchNorm", Backend::kRef, factory_of<RefFusedBatchNorm>(), "anvil");
 
 }  // namespace
 }  // namespace anvil::kernels

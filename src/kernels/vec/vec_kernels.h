@@ -174,6 +174,13 @@ struct VecKernels {
   // operand values for this block (kRow and kFull; null otherwise). y may be x.
   void (*chain_block)(const ChainStep* steps, int count, const float* x, const float* const* operands, float* y,
                       int64_t n);
+  // Inference batch normalization of `rows` rows of n floats, y = (x - mean)
+  // * scale + shift, then max(y, 0) with relu (NaN gives 0): with per_lane
+  // one mean, scale and shift per position j < n of a row (a pixel's
+  // channels), else the single mean[0], scale[0], shift[0] for every value
+  // (a plane of one channel). y may be x.
+  void (*batch_norm_rows)(const float* x, float* y, int64_t rows, int64_t n, const float* mean, const float* scale,
+                          const float* shift, bool per_lane, bool relu);
   GemmKernels gemm;
   // Output rows [oh_begin, oh_end) of max pooling over one plane of ih x iw
   // pixels, each `channels` contiguous floats, pixels src_pixel (dst_pixel)

@@ -637,3 +637,38 @@ inline void chain_block_impl(const ChainStep* steps, int count, const float* x, 
     }
   }
 }
+
+// ---------------------------------------------------------------- batch normalization
+
+template <bool Relu>
+inline VF normalized(VF x, VF mean, VF scale, VF shift) {
+  const VF y = (x - mean) * scale + shift;
+  if constexpr (Relu) return y > 0.f ? y : splat(0.f);
+  return y;
+}
+
+template <bool Relu>
+void batch_norm_rows_of(const float* x, float* y, int64_t rows, int64_t n, const float* mean, const float* scale,
+                        const float* shift, bool per_lane) {
+  if (!per_lane) {
+    const VF m = splat(*mean), s = splat(*scale), b = splat(*shift);
+    map_block(x, y, rows * n, [&](VF v) { return normalized<Relu>(v, m, s, b); });
+  } else if (n == kWidth) {  // a channel block of the ISA's width: its values stay in registers
+    const VF m = load(mean), s = load(scale), b = load(shift);
+    for (int64_t r = 0; r < rows; ++r) store(y + r * n, normalized<Relu>(load(x + r * n), m, s, b));
+  } else {
+    for (int64_t r = 0; r < rows; ++r)
+      for_row_vectors(n, [&](int64_t j, int64_t count) {
+        store_n(y + r * n + j,
+                normalized<Relu>(load_n(x + r * n + j, count), load_n(mean + j, count), load_n(scale + j, count),
+                                 load_n(shift + j, count)),
+                count);
+      });
+  }
+}
+
+inline void batch_norm_rows_impl(const float* x, float* y, int64_t rows, int64_t n, const float* mean,
+                                 const float* scale, const float* shift, bool per_lane, bool relu) {
+  if (relu) batch_norm_rows_of<true>(x, y, rows, n, mean, scale, shift, per_lane);
+  else batch_norm_rows_of<false>(x, y, rows, n, mean, scale, shift, per_lane);
+}
