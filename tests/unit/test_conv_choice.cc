@@ -306,6 +306,40 @@ TEST(VecKernels, FirstConvolutionsReadTheImageAsItArrives) {
   }
 }
 
+// RegNet's block: 1x1, a grouped 3x3 (groups of 8 channels), 1x1. On AVX-512
+// the 1x1 convolutions run brgconv in NHWC, and the grouped one keeps it
+// (grouped_keeps_nhwc) rather than take oneDNN's pick of nChw8c between two
+// reorders. Against the convolutions by hand, at every ISA.
+TEST(VecKernels, GroupedConvolutionsKeepTheNhwcTheyArriveIn) {
+  const Tensor w1 = random_f32({48, 16, 1, 1}, 31), w2 = random_f32({48, 8, 3, 3}, 32), w3 = random_f32({16, 48, 1, 1}, 33);
+  const Tensor b1 = random_f32({48}, 34), b2 = random_f32({48}, 35), b3 = random_f32({16}, 36);
+  auto g = std::make_unique<ir::Graph>();
+  g->opsets[""] = 17;
+  ir::Value* x = g->add_input("x", DType::kFloat32, {1, 16, 14, 14});
+  ir::Node* pw1 = g->add_node("Conv", {x, g->add_constant("w1", w1), g->add_constant("b1", b1)}, 1, "pw1");
+  ir::Node* grouped = conv3x3(*g, "grouped", {pw1->output(0), g->add_constant("w2", w2), g->add_constant("b2", b2)});
+  grouped->attrs.set("group", int64_t{6});
+  ir::Node* pw2 = g->add_node("Conv", {grouped->output(0), g->add_constant("w3", w3), g->add_constant("b3", b3)}, 1, "pw2");
+  g->add_output(g->add_node("Neg", {pw2->output(0)}, 1)->output(0));  // "pw2" writes no graph output
+  Session s = Session::from_graph(std::move(g));
+  const Tensor in = random_f32({1, 16, 14, 14}, 37);
+  if (vector_isa() == VectorIsa::kAvx512) {
+    const std::string pw1_line = plan_line(s, in, "pw1"), grouped_line = plan_line(s, in, "grouped");
+    EXPECT_NE(pw1_line.find(" acdb "), std::string::npos) << pw1_line;
+    EXPECT_NE(grouped_line.find(" acdb "), std::string::npos) << grouped_line;
+    for (const std::string& line : s.describe_plan({{"x", in}}))  // the input's into NHWC, the result's to plain
+      if (line.find("Reorder") != std::string::npos)
+        EXPECT_TRUE(line.find("'x/") != std::string::npos || line.find("'pw2:out/plain'") != std::string::npos) << line;
+  }
+  const Tensor mid = testing::conv2d_by_hand(in, w1, &b1, testing::ConvByHand::padded(0));
+  testing::ConvByHand geometry = testing::ConvByHand::padded(1);
+  geometry.group = 6;
+  const Tensor mid2 = testing::conv2d_by_hand(mid, w2, &b2, geometry);
+  std::vector<float> want = testing::values<float>(testing::conv2d_by_hand(mid2, w3, &b3, testing::ConvByHand::padded(0)));
+  for (float& v : want) v = -v;
+  expect_near(s.run({{"x", in}})[0], want);
+}
+
 // With tuning, the node's alternatives (oneDNN direct, Winograd where it
 // has one) are each prepared by their index and timed, the faster kept;
 // either computes the convolution.
