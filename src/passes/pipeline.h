@@ -44,6 +44,7 @@ std::unique_ptr<Pass> make_dead_code();
 std::unique_ptr<Pass> make_fuse_conv_batchnorm();
 std::unique_ptr<Pass> make_fuse_conv_activation();
 std::unique_ptr<Pass> make_fuse_batchnorm_activation();
+std::unique_ptr<Pass> make_fuse_channel_shuffle();
 std::unique_ptr<Pass> make_fuse_gelu();
 std::unique_ptr<Pass> make_fuse_swish();
 std::unique_ptr<Pass> make_fuse_matmul();

@@ -286,3 +286,32 @@ def test_subgraph_nesting_is_bounded(anvil, cases):
     graph = helper.make_graph(body.node, "g", [helper.make_tensor_value_info("c", TensorProto.BOOL, [])],
                               [float_info("o", (1,))])
     check_error(run(anvil, save(graph, cases / "deep.onnx")), EXIT_INVALID_MODEL, r"nested", strip=(cases,))
+
+
+@pytest.mark.parametrize("label,attrs,x_shape,pattern", [
+    ("group_0", dict(group=0), (1, 6, 4, 4), "group 0 must be at least 1"),
+    ("no_group", {}, (1, 6, 4, 4), "group"),
+    ("indivisible", dict(group=4), (1, 6, 4, 4), "not a multiple of the group 4"),
+    ("rank_2", dict(group=2), (6, 4), "must be \\[N, C, D1, ...\\]"),
+])
+def test_channel_shuffle_from_a_file(anvil, cases, label, attrs, x_shape, pattern):
+    """A file may hold com.anvil ChannelShuffle nodes (anvil optimize writes them): each is checked."""
+    graph = helper.make_graph([helper.make_node("ChannelShuffle", ["x"], ["y"], name="s0", domain="com.anvil",
+                                                **attrs)],
+                              "g", [float_info("x", x_shape)], [float_info("y", x_shape)])
+    model = save_model(graph, cases / f"shuffle_{label}.onnx", check=False, extra_opsets=[("com.anvil", 2)])
+    check_error(run(anvil, model), EXIT_INVALID_MODEL, "ChannelShuffle", pattern, strip=(cases,))
+
+
+@pytest.mark.parametrize("label,param_shape,attrs,code,pattern", [
+    ("params_3", (3,), dict(activation="Relu"), EXIT_INVALID_MODEL, "input 1 \\[3\\] must be \\[C\\]"),
+    ("activation", (4,), dict(activation="Nope"), EXIT_INVALID_MODEL, "unknown activation 'Nope'"),
+])
+def test_fused_batch_norm_from_a_file(anvil, cases, label, param_shape, attrs, code, pattern):
+    """A file may hold com.anvil FusedBatchNorm nodes (anvil optimize writes them): each is checked."""
+    params = [numpy_helper.from_array(np.ones(param_shape, np.float32), n) for n in ("s", "b", "m", "v")]
+    graph = helper.make_graph([helper.make_node("FusedBatchNorm", ["x", "s", "b", "m", "v"], ["y"], name="bn0",
+                                                domain="com.anvil", **attrs)],
+                              "g", [float_info("x", (1, 4, 3, 3))], [float_info("y", (1, 4, 3, 3))], params)
+    model = save_model(graph, cases / f"bn_{label}.onnx", check=False, extra_opsets=[("com.anvil", 2)])
+    check_error(run(anvil, model), code, "FusedBatchNorm", pattern, strip=(cases,))

@@ -235,6 +235,29 @@ def test_a_batch_norm_and_its_relu_read_back_as_one_node(anvil, tmp_path):
                                    err_msg=f"-O {opt_level}")
 
 
+def test_a_channel_shuffle_reads_back_as_one_node(anvil, tmp_path):
+    # ShuffleNet's Reshape -> Transpose -> Reshape: one com.anvil ChannelShuffle (group 3); read back by Anvil.
+    inits = [numpy_helper.from_array(np.array(v, np.int64), n) for v, n in [([2, 3, 2, 4, 5], "split"),
+                                                                           ([2, 6, 4, 5], "merged")]]
+    nodes = [helper.make_node("Reshape", ["x", "split"], ["s"]),
+             helper.make_node("Transpose", ["s"], ["t"], perm=[0, 2, 1, 3, 4]),
+             helper.make_node("Reshape", ["t", "merged"], ["y"])]
+    info = lambda name, shape: helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)
+    graph = helper.make_graph(nodes, "shuffle", [info("x", [2, 6, 4, 5])], [info("y", [2, 6, 4, 5])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 7
+    onnx.save(model, str(tmp_path / "shuffle.onnx"))
+    assert_ok(anvil("optimize", tmp_path / "shuffle.onnx", tmp_path / "opt.onnx", timeout=TIMEOUT_S))
+    opt = onnx.load(str(tmp_path / "opt.onnx"))
+    assert [(n.domain, n.op_type) for n in opt.graph.node] == [("com.anvil", "ChannelShuffle")]
+    x = np.random.default_rng(17).standard_normal((2, 6, 4, 5)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    want = x.reshape(2, 3, 2, 4, 5).transpose(0, 2, 1, 3, 4).reshape(2, 6, 4, 5)
+    out = tmp_path / "out"
+    assert_ok(anvil("run", tmp_path / "opt.onnx", "-i", f"x={tmp_path / 'x.npy'}", "-o", out, timeout=TIMEOUT_S))
+    np.testing.assert_array_equal(read_tensor_pb(out / output_file_name("y")), want)
+
+
 def test_optimize_bad_arguments(anvil, tmp_path):
     make_model(tmp_path / "mlp.onnx")
     check_error(anvil("optimize", tmp_path / "absent.onnx", tmp_path / "o.onnx", timeout=TIMEOUT_S),

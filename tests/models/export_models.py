@@ -145,6 +145,10 @@ MODELS: Dict[str, ModelSpec] = {
         ModelSpec("squeezenet1_1", _torchvision("squeezenet1_1"), IMAGE),
         # BatchNormalization + ReLU after each Concat: anvil.FusedBatchNorm in channel blocks
         ModelSpec("densenet121", _torchvision("densenet121"), IMAGE),
+        # grouped convolutions between 1x1 ones (NHWC on AVX-512), squeeze-and-excitation
+        ModelSpec("regnet_y_400mf", _torchvision("regnet_y_400mf"), IMAGE),
+        # channel shuffles and channel Slices between NHWC convolutions
+        ModelSpec("shufflenet_v2_x1_0", _torchvision("shufflenet_v2_x1_0"), IMAGE),
         ModelSpec("super_resolution", _super_resolution, (1, 1, 224, 224)),
     )
 }

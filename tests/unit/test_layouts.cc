@@ -387,5 +387,82 @@ TEST(Layouts, BatchNormAfterAConcatKeepsItsLayout) {
   }
 }
 
+Tensor int64s(std::vector<int64_t> v) {
+  Tensor t(DType::kInt64, {static_cast<int64_t>(v.size())});
+  std::copy(v.begin(), v.end(), t.data<int64_t>());
+  return t;
+}
+
+// A ShuffleNet unit's data movement between 1x1 convolutions: Concat, the
+// channel shuffle (one anvil.ChannelShuffle), two Slices of channels, then a
+// convolution of one half and a Concat with the other. Where the
+// convolutions run in NHWC (brgconv, AVX-512) every op between them keeps it
+// (pixels:channel_shuffle, pixels:slice): the only reorders are the input's
+// and the result's. Against the computation by hand, at batch 1 and 2.
+TEST(Layouts, ChannelShuffleAndSlicesKeepNhwc) {
+  for (const auto& [groups, batch] : {std::pair<int64_t, int64_t>{2, 1}, {2, 2}, {4, 2}}) {
+    SCOPED_TRACE(fmt::format("{} groups, batch {}", groups, batch));
+    Tensor w1 = random_tensor({32, 16, 1, 1}, 25), w2 = random_tensor({32, 16, 1, 1}, 26);
+    Tensor w3 = random_tensor({32, 32, 1, 1}, 27);
+    auto g = std::make_unique<ir::Graph>();
+    g->opsets[""] = 13;
+    ir::Value* x = g->add_input("x", DType::kFloat32, {batch, 16, 8, 8});
+    ir::Node* a = g->add_node("Conv", {x, g->add_constant("w1", w1)}, 1, "conv1");
+    ir::Node* b = g->add_node("Conv", {x, g->add_constant("w2", w2)}, 1, "conv2");
+    ir::Node* cat = g->add_node("Concat", {a->output(0), b->output(0)}, 1, "cat");
+    cat->attrs.set("axis", int64_t{1});
+    ir::Node* split = g->add_node("Reshape", {cat->output(0), g->add_constant("split", int64s({batch, groups, 64 / groups, 8, 8}))}, 1);
+    ir::Node* t = g->add_node("Transpose", {split->output(0)}, 1);
+    t->attrs.set("perm", std::vector<int64_t>{0, 2, 1, 3, 4});
+    ir::Node* shuffle = g->add_node("Reshape", {t->output(0), g->add_constant("merged", int64s({batch, 64, 8, 8}))}, 1,
+                                    "shuffle");
+    ir::Value* axis = g->add_constant("axis", int64s({1}));
+    ir::Node* left = g->add_node("Slice", {shuffle->output(0), g->add_constant("s0", int64s({0})),
+                                           g->add_constant("e0", int64s({32})), axis}, 1, "left");
+    ir::Node* right = g->add_node("Slice", {shuffle->output(0), g->add_constant("s1", int64s({32})),
+                                            g->add_constant("e1", int64s({64})), axis}, 1, "right");
+    ir::Node* c3 = g->add_node("Conv", {right->output(0), g->add_constant("w3", w3)}, 1, "conv3");
+    ir::Node* joined = g->add_node("Concat", {left->output(0), c3->output(0)}, 1, "joined");
+    joined->attrs.set("axis", int64_t{1});
+    g->add_output(g->add_node("Neg", {joined->output(0)}, 1, "neg")->output(0));
+    Session s = Session::from_graph(std::move(g));
+    Tensor xv = random_tensor({batch, 16, 8, 8}, 28);
+    const std::vector<std::string> plan = s.describe_plan({{"x", xv}});
+    EXPECT_NE(line_of(plan, "shuffle").find("ChannelShuffle"), std::string::npos) << fmt::format("{}", fmt::join(plan, "\n"));
+    // NHWC convolutions (AVX-512; at batch 1 they write channel blocks for the Concat to join in place)
+    if (line_of(plan, "conv1").find(" acdb ") != std::string::npos) {
+      EXPECT_NE(line_of(plan, "shuffle").find("pixels:channel_shuffle"), std::string::npos) << line_of(plan, "shuffle");
+      for (const char* name : {"left", "right"})
+        EXPECT_NE(line_of(plan, name).find("pixels:slice"), std::string::npos) << line_of(plan, name);
+      const size_t reorders = std::count_if(plan.begin(), plan.end(), [](const std::string& l) {
+        return l.find("anvil.Reorder") != std::string::npos;
+      });
+      EXPECT_EQ(reorders, 2u) << fmt::format("{}", fmt::join(plan, "\n"));  // the input's and the result's
+    }
+    // By hand: shuffled channel c = j * groups + i is channel i * 64 / groups + j of [conv1, conv2].
+    const Tensor ya = conv_by_hand(xv, w1, 0), yb = conv_by_hand(xv, w2, 0);
+    const int64_t plane = 64;
+    Tensor shuffled(DType::kFloat32, {batch, 64, 8, 8});
+    for (int64_t n = 0; n < batch; ++n)
+      for (int64_t c = 0; c < 64; ++c) {
+        const int64_t from = c % groups * (64 / groups) + c / groups;
+        const float* src = from < 32 ? ya.data<float>() + (n * 32 + from) * plane : yb.data<float>() + (n * 32 + from - 32) * plane;
+        std::copy_n(src, plane, shuffled.data<float>() + (n * 64 + c) * plane);
+      }
+    Tensor right_half(DType::kFloat32, {batch, 32, 8, 8});
+    for (int64_t n = 0; n < batch; ++n)
+      std::copy_n(shuffled.data<float>() + (n * 64 + 32) * plane, 32 * plane, right_half.data<float>() + n * 32 * plane);
+    const Tensor yc = conv_by_hand(right_half, w3, 0);
+    const Tensor y = s.run({{"x", xv}})[0];
+    ASSERT_EQ(y.shape(), (Shape{batch, 64, 8, 8}));
+    for (int64_t n = 0; n < batch; ++n)
+      for (int64_t c = 0; c < 64; ++c)
+        for (int64_t p = 0; p < plane; ++p) {
+          const float want = c < 32 ? shuffled.data<float>()[(n * 64 + c) * plane + p] : yc.data<float>()[(n * 32 + c - 32) * plane + p];
+          ASSERT_NEAR(y.data<float>()[(n * 64 + c) * plane + p], -want, 2e-3f) << n << " " << c << " " << p;
+        }
+  }
+}
+
 }  // namespace
 }  // namespace anvil

@@ -233,6 +233,54 @@ TEST(Passes, BatchNormLookalikesKeepTheirRelu) {
   }
 }
 
+// ShuffleNet's channel shuffle as PyTorch exports it: x [2, 6, 2, 3] ->
+// Reshape [2, g, 6/g, 2, 3] -> Transpose(0, 2, 1, 3, 4) -> Reshape [2, 6, 2, 3].
+std::unique_ptr<ir::Graph> channel_shuffle_graph(int64_t groups, std::vector<int64_t> perm = {0, 2, 1, 3, 4},
+                                                 std::vector<int64_t> merged = {2, 6, 2, 3}, bool split_is_output = false) {
+  auto g = std::make_unique<ir::Graph>();
+  g->opsets[""] = 13;
+  ir::Value* x = g->add_input("x", DType::kFloat32, {2, 6, 2, 3});
+  ir::Node* split = g->add_node("Reshape", {x, g->add_constant("split", ints({5}, {2, groups, 6 / groups, 2, 3}))}, 1);
+  ir::Node* t = g->add_node("Transpose", {split->output(0)}, 1);
+  t->attrs.set("perm", perm);
+  ir::Node* merge = g->add_node("Reshape", {t->output(0), g->add_constant("merged", ints({4}, merged))}, 1);
+  g->add_output(merge->output(0));
+  if (split_is_output) g->add_output(split->output(0));
+  return g;
+}
+
+TEST(Passes, ReshapeTransposeReshapeBecomesOneChannelShuffle) {
+  for (int64_t groups : {2, 3}) {
+    auto g = channel_shuffle_graph(groups);
+    passes::optimize(*g, 2, runtime::reference_evaluator());
+    EXPECT_EQ(count_ops(*g, "ChannelShuffle"), 1u) << groups;
+    EXPECT_EQ(count_ops(*g, "Transpose") + count_ops(*g, "Reshape"), 0u) << groups;
+    Session s = Session::from_graph(channel_shuffle_graph(groups));
+    const Tensor x = ramp({2, 6, 2, 3}, 0.f, 1.f);
+    const Tensor y = s.run({{"x", x}})[0];
+    ASSERT_EQ(y.shape(), (Shape{2, 6, 2, 3}));
+    const int64_t per_group = 6 / groups;
+    for (int64_t n = 0; n < 2; ++n)
+      for (int64_t c = 0; c < 6; ++c)  // output channel c = j * groups + i reads input channel i * per_group + j
+        for (int64_t p = 0; p < 6; ++p) {
+          const int64_t from = c % groups * per_group + c / groups;
+          EXPECT_EQ(y.data<float>()[(n * 6 + c) * 6 + p], x.data<float>()[(n * 6 + from) * 6 + p]) << groups << " " << c;
+        }
+  }
+}
+
+// Left alone: another permutation, a merge into another shape, a split read elsewhere too.
+TEST(Passes, ChannelShuffleLookalikesStay) {
+  std::vector<std::unique_ptr<ir::Graph>> graphs;
+  graphs.push_back(channel_shuffle_graph(2, {0, 2, 1, 4, 3}));
+  graphs.push_back(channel_shuffle_graph(2, {0, 2, 1, 3, 4}, {2, 6, 3, 2}));
+  graphs.push_back(channel_shuffle_graph(2, {0, 2, 1, 3, 4}, {2, 6, 2, 3}, true));
+  for (auto& g : graphs) {
+    passes::optimize(*g, 2, runtime::reference_evaluator());
+    EXPECT_EQ(count_ops(*g, "ChannelShuffle"), 0u);
+  }
+}
+
 ir::Value* mul(ir::Graph& g, ir::Value* a, ir::Value* b) { return g.add_node("Mul", {a, b}, 1)->output(0); }
 
 // GELU as PyTorch exports it: x * (1 + erf(x / sqrt(2))) * 0.5, with `one` in place of the 1.

@@ -135,6 +135,19 @@ void infer_batch_norm(InferContext& ctx) {
   for (size_t o = 1; o < ctx.num_outputs(); ++o) copy_type(ctx, 1, o);
 }
 
+// anvil.FusedBatchNorm: X [N, C, ...] and four [C] parameters (inference), Y like X.
+void infer_fused_batch_norm(InferContext& ctx) {
+  copy_type(ctx, 0);
+  if (ctx.num_inputs() != 5) ctx.fail("expected 5 inputs (X, scale, B, mean, var), got {}", ctx.num_inputs());
+  const SymShape& x = ctx.dims(0);
+  if (x.size() < 2) ctx.fail_input("X {} must be [N, C, ...]", dims_str(x));
+  for (size_t i = 1; i < 5; ++i) {
+    const SymShape& p = ctx.dims(i);
+    if (p.size() != 1 || (p[0].is_known() && x[1].is_known() && p[0] != x[1]))
+      ctx.fail_input("input {} {} must be [C] for X {}", i, dims_str(p), dims_str(x));
+  }
+}
+
 // InstanceNormalization: Y like X [N, C, ...]; scale and B are [C].
 void infer_instance_norm(InferContext& ctx) {
   copy_type(ctx, 0);
@@ -273,7 +286,7 @@ struct Registrations {
     r.add(OpSchema("BatchNormalization").attr("epsilon", 1e-5f).attr("momentum", 0.9f).infer(infer_batch_norm));
     // anvil.FusedBatchNorm (passes/fuse_batchnorm_activation.cc): an inference
     // BatchNormalization (X, scale, B, mean, var), then an activation.
-    r.add(OpSchema("FusedBatchNorm", "anvil").inputs({kFloat32Only}).attr("epsilon", 1e-5f).infer(same_as_input(0)));
+    r.add(OpSchema("FusedBatchNorm", "anvil").inputs({kFloat32Only}).attr("epsilon", 1e-5f).infer(infer_fused_batch_norm));
     r.add(OpSchema("Dropout").infer(infer_dropout));
     r.add(OpSchema("InstanceNormalization").inputs({kFloatLike}).attr("epsilon", 1e-5f).infer(infer_instance_norm));
     r.add(OpSchema("GroupNormalization")

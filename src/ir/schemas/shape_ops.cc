@@ -533,6 +533,16 @@ void infer_pad(InferContext& ctx) {
   ctx.set_output(0, Type::tensor(ctx.dtype(0), out));
 }
 
+void infer_channel_shuffle(InferContext& ctx) {
+  copy_type(ctx, 0);
+  const int64_t group = ctx.attr_int("group");
+  if (group < 1) ctx.fail("group {} must be at least 1", group);
+  const SymShape& x = ctx.dims(0);
+  if (x.size() < 3) ctx.fail_input("X {} must be [N, C, D1, ...]", dims_str(x));
+  if (x[1].is_known() && x[1].value % group != 0)
+    ctx.fail_input("X {} has {} channels, not a multiple of the group {}", dims_str(x), x[1].value, group);
+}
+
 void infer_depth_space(InferContext& ctx) {
   ctx.set_output(0, Type::tensor(ctx.dtype(0)));
   const SymShape& x = ctx.dims(0);
@@ -639,6 +649,9 @@ struct Registrations {
     r.add(OpSchema("Constant").infer(infer_constant));
     r.add(OpSchema("Pad").attr("mode", std::string("constant")).infer(infer_pad));
     r.add(OpSchema("DepthToSpace").required_attr("blocksize").infer(infer_depth_space));
+    // anvil.ChannelShuffle (passes/fuse_channel_shuffle.cc): X [N, C, D...],
+    // y[:, j * group + i] = x[:, i * C / group + j].
+    r.add(OpSchema("ChannelShuffle", "anvil").required_attr("group").infer(infer_channel_shuffle));
     r.add(OpSchema("SpaceToDepth").required_attr("blocksize").infer(infer_depth_space));
     r.add(OpSchema("NonZero").infer([](InferContext& ctx) {
       ctx.set_output(0, Type::tensor(DType::kInt64, SymShape{Dim::known(ctx.rank(0)), Dim::unknown()}));

@@ -572,6 +572,37 @@ class GatherKernel : public Kernel {
   bool idx64_ = true;
 };
 
+// anvil.ChannelShuffle (passes/fuse_channel_shuffle.cc), any element type:
+// y[n, j * group + i] = x[n, i * C / group + j], each a plane of D... values.
+class ChannelShuffleKernel : public Kernel {
+ public:
+  explicit ChannelShuffleKernel(const ir::Node&) {}
+  std::vector<TensorType> prepare(const PrepareContext& ctx) override {
+    const Shape& x = ctx.input_shape(0);  // the schema checked rank >= 3 and C % group == 0
+    group_ = ctx.attrs().get_int("group", 1);
+    batch_ = x[0];
+    channels_ = x[1];
+    plane_bytes_ = shape_nbytes(Shape(x.begin() + 2, x.end()), ctx.input_dtype(0));
+    return ctx.output_types();
+  }
+  void run(const RunContext& ctx) const override {
+    const auto* x = static_cast<const char*>(ctx.in(0).raw());
+    auto* y = static_cast<char*>(ctx.out(0).raw());
+    const int64_t per_group = channels_ / group_;
+    for (int64_t n = 0; n < batch_; ++n)
+      for (int64_t i = 0; i < group_; ++i)
+        for (int64_t j = 0; j < per_group; ++j) {
+          const size_t from = static_cast<size_t>(n * channels_ + i * per_group + j);
+          const size_t to = static_cast<size_t>(n * channels_ + j * group_ + i);
+          std::memcpy(y + to * plane_bytes_, x + from * plane_bytes_, plane_bytes_);
+        }
+  }
+
+ private:
+  int64_t group_ = 1, batch_ = 0, channels_ = 0;
+  size_t plane_bytes_ = 0;
+};
+
 }  // namespace
 
 // Versions after opset 17 that only add element types (float8, int4) Anvil does not have.
@@ -582,6 +613,7 @@ ANVIL_REGISTER_KERNEL_CLASS("Transpose", kRef, TransposeKernel);
 ANVIL_REGISTER_KERNEL_CLASS("Concat", kRef, ConcatKernel);
 ANVIL_REGISTER_KERNEL_CLASS("Split", kRef, SplitKernel);
 ANVIL_REGISTER_KERNEL_CLASS("Slice", kRef, SliceKernel);
+static Registrar channel_shuffle_ref("ChannelShuffle", Backend::kRef, factory_of<ChannelShuffleKernel>(), "anvil");
 ANVIL_REGISTER_KERNEL_CLASS("Pad", kRef, PadKernel);
 ANVIL_REGISTER_KERNEL_CLASS("Gather", kRef, GatherKernel);
 ANVIL_REGISTER_OP_VERSIONS("CenterCropPad", 18, 18);
