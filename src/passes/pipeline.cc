@@ -43,6 +43,7 @@ std::vector<std::unique_ptr<Pass>> passes_for_level(int level, const ConstantEva
     passes.push_back(make_dead_code());
   }
   if (level >= 2) {
+    passes.push_back(make_fold_pad());
     passes.push_back(make_fuse_conv_batchnorm());
     passes.push_back(make_fuse_layer_norm());
     passes.push_back(make_fuse_gelu());  // before the fusions that take it as a post-op

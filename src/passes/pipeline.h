@@ -41,6 +41,7 @@ std::unique_ptr<Pass> make_fuse_shared_input_matmuls();
 std::unique_ptr<Pass> make_fuse_qkv_attention();
 std::unique_ptr<Pass> make_eliminate_common_subexpressions();
 std::unique_ptr<Pass> make_dead_code();
+std::unique_ptr<Pass> make_fold_pad();
 std::unique_ptr<Pass> make_fuse_conv_batchnorm();
 std::unique_ptr<Pass> make_fuse_conv_activation();
 std::unique_ptr<Pass> make_fuse_batchnorm_activation();

@@ -149,6 +149,8 @@ MODELS: Dict[str, ModelSpec] = {
         ModelSpec("regnet_y_400mf", _torchvision("regnet_y_400mf"), IMAGE),
         # channel shuffles and channel Slices between NHWC convolutions
         ModelSpec("shufflenet_v2_x1_0", _torchvision("shufflenet_v2_x1_0"), IMAGE),
+        # zero Pads before AveragePools (count_include_pad) and 1x7 / 7x1 windows
+        ModelSpec("inception_v3", _torchvision("inception_v3"), IMAGE),
         ModelSpec("super_resolution", _super_resolution, (1, 1, 224, 224)),
     )
 }

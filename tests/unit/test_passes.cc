@@ -281,6 +281,102 @@ TEST(Passes, ChannelShuffleLookalikesStay) {
   }
 }
 
+// x [1, 2, 4, 5] -> Pad (opset 13: pads an input) -> `reader` (a 3x3 Conv of
+// 2 into 3 channels, or a 3x3 AveragePool), each with its `own` pads.
+struct PadGraph {
+  const char* reader = "Conv";
+  std::vector<int64_t> pads = {0, 0, 1, 2, 0, 0, 1, 0};
+  std::vector<int64_t> own = {0, 0, 0, 0};
+  std::string mode = "constant";
+  float value = 0.f;
+  int64_t count_include_pad = 0, ceil_mode = 0;
+  bool pad_is_output = false;
+  Tensor w = testing::random_f32({3, 2, 3, 3}, 41);
+
+  std::unique_ptr<ir::Graph> make() const {
+    auto g = std::make_unique<ir::Graph>();
+    g->opsets[""] = 13;
+    ir::Value* x = g->add_input("x", DType::kFloat32, {1, 2, 4, 5});
+    ir::Node* pad = g->add_node("Pad", {x, g->add_constant("pads", ints({8}, pads)),
+                                        g->add_constant("value", testing::scalar_f32(value))}, 1, "pad");
+    pad->attrs.set("mode", mode);
+    ir::Node* r = std::string(reader) == "Conv" ? g->add_node("Conv", {pad->output(0), g->add_constant("w", w)}, 1, "r")
+                                                : g->add_node(reader, {pad->output(0)}, 1, "r");
+    r->attrs.set("kernel_shape", std::vector<int64_t>{3, 3});
+    r->attrs.set("pads", own);
+    if (std::string(reader) == "AveragePool") {
+      r->attrs.set("count_include_pad", count_include_pad);
+      r->attrs.set("ceil_mode", ceil_mode);
+    }
+    g->add_output(r->output(0));
+    if (pad_is_output) g->add_output(pad->output(0));
+    return g;
+  }
+};
+
+// The zero-padded x of the graph, by hand.
+Tensor zero_padded(const Tensor& x, const std::vector<int64_t>& pads) {
+  const int64_t h = 4 + pads[2] + pads[6], w = 5 + pads[3] + pads[7];
+  Tensor y(DType::kFloat32, {1, 2, h, w});
+  std::fill_n(y.data<float>(), y.numel(), 0.f);
+  for (int64_t c = 0; c < 2; ++c)
+    for (int64_t i = 0; i < 4; ++i)
+      for (int64_t j = 0; j < 5; ++j)
+        y.data<float>()[(c * h + i + pads[2]) * w + j + pads[3]] = x.data<float>()[(c * 4 + i) * 5 + j];
+  return y;
+}
+
+// A Pad of zeros on the spatial axes becomes the Conv's or the AveragePool's
+// own padding (the pool then counts the padding in its divisor, as after the
+// Pad): values by hand.
+TEST(Passes, PadsOfZerosFoldIntoConvAndAveragePool) {
+  const Tensor x = ramp({1, 2, 4, 5}, -1.f, 0.1f);
+  for (const char* reader : {"Conv", "AveragePool"}) {
+    PadGraph pg;
+    pg.reader = reader;
+    auto g = pg.make();
+    passes::optimize(*g, 2, runtime::reference_evaluator());
+    EXPECT_EQ(count_ops(*g, "Pad"), 0u) << reader;
+    Session s = Session::from_graph(pg.make());
+    const Tensor y = s.run({{"x", x}})[0];
+    const Tensor padded = zero_padded(x, pg.pads);
+    if (std::string(reader) == "Conv") {
+      const Tensor want = testing::conv2d_by_hand(padded, pg.w, nullptr, {});
+      ASSERT_EQ(y.shape(), want.shape());
+      for (int64_t i = 0; i < y.numel(); ++i) EXPECT_NEAR(y.data<float>()[i], want.data<float>()[i], 1e-4f) << i;
+      continue;
+    }
+    const int64_t h = padded.shape()[2], w = padded.shape()[3];
+    ASSERT_EQ(y.shape(), (Shape{1, 2, h - 2, w - 2}));
+    for (int64_t c = 0; c < 2; ++c)
+      for (int64_t i = 0; i + 2 < h; ++i)
+        for (int64_t j = 0; j + 2 < w; ++j) {
+          double sum = 0;
+          for (int64_t di = 0; di < 3; ++di)
+            for (int64_t dj = 0; dj < 3; ++dj) sum += padded.data<float>()[(c * h + i + di) * w + j + dj];
+          EXPECT_NEAR(y.data<float>()[(c * (h - 2) + i) * (w - 2) + j], sum / 9, 1e-5) << c << " " << i << " " << j;
+        }
+  }
+}
+
+// Left alone: a Pad of the channels, of another mode or value, read
+// elsewhere too; a pool that would count only some padding, or rounds up.
+TEST(Passes, PadLookalikesStay) {
+  std::vector<PadGraph> cases(6);
+  cases[0].pads = {0, 1, 1, 1, 0, 0, 1, 1};
+  cases[1].mode = "reflect";
+  cases[2].value = 1.f;
+  cases[3].pad_is_output = true;
+  cases[4].reader = cases[5].reader = "AveragePool";
+  cases[4].own = {1, 1, 1, 1};  // its own padding left out of the divisor
+  cases[5].ceil_mode = 1;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    auto g = cases[i].make();
+    passes::optimize(*g, 2, runtime::reference_evaluator());
+    EXPECT_EQ(count_ops(*g, "Pad"), 1u) << "case " << i;
+  }
+}
+
 ir::Value* mul(ir::Graph& g, ir::Value* a, ir::Value* b) { return g.add_node("Mul", {a, b}, 1)->output(0); }
 
 // GELU as PyTorch exports it: x * (1 + erf(x / sqrt(2))) * 0.5, with `one` in place of the 1.
