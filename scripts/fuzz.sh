@@ -161,6 +161,49 @@ PY
   touch "$corpus/.conv-depthwise"
 fi
 
+# The CNN patterns the passes rewrite (Concat -> Pad of zeros ->
+# BatchNormalization -> Relu; ShuffleNet's Reshape -> Transpose -> Reshape and
+# channel Slices; a Pad before an AveragePool) and the com.anvil nodes they
+# make (FusedBatchNorm, ChannelShuffle), once.
+if [ ! -e "$corpus/.cnn-ops" ]; then
+  "${ANVIL_PYTHON:-python3}" - "$corpus/models" <<'PY'
+import os, sys
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper, TensorProto as T
+rng = np.random.default_rng(0)
+def f32(name, a): return numpy_helper.from_array(np.asarray(a, np.float32), name)
+def i64(name, a): return numpy_helper.from_array(np.asarray(a, np.int64), name)
+def save(name, nodes, inputs, inits, anvil=False):
+    g = helper.make_graph(nodes, name, [helper.make_tensor_value_info(n, T.FLOAT, s) for n, s in inputs],
+                          [helper.make_tensor_value_info("y", T.FLOAT, None)], inits)
+    opsets = [helper.make_opsetid("", 13)] + ([helper.make_opsetid("com.anvil", 2)] if anvil else [])
+    m = helper.make_model(g, opset_imports=opsets)
+    m.ir_version = 7
+    onnx.save(m, os.path.join(sys.argv[1], name + ".onnx"))
+bn = [f32("s", rng.standard_normal(6)), f32("b", rng.standard_normal(6)), f32("m", rng.standard_normal(6)),
+      f32("v", rng.uniform(0.5, 2, 6))]
+save("dense_layer", [helper.make_node("Concat", ["a", "x"], ["c"], axis=1), helper.make_node("Pad", ["c", "zeros"], ["p"]),
+                     helper.make_node("BatchNormalization", ["p", "s", "b", "m", "v"], ["n"]),
+                     helper.make_node("Relu", ["n"], ["y"])],
+     [("a", [1, 2, 4, 4]), ("x", [1, 4, 4, 4])], bn + [i64("zeros", np.zeros(8))])
+save("fused_bn", [helper.make_node("FusedBatchNorm", ["x", "s", "b", "m", "v"], ["y"], domain="com.anvil",
+                                   activation="Relu")], [("x", [1, 6, 3, 3])], bn, anvil=True)
+save("shuffle", [helper.make_node("Reshape", ["x", "split"], ["r"]),
+                 helper.make_node("Transpose", ["r"], ["t"], perm=[0, 2, 1, 3, 4]),
+                 helper.make_node("Reshape", ["t", "merged"], ["u"]),
+                 helper.make_node("Slice", ["u", "s0", "e0", "axis"], ["y"])],
+     [("x", [1, 6, 3, 3])], [i64("split", [1, 2, 3, 3, 3]), i64("merged", [1, 6, 3, 3]), i64("s0", [3]),
+                             i64("e0", [6]), i64("axis", [1])])
+save("channel_shuffle", [helper.make_node("ChannelShuffle", ["x"], ["y"], domain="com.anvil", group=3)],
+     [("x", [2, 6, 2, 2])], [], anvil=True)
+save("pad_pool", [helper.make_node("Pad", ["x", "pads"], ["p"]),
+                  helper.make_node("AveragePool", ["p"], ["y"], kernel_shape=[3, 3])],
+     [("x", [1, 2, 5, 5])], [i64("pads", [0, 0, 1, 1, 0, 0, 1, 1])])
+PY
+  touch "$corpus/.cnn-ops"
+fi
+
 # Attention nodes (opset 23; the backend test data of Debian's onnx 1.12
 # predates them): 3-D with grouped heads, causal, and a float mask; 4-D with a
 # boolean mask. Once.

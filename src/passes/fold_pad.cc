@@ -51,6 +51,7 @@ bool takes_pads(const ir::Node& reader, size_t spatial_axes) {
   const std::vector<int64_t> own = reader.attrs.get_ints("pads", std::vector<int64_t>(2 * spatial_axes, 0));
   if (own.size() != 2 * spatial_axes) return false;
   if (!pool) return true;
+  if (reader.opset < 7) return false;  // count_include_pad is from opset 7 on
   const bool own_pads = std::any_of(own.begin(), own.end(), [](int64_t v) { return v != 0; });
   return reader.attrs.get_int("ceil_mode", 0) == 0 && (reader.attrs.get_int("count_include_pad", 0) == 1 || !own_pads);
 }

@@ -42,6 +42,10 @@ struct KernelOptions {
   // When set, the kernel prepares with a weight cache that counts this many
   // bytes of model weights (WeightCache::model_weight_bytes); none otherwise.
   size_t model_weight_bytes = 0;
+  // When set, the kernel may read and write layouts of its own, and input i
+  // arrives in incoming_layouts[i] (the inputs given are laid out so); the
+  // outputs come back in whatever layout the kernel returns.
+  std::vector<kernels::Layout> incoming_layouts;
 };
 
 struct KernelResult {

@@ -169,11 +169,11 @@ void expect_close_to(const Tensor& y, const std::vector<double>& want, const std
 }
 
 // The vectorized kernel (the session's) on plain data of every rank it
-// takes, with the parameters known when planning (folded once) and only at
+// takes ([N, C] as rows of channels, large enough for threads), with the parameters known when planning (folded once) and only at
 // run time (folded per run), on tensors small and large enough for threads.
 TEST(BatchNormalization, VectorizedKernelMatchesTheFormula) {
-  for (const Shape& x : {Shape{3, 5}, Shape{2, 3, 7}, Shape{2, 5, 9, 11}, Shape{1, 3, 2, 2, 3}, Shape{2, 24, 40, 40},
-                         Shape{1, 2, 150, 150}})
+  for (const Shape& x : {Shape{3, 5}, Shape{300, 37}, Shape{2, 3, 7}, Shape{2, 5, 9, 11}, Shape{1, 3, 2, 2, 3},
+                         Shape{2, 24, 40, 40}, Shape{1, 2, 150, 150}})
     for (bool constant : {true, false}) {
       const std::string what = shape_str(x) + (constant ? " constant" : " run-time");
       testing::KernelOptions o = options(15);

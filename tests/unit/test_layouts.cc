@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <random>
 #include <string>
@@ -18,6 +19,7 @@
 #include "anvil/session.h"
 #include "ir/graph.h"
 #include "kernel_tester.h"
+#include "kernels/dnnl/common.h"
 
 namespace anvil {
 namespace {
@@ -327,8 +329,9 @@ TEST(Layouts, ConcatOfBlockedConvolutions) {
 // DenseNet's layer: two convolutions concatenated, then BatchNormalization and
 // ReLU (one anvil.FusedBatchNorm), then a 1x1 convolution. Over whole channel
 // blocks the normalization reads the layout the Concat keeps, so nothing is
-// reordered between the convolutions; with a partial block it takes plain
-// data. Against the computation by hand, at batch 1 and 2.
+// reordered between the convolutions (20 channels make a partial block,
+// where the blocked layouts go through plain data; AVX-512's NHWC has no
+// blocks). Against the computation by hand, at batch 1 and 2.
 TEST(Layouts, BatchNormAfterAConcatKeepsItsLayout) {
   for (const auto& [c1, c2] : {std::pair{16, 32}, std::pair{12, 8}}) {
     for (int64_t batch : {1, 2}) {
@@ -461,6 +464,78 @@ TEST(Layouts, ChannelShuffleAndSlicesKeepNhwc) {
           const float want = c < 32 ? shuffled.data<float>()[(n * 64 + c) * plane + p] : yc.data<float>()[(n * 32 + c - 32) * plane + p];
           ASSERT_NEAR(y.data<float>()[(n * 64 + c) * plane + p], -want, 2e-3f) << n << " " << c << " " << p;
         }
+  }
+}
+
+// NCHW <-> NHWC copies of a 4-D float tensor (the data of the same logical tensor).
+Tensor to_nhwc(const Tensor& x) {
+  const int64_t n = x.shape()[0], c = x.shape()[1], hw = x.shape()[2] * x.shape()[3];
+  Tensor y(DType::kFloat32, x.shape());
+  for (int64_t b = 0; b < n; ++b)
+    for (int64_t ch = 0; ch < c; ++ch)
+      for (int64_t p = 0; p < hw; ++p) y.data<float>()[(b * hw + p) * c + ch] = x.data<float>()[(b * c + ch) * hw + p];
+  return y;
+}
+Tensor from_nhwc(const Tensor& y) {
+  const int64_t n = y.shape()[0], c = y.shape()[1], hw = y.shape()[2] * y.shape()[3];
+  Tensor x(DType::kFloat32, y.shape());
+  for (int64_t b = 0; b < n; ++b)
+    for (int64_t ch = 0; ch < c; ++ch)
+      for (int64_t p = 0; p < hw; ++p) x.data<float>()[(b * c + ch) * hw + p] = y.data<float>()[(b * hw + p) * c + ch];
+  return x;
+}
+
+// The kernels that keep NHWC where their input arrives in it (channel
+// Slices, ChannelShuffle, BatchNormalization and FusedBatchNorm), run on
+// NHWC data directly, whatever layout this CPU's convolutions would pick,
+// against the reference kernels on plain data: Slice bounds counted from
+// the end and past it, groups of 2 and 3, batch 2.
+TEST(Layouts, NhwcKernelsMatchTheReferenceKernels) {
+  const Shape shape{2, 12, 3, 5};
+  const Tensor x = random_tensor(shape, 31);
+  struct Case {
+    std::string op, domain;
+    std::vector<Tensor> extra;  // inputs after X
+    ir::Attributes attrs;
+    const char* impl;
+  };
+  auto slice = [](int64_t start, int64_t end) {
+    return std::vector<Tensor>{int64s({start}), int64s({end}), int64s({1})};
+  };
+  Tensor var = random_tensor({12}, 35);
+  for (int64_t i = 0; i < 12; ++i) var.data<float>()[i] += 1.5f;
+  const std::vector<Tensor> bn = {random_tensor({12}, 32), random_tensor({12}, 33), random_tensor({12}, 34), var};
+  ir::Attributes group2, group3, relu;
+  group2.set("group", int64_t{2});
+  group3.set("group", int64_t{3});
+  relu.set("activation", std::string("Relu"));
+  const std::vector<Case> cases = {
+      {"Slice", "", slice(0, 6), {}, "pixels:slice"},
+      {"Slice", "", slice(-5, std::numeric_limits<int64_t>::max()), {}, "pixels:slice"},
+      {"Slice", "", slice(3, 11), {}, "pixels:slice"},
+      {"ChannelShuffle", "anvil", {}, group2, "pixels:channel_shuffle"},
+      {"ChannelShuffle", "anvil", {}, group3, "pixels:channel_shuffle"},
+      {"BatchNormalization", "", bn, {}, ":batchnorm"},
+      {"FusedBatchNorm", "anvil", bn, relu, ":batchnorm"},
+  };
+  const kernels::Layout nhwc = kernels::dnnl_util::layout_of(kernels::dnnl_util::nhwc_desc(shape), shape, DType::kFloat32);
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.op + " " + std::to_string(&c - cases.data()));
+    std::vector<Tensor> plain = {x}, blocked = {to_nhwc(x)};
+    plain.insert(plain.end(), c.extra.begin(), c.extra.end());
+    blocked.insert(blocked.end(), c.extra.begin(), c.extra.end());
+    testing::KernelOptions ref, own;
+    ref.domain = own.domain = c.domain;
+    if (c.op == "BatchNormalization" || c.op == "FusedBatchNorm")
+      ref.constant_inputs = own.constant_inputs = {false, true, true, true, true};
+    own.backend = kernels::Backend::kDnnl;
+    own.incoming_layouts = {nhwc};
+    const Tensor want = testing::run_kernel(c.op, plain, c.attrs, ref)[0];
+    const testing::KernelResult got = testing::run_kernel_full(c.op, blocked, c.attrs, own);
+    EXPECT_NE(got.impl.find(c.impl), std::string::npos) << got.impl;
+    const Tensor y = from_nhwc(got.outputs[0]);
+    ASSERT_EQ(y.shape(), want.shape());
+    for (int64_t i = 0; i < y.numel(); ++i) ASSERT_NEAR(y.data<float>()[i], want.data<float>()[i], 1e-5f) << i;
   }
 }
 

@@ -168,6 +168,13 @@ TEST(Passes, PadsOfZeroAreRemoved) {
       passes::optimize(*g, 1, runtime::reference_evaluator());
       EXPECT_EQ(count_ops(*g, "Pad"), pad ? 1u : 0u) << "opset " << opset << ", pad " << pad;
     }
+  // Zeros, but not two per axis: an invalid Pad stays, for its kernel to reject.
+  auto g = std::make_unique<ir::Graph>();
+  g->opsets[""] = 13;
+  ir::Value* x = g->add_input("x", DType::kFloat32, {1, 2, 3, 3});
+  g->add_output(g->add_node("Pad", {x, g->add_constant("pads", ints({6}, {0, 0, 0, 0, 0, 0}))}, 1)->output(0));
+  passes::optimize(*g, 1, runtime::reference_evaluator());
+  EXPECT_EQ(count_ops(*g, "Pad"), 1u);
 }
 
 // [1, 4, 2, 2] by channel: 16 values around 0 so that the ReLU clips some.

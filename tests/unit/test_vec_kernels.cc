@@ -11,6 +11,9 @@
 #include <random>
 #include <tuple>
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include "anvil/cpu.h"
 #include "core/vector_isa.h"
 #include "kernel_tester.h"
@@ -698,10 +701,6 @@ TEST(VecKernels, MalformedChainsAreRefused) {
     }
 }
 
-// Max pooling over pixels of `channels` contiguous floats, every ISA path
-// against the reference's rule (the first tap in the window, then any greater
-// one) computed here: windows cut by padding and the end, dilation, strides,
-// channel counts that fill a vector, two, or part of one; NaN first and later.
 // Batch normalization rows at every ISA: per lane over rows of a channel
 // block (the ISA's width and others, with a tail) and NHWC's pixels, and one
 // value for a whole plane; with and without the ReLU; in place.
@@ -734,6 +733,52 @@ TEST(VecKernels, BatchNormRowsMatchTheFormula) {
   }
 }
 
+// A region of `floats` floats that ends where an inaccessible page begins:
+// a load or store past its end faults.
+class GuardedFloats {
+ public:
+  explicit GuardedFloats(size_t floats) : page_(static_cast<size_t>(::sysconf(_SC_PAGESIZE))) {
+    base_ = ::mmap(nullptr, 2 * page_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    EXPECT_NE(base_, MAP_FAILED);
+    EXPECT_EQ(::mprotect(static_cast<char*>(base_) + page_, page_, PROT_NONE), 0);
+    data_ = reinterpret_cast<float*>(static_cast<char*>(base_) + page_) - floats;
+  }
+  ~GuardedFloats() { ::munmap(base_, 2 * page_); }
+  float* data() const { return data_; }
+
+ private:
+  size_t page_;
+  void* base_ = nullptr;
+  float* data_ = nullptr;
+};
+
+// Row tails (masked loads and stores on AVX-512 and AVX2) touch nothing past
+// the row: rows that end against an inaccessible page, at every ISA, for
+// tails of every length.
+TEST(VecKernels, RowTailsStopAtTheRowsEnd) {
+  for (VectorIsa isa : supported_vector_isas()) {
+    SCOPED_TRACE(vector_isa_name(isa));
+    const VecKernels& k = kernels::vec::vec_kernels_for(isa);
+    for (int64_t n = 1; n <= 33; ++n) {
+      GuardedFloats x(static_cast<size_t>(n)), y(static_cast<size_t>(n)), params(static_cast<size_t>(n));
+      for (int64_t j = 0; j < n; ++j) x.data()[j] = params.data()[j] = 0.5f * static_cast<float>(j) - 3.f;
+      k.batch_norm_rows(x.data(), y.data(), 1, n, params.data(), params.data(), params.data(), true, true);
+      for (int64_t j = 0; j < n; ++j) {
+        const double p = params.data()[j], want = std::max((double(x.data()[j]) - p) * p + p, 0.0);
+        ASSERT_NEAR(y.data()[j], want, 1e-6) << "n " << n << " at " << j;
+      }
+      k.softmax_row(x.data(), nullptr, 0, n, y.data(), false);
+      double sum = 0;
+      for (int64_t j = 0; j < n; ++j) sum += y.data()[j];
+      ASSERT_NEAR(sum, 1.0, 1e-5) << "n " << n;
+    }
+  }
+}
+
+// Max pooling over pixels of `channels` contiguous floats, every ISA path
+// against the reference's rule (the first tap in the window, then any greater
+// one) computed here: windows cut by padding and the end, dilation, strides,
+// channel counts that fill a vector, two, or part of one; NaN first and later.
 TEST(VecKernels, MaxPoolRowsMatchTheReferenceRule) {
   struct Case {
     int64_t ih, iw, channels;

@@ -12,7 +12,6 @@
 #include <algorithm>
 #include <cmath>
 
-#include "kernels/activation.h"
 #include "kernels/dnnl/common.h"
 #include "kernels/registry.h"
 #include "kernels/vec/vec_kernels.h"
@@ -111,23 +110,39 @@ class ChannelBatchNorm : public Kernel {
     const Layout in = du::elementwise_layout(ctx, 0, x);
     if (!in) return;
     const std::optional<du::PixelLayout> px = du::pixel_layout(du::desc_of({DType::kFloat32, x, in}));
-    if (!px || px->pixel != px->channels) return;
+    if (!px) return;
     layout_ = in;
     pixels_ = px;
   }
 
   // Plain [N, C, D...]: one plane of D... values per (image, channel), in
-  // chunks so that a few large planes still split between threads.
+  // chunks so that a few large planes still split between threads. [N, C]
+  // (a BatchNorm1d after a Linear) is N rows of C channels instead.
   void run_planes(const float* x, float* y, const float* params) const {
     const auto bn = vec::vec_kernels().batch_norm_rows;
     const int64_t plane = numel_ / planes_, chunks = (plane + kChunkFloats - 1) / kChunkFloats;
     const bool relu = activation_ == "Relu";
+    if (plane == 1) return run_rows(x, y, params);
 #pragma omp parallel for schedule(static) if (numel_ >= kParallelFloats)
     for (int64_t item = 0; item < planes_ * chunks; ++item) {
       const int64_t p = item / chunks, first = item % chunks * kChunkFloats, c = p % channels_;
       const int64_t at = p * plane + first;
       bn(x + at, y + at, 1, std::min(kChunkFloats, plane - first), params + c, params + channels_ + c,
          params + 2 * channels_ + c, false, relu);
+    }
+  }
+
+  // Rows of C values, one per image, in runs of rows.
+  void run_rows(const float* x, float* y, const float* params) const {
+    const auto bn = vec::vec_kernels().batch_norm_rows;
+    const int64_t batch = planes_ / channels_, run = std::max<int64_t>(1, kChunkFloats / channels_);
+    const int64_t runs = (batch + run - 1) / run;
+    const bool relu = activation_ == "Relu";
+#pragma omp parallel for schedule(static) if (numel_ >= kParallelFloats)
+    for (int64_t item = 0; item < runs; ++item) {
+      const int64_t first = item * run, at = first * channels_;
+      bn(x + at, y + at, std::min(run, batch - first), channels_, params, params + channels_, params + 2 * channels_,
+         true, relu);
     }
   }
 

@@ -52,6 +52,7 @@ class PixelChannelKernel : public Kernel {
   // f(x pixel, y pixel) for every pixel, split between threads when large.
   template <typename F>
   void for_pixels(const RunContext& ctx, F f) const {
+    if (pixels_ == 0 || out_channels_ == 0) return;
     const float* x = ctx.in(0).data<float>();
     float* y = ctx.out(0).data<float>();
 #pragma omp parallel for schedule(static) if (pixels_ * out_channels_ >= kParallelFloats)

@@ -318,7 +318,8 @@ class DnnlConv : public DnnlConvBase {
       }
       if (!blocked && grouped_keeps_nhwc(ctx, x, group_, is_depthwise(x, y, group_))) {
         blocked = pd_if_any([&] { return make_pd(du::nhwc_desc(x), du::nhwc_desc(y)); });
-        if (blocked && du::impl_name(*blocked).rfind("dnnl:ref", 0) == 0) blocked.reset();
+        const std::string impl = blocked ? du::impl_name(*blocked) : "";
+        if (impl.rfind("dnnl:jit", 0) != 0 && impl.rfind("dnnl:brg", 0) != 0) blocked.reset();  // not gemm or ref
       }
       if (!blocked && reads_plain_image(ctx, x, y, group_)) {
         blocked = pd_if_any([&] { return make_pd(src_md_, activation_desc(y)); });

@@ -185,7 +185,7 @@ class RefFusedBatchNorm : public Kernel {
 
  private:
   ir::Node bn_node_;
-  BatchNormKernel bn_{bn_node_};
+  BatchNormKernel bn_{bn_node_};  // its constructor reads nothing of the node (prepare() gets the edited one)
   FusedActivationSpec act_;
 };
 

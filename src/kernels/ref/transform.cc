@@ -586,6 +586,7 @@ class ChannelShuffleKernel : public Kernel {
     return ctx.output_types();
   }
   void run(const RunContext& ctx) const override {
+    if (plane_bytes_ == 0 || channels_ == 0) return;  // nothing to move (and no pointers to move it through)
     const auto* x = static_cast<const char*>(ctx.in(0).raw());
     auto* y = static_cast<char*>(ctx.out(0).raw());
     const int64_t per_group = channels_ / group_;

@@ -125,7 +125,7 @@ inline VF load(const float* p) {
   return v;
 }
 inline void store(float* p, VF v) { __builtin_memcpy(p, &v, sizeof v); }
-// The first n < kWidth values of p, the other lanes `fill`; and the first n
+// The first n <= kWidth values of p, the other lanes `fill`; and the first n
 // lanes of v stored. Masked loads and stores where the ISA has them (the
 // lanes past n are neither read nor written, so a row's end may be a page's):
 // a lane at a time through memory took 6x longer in NHWC max pooling over 24
