@@ -11,10 +11,6 @@ namespace anvil::passes {
 
 namespace {
 
-bool surely_same_dim(const ir::Dim& a, const ir::Dim& b) {
-  return (a.is_known() && b.is_known() && a.value == b.value) || (a.is_symbol() && b.is_symbol() && a.symbol == b.symbol);
-}
-
 // The group g when `split` (the first Reshape's output) is x split as
 // [N, g, C/g, S...]; 0 otherwise.
 int64_t split_groups(const ir::Type& x, const ir::Type& split) {

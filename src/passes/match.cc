@@ -117,12 +117,14 @@ void absorb(ir::Node& fused, ir::Node& next) {
   next.dead = true;
 }
 
+bool surely_same_dim(const ir::Dim& a, const ir::Dim& b) { return (a.is_known() || a.is_symbol()) && a == b; }
+
 bool surely_same_shape(const ir::Type& a, const ir::Type& b) {
   if (!a.is_tensor() || !b.is_tensor() || !a.has_shape() || !b.has_shape() || a.dtype() != b.dtype()) return false;
   const ir::SymShape &x = a.dims(), &y = b.dims();
   if (x.size() != y.size()) return false;
   for (size_t i = 0; i < x.size(); ++i)
-    if (!(x[i].is_known() || x[i].is_symbol()) || x[i] != y[i]) return false;
+    if (!surely_same_dim(x[i], y[i])) return false;
   return true;
 }
 

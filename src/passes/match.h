@@ -50,8 +50,9 @@ FusedActivation activation_of(const ir::Node& fused);
 // Moves `next`'s output onto `fused` (which now computes it) and kills `next`.
 void absorb(ir::Node& fused, ir::Node& next);
 
-// Both types have the same rank and every dimension is the same number or the
-// same named symbol: equal at run time, whatever the inputs.
+// The same number, or the same named symbol: equal at run time, whatever the inputs.
+bool surely_same_dim(const ir::Dim& a, const ir::Dim& b);
+// Both types have the same rank and every dimension is surely the same.
 bool surely_same_shape(const ir::Type& a, const ir::Type& b);
 
 }  // namespace anvil::passes
