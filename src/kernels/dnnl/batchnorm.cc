@@ -44,7 +44,7 @@ class ChannelBatchNorm : public Kernel {
     epsilon_ = ctx.attrs().get_float("epsilon", 1e-5f);
     channels_ = x[1];
     numel_ = shape_numel(x);
-    planes_ = x[0] * x[1];
+    planes_ = numel_ ? x[0] * x[1] : 0;  // no larger than numel_ then (an empty axis could make x[0] * x[1] overflow)
     if (all_constant(ctx)) {
       params_.resize(3 * static_cast<size_t>(channels_));
       fold_parameters(ctx.constant(1), ctx.constant(2), ctx.constant(3), ctx.constant(4), params_.data());
@@ -119,10 +119,11 @@ class ChannelBatchNorm : public Kernel {
   // chunks so that a few large planes still split between threads. [N, C]
   // (a BatchNorm1d after a Linear) is N rows of C channels instead.
   void run_planes(const float* x, float* y, const float* params) const {
-    const auto bn = vec::vec_kernels().batch_norm_rows;
-    const int64_t plane = numel_ / planes_, chunks = (plane + kChunkFloats - 1) / kChunkFloats;
-    const bool relu = activation_ == "Relu";
+    const int64_t plane = numel_ / planes_;
     if (plane == 1) return run_rows(x, y, params);
+    const auto bn = vec::vec_kernels().batch_norm_rows;
+    const int64_t chunks = (plane + kChunkFloats - 1) / kChunkFloats;
+    const bool relu = activation_ == "Relu";
 #pragma omp parallel for schedule(static) if (numel_ >= kParallelFloats)
     for (int64_t item = 0; item < planes_ * chunks; ++item) {
       const int64_t p = item / chunks, first = item % chunks * kChunkFloats, c = p % channels_;
