@@ -43,7 +43,7 @@ class PixelChannelKernel : public Kernel {
     TensorType out = ctx.output_type(0);
     out.layout = du::layout_of(du::nhwc_desc(out.shape), out.shape, DType::kFloat32);
     ANVIL_PREPARE_CHECK(ctx, out.layout != nullptr, ErrorKind::kUnsupported, "the output's NHWC is plain");
-    pixels_ = x[0] * x[2] * x[3];
+    pixels_ = shape_numel(x) ? x[0] * x[2] * x[3] : 0;  // an empty axis could make the product overflow
     in_channels_ = x[1];
     out_channels_ = out.shape[1];
     return out;
