@@ -386,6 +386,93 @@ TEST(Passes, PadLookalikesStay) {
 
 ir::Value* mul(ir::Graph& g, ir::Value* a, ir::Value* b) { return g.add_node("Mul", {a, b}, 1)->output(0); }
 
+// torch.nn.MultiheadAttention's export (sequence first, heads in the batch):
+// Q, K, V [5, batch, 8] -> Reshape [5, batch * 2, 4] -> Transpose (K: 1, 2, 0;
+// Q and V: 1, 0, 2), Q scaled by `scale_op` (Div by 2, Mul by 0.5, none),
+// Softmax(Q K^T) V -> Transpose(1, 0, 2) -> Reshape [5 * batch, 8].
+struct SequenceFirstAttention {
+  int64_t batch = 1;
+  const char* scale_op = "Div";
+  bool scale_per_dim = false;  // Q divided by a [4] tensor, not a scalar
+  bool softmax_is_output = false;
+
+  std::unique_ptr<ir::Graph> make() const {
+    auto g = std::make_unique<ir::Graph>();
+    g->opsets[""] = 13;
+    auto heads = [&](const char* name, std::vector<int64_t> perm) {
+      ir::Value* x = g->add_input(name, DType::kFloat32, {5, batch, 8});
+      ir::Node* r = g->add_node("Reshape", {x, g->add_constant(std::string(name) + "_split", ints({3}, {5, batch * 2, 4}))}, 1);
+      ir::Node* t = g->add_node("Transpose", {r->output(0)}, 1);
+      t->attrs.set("perm", perm);
+      return t->output(0);
+    };
+    ir::Value* q = heads("q", {1, 0, 2});
+    if (std::string(scale_op) == "Div")
+      q = g->add_node("Div", {q, scale_per_dim ? g->add_constant("twos", testing::f32({4}, {2, 2, 2, 2}))
+                                               : scalar_f32(*g, "two", 2.f)}, 1)->output(0);
+    if (std::string(scale_op) == "Mul") q = mul(*g, q, scalar_f32(*g, "half", 0.5f));
+    ir::Value* scores = g->add_node("MatMul", {q, heads("k", {1, 2, 0})}, 1)->output(0);
+    ir::Node* softmax = g->add_node("Softmax", {scores}, 1, "softmax");
+    softmax->attrs.set("axis", int64_t{-1});
+    ir::Value* pv = g->add_node("MatMul", {softmax->output(0), heads("v", {1, 0, 2})}, 1)->output(0);
+    ir::Node* t = g->add_node("Transpose", {pv}, 1);
+    t->attrs.set("perm", std::vector<int64_t>{1, 0, 2});
+    g->add_output(g->add_node("Reshape", {t->output(0), g->add_constant("merged", ints({2}, {5 * batch, 8}))}, 1)->output(0));
+    if (softmax_is_output) g->add_output(softmax->output(0));
+    return g;
+  }
+};
+
+// It becomes one Attention: values by hand, each head's softmax(q k^T * s) v
+// in double (s = 1/2 for the Div and the Mul, 1 without a scale).
+TEST(Passes, SequenceFirstAttentionBecomesOneAttention) {
+  const Tensor q = ramp({5, 1, 8}, -1.f, 0.05f), k = ramp({5, 1, 8}, 0.7f, -0.04f), v = ramp({5, 1, 8}, -0.3f, 0.03f);
+  for (const char* scale_op : {"Div", "Mul", "None"}) {
+    SequenceFirstAttention a;
+    a.scale_op = scale_op;
+    auto g = a.make();
+    passes::optimize(*g, 2, runtime::reference_evaluator());
+    EXPECT_EQ(count_ops(*g, "Attention"), 1u) << scale_op;
+    EXPECT_EQ(count_ops(*g, "Softmax") + count_ops(*g, "MatMul") + count_ops(*g, "Transpose"), 0u) << scale_op;
+    Session s = Session::from_graph(a.make());
+    const Tensor y = s.run({{"q", q}, {"k", k}, {"v", v}})[0];
+    ASSERT_EQ(y.shape(), (Shape{5, 8}));
+    const double scale = std::string(scale_op) == "None" ? 1.0 : 0.5;
+    const auto at = [](const Tensor& t, int64_t s, int64_t h, int64_t d) { return double(t.data<float>()[s * 8 + h * 4 + d]); };
+    for (int64_t h = 0; h < 2; ++h)
+      for (int64_t i = 0; i < 5; ++i) {
+        double w[5], sum = 0;
+        for (int64_t j = 0; j < 5; ++j) {
+          double dot = 0;
+          for (int64_t d = 0; d < 4; ++d) dot += at(q, i, h, d) * at(k, j, h, d);
+          w[j] = std::exp(dot * scale);
+          sum += w[j];
+        }
+        for (int64_t d = 0; d < 4; ++d) {
+          double want = 0;
+          for (int64_t j = 0; j < 5; ++j) want += w[j] / sum * at(v, j, h, d);
+          EXPECT_NEAR(y.data<float>()[i * 8 + h * 4 + d], want, 1e-5) << scale_op << " head " << h << " row " << i;
+        }
+      }
+  }
+}
+
+// Left alone: a batch of two (its heads interleave with the batch), Q
+// scaled by a tensor rather than a scalar, the attention weights read
+// elsewhere too.
+TEST(Passes, SequenceFirstAttentionLookalikesStay) {
+  std::vector<SequenceFirstAttention> cases(3);
+  cases[0].batch = 2;
+  cases[1].scale_per_dim = true;
+  cases[2].softmax_is_output = true;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    auto g = cases[i].make();
+    passes::optimize(*g, 2, runtime::reference_evaluator());
+    EXPECT_EQ(count_ops(*g, "Attention"), 0u) << "case " << i;
+  }
+}
+
+
 // GELU as PyTorch exports it: x * (1 + erf(x / sqrt(2))) * 0.5, with `one` in place of the 1.
 std::unique_ptr<ir::Graph> gelu_erf_graph(float one = 1.f, bool erf_is_output = false) {
   auto g = std::make_unique<ir::Graph>();
