@@ -204,6 +204,31 @@ PY
   touch "$corpus/.cnn-ops"
 fi
 
+# nn.MultiheadAttention's sequence-first export at batch 1 (ViT's), which
+# fuse_sequence_first_attention rewrites, once.
+if [ ! -e "$corpus/.mha-sequence-first" ]; then
+  "${ANVIL_PYTHON:-python3}" - "$corpus/models" <<'PY'
+import os, sys
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper, TensorProto as T
+def i64(name, a): return numpy_helper.from_array(np.asarray(a, np.int64), name)
+nodes, inits = [], [i64("split", [5, 2, 4]), i64("merged", [5, 8]), numpy_helper.from_array(np.float32(2), "two")]
+for x, perm in [("q", [1, 0, 2]), ("k", [1, 2, 0]), ("v", [1, 0, 2])]:
+    nodes += [helper.make_node("Reshape", [x, "split"], [x + "r"]),
+              helper.make_node("Transpose", [x + "r"], [x + "h"], perm=perm)]
+nodes += [helper.make_node("Div", ["qh", "two"], ["qs"]), helper.make_node("MatMul", ["qs", "kh"], ["s"]),
+          helper.make_node("Softmax", ["s"], ["p"], axis=-1), helper.make_node("MatMul", ["p", "vh"], ["o"]),
+          helper.make_node("Transpose", ["o"], ["ot"], perm=[1, 0, 2]), helper.make_node("Reshape", ["ot", "merged"], ["y"])]
+g = helper.make_graph(nodes, "mha", [helper.make_tensor_value_info(x, T.FLOAT, [5, 1, 8]) for x in "qkv"],
+                      [helper.make_tensor_value_info("y", T.FLOAT, None)], inits)
+m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+m.ir_version = 7
+onnx.save(m, os.path.join(sys.argv[1], "mha_sequence_first.onnx"))
+PY
+  touch "$corpus/.mha-sequence-first"
+fi
+
 # Attention nodes (opset 23; the backend test data of Debian's onnx 1.12
 # predates them): 3-D with grouped heads, causal, and a float mask; 4-D with a
 # boolean mask. Once.
