@@ -12,6 +12,8 @@
 // scale = 1/c | c | 1), ...), with X' = Reshape(X, [1, -1, H*d]): at a batch
 // of one, [S, 1, E] and [1, S, E] are the same bytes. ViT-B/16's twelve
 // layers ran these as 8 nodes each, 10% of the model.
+#include <cmath>
+
 #include "passes/match.h"
 #include "passes/pipeline.h"
 
@@ -58,8 +60,11 @@ const ir::Value* scaled_query(const ir::Graph& g, const ir::Value* a, Match& m) 
   ir::Node* n = a->producer;
   if (!(is_op(n, "Div") || is_op(n, "Mul")) || !used_once(g, a)) return a;
   const std::optional<double> c = scalar_value(n->input(1));
-  if (!c || *c == 0) return a;
-  m.scale = n->op_type == "Div" ? 1.0 / *c : *c;
+  const double scale = !c ? 0.0 : n->op_type == "Div" ? 1.0 / *c : *c;
+  // Attention's reference takes the scale's square root on each side, and 0
+  // means its default: only a finite positive scale is the same computation.
+  if (!std::isfinite(scale) || static_cast<float>(scale) <= 0.f) return a;
+  m.scale = scale;
   m.nodes.push_back(n);
   return n->input(0);
 }
@@ -106,32 +111,40 @@ class FuseSequenceFirstAttention : public Pass {
 
  private:
   // x [S, 1, E] as [1, S, E].
-  static ir::Value* batch_first(ir::Graph& graph, ir::Value* x, const std::string& name, int64_t hidden, int opset) {
-    Tensor shape(DType::kInt64, {3});
-    shape.data<int64_t>()[0] = 1;
-    shape.data<int64_t>()[1] = -1;
-    shape.data<int64_t>()[2] = hidden;
+  // Reshape(x, dims) typed `type`, at the model's own Reshape's opset.
+  static ir::Value* reshaped(ir::Graph& graph, ir::Value* x, std::vector<int64_t> dims, ir::Type type,
+                             const std::string& name, int opset) {
+    Tensor shape(DType::kInt64, {static_cast<int64_t>(dims.size())});
+    std::copy(dims.begin(), dims.end(), shape.data<int64_t>());
     ir::Node* r = graph.add_node("Reshape", {x, graph.add_constant(graph.unique_name(name + "/shape"), shape)}, 1,
                                  graph.unique_name(name));
-    r->opset = opset;  // the model's own Reshape
-    r->output(0)->type = ir::Type::tensor(DType::kFloat32, ir::SymShape{ir::Dim::known(1), x->type.dims()[0],
-                                                                        ir::Dim::known(hidden)});
+    r->opset = opset;
+    r->output(0)->type = std::move(type);
     return r->output(0);
   }
 
   static void rewrite(ir::Graph& graph, const Match& m) {
     for (ir::Node* n : m.nodes) n->dead = true;
     const std::string base = m.merge->name + "/attention";
-    std::vector<ir::Value*> inputs;
-    for (const auto& [x, tag] : {std::pair{m.q, "/q"}, std::pair{m.k, "/k"}, std::pair{m.v, "/v"}})
-      inputs.push_back(batch_first(graph, x, base + tag, m.hidden, m.merge->opset));
+    const int opset = m.merge->opset;
+    std::vector<ir::Value*> inputs;  // each x [S, 1, E] as [1, S, E]
+    for (const auto& [x, tag] : {std::pair{m.q, "/q"}, std::pair{m.k, "/k"}, std::pair{m.v, "/v"}}) {
+      const ir::SymShape dims{ir::Dim::known(1), x->type.dims()[0], ir::Dim::known(m.hidden)};
+      inputs.push_back(reshaped(graph, x, {1, -1, m.hidden}, ir::Type::tensor(DType::kFloat32, dims), base + tag, opset));
+    }
     ir::Node* att = graph.add_node("Attention", inputs, 1, graph.unique_name(base));
     att->opset = 23;  // Attention's first version, whatever the model's opset
     att->attrs.set("q_num_heads", m.heads);
     att->attrs.set("kv_num_heads", m.heads);
     att->attrs.set("scale", static_cast<float>(m.scale));
     att->output(0)->type = inputs[0]->type;
-    m.merge->inputs[0] = att->output(0);
+    // The final Reshape reads [S, H, d] as before, so a 0 in its target (copy
+    // that input dimension) keeps its meaning; simplify_reshapes merges the
+    // two where its target has none.
+    const int64_t size = m.hidden / m.heads;
+    const ir::SymShape split{m.q->type.dims()[0], ir::Dim::known(m.heads), ir::Dim::known(size)};
+    m.merge->inputs[0] = reshaped(graph, att->output(0), {-1, m.heads, size}, ir::Type::tensor(DType::kFloat32, split),
+                                  base + "/heads", opset);
   }
 };
 

@@ -394,7 +394,9 @@ struct SequenceFirstAttention {
   int64_t batch = 1;
   const char* scale_op = "Div";
   bool scale_per_dim = false;  // Q divided by a [4] tensor, not a scalar
+  float divisor = 2.f;
   bool softmax_is_output = false;
+  std::vector<int64_t> merged = {5, 8};  // the final Reshape's target ({0, -1}: S copied from its input)
 
   std::unique_ptr<ir::Graph> make() const {
     auto g = std::make_unique<ir::Graph>();
@@ -409,7 +411,7 @@ struct SequenceFirstAttention {
     ir::Value* q = heads("q", {1, 0, 2});
     if (std::string(scale_op) == "Div")
       q = g->add_node("Div", {q, scale_per_dim ? g->add_constant("twos", testing::f32({4}, {2, 2, 2, 2}))
-                                               : scalar_f32(*g, "two", 2.f)}, 1)->output(0);
+                                               : scalar_f32(*g, "two", divisor)}, 1)->output(0);
     if (std::string(scale_op) == "Mul") q = mul(*g, q, scalar_f32(*g, "half", 0.5f));
     ir::Value* scores = g->add_node("MatMul", {q, heads("k", {1, 2, 0})}, 1)->output(0);
     ir::Node* softmax = g->add_node("Softmax", {scores}, 1, "softmax");
@@ -417,7 +419,9 @@ struct SequenceFirstAttention {
     ir::Value* pv = g->add_node("MatMul", {softmax->output(0), heads("v", {1, 0, 2})}, 1)->output(0);
     ir::Node* t = g->add_node("Transpose", {pv}, 1);
     t->attrs.set("perm", std::vector<int64_t>{1, 0, 2});
-    g->add_output(g->add_node("Reshape", {t->output(0), g->add_constant("merged", ints({2}, {5 * batch, 8}))}, 1)->output(0));
+    std::vector<int64_t> target = merged;
+    if (target[0] == 5) target[0] = 5 * batch;
+    g->add_output(g->add_node("Reshape", {t->output(0), g->add_constant("merged", ints({2}, target))}, 1)->output(0));
     if (softmax_is_output) g->add_output(softmax->output(0));
     return g;
   }
@@ -427,9 +431,10 @@ struct SequenceFirstAttention {
 // in double (s = 1/2 for the Div and the Mul, 1 without a scale).
 TEST(Passes, SequenceFirstAttentionBecomesOneAttention) {
   const Tensor q = ramp({5, 1, 8}, -1.f, 0.05f), k = ramp({5, 1, 8}, 0.7f, -0.04f), v = ramp({5, 1, 8}, -0.3f, 0.03f);
-  for (const char* scale_op : {"Div", "Mul", "None"}) {
+  for (const char* scale_op : {"Div", "Mul", "None", "Div, target [0, -1]"}) {
     SequenceFirstAttention a;
-    a.scale_op = scale_op;
+    a.scale_op = std::string(scale_op).rfind("Div", 0) == 0 ? "Div" : scale_op;
+    if (std::string(scale_op) != a.scale_op) a.merged = {0, -1};  // 0 copies S from the Reshape's input
     auto g = a.make();
     passes::optimize(*g, 2, runtime::reference_evaluator());
     EXPECT_EQ(count_ops(*g, "Attention"), 1u) << scale_op;
@@ -459,11 +464,12 @@ TEST(Passes, SequenceFirstAttentionBecomesOneAttention) {
 
 // Left alone: a batch of two (its heads interleave with the batch), Q
 // scaled by a tensor rather than a scalar, the attention weights read
-// elsewhere too.
+// elsewhere too, a negative scale.
 TEST(Passes, SequenceFirstAttentionLookalikesStay) {
-  std::vector<SequenceFirstAttention> cases(3);
+  std::vector<SequenceFirstAttention> cases(4);
   cases[0].batch = 2;
   cases[1].scale_per_dim = true;
+  cases[3].divisor = -2.f;  // Attention's reference takes the scale's square root
   cases[2].softmax_is_output = true;
   for (size_t i = 0; i < cases.size(); ++i) {
     auto g = cases[i].make();
