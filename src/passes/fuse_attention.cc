@@ -210,7 +210,9 @@ bool match(const ir::Graph& g, ir::Node* softmax, Attention& m) {
   if ((axis != -1 && axis != 3) || softmax->opset < 13) return false;
   m.nodes.push_back(softmax);
   ir::Node* qk = scores(g, softmax->input(0), m);
-  if (!qk || m.scale == 0) return false;  // a scale of 0 would mean Attention's default
+  // Only a finite positive scale is the same computation: Attention's
+  // reference takes its square root on each side, and 0 means its default.
+  if (!qk || !std::isfinite(m.scale) || static_cast<float>(m.scale) <= 0.f) return false;
   if (m.mask && !mask_fits(m.mask->type, st)) return false;
   m.nodes.push_back(qk);
   // After the softmax: P V, heads merged back.

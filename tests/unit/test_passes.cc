@@ -667,6 +667,7 @@ struct AttentionGraphOptions {
   float fill = -1e4f;
   int64_t softmax_axis = -1;
   bool scores_are_output = false;
+  float divisor = 2.f;  // the scores divided by it
   Shape mask_shape = {2, 1, 1, 5};
   // Q, K and V as parts of one input x [2, S, 24] (S named when
   // sequence_symbol), split along the last axis, part qkv_order[i] feeding
@@ -717,7 +718,7 @@ std::unique_ptr<ir::Graph> attention_graph(const AttentionGraphOptions& o = {}) 
   ir::Value* k = heads("k", {0, 2, 3, 1});
   ir::Value* v = heads("v", {0, 2, 1, 3});
   ir::Value* s = g->add_node("MatMul", {q, k}, 1)->output(0);
-  ir::Value* scaled = g->add_node("Div", {s, scalar_f32(*g, "two", 2.f)}, 1)->output(0);
+  ir::Value* scaled = g->add_node("Div", {s, scalar_f32(*g, "two", o.divisor)}, 1)->output(0);
   ir::Value* masked;
   if (o.causal_where) {
     Tensor buffer(DType::kBool, {8, 8});
@@ -893,6 +894,9 @@ TEST(Passes, AttentionLookalikesAreLeftAlone) {
   auto per_query = attention_graph({.mask_shape = {2, 1, 5, 1}});  // one value per query, broadcast over the keys
   passes::optimize(*per_query, 2, runtime::reference_evaluator());
   EXPECT_EQ(count_ops(*per_query, "Attention"), 0u);
+  auto negative = attention_graph({.divisor = -2.f});  // Attention's reference takes the scale's square root
+  passes::optimize(*negative, 2, runtime::reference_evaluator());
+  EXPECT_EQ(count_ops(*negative, "Attention"), 0u);
   auto shared = attention_graph({.scores_are_output = true});  // the raw scores are a graph output
   passes::optimize(*shared, 2, runtime::reference_evaluator());
   EXPECT_EQ(count_ops(*shared, "Attention"), 0u);
