@@ -11,24 +11,10 @@ namespace anvil::passes {
 namespace {
 
 // Pads of zero on every side leave the data as it is, whatever the mode. A
-// Pad that is not valid (pads not two per axis of a known rank, an unknown
-// mode, the `axes` of opset 18) stays, for its kernel to judge.
+// Pad that is not valid stays, for its kernel to judge (constant_pads).
 bool pads_nothing(const ir::Node& pad) {
-  const ir::Value* x = pad.input(0);
-  const std::string mode = pad.attrs.get_string("mode", "constant");
-  if (!x || !x->type.has_shape() || pad.input(3) ||
-      (mode != "constant" && mode != "reflect" && mode != "edge" && mode != "wrap"))
-    return false;
-  std::vector<int64_t> pads;
-  if (pad.opset < 11) {
-    pads = pad.attrs.get_ints("pads");
-  } else {
-    const ir::Value* p = pad.input(1);
-    if (!p || !p->is_constant() || p->constant->dtype() != DType::kInt64) return false;
-    pads.assign(p->constant->data<int64_t>(), p->constant->data<int64_t>() + p->constant->numel());
-  }
-  return pads.size() == 2 * static_cast<size_t>(x->type.rank()) &&
-         std::all_of(pads.begin(), pads.end(), [](int64_t v) { return v == 0; });
+  const std::optional<std::vector<int64_t>> pads = constant_pads(pad);
+  return pads && std::all_of(pads->begin(), pads->end(), [](int64_t v) { return v == 0; });
 }
 
 bool is_removable(const ir::Graph& graph, const ir::Node& n) {

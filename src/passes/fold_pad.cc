@@ -20,21 +20,15 @@ namespace {
 // ONNX's Conv and pooling write them) when it pads only those axes, by
 // zeros, with a constant value of 0; nullopt otherwise.
 std::optional<std::vector<int64_t>> spatial_zero_pads(const ir::Node& pad) {
+  const std::optional<std::vector<int64_t>> all = constant_pads(pad);
   const ir::Value* x = pad.input(0);
-  if (!x || !x->type.has_shape() || x->type.rank() < 3 || pad.attrs.get_string("mode", "constant") != "constant")
-    return std::nullopt;
-  std::vector<int64_t> pads;
-  if (pad.opset < 11) {
-    if (pad.attrs.get_float("value", 0.f) != 0.f) return std::nullopt;
-    pads = pad.attrs.get_ints("pads");
-  } else {
-    const ir::Value* p = pad.input(1);
-    if (!p || !p->is_constant() || p->constant->dtype() != DType::kInt64 || pad.input(3)) return std::nullopt;
-    pads.assign(p->constant->data<int64_t>(), p->constant->data<int64_t>() + p->constant->numel());
-    if (pad.input(2) && scalar_value(pad.input(2)) != std::optional<double>(0.0)) return std::nullopt;
-  }
+  if (!all || x->type.rank() < 3 || pad.attrs.get_string("mode", "constant") != "constant") return std::nullopt;
+  const bool zero_value = pad.opset < 11 ? pad.attrs.get_float("value", 0.f) == 0.f
+                                         : !pad.input(2) || scalar_value(pad.input(2)) == std::optional<double>(0.0);
+  if (!zero_value) return std::nullopt;
+  const std::vector<int64_t>& pads = *all;
   const size_t rank = static_cast<size_t>(x->type.rank());
-  if (pads.size() != 2 * rank || pads[0] || pads[1] || pads[rank] || pads[rank + 1]) return std::nullopt;
+  if (pads[0] || pads[1] || pads[rank] || pads[rank + 1]) return std::nullopt;
   if (std::any_of(pads.begin(), pads.end(), [](int64_t v) { return v < 0; })) return std::nullopt;
   std::vector<int64_t> spatial(pads.begin() + 2, pads.begin() + static_cast<std::ptrdiff_t>(rank));
   spatial.insert(spatial.end(), pads.begin() + static_cast<std::ptrdiff_t>(rank) + 2, pads.end());

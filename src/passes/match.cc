@@ -117,6 +117,24 @@ void absorb(ir::Node& fused, ir::Node& next) {
   next.dead = true;
 }
 
+std::optional<std::vector<int64_t>> constant_pads(const ir::Node& pad) {
+  const ir::Value* x = pad.input(0);
+  const std::string mode = pad.attrs.get_string("mode", "constant");
+  if (!x || !x->type.has_shape() || pad.input(3) ||
+      (mode != "constant" && mode != "reflect" && mode != "edge" && mode != "wrap"))
+    return std::nullopt;
+  std::vector<int64_t> pads;
+  if (pad.opset < 11) {
+    pads = pad.attrs.get_ints("pads");
+  } else {
+    const ir::Value* p = pad.input(1);
+    if (!p || !p->is_constant() || p->constant->dtype() != DType::kInt64) return std::nullopt;
+    pads.assign(p->constant->data<int64_t>(), p->constant->data<int64_t>() + p->constant->numel());
+  }
+  if (pads.size() != 2 * static_cast<size_t>(x->type.rank())) return std::nullopt;
+  return pads;
+}
+
 bool surely_same_dim(const ir::Dim& a, const ir::Dim& b) { return (a.is_known() || a.is_symbol()) && a == b; }
 
 bool surely_same_shape(const ir::Type& a, const ir::Type& b) {

@@ -50,6 +50,12 @@ FusedActivation activation_of(const ir::Node& fused);
 // Moves `next`'s output onto `fused` (which now computes it) and kills `next`.
 void absorb(ir::Node& fused, ir::Node& next);
 
+// A Pad's constant pads, begin then end for each axis of its input (the
+// attribute before opset 11, the input from then on), when they are two per
+// axis of a known rank, its mode is ONNX's and it has no `axes` (opset 18);
+// nullopt otherwise (a Pad its kernel is left to judge).
+std::optional<std::vector<int64_t>> constant_pads(const ir::Node& pad);
+
 // The same number, or the same named symbol: equal at run time, whatever the inputs.
 bool surely_same_dim(const ir::Dim& a, const ir::Dim& b);
 // Both types have the same rank and every dimension is surely the same.
