@@ -76,6 +76,54 @@ TEST(Schema, ShapeGatherConcatReshapeChainGivesSymbolicDims) {
   EXPECT_EQ(transpose->output(0)->type.str(), "float32[batch,12,seq,64]");
 }
 
+// PyTorch's token.expand(n, -1, -1) (ViT's class token): the shape [n, -1,
+// -1] becomes Where(Equal(shape, ConstantOfShape(Shape(shape), 1) * -1),
+// ones, shape) = [n, 1, 1] before the Expand. The Equal and Where of shape
+// values keep the symbol; a Less of them is not computed (nor needed).
+TEST(Schema, TorchExpandOfASymbolicBatchKeepsTheSymbol) {
+  auto g = graph17();
+  ir::Value* x = sym_input(*g, "x", {Dim::named("n"), Dim::known(3)});
+  ir::Value* token = sym_input(*g, "token", {Dim::known(1), Dim::known(1), Dim::known(4)});
+  ir::Node* n = add(*g, "Gather", {add(*g, "Shape", {x})->output(0), g->add_constant("i0", ints({0}))});
+  ir::Node* target = add(*g, "Concat", {n->output(0), g->add_constant("rest", ints({-1, -1}))});
+  target->attrs.set("axis", int64_t{0});
+  ir::Node* flat = add(*g, "Reshape", {target->output(0), g->add_constant("flat", ints({-1}))});
+  ir::Node* ones = add(*g, "ConstantOfShape", {add(*g, "Shape", {flat->output(0)})->output(0)});
+  ones->attrs.set("value", ints({1}));
+  ir::Node* minus = add(*g, "Mul", {ones->output(0), g->add_constant("minus_one", ints({-1}))});
+  ir::Node* eq = add(*g, "Equal", {flat->output(0), minus->output(0)});
+  ir::Node* shape = add(*g, "Where", {eq->output(0), ones->output(0), flat->output(0)});
+  ir::Node* expand = add(*g, "Expand", {token, shape->output(0)});
+  ir::Node* less = add(*g, "Less", {flat->output(0), minus->output(0)});
+  ir::Node* unsure = add(*g, "Where", {less->output(0), ones->output(0), flat->output(0)});
+  ir::Node* expand_unsure = add(*g, "Expand", {token, unsure->output(0)});
+  g->add_output(expand->output(0));
+  g->add_output(expand_unsure->output(0));
+  ir::infer_types(*g);
+  EXPECT_EQ(expand->output(0)->type.str(), "float32[n,1,4]");
+  EXPECT_EQ(expand_unsure->output(0)->type.str(), "float32[...]");
+  // Equal of one symbol with itself is 1; of a symbol with another, unknown.
+  auto g2 = graph17();
+  ir::Value* ab = sym_input(*g2, "ab", {Dim::named("a"), Dim::named("b")});
+  ir::Value* dims = add(*g2, "Shape", {ab})->output(0);
+  auto dim = [&](int64_t i) {
+    return add(*g2, "Gather", {dims, g2->add_constant("i" + std::to_string(i), ints({i}))})->output(0);
+  };
+  auto expand_if = [&](ir::Value* a, ir::Value* b) {
+    ir::Node* same = add(*g2, "Equal", {a, b});
+    ir::Node* pick = add(*g2, "Where", {same->output(0), g2->add_constant(g2->unique_name("y"), ints({7, 7})),
+                                        g2->add_constant(g2->unique_name("n"), ints({5, 5}))});
+    ir::Node* e = add(*g2, "Expand", {sym_input(*g2, g2->unique_name("one"), {Dim::known(1)}), pick->output(0)});
+    g2->add_output(e->output(0));
+    return e->output(0);
+  };
+  ir::Value* a_a = expand_if(dim(0), dim(0));
+  ir::Value* a_b = expand_if(dim(0), dim(1));
+  ir::infer_types(*g2);
+  EXPECT_EQ(a_a->type.str(), "float32[7,7]");
+  EXPECT_EQ(a_b->type.str(), "float32[...]");
+}
+
 TEST(Schema, ReshapeMinusOneBecomesAProductOfSymbols) {
   auto g = graph17();
   ir::Value* x = sym_input(*g, "x", {Dim::named("batch"), Dim::named("seq"), Dim::known(768)});

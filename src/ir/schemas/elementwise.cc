@@ -10,8 +10,19 @@ namespace {
 
 constexpr unsigned kFloatLike = kFloats | kHalfs;
 
+// Equal on shape values, as 0 or 1 (a bool tensor's values): a symbolic dim
+// is a size, never a negative number, and one symbol is one size everywhere.
+// PyTorch's expand(n, -1, -1) exports a Where over Equal(shape, -1).
+std::optional<SymInt> values_equal(const SymInt& a, const SymInt& b) {
+  if (a.is_number() && b.is_number()) return SymInt::of(*a.number == *b.number ? 1 : 0);
+  if ((a.is_number() && *a.number < 0) || (b.is_number() && *b.number < 0)) return SymInt::of(0);
+  if (!a.is_number() && !b.is_number() && a.dim.is_symbol() && a.dim == b.dim) return SymInt::of(1);
+  return std::nullopt;
+}
+
 // Integer arithmetic on shape values (sizes are never negative here).
 std::optional<SymInt> value_op(const std::string& op, const SymInt& a, const SymInt& b) {
+  if (op == "Equal") return values_equal(a, b);
   if (a.is_number() && b.is_number()) {
     int64_t x = *a.number, y = *b.number, r;
     if (op == "Add" && !__builtin_add_overflow(x, y, &r)) return SymInt::of(r);
@@ -102,6 +113,20 @@ void infer_where(InferContext& ctx) {
   ctx.set_output(0, Type::tensor(ctx.dtype(1)));
   SymShape out = broadcast(ctx, broadcast(ctx, ctx.dims(0), ctx.dims(1)), ctx.dims(2));
   ctx.set_output(0, Type::tensor(ctx.dtype(1), out));
+  // Shape values pick element by element where the condition's are known.
+  const auto &c = ctx.forwarded_values(0), &x = ctx.forwarded_values(1), &y = ctx.forwarded_values(2);
+  if (!c || !x || !y || out.size() > 1 || (!out.empty() && !out[0].is_known())) return;
+  const size_t n = out.empty() ? 1 : static_cast<size_t>(out[0].value);
+  auto at = [n](const SymValues& v, size_t i) -> const SymInt* {
+    return v.size() == n ? &v[i] : v.size() == 1 ? &v[0] : nullptr;
+  };
+  SymValues r;
+  for (size_t i = 0; i < n; ++i) {
+    const SymInt *ci = at(*c, i), *xi = at(*x, i), *yi = at(*y, i);
+    if (!ci || !xi || !yi || !ci->is_number()) return;
+    r.push_back(*ci->number != 0 ? *xi : *yi);
+  }
+  ctx.set_output_values(0, std::move(r));
 }
 
 DType cast_target(const InferContext& ctx) { return dtype_from_onnx_code(ctx.attr_int("to")); }

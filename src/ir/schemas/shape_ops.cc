@@ -96,6 +96,7 @@ void infer_reshape(InferContext& ctx) {
   }
   if (xt.has_shape()) check_reshape_count(ctx, xt.dims(), out, minus_one);
   ctx.set_output(0, Type::tensor(ctx.dtype(0), out));
+  if (ctx.forwarded_values(0) && out.size() <= 1) ctx.set_output_values(0, *ctx.forwarded_values(0));
 }
 
 void infer_flatten(InferContext& ctx) {
@@ -465,7 +466,12 @@ void infer_constant_of_shape(InferContext& ctx) {
   if (auto v = ctx.values(0))
     for (const SymInt& d : *v)
       if (d.is_number() && *d.number < 0) ctx.fail_input("shape {} has a negative dimension", *d.number);
-  if (auto shape = values_as_dims(ctx, 0)) ctx.set_output(0, Type::tensor(dtype, *shape));
+  auto shape = values_as_dims(ctx, 0);
+  if (!shape) return;
+  ctx.set_output(0, Type::tensor(dtype, *shape));
+  // A short integer vector of one value is a shape value (PyTorch's expand exports one).
+  if (value && value->numel() == 1 && shape->size() == 1 && (*shape)[0].is_known() && (*shape)[0].value <= 64)
+    if (auto one = values_of(*value)) ctx.set_output_values(0, SymValues(static_cast<size_t>((*shape)[0].value), (*one)[0]));
 }
 
 // Range(start, limit, delta): its length when known; `limit` itself for the common 0..n step 1.
