@@ -1,19 +1,27 @@
 // Multi-head attention as torch.nn.MultiheadAttention exports it (sequence
-// first, the heads folded into the batch), at a batch of one, becomes one
-// ONNX Attention node (opset 23, 3-D inputs), as fuse_attention.cc does for
-// the batch-first form:
+// first, the heads folded into the batch) becomes one attention node, as
+// fuse_attention.cc does for the batch-first form:
 //
-//   Qh = Transpose(Reshape(Q, [S, H, d]), 102) [/ c | * c]    Q, K, V: [S, 1, H*d]
-//   Kt = Transpose(Reshape(K, [S, H, d]), 120)
-//   Vh = Transpose(Reshape(V, [S, H, d]), 102)
+//   Qh = Transpose(Reshape(Q, [S, B*H, d]), 102) [/ c | * c]    Q, K, V: [S, B, H*d]
+//   Kt = Transpose(Reshape(K, [S, B*H, d]), 120)
+//   Vh = Transpose(Reshape(V, [S, B*H, d]), 102)
 //   Y  = Reshape(Transpose(MatMul(Softmax(MatMul(Qh, Kt), -1), Vh), 102), ...)
 //
-// becomes Y = Reshape(Attention(Q', K', V', q_num_heads = kv_num_heads = H,
-// scale = 1/c | c | 1), ...), with X' = Reshape(X, [1, -1, H*d]): at a batch
-// of one, [S, 1, E] and [1, S, E] are the same bytes. ViT-B/16's twelve
-// layers ran these as 8 nodes each, 10% of the model.
+// Row b*H + h of the folded batch is head h of batch item b, so this is
+// attention over B items of H heads each, whose rows lie sequence first.
+// - Q, K and V the three column ranges of one packed projection X [S, B,
+//   3E] (Slices, as the exporter writes in_proj): anvil.QkvAttention(X,
+//   sequence_first = 1) reads them in place and writes Y [S, B, E], the
+//   bytes the merge's Transpose wrote, at any batch.
+// - Otherwise, at a batch of one, where [S, 1, E] and [1, S, E] are the
+//   same bytes: ONNX Attention (opset 23, 3-D inputs) over Reshape(X, [1,
+//   -1, E]) for each of Q, K and V.
+// The scale becomes the node's (1/c, c or 1). ViT-B/16's twelve layers ran
+// these as 8 nodes each, 10% of the model at batch 1, and with the Slices'
+// and Transposes' copies about as much at batch 4.
 #include <cmath>
 
+#include "ir/dim_math.h"
 #include "passes/match.h"
 #include "passes/pipeline.h"
 
@@ -23,6 +31,7 @@ namespace {
 
 struct Match {
   ir::Value *q = nullptr, *k = nullptr, *v = nullptr;
+  ir::Value* packed = nullptr;  // X when Q, K and V are its three column ranges
   int64_t heads = 0, hidden = 0;
   double scale = 1.0;
   ir::Node* merge = nullptr;  // the final Reshape, kept: it reads the Attention's output
@@ -35,7 +44,7 @@ ir::Node* only_reader(const ir::Graph& g, const ir::Value* v, const char* op) {
   return is_op(n, op) ? n : nullptr;
 }
 
-// t_out = Transpose(Reshape(x [S, 1, H*d], [S, H, d]), perm): x, with the
+// t_out = Transpose(Reshape(x [S, B, H*d], [S, B*H, d]), perm): x, with the
 // head count and size; nullptr when the chain differs.
 ir::Value* split_heads(const ir::Graph& g, const ir::Value* t_out, const std::vector<int64_t>& perm, int64_t* heads,
                        int64_t* size, std::vector<ir::Node*>& nodes) {
@@ -47,9 +56,10 @@ ir::Value* split_heads(const ir::Graph& g, const ir::Value* t_out, const std::ve
   const ir::Type &xt = x->type, &rt = r->output(0)->type;
   if (!xt.has_shape() || !rt.has_shape() || xt.rank() != 3 || rt.rank() != 3 || xt.dtype() != DType::kFloat32) return nullptr;
   const ir::SymShape &xd = xt.dims(), &rd = rt.dims();
-  if (!xd[1].is_known() || xd[1].value != 1 || !xd[2].is_known() || !rd[1].is_known() || !rd[2].is_known()) return nullptr;
-  if (!surely_same_dim(xd[0], rd[0]) || rd[1].value * rd[2].value != xd[2].value) return nullptr;
-  *heads = rd[1].value;
+  if (!xd[2].is_known() || !rd[2].is_known() || rd[2].value < 1 || xd[2].value % rd[2].value != 0) return nullptr;
+  const int64_t h = xd[2].value / rd[2].value;
+  if (!surely_same_dim(xd[0], rd[0]) || !surely_same_dim(rd[1], ir::dim_mul(xd[1], ir::Dim::known(h)))) return nullptr;
+  *heads = h;
   *size = rd[2].value;
   nodes.insert(nodes.end(), {t, r});
   return x;
@@ -67,6 +77,47 @@ const ir::Value* scaled_query(const ir::Graph& g, const ir::Value* a, Match& m) 
   m.scale = scale;
   m.nodes.push_back(n);
   return n->input(0);
+}
+
+// x = Slice(X, [first], [first + width], [last axis]) with unit steps, read
+// only by the head split: X, and the column range in `first` and `width`.
+ir::Value* column_slice(const ir::Graph& g, const ir::Value* x, int64_t* first, int64_t* width,
+                        std::vector<ir::Node*>& nodes) {
+  ir::Node* s = producer_op(x, "Slice");
+  if (!s || s->opset < 10 || !used_once(g, x) || s->inputs.size() < 4) return nullptr;
+  ir::Value* data = s->input(0);
+  const ir::Type& t = data->type;
+  if (!t.has_shape() || t.rank() != 3 || !t.dims()[2].is_known()) return nullptr;
+  auto one = [&](size_t i) -> std::optional<int64_t> {
+    const ir::Value* v = s->input(i);
+    if (!v || !v->is_constant() || v->constant->dtype() != DType::kInt64 || v->constant->numel() != 1) return std::nullopt;
+    return *v->constant->data<int64_t>();
+  };
+  const auto start = one(1), end = one(2), axis = one(3);
+  const auto step = s->input(4) ? one(4) : std::optional<int64_t>{1};
+  if (!start || !end || !axis || (*axis != 2 && *axis != -1) || step != 1) return nullptr;
+  const ir::SliceRange r = ir::slice_range(t.dims()[2].value, *start, *end, 1);
+  *first = r.first;
+  *width = r.length;
+  nodes.push_back(s);
+  return data;
+}
+
+// Q, K and V as the column ranges [0, E), [E, 2E), [2E, 3E) of one X [S, B,
+// 3E]: X, with the Slices added to m.nodes; nullptr otherwise.
+ir::Value* packed_projection(const ir::Graph& g, Match& m) {
+  std::vector<ir::Node*> slices;
+  int64_t first[3], width[3];
+  ir::Value* x[3];
+  const ir::Value* parts[3] = {m.q, m.k, m.v};
+  for (int i = 0; i < 3; ++i)
+    if (!(x[i] = column_slice(g, parts[i], &first[i], &width[i], slices))) return nullptr;
+  const int64_t e = m.hidden;
+  if (x[0] != x[1] || x[0] != x[2] || x[0]->type.dims()[2].value != 3 * e) return nullptr;
+  for (int i = 0; i < 3; ++i)
+    if (first[i] != i * e || width[i] != e) return nullptr;
+  m.nodes.insert(m.nodes.end(), slices.begin(), slices.end());
+  return x[0];
 }
 
 bool match(const ir::Graph& g, ir::Node* softmax, Match& m) {
@@ -90,7 +141,9 @@ bool match(const ir::Graph& g, ir::Node* softmax, Match& m) {
   m.heads = qh;
   m.hidden = qh * qd;
   m.merge = merge;
-  return true;
+  m.packed = packed_projection(g, m);
+  const ir::Dim& batch = m.q->type.dims()[1];
+  return m.packed || (batch.is_known() && batch.value == 1);
 }
 
 class FuseSequenceFirstAttention : public Pass {
@@ -110,7 +163,6 @@ class FuseSequenceFirstAttention : public Pass {
   }
 
  private:
-  // x [S, 1, E] as [1, S, E].
   // Reshape(x, dims) typed `type`, at the model's own Reshape's opset.
   static ir::Value* reshaped(ir::Graph& graph, ir::Value* x, std::vector<int64_t> dims, ir::Type type,
                              const std::string& name, int opset) {
@@ -125,6 +177,31 @@ class FuseSequenceFirstAttention : public Pass {
 
   static void rewrite(ir::Graph& graph, const Match& m) {
     for (ir::Node* n : m.nodes) n->dead = true;
+    if (m.packed) rewrite_packed(graph, m);
+    else rewrite_batch_of_one(graph, m);
+  }
+
+  // QkvAttention over X [S, B, 3E], sequence first. Its Y [S, B, E] reaches
+  // the final Reshape as [S, B*H, d], the merge Transpose's type, so a 0 in
+  // that Reshape's target keeps its meaning.
+  static void rewrite_packed(ir::Graph& graph, const Match& m) {
+    const std::string base = m.merge->name + "/attention";
+    ir::Node* att = graph.add_node("QkvAttention", {m.packed}, 1, graph.unique_name(base));
+    att->domain = "anvil";
+    att->opset = 1;
+    att->attrs.set("q_num_heads", m.heads);
+    att->attrs.set("kv_num_heads", m.heads);
+    att->attrs.set("qkv_sizes", std::vector<int64_t>{m.hidden, m.hidden, m.hidden});
+    att->attrs.set("scale", static_cast<float>(m.scale));
+    att->attrs.set("sequence_first", int64_t{1});
+    const ir::SymShape& x = m.packed->type.dims();
+    att->output(0)->type = ir::Type::tensor(DType::kFloat32, ir::SymShape{x[0], x[1], ir::Dim::known(m.hidden)});
+    m.merge->inputs[0] = reshaped(graph, att->output(0), {0, -1, m.hidden / m.heads}, m.merge->input(0)->type,
+                                  base + "/heads", m.merge->opset);
+  }
+
+  // ONNX Attention over Q, K and V [S, 1, E] read as [1, S, E].
+  static void rewrite_batch_of_one(ir::Graph& graph, const Match& m) {
     const std::string base = m.merge->name + "/attention";
     const int opset = m.merge->opset;
     std::vector<ir::Value*> inputs;  // each x [S, 1, E] as [1, S, E]

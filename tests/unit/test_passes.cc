@@ -390,6 +390,9 @@ ir::Value* mul(ir::Graph& g, ir::Value* a, ir::Value* b) { return g.add_node("Mu
 // Q, K, V [5, batch, 8] -> Reshape [5, batch * 2, 4] -> Transpose (K: 1, 2, 0;
 // Q and V: 1, 0, 2), Q scaled by `scale_op` (Div by 2, Mul by 0.5, none),
 // Softmax(Q K^T) V -> Transpose(1, 0, 2) -> Reshape [5 * batch, 8].
+// With `packed`, Q, K and V are the Slices [0, 8), [8, 16), [16, 24) of
+// one input "qkv" [5, batch, 24] (in_proj's export; `slice_starts` moves
+// them); batch 0 is a symbol, "batch".
 struct SequenceFirstAttention {
   int64_t batch = 1;
   const char* scale_op = "Div";
@@ -397,13 +400,33 @@ struct SequenceFirstAttention {
   float divisor = 2.f;
   bool softmax_is_output = false;
   std::vector<int64_t> merged = {5, 8};  // the final Reshape's target ({0, -1}: S copied from its input)
+  bool packed = false;
+  std::vector<int64_t> slice_starts = {0, 8, 16};
+  int64_t slice_step = 1;
 
   std::unique_ptr<ir::Graph> make() const {
     auto g = std::make_unique<ir::Graph>();
     g->opsets[""] = 13;
+    auto input = [&](const char* name, int64_t width) {
+      ir::Value* x = g->add_input(name, DType::kFloat32, {5, std::max<int64_t>(batch, 1), width});
+      if (batch == 0) x->type = ir::Type::tensor(DType::kFloat32, {ir::Dim::known(5), ir::Dim::named("batch"), ir::Dim::known(width)});
+      return x;
+    };
+    ir::Value* qkv = packed ? input("qkv", 24) : nullptr;
+    int part = 0;
     auto heads = [&](const char* name, std::vector<int64_t> perm) {
-      ir::Value* x = g->add_input(name, DType::kFloat32, {5, batch, 8});
-      ir::Node* r = g->add_node("Reshape", {x, g->add_constant(std::string(name) + "_split", ints({3}, {5, batch * 2, 4}))}, 1);
+      ir::Value* x;
+      if (packed) {
+        const int64_t start = slice_starts[part++];
+        x = g->add_node("Slice", {qkv, g->add_constant(std::string(name) + "_start", ints({1}, {start})),
+                                  g->add_constant(std::string(name) + "_end", ints({1}, {start + 8})),
+                                  g->add_constant(std::string(name) + "_axis", ints({1}, {2})),
+                                  g->add_constant(std::string(name) + "_step", ints({1}, {slice_step}))}, 1)->output(0);
+      } else {
+        x = input(name, 8);
+      }
+      const int64_t folded = batch == 0 ? -1 : batch * 2;
+      ir::Node* r = g->add_node("Reshape", {x, g->add_constant(std::string(name) + "_split", ints({3}, {5, folded, 4}))}, 1);
       ir::Node* t = g->add_node("Transpose", {r->output(0)}, 1);
       t->attrs.set("perm", perm);
       return t->output(0);
@@ -420,7 +443,7 @@ struct SequenceFirstAttention {
     ir::Node* t = g->add_node("Transpose", {pv}, 1);
     t->attrs.set("perm", std::vector<int64_t>{1, 0, 2});
     std::vector<int64_t> target = merged;
-    if (target[0] == 5) target[0] = 5 * batch;
+    if (target[0] == 5) target[0] = batch == 0 ? -1 : 5 * batch;
     g->add_output(g->add_node("Reshape", {t->output(0), g->add_constant("merged", ints({2}, target))}, 1)->output(0));
     if (softmax_is_output) g->add_output(softmax->output(0));
     return g;
@@ -462,19 +485,70 @@ TEST(Passes, SequenceFirstAttentionBecomesOneAttention) {
   }
 }
 
-// Left alone: a batch of two (its heads interleave with the batch), Q
-// scaled by a tensor rather than a scalar, the attention weights read
-// elsewhere too, a negative scale.
+// Q, K and V sliced from one projection become one QkvAttention reading it
+// sequence first, at any batch (3, 1, and a symbol run at 3): values by
+// hand, as above, for item b of the batch. The merge's 0 copies S.
+TEST(Passes, PackedSequenceFirstAttentionBecomesOneQkvAttention) {
+  for (int64_t batch : {3, 1, 0}) {
+    SequenceFirstAttention a;
+    a.packed = true;
+    a.batch = batch;
+    if (batch == 1) a.merged = {0, -1};
+    auto g = a.make();
+    passes::optimize(*g, 3, runtime::reference_evaluator());
+    EXPECT_EQ(count_ops(*g, "QkvAttention"), 1u) << "batch " << batch;
+    EXPECT_EQ(count_ops(*g, "Slice") + count_ops(*g, "Softmax") + count_ops(*g, "MatMul") + count_ops(*g, "Transpose"), 0u);
+    const int64_t n = batch == 0 ? 3 : batch;
+    const Tensor qkv = ramp({5, n, 24}, -1.f, 0.013f);
+    Session s = Session::from_graph(a.make());
+    const Tensor y = s.run({{"qkv", qkv}})[0];
+    ASSERT_EQ(y.shape(), (Shape{batch == 1 ? 5 : 5 * n, 8})) << "batch " << batch;
+    // Q's, K's or V's element (s, b, h, d): columns 0, 8 and 16 on.
+    const auto at = [&](int part, int64_t t, int64_t b, int64_t h, int64_t d) {
+      return double(qkv.data<float>()[(t * n + b) * 24 + part * 8 + h * 4 + d]);
+    };
+    for (int64_t b = 0; b < n; ++b)
+      for (int64_t h = 0; h < 2; ++h)
+        for (int64_t i = 0; i < 5; ++i) {
+          double w[5], sum = 0;
+          for (int64_t j = 0; j < 5; ++j) {
+            double dot = 0;
+            for (int64_t d = 0; d < 4; ++d) dot += at(0, i, b, h, d) * at(1, j, b, h, d);
+            w[j] = std::exp(dot * 0.5);
+            sum += w[j];
+          }
+          for (int64_t d = 0; d < 4; ++d) {
+            double want = 0;
+            for (int64_t j = 0; j < 5; ++j) want += w[j] / sum * at(2, j, b, h, d);
+            EXPECT_NEAR(y.data<float>()[(i * n + b) * 8 + h * 4 + d], want, 1e-5)
+                << "batch " << batch << " item " << b << " head " << h << " row " << i;
+          }
+        }
+  }
+}
+
+// Left alone: a batch of two with Q, K and V separate inputs (its heads
+// interleave with the batch, and no one input holds them), Q scaled by a
+// tensor rather than a scalar, the attention weights read elsewhere too, a
+// negative scale; packed parts out of Q, K, V order, overlapping, or
+// strided.
 TEST(Passes, SequenceFirstAttentionLookalikesStay) {
-  std::vector<SequenceFirstAttention> cases(4);
+  std::vector<SequenceFirstAttention> cases(7);
   cases[0].batch = 2;
   cases[1].scale_per_dim = true;
   cases[3].divisor = -2.f;  // Attention's reference takes the scale's square root
   cases[2].softmax_is_output = true;
+  for (size_t i = 4; i < 7; ++i) {
+    cases[i].packed = true;
+    cases[i].batch = 2;
+  }
+  cases[4].slice_starts = {8, 0, 16};
+  cases[5].slice_starts = {0, 8, 8};
+  cases[6].slice_step = 2;
   for (size_t i = 0; i < cases.size(); ++i) {
     auto g = cases[i].make();
-    passes::optimize(*g, 2, runtime::reference_evaluator());
-    EXPECT_EQ(count_ops(*g, "Attention"), 0u) << "case " << i;
+    passes::optimize(*g, 3, runtime::reference_evaluator());
+    EXPECT_EQ(count_ops(*g, "Attention") + count_ops(*g, "QkvAttention"), 0u) << "case " << i;
   }
 }
 

@@ -182,9 +182,20 @@ Tensor side_by_side(const Tensor& q, const Tensor& k, const Tensor& v) {
   return x;
 }
 
+// A 3-D tensor's first two axes swapped: [B, S, E] <-> [S, B, E].
+Tensor swap_leading(const Tensor& x) {
+  const Shape& d = x.shape();
+  Tensor y(DType::kFloat32, {d[1], d[0], d[2]});
+  for (int64_t i = 0; i < d[0]; ++i)
+    for (int64_t j = 0; j < d[1]; ++j)
+      std::copy_n(x.data<float>() + (i * d[1] + j) * d[2], d[2], y.data<float>() + (j * d[0] + i) * d[2]);
+  return y;
+}
+
 // anvil.QkvAttention, the vectorized and the reference kernels, against
 // ONNX's Attention on the same Q, K and V: the parts are read in place with
-// the packed row's stride, at their column offsets.
+// the packed row's stride, at their column offsets; with sequence_first
+// from [S, B, q + k + v] into Y [S, B, ...].
 TEST(VecKernels, QkvAttentionMatchesItsDefinition) {
   Tensor padding = float_mask({2, 1, 1, 37}, 31);
   Tensor keep(DType::kBool, {2, 1, 9, 9});
@@ -195,30 +206,35 @@ TEST(VecKernels, QkvAttentionMatchesItsDefinition) {
       {"padding mask, head size 32, 37 positions", {2, 37, 96}, {2, 37, 96}, {2, 37, 96}, 3, 3, false, 0.f, padding, 2},
       {"grouped heads, causal, scaled", {1, 20, 24}, {1, 20, 12}, {1, 20, 12}, 4, 2, true, 0.3f, {}, 2},
       {"values wider than keys, a boolean mask", {2, 9, 16}, {2, 9, 16}, {2, 9, 40}, 2, 2, false, 0.f, keep, 1},
+      {"ViT's shape, shrunk: 3 items, 2 heads of 16, 13 positions, scaled", {3, 13, 32}, {3, 13, 32}, {3, 13, 32}, 2,
+       2, false, 0.125f, {}, 2},
   };
   uint32_t seed = 300;
-  for (Backend backend : {Backend::kVec, Backend::kRef})
-    for (const AttentionCase& c : cases) {
-      SCOPED_TRACE(c.name + (backend == Backend::kVec ? " (vec)" : " (ref)"));
-      const Tensor q = random_f32(c.q, seed), k = random_f32(c.k, seed + 1), v = random_f32(c.v, seed + 2);
-      seed += 3;
-      std::vector<Tensor> in = {side_by_side(q, k, v)};
-      if (!c.mask.empty()) in.push_back(c.mask);
-      ir::Attributes a = attention_attrs(c);
-      a.set("qkv_sizes", std::vector<int64_t>{c.q[2], c.k[2], c.v[2]});
-      KernelOptions o = vec_attention_options(c.threads);
-      o.backend = backend;
-      o.domain = "anvil";
-      o.opset = 1;
-      const auto got = testing::run_kernel_full("QkvAttention", in, a, o);
-      EXPECT_EQ(got.impl.rfind(backend == Backend::kVec ? "vec:" : "ref", 0), 0u) << got.impl;
-      const std::vector<double> want = attention_in_double(c, q, k, v);
-      const Tensor& y = got.outputs[0];
-      ASSERT_EQ(y.numel(), static_cast<int64_t>(want.size()));
-      int64_t off = 0;
-      for (size_t i = 0; i < want.size(); ++i) off += !(std::abs(y.data<float>()[i] - want[i]) <= 2e-5);
-      EXPECT_EQ(off, 0) << "outputs more than 2e-5 from ONNX's definition";
-    }
+  for (bool sequence_first : {false, true})
+    for (Backend backend : {Backend::kVec, Backend::kRef})
+      for (const AttentionCase& c : cases) {
+        SCOPED_TRACE(c.name + (backend == Backend::kVec ? " (vec)" : " (ref)") + (sequence_first ? ", sequence first" : ""));
+        const Tensor q = random_f32(c.q, seed), k = random_f32(c.k, seed + 1), v = random_f32(c.v, seed + 2);
+        seed += 3;
+        const Tensor packed = side_by_side(q, k, v);
+        std::vector<Tensor> in = {sequence_first ? swap_leading(packed) : packed};
+        if (!c.mask.empty()) in.push_back(c.mask);
+        ir::Attributes a = attention_attrs(c);
+        a.set("qkv_sizes", std::vector<int64_t>{c.q[2], c.k[2], c.v[2]});
+        if (sequence_first) a.set("sequence_first", int64_t{1});
+        KernelOptions o = vec_attention_options(c.threads);
+        o.backend = backend;
+        o.domain = "anvil";
+        o.opset = 1;
+        const auto got = testing::run_kernel_full("QkvAttention", in, a, o);
+        EXPECT_EQ(got.impl.rfind(backend == Backend::kVec ? "vec:" : "ref", 0), 0u) << got.impl;
+        const std::vector<double> want = attention_in_double(c, q, k, v);
+        const Tensor y = sequence_first ? swap_leading(got.outputs[0]) : got.outputs[0];
+        ASSERT_EQ(y.numel(), static_cast<int64_t>(want.size()));
+        int64_t off = 0;
+        for (size_t i = 0; i < want.size(); ++i) off += !(std::abs(y.data<float>()[i] - want[i]) <= 2e-5);
+        EXPECT_EQ(off, 0) << "outputs more than 2e-5 from ONNX's definition";
+      }
 }
 
 // qkv_sizes from a file that do not describe the input: one error, no run

@@ -80,7 +80,9 @@ void infer_attention(InferContext& ctx) {
 
 // anvil.QkvAttention(QKV, attn_mask): Attention on Q, K and V side by side
 // in one [B, S, q + k + v] input, qkv_sizes = {q, k, v} columns
-// (fuse_qkv_attention.cc); Y is [B, S, q_heads * v / kv_heads].
+// (fuse_qkv_attention.cc); Y is [B, S, q_heads * v / kv_heads]. With
+// sequence_first = 1 QKV is [S, B, q + k + v] and Y [S, B, ...]
+// (fuse_sequence_first_attention.cc).
 void infer_qkv_attention(InferContext& ctx) {
   const int64_t qh = ctx.attr_int("q_num_heads"), kvh = ctx.attr_int("kv_num_heads");
   const std::vector<int64_t> sizes = ctx.attr_ints("qkv_sizes");
@@ -96,11 +98,14 @@ void infer_qkv_attention(InferContext& ctx) {
   const std::optional<int64_t> y_width = mul_overflow_free(qh, sizes[2] / kvh);
   if (!total || !y_width) ctx.fail("qkv_sizes {}, {}, {} are too large", sizes[0], sizes[1], sizes[2]);
   ctx.set_output(0, Type::tensor(ctx.dtype(0)));  // the dtype, should QKV's shape be unknown here
+  const int64_t sequence_first = ctx.attr_int("sequence_first");
+  if (sequence_first != 0 && sequence_first != 1) ctx.fail("sequence_first {} is not 0 or 1", sequence_first);
   const SymShape& x = ctx.dims(0);
-  if (x.size() != 3) ctx.fail_input("QKV {} must be [B, S, q + k + v]", dims_str(x));
+  if (x.size() != 3) ctx.fail_input("QKV {} must be [{}, q + k + v]", dims_str(x), sequence_first ? "S, B" : "B, S");
   if (x[2].is_known() && x[2].value != *total)
     ctx.fail_input("QKV {} does not hold qkv_sizes {} + {} + {} columns", dims_str(x), sizes[0], sizes[1], sizes[2]);
-  if (ctx.has_input(1)) check_attn_mask(ctx, 1, SymShape{x[0], Dim::known(qh), x[1], x[1]});
+  const Dim &batch = x[sequence_first], &seq = x[1 - sequence_first];
+  if (ctx.has_input(1)) check_attn_mask(ctx, 1, SymShape{batch, Dim::known(qh), seq, seq});
   ctx.set_output(0, Type::tensor(ctx.dtype(0), SymShape{x[0], x[1], Dim::known(*y_width)}));
 }
 
@@ -217,6 +222,7 @@ struct Registrations {
     r.add(OpSchema("QkvAttention", "anvil")
               .inputs({kFloats | kHalfs, kAnyDType})
               .attr("is_causal", int64_t{0})
+              .attr("sequence_first", int64_t{0})
               .infer(infer_qkv_attention));
     r.add(OpSchema("Attention")
               .attr("is_causal", int64_t{0})

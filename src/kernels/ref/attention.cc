@@ -17,7 +17,9 @@
 //
 // anvil.QkvAttention (fuse_qkv_attention.cc) is Attention on one 3-D input
 // [B, S, q + k + v] holding Q, K and V side by side (qkv_sizes), as the
-// product before a Split wrote them, with only attn_mask beside it.
+// product before a Split wrote them, with only attn_mask beside it; with
+// sequence_first, input [S, B, q + k + v] and Y [S, B, ...]
+// (fuse_sequence_first_attention.cc).
 //
 // RotaryEmbedding (opset 23) rotates the first rotary_embedding_dim values of
 // each head by position: pairs (x1, x2), halves or (interleaved) neighbours,
@@ -58,22 +60,25 @@ void store(T* p, int64_t i, double v) {
 // A 4-D view [B, heads, S, size] of a 3-D or 4-D input.
 struct HeadView {
   int64_t batch = 0, heads = 0, seq = 0, size = 0;
-  bool split = false;  // 3-D: [B, S, row], the heads from column `offset` on
-  int64_t row = 0, offset = 0;
+  // 3-D: rows of [B, S, width] (or [S, B, width], sequence first), the heads
+  // from column `offset` on; rows `item` apart over b, `step` apart over s.
+  bool split = false;
+  int64_t item = 0, step = 0, offset = 0;
   int64_t at(int64_t b, int64_t h, int64_t s, int64_t d) const {
-    return split ? (b * seq + s) * row + offset + h * size + d : ((b * heads + h) * seq + s) * size + d;
+    return split ? b * item + s * step + offset + h * size + d : ((b * heads + h) * seq + s) * size + d;
   }
 };
 
 // `width` columns from `offset` on of a 3-D input's rows, as `heads` heads.
-HeadView columns_view(const Shape& s, int64_t heads, int64_t width, int64_t offset) {
+HeadView columns_view(const Shape& s, int64_t heads, int64_t width, int64_t offset, bool sequence_first = false) {
   HeadView v;
-  v.batch = s[0];
   v.split = true;
-  v.seq = s[1];
+  v.batch = s[sequence_first ? 1 : 0];
+  v.seq = s[sequence_first ? 0 : 1];
   v.heads = heads;
   v.size = heads ? width / heads : 0;
-  v.row = s[2];
+  v.item = sequence_first ? s[2] : s[1] * s[2];
+  v.step = sequence_first ? s[1] * s[2] : s[2];
   v.offset = offset;
   return v;
 }
@@ -93,6 +98,7 @@ class AttentionKernel : public Kernel {
   explicit AttentionKernel(const ir::Node& node)
       : packed_(node.op_type == "QkvAttention"),
         qkv_sizes_(node.attrs.get_ints("qkv_sizes")),
+        sequence_first_(node.attrs.get_int("sequence_first", 0) != 0),
         causal_(node.attrs.get_int("is_causal", 0) != 0),
         q_heads_attr_(node.attrs.get_int("q_num_heads", 0)),
         kv_heads_attr_(node.attrs.get_int("kv_num_heads", 0)),
@@ -108,9 +114,9 @@ class AttentionKernel : public Kernel {
     const Shape& q = ctx.input_shape(0);
     if (packed_) {
       const QkvColumns c = qkv_columns(ctx, qkv_sizes_);
-      q_ = columns_view(q, q_heads_attr_, c.width[0], c.first[0]);
-      k_ = columns_view(q, kv_heads_attr_, c.width[1], c.first[1]);
-      v_ = columns_view(q, kv_heads_attr_, c.width[2], c.first[2]);
+      q_ = columns_view(q, q_heads_attr_, c.width[0], c.first[0], sequence_first_);
+      k_ = columns_view(q, kv_heads_attr_, c.width[1], c.first[1], sequence_first_);
+      v_ = columns_view(q, kv_heads_attr_, c.width[2], c.first[2], sequence_first_);
     } else {
       q_ = view_of(q, q_heads_attr_);
       k_ = view_of(ctx.input_shape(1), kv_heads_attr_);
@@ -243,8 +249,10 @@ class AttentionKernel : public Kernel {
             double acc = 0;
             for (int64_t j = 0; j < total; ++j)
               acc += row[static_cast<size_t>(j)] * values[static_cast<size_t>(((b * hk + hkv) * total + j) * dv + e)];
-            // Y: [B, heads, S, size], or [B, S, heads * size] for 3-D inputs.
-            const int64_t at = q_.split ? ((b * sq + i) * hq + h) * dv + e : ((b * hq + h) * sq + i) * dv + e;
+            // Y: [B, heads, S, size], or [B, S, heads * size] for 3-D inputs
+            // ([S, B, heads * size] sequence first).
+            const int64_t token = sequence_first_ ? i * b_n + b : b * sq + i;
+            const int64_t at = q_.split ? (token * hq + h) * dv + e : ((b * hq + h) * sq + i) * dv + e;
             store(y, at, acc);
           }
         }
@@ -254,6 +262,7 @@ class AttentionKernel : public Kernel {
 
   bool packed_;  // anvil.QkvAttention
   std::vector<int64_t> qkv_sizes_;
+  bool sequence_first_;  // QkvAttention's [S, B, q + k + v]
   bool causal_;
   int64_t q_heads_attr_, kv_heads_attr_, mode_;
   bool has_scale_;

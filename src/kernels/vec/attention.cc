@@ -27,7 +27,8 @@
 //
 // anvil.QkvAttention (fuse_qkv_attention.cc) runs here too: Q, K and V are
 // column ranges of one [B, S, q + k + v] input (qkv_sizes), read in place
-// where a Split would have copied them out.
+// where a Split would have copied them out; or of [S, B, q + k + v] with
+// sequence_first, Y then [S, B, ...] (fuse_sequence_first_attention.cc).
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -56,15 +57,16 @@ struct HeadRows {
   float* at(float* data, int64_t b, int64_t h) const { return data + offset + b * batch + h * head; }
 };
 
-// `width` columns from `offset` on of a 3-D input [B, S, row] as `heads` heads.
-HeadRows column_rows(const Shape& s, int64_t heads, int64_t width, int64_t offset) {
+// `width` columns from `offset` on of a 3-D input [B, S, row] (or [S, B,
+// row], sequence first) as `heads` heads.
+HeadRows column_rows(const Shape& s, int64_t heads, int64_t width, int64_t offset, bool sequence_first = false) {
   HeadRows r;
   r.heads = heads;
-  r.seq = s[1];
+  r.seq = s[sequence_first ? 0 : 1];
   r.size = width / heads;
-  r.row = s[2];
+  r.row = sequence_first ? s[1] * s[2] : s[2];
   r.head = r.size;
-  r.batch = s[1] * s[2];
+  r.batch = sequence_first ? s[2] : s[1] * s[2];
   r.offset = offset;
   return r;
 }
@@ -90,20 +92,22 @@ class VecAttention : public Kernel {
     check_supported(ctx);
     const Shape& qs = ctx.input_shape(0);
     const int64_t q_heads = node_.attrs.get_int("q_num_heads", 0), kv_heads = node_.attrs.get_int("kv_num_heads", 0);
+    const bool sequence_first = packed_ && node_.attrs.get_int("sequence_first", 0) != 0;
     if (packed_) {
       const QkvColumns c = qkv_columns(ctx, node_.attrs.get_ints("qkv_sizes"));
-      q_ = column_rows(qs, q_heads, c.width[0], c.first[0]);
-      k_ = column_rows(qs, kv_heads, c.width[1], c.first[1]);
-      v_ = column_rows(qs, kv_heads, c.width[2], c.first[2]);
+      q_ = column_rows(qs, q_heads, c.width[0], c.first[0], sequence_first);
+      k_ = column_rows(qs, kv_heads, c.width[1], c.first[1], sequence_first);
+      v_ = column_rows(qs, kv_heads, c.width[2], c.first[2], sequence_first);
     } else {
       q_ = head_rows(qs, q_heads);
       k_ = head_rows(ctx.input_shape(1), kv_heads);
       v_ = head_rows(ctx.input_shape(2), kv_heads);
     }
-    y_ = head_rows(ctx.output_shape(0), q_.heads);
+    const Shape& ys = ctx.output_shape(0);
+    y_ = sequence_first ? column_rows(ys, q_.heads, ys[2], 0, true) : head_rows(ys, q_.heads);
     ANVIL_PREPARE_CHECK(ctx, k_.heads > 0 && q_.heads % k_.heads == 0, ErrorKind::kInvalidArgument,
                         "{} query heads cannot share {} key/value heads", q_.heads, k_.heads);
-    batch_ = qs[0];
+    batch_ = qs[sequence_first ? 1 : 0];
     causal_ = node_.attrs.get_int("is_causal", 0) != 0;
     const float scale_attr = node_.attrs.get_float("scale", 0.f);
     scale_ = node_.attrs.has("scale") ? scale_attr : 1.f / std::sqrt(static_cast<float>(q_.size));
