@@ -85,6 +85,7 @@ Dim dim_add(const Dim& a, const Dim& b) {
 
 Dim dim_sub(const Dim& a, const Dim& b) {
   if (a.is_known() && b.is_known() && a.value >= b.value) return Dim::known(a.value - b.value);
+  if (a.is_symbol() && a == b) return Dim::known(0);  // one symbol is one size
   if (b.is_known() && b.value == 0) return a;
   return Dim::unknown();
 }
@@ -93,6 +94,21 @@ Dim dims_product(const SymShape& dims) {
   Dim p = Dim::known(1);
   for (const Dim& d : dims) p = dim_mul(p, d);
   return p;
+}
+
+Dim dim_min(const Dim& s, int64_t n) {
+  if (s.is_known()) return Dim::known(std::min(s.value, n));
+  if (!s.is_symbol() || s.symbol.find_first_of("*(),") != std::string::npos) return Dim::unknown();
+  return Dim::named("min(" + s.symbol + "," + std::to_string(n) + ")");
+}
+
+bool is_min_of(const Dim& m, const Dim& s) {
+  if (!m.is_symbol() || !s.is_symbol()) return false;
+  const std::string head = "min(" + s.symbol + ",";
+  if (m.symbol.size() <= head.size() + 1 || m.symbol.compare(0, head.size(), head) != 0 || m.symbol.back() != ')')
+    return false;
+  const std::string n = m.symbol.substr(head.size(), m.symbol.size() - head.size() - 1);
+  return std::all_of(n.begin(), n.end(), [](char c) { return c >= '0' && c <= '9'; });
 }
 
 SliceRange slice_range(int64_t dim, int64_t start, int64_t end, int64_t step) {

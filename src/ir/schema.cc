@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/check.h"
+#include "ir/dim_math.h"
 #include "ir/op_versions.h"
 
 namespace anvil::ir {
@@ -135,6 +136,8 @@ SymShape broadcast(const InferContext& ctx, const SymShape& a, const SymShape& b
     const Dim& x = i + a.size() >= rank ? a[i + a.size() - rank] : one;
     const Dim& y = i + b.size() >= rank ? b[i + b.size() - rank] : one;
     if (x == y) out[i] = x;
+    else if (is_min_of(x, y)) out[i] = y;
+    else if (is_min_of(y, x)) out[i] = x;
     else if (x.is_known() && x.value == 1) out[i] = y;
     else if (y.is_known() && y.value == 1) out[i] = x;
     else if (x.is_known() && y.is_known())

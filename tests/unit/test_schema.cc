@@ -124,6 +124,50 @@ TEST(Schema, TorchExpandOfASymbolicBatchKeepsTheSymbol) {
   EXPECT_EQ(a_b->type.str(), "float32[...]");
 }
 
+// Hugging Face's BERT slices position_ids[:, :seq] from a [1, 512] buffer:
+// min(seq, 512) long, which broadcasts against seq as seq. GPT-2 slices its
+// causal buffer from key_length - query_length = seq - seq = 0.
+TEST(Schema, SlicesToASymbolicLengthBroadcastAsTheSymbol) {
+  auto g = graph17();
+  ir::Value* ids = sym_input(*g, "ids", {Dim::named("batch"), Dim::named("seq")}, DType::kInt64);
+  ir::Node* seq = add(*g, "Gather", {add(*g, "Shape", {ids})->output(0), g->add_constant("i1", ints({1}))});
+  Tensor buffer(DType::kInt64, {1, 512});
+  ir::Node* positions = add(*g, "Slice", {g->add_constant("buffer", buffer), g->add_constant("zero", ints({0})),
+                                          seq->output(0), g->add_constant("axis1", ints({1}))});
+  ir::Value* table = sym_input(*g, "table", {Dim::known(512), Dim::known(8)});
+  ir::Node* embedded = add(*g, "Gather", {table, positions->output(0)});
+  ir::Node* words = add(*g, "Gather", {table, ids});
+  ir::Node* sum = add(*g, "Add", {words->output(0), embedded->output(0)});
+  // The same slice of an axis that is seq long already: seq.
+  ir::Node* whole = add(*g, "Slice", {words->output(0), g->add_constant("zero1", ints({0})), seq->output(0),
+                                      g->add_constant("axis1b", ints({1}))});
+  // buffer[:, seq - seq : seq]
+  ir::Node* start = add(*g, "Sub", {seq->output(0), seq->output(0)});
+  ir::Node* causal = add(*g, "Slice", {g->add_constant("buffer2", buffer), start->output(0), seq->output(0),
+                                       g->add_constant("axis1c", ints({1}))});
+  ir::Node* sum_reversed = add(*g, "Add", {embedded->output(0), words->output(0)});
+  // buffer[:, 1:seq] is min(seq, 512) - 1 long: unknown.
+  ir::Node* from_one = add(*g, "Slice", {g->add_constant("buffer3", buffer), g->add_constant("one", ints({1})),
+                                         seq->output(0), g->add_constant("axis1d", ints({1}))});
+  for (ir::Node* n : {sum, whole, causal, sum_reversed, from_one}) g->add_output(n->output(0));
+  ir::infer_types(*g);
+  EXPECT_EQ(sum_reversed->output(0)->type.str(), "float32[batch,seq,8]");
+  EXPECT_EQ(from_one->output(0)->type.str(), "int64[1,?]");
+  EXPECT_EQ(positions->output(0)->type.str(), "int64[1,min(seq,512)]");
+  EXPECT_EQ(sum->output(0)->type.str(), "float32[batch,seq,8]");
+  EXPECT_EQ(whole->output(0)->type.str(), "float32[batch,seq,8]");
+  EXPECT_EQ(causal->output(0)->type.str(), "int64[1,min(seq,512)]");
+  // Another symbol does not broadcast so: either may be 1.
+  EXPECT_EQ(ir::dim_min(Dim::named("seq"), 512).str(), "min(seq,512)");
+  EXPECT_TRUE(ir::is_min_of(Dim::named("min(seq,512)"), Dim::named("seq")));
+  EXPECT_FALSE(ir::is_min_of(Dim::named("min(seq,512)"), Dim::named("se")));
+  EXPECT_FALSE(ir::is_min_of(Dim::named("min(seq,x)"), Dim::named("seq")));
+  EXPECT_EQ(ir::dim_min(Dim::named("batch*seq"), 512).str(), "?");  // products are not single names
+  EXPECT_EQ(ir::dim_min(Dim::known(600), 512).value, 512);
+  EXPECT_EQ(ir::dim_sub(Dim::named("seq"), Dim::named("seq")).value, 0);
+  EXPECT_EQ(ir::dim_sub(Dim::named("seq"), Dim::named("batch")).str(), "?");
+}
+
 TEST(Schema, ReshapeMinusOneBecomesAProductOfSymbols) {
   auto g = graph17();
   ir::Value* x = sym_input(*g, "x", {Dim::named("batch"), Dim::named("seq"), Dim::known(768)});

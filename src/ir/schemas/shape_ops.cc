@@ -253,6 +253,34 @@ Dim slice_extent(const Dim& dim, int64_t start, int64_t end, int64_t step) {
   return Dim::known(slice_range(dim.value, start, end, step).length);
 }
 
+// x[:s] along an axis, s a symbolic end (a sequence length read from
+// another input), start 0 and step 1: s where the axis is s, min(s, n)
+// where it has a known size n. Fills `out` when every sliced axis is either
+// that or a known slice of a known dim.
+bool symbolic_prefix(InferContext& ctx, const std::vector<int64_t>& starts, std::vector<int64_t> axes,
+                     const std::vector<int64_t>& steps, SymShape& out) {
+  const auto& ends = ctx.values(2);
+  if (!ends || ends->size() != starts.size() || (!steps.empty() && steps.size() != starts.size())) return false;
+  if (axes.empty())
+    for (size_t i = 0; i < starts.size(); ++i) axes.push_back(static_cast<int64_t>(i));
+  if (axes.size() != starts.size()) return false;
+  const auto rank = static_cast<int64_t>(out.size());
+  std::vector<bool> seen(out.size(), false);
+  for (size_t i = 0; i < axes.size(); ++i) {
+    const int64_t step = steps.empty() ? 1 : steps[i], a = ctx.axis(axes[i], rank);
+    if (step == 0 || seen[a]) return false;
+    seen[a] = true;
+    const SymInt& end = (*ends)[i];
+    if (end.is_number()) {
+      out[a] = slice_extent(out[a], starts[i], *end.number, step);
+    } else {
+      if (starts[i] != 0 || step != 1) return false;
+      out[a] = out[a] == end.dim ? end.dim : out[a].is_known() ? dim_min(end.dim, out[a].value) : Dim::unknown();
+    }
+  }
+  return true;
+}
+
 void infer_slice(InferContext& ctx) {
   ctx.set_output(0, Type::tensor(ctx.dtype(0)));
   const SymShape& x = ctx.dims(0);
@@ -269,6 +297,10 @@ void infer_slice(InferContext& ctx) {
     steps = ctx.has_input(4) ? ctx.known_values(4) : std::vector<int64_t>{};
   }
   SymShape out = x;
+  if (ctx.opset() >= 10 && !ends && starts && axes && steps && symbolic_prefix(ctx, *starts, *axes, *steps, out)) {
+    ctx.set_output(0, Type::tensor(ctx.dtype(0), out));
+    return;
+  }
   if (!starts || !ends || !axes || (ctx.opset() >= 10 && !steps)) {
     if (axes && !axes->empty()) {  // only the sliced axes are unknown
       for (int64_t a : *axes) out[ctx.axis(a, rank)] = Dim::unknown();
