@@ -56,8 +56,12 @@ pip=("$venv/bin/python" -m pip install -q --disable-pip-version-check)
 # numpy stays below 2: Debian's torch 1.13 was built against numpy 1.x.
 numpy_pin="numpy<2"
 # tritonclient[http]: the KServe v2 client the server tests use.
-"$venv/bin/python" -c "import onnxruntime, pytest, numpy, tritonclient.http, sys; sys.exit(int(numpy.__version__.split('.')[0]) >= 2)" 2>/dev/null \
-  || "${pip[@]}" "onnxruntime>=1.30" pytest "tritonclient[http]" "$numpy_pin"
+# transformers: Hugging Face's BERT and GPT-2 modules, which the model tests
+# export themselves (random weights), pinned to a release that runs on
+# Debian's torch 1.13.
+transformers_pin="transformers==4.30.2"
+"$venv/bin/python" -c "import onnxruntime, pytest, numpy, tritonclient.http, transformers, sys; sys.exit(int(numpy.__version__.split('.')[0]) >= 2 or transformers.__version__ != '${transformers_pin#transformers==}')" 2>/dev/null \
+  || "${pip[@]}" "onnxruntime>=1.30" pytest "tritonclient[http]" "$transformers_pin" "$numpy_pin"
 if [ "$peers" = 1 ]; then
   "$venv/bin/python" -c "import openvino" 2>/dev/null || "${pip[@]}" openvino "$numpy_pin"
   "$venv/bin/python" -c "import tvm" 2>/dev/null || "${pip[@]}" apache-tvm "$numpy_pin" \

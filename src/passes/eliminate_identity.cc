@@ -1,8 +1,11 @@
 // Removes Identity nodes, Pad nodes whose pads are all zero (torchvision's
-// DenseNet exports one before each transition's AveragePool), and Dropout
-// whose mask nobody reads in inference mode or with a ratio of 0.
+// DenseNet exports one before each transition's AveragePool), Casts to the
+// type their input has (Hugging Face's GPT-2 casts its attention scores to
+// their own float32 around the softmax), and Dropout whose mask nobody reads
+// in inference mode or with a ratio of 0.
 #include <algorithm>
 
+#include "core/dtype_set.h"
 #include "passes/match.h"
 #include "passes/pipeline.h"
 
@@ -20,6 +23,8 @@ bool pads_nothing(const ir::Node& pad) {
 bool is_removable(const ir::Graph& graph, const ir::Node& n) {
   if (n.op_type == "Identity" && n.domain.empty()) return true;
   if (n.op_type == "Pad" && n.domain.empty()) return pads_nothing(n);
+  if (n.op_type == "Cast" && n.domain.empty())  // `saturate` changes only casts into float8
+    return n.input(0)->dtype() != DType::kUndefined && n.input(0)->dtype() == dtype_from_onnx_code(n.attrs.get_int("to", 0));
   if (n.op_type != "Dropout" || !n.domain.empty()) return false;
   const ir::Value* mask = n.output(1);
   if (mask && (mask->is_graph_output || use_count(graph, mask))) return false;

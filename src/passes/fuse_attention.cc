@@ -52,14 +52,25 @@ ir::Node* single(const ir::Graph& g, const ir::Value* v, const char* op) {
 
 bool known(const ir::Dim& d) { return d.is_known() || d.is_symbol(); }
 
+// How many live nodes other than Shapes read `v` (a graph output counts).
+size_t data_readers(const ir::Graph& g, const ir::Value* v) {
+  size_t n = v->is_graph_output ? 1 : 0;
+  const auto uses = g.consumers();
+  if (auto it = uses.find(v); it != uses.end())
+    for (const ir::Node* c : it->second) n += !c->dead && !is_op(c, "Shape");
+  return n;
+}
+
 // x [b, s, h*d] -> Reshape [b, s, h, d] -> Transpose(perm): the transpose's
-// input chain, checked; returns x and the head count and size.
+// input chain, checked; returns x and the head count and size. Shapes may
+// read the Reshape too (Hugging Face's GPT-2 reads the key length so): it
+// then stays for them, a view of x.
 ir::Value* split_heads(const ir::Graph& g, const ir::Value* t_out, std::vector<int64_t> perm, int64_t* heads,
                        int64_t* size, std::vector<ir::Node*>& nodes) {
   ir::Node* t = t_out->producer;
   if (!has_perm(t, perm) || !used_once(g, t_out)) return nullptr;
   ir::Node* r = producer_op(t->input(0), "Reshape");
-  if (!r || !used_once(g, r->output(0))) return nullptr;
+  if (!r || data_readers(g, r->output(0)) != 1) return nullptr;
   ir::Value* x = r->input(0);
   const ir::Type &in = x->type, &out = r->output(0)->type;
   if (!in.has_shape() || !out.has_shape() || in.rank() != 3 || out.rank() != 4) return nullptr;
@@ -68,7 +79,8 @@ ir::Value* split_heads(const ir::Graph& g, const ir::Value* t_out, std::vector<i
   if (!known(a[0]) || !known(a[1]) || a[0] != b[0] || a[1] != b[1]) return nullptr;
   *heads = b[2].value;
   *size = b[3].value;
-  nodes.insert(nodes.end(), {t, r});
+  nodes.push_back(t);
+  if (used_once(g, r->output(0))) nodes.push_back(r);
   return x;
 }
 
@@ -179,8 +191,10 @@ bool feeds_only(const std::map<const ir::Value*, std::vector<ir::Node*>>& uses, 
 }
 
 // P V's output goes to the head-merging Transpose, and otherwise only to
-// Shape nodes that size the merge Reshape.
-ir::Node* merge_transpose(const ir::Graph& g, const ir::Value* pv_out, std::vector<ir::Node*>& cone) {
+// Shape nodes that size the merge Reshape; so does the Transpose's output
+// (Hugging Face's BERT reads the merged shape after the permute).
+// Returns the Transpose, and the Reshape in `merge`.
+ir::Node* merge_transpose(const ir::Graph& g, const ir::Value* pv_out, std::vector<ir::Node*>& cone, ir::Node** merge) {
   if (pv_out->is_graph_output) return nullptr;
   const auto uses = g.consumers();
   ir::Node* transpose = nullptr;
@@ -193,13 +207,22 @@ ir::Node* merge_transpose(const ir::Graph& g, const ir::Value* pv_out, std::vect
     else if (is_op(n, "Shape")) shapes.push_back(n);
     else return nullptr;
   }
-  if (!transpose) return nullptr;
-  ir::Node* reshape = single(g, transpose->output(0), "Reshape");
-  if (!reshape || reshape->input(0) != transpose->output(0)) return nullptr;
+  if (!transpose || transpose->output(0)->is_graph_output) return nullptr;
+  ir::Node* reshape = nullptr;
+  auto t_uses = uses.find(transpose->output(0));
+  if (t_uses == uses.end()) return nullptr;
+  for (ir::Node* n : t_uses->second) {
+    if (n->dead) continue;
+    if (is_op(n, "Reshape") && n->input(0) == transpose->output(0) && !reshape) reshape = n;
+    else if (is_op(n, "Shape")) shapes.push_back(n);
+    else return nullptr;
+  }
+  if (!reshape) return nullptr;
   for (ir::Node* shape : shapes) {
     if (!feeds_only(uses, shape->output(0), reshape, cone)) return nullptr;
     cone.push_back(shape);
   }
+  *merge = reshape;
   return transpose;
 }
 
@@ -218,9 +241,9 @@ bool match(const ir::Graph& g, ir::Node* softmax, Attention& m) {
   // After the softmax: P V, heads merged back.
   ir::Node* pv = single(g, softmax->output(0), "MatMul");
   if (!pv || pv->input(0) != softmax->output(0)) return false;
-  ir::Node* merge_t = merge_transpose(g, pv->output(0), m.nodes);
+  ir::Node* merge_r = nullptr;
+  ir::Node* merge_t = merge_transpose(g, pv->output(0), m.nodes, &merge_r);
   if (!merge_t) return false;
-  ir::Node* merge_r = single_consumer(g, merge_t->output(0));
   m.nodes.insert(m.nodes.end(), {pv, merge_t, merge_r});
   int64_t qh = 0, qd = 0, kh = 0, kd = 0, vh = 0, vd = 0;
   m.q = split_heads(g, qk->input(0), {0, 2, 1, 3}, &qh, &qd, m.nodes);

@@ -10,6 +10,7 @@
 // output but Y, no softcap and no sliding window (the kernels read
 // attention's other inputs and attributes only from ONNX's Attention). In
 // the GPT-2-style decoder the four Splits were 2.4% of a run.
+#include <algorithm>
 #include <map>
 #include <optional>
 #include <vector>
@@ -30,9 +31,20 @@ std::optional<int64_t> one_int64(const ir::Value* v) {
   return *v->constant->data<int64_t>();
 }
 
-// Shape node `shape` is read only by Slices of its first two elements: the
-// batch and sequence lengths, which the Split's parts share with its input.
-// (The causal mask fuse_attention builds reads Q's sequence length so.)
+// Gather(dims, i) of a 3-D input's Shape picks only its first two elements.
+bool gathers_leading_dims(const ir::Node& gather) {
+  const ir::Value* i = gather.input(1);
+  if (gather.attrs.get_int("axis", 0) != 0 || !i || !i->is_constant() || i->constant->dtype() != DType::kInt64 ||
+      i->constant->rank() > 1)
+    return false;
+  const int64_t* at = i->constant->data<int64_t>();
+  return std::all_of(at, at + i->constant->numel(), [](int64_t k) { return k == 0 || k == 1 || k == -3 || k == -2; });
+}
+
+// Shape node `shape` of a 3-D part is read only by Slices and Gathers of its
+// first two elements: the batch and sequence lengths, which the Split's
+// parts share with its input. (The causal mask fuse_attention builds reads
+// Q's sequence length so; Hugging Face's GPT-2 reads x.size()[:-1].)
 bool reads_leading_dims(const Uses& uses, const ir::Node& shape) {
   const ir::Value* dims = shape.output(0);
   if (shape.attrs.has("start") || shape.attrs.has("end") || !dims || dims->is_graph_output) return false;
@@ -40,11 +52,16 @@ bool reads_leading_dims(const Uses& uses, const ir::Node& shape) {
   if (it == uses.end()) return true;
   for (const ir::Node* n : it->second) {
     if (n->dead) continue;
-    if (!is_op(n, "Slice") || n->opset < 10 || n->num_inputs() < 3 || n->input(0) != dims) return false;
-    const std::optional<int64_t> begin = one_int64(n->input(1)), end = one_int64(n->input(2));
+    if (n->input(0) != dims) return false;
+    if (is_op(n, "Gather") && gathers_leading_dims(*n)) continue;
+    if (!is_op(n, "Slice") || n->opset < 10 || n->num_inputs() < 3) return false;
+    std::optional<int64_t> begin = one_int64(n->input(1)), end = one_int64(n->input(2));
     const bool axis_0 = n->num_inputs() < 4 || !n->input(3) || one_int64(n->input(3)) == int64_t{0};
     const bool step_1 = n->num_inputs() < 5 || !n->input(4) || one_int64(n->input(4)) == int64_t{1};
-    if (!begin || !end || *begin < 0 || *end > 2 || *begin >= *end || !axis_0 || !step_1) return false;
+    if (!begin || !end || !axis_0 || !step_1) return false;
+    if (*begin < 0) *begin += 3;  // the parts are 3-D (qkv_split checks)
+    if (*end < 0) *end += 3;
+    if (*begin < 0 || *end > 2 || *begin >= *end) return false;
   }
   return true;
 }

@@ -38,6 +38,7 @@ std::vector<std::unique_ptr<Pass>> passes_for_level(int level, const ConstantEva
   if (level >= 1) {
     passes.push_back(make_eliminate_identity());
     passes.push_back(make_fold_shapes());
+    passes.push_back(make_shape_of_shuffle(false));
     passes.push_back(make_fold_constants(evaluator));
     passes.push_back(make_eliminate_common_subexpressions());
     passes.push_back(make_dead_code());
@@ -64,6 +65,7 @@ std::vector<std::unique_ptr<Pass>> late_passes_for_level(int level, const Fusion
   std::vector<std::unique_ptr<Pass>> passes;
   if (level >= 1) {
     passes.push_back(make_simplify_reshapes());
+    passes.push_back(make_shape_of_shuffle(true));
     passes.push_back(make_eliminate_identity());
     passes.push_back(make_dead_code());
   }

@@ -1,7 +1,7 @@
 // The optimization levels and the passes each one runs.
 //   0: nothing
 //   1: cleanup — identity elimination, shape folding (known elements of
-//      shapes under symbolic dims), constant folding, common-subexpression
+//      shapes under symbolic dims; Shapes read before Transposes, and late before Reshapes), constant folding, common-subexpression
 //      elimination, dead code; then, late, Transpose / Reshape elimination
 //   2: + fusions — Conv+BatchNorm, GELU, Swish (x * sigmoid(x)), Conv/MatMul
 //      + bias + residual Add + activation (oneDNN post-ops), multi-head
@@ -34,6 +34,8 @@ int optimize(ir::Graph& graph, int level, const ConstantEvaluator& evaluator, co
 
 std::unique_ptr<Pass> make_eliminate_identity();
 std::unique_ptr<Pass> make_fold_shapes();
+// Shapes read before Transposes; with `reshapes` also Shapes of Reshapes as their targets.
+std::unique_ptr<Pass> make_shape_of_shuffle(bool reshapes);
 std::unique_ptr<Pass> make_fold_constants(ConstantEvaluator evaluator);
 std::unique_ptr<Pass> make_simplify_reshapes();
 std::unique_ptr<Pass> make_fold_matmul_transpose();

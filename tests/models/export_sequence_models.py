@@ -33,6 +33,18 @@ Models:
         time-major [seq, batch, 40]) and a Linear head over 30 symbols.
   gru   bidirectional GRU (batch-first [batch, seq, 24], hidden 64) and a
         Linear head: PyTorch's GRU exports with linear_before_reset=1.
+  hf_bert  Hugging Face's BertModel (transformers 4.30, 2 layers, hidden 64,
+        4 heads, vocab 1000): its export computes every shape from Shape
+        nodes, slices position_ids[:, :seq] from a buffer, and reads the
+        merged heads' shape after the permute. Output last_hidden_state.
+  hf_gpt2  Hugging Face's GPT2Model (2 layers, hidden 64, 4 heads, vocab
+        1000): Conv1D products as Gemm between views, a causal mask sliced
+        by key_length - query_length, the scores cast to their own type.
+  vit   torchvision's VisionTransformer, small (32x32 images, patches of 8,
+        2 layers, hidden 64, 4 heads, 10 classes), with a dynamic batch:
+        nn.MultiheadAttention sequence first, the class token expanded by
+        expand(n, -1, -1). Input x [batch, 3, 32, 32]; the sequence axis of
+        SHAPES is unused.
 
 Usage: build/venv/bin/python tests/models/export_sequence_models.py [NAME...] [--cache-dir DIR]
 """
@@ -66,6 +78,10 @@ SHAPES = {
     # Recurrent: (batch, sequence).
     "lstm": [(1, 10), (3, 25), (2, 4)],
     "gru": [(2, 6), (1, 30), (4, 13)],
+    # Exports of Hugging Face's and torchvision's own modules.
+    "hf_bert": [(1, 7), (2, 16), (1, 64)],
+    "hf_gpt2": [(1, 5), (3, 12), (2, 32)],
+    "vit": [(1, 0), (3, 0), (2, 0)],
 }
 MODEL_NAMES = list(SHAPES)
 
@@ -255,15 +271,62 @@ def _gru():
     return Tagger()
 
 
-BUILDERS = {"bert": _bert, "gpt2": _gpt2, "loop": _loop, "if": _if, "lstm": _lstm, "gru": _gru}
+def _hf_bert():
+    import torch.nn as nn
+    import transformers
+
+    config = transformers.BertConfig(vocab_size=1000, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                                     intermediate_size=128, max_position_embeddings=128)
+
+    class LastHiddenState(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.bert = transformers.BertModel(config, add_pooling_layer=False)
+
+        def forward(self, input_ids, attention_mask):
+            return self.bert(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+
+    return LastHiddenState()
+
+
+def _hf_gpt2():
+    import torch.nn as nn
+    import transformers
+
+    config = transformers.GPT2Config(vocab_size=1000, n_positions=128, n_embd=64, n_layer=2, n_head=4, use_cache=False)
+
+    class LastHiddenState(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.gpt2 = transformers.GPT2Model(config)
+
+        def forward(self, input_ids):
+            return self.gpt2(input_ids=input_ids).last_hidden_state
+
+    return LastHiddenState()
+
+
+def _vit():
+    from torchvision.models.vision_transformer import VisionTransformer
+
+    return VisionTransformer(image_size=32, patch_size=8, num_layers=2, num_heads=4, hidden_dim=64, mlp_dim=128,
+                             num_classes=10)
+
+
+BUILDERS = {"bert": _bert, "gpt2": _gpt2, "loop": _loop, "if": _if, "lstm": _lstm, "gru": _gru, "hf_bert": _hf_bert,
+            "hf_gpt2": _hf_gpt2, "vit": _vit}
 INPUTS = {"bert": ["input_ids", "attention_mask"], "gpt2": ["input_ids"], "loop": ["x", "steps"], "if": ["x"],
-          "lstm": ["features"], "gru": ["x"]}
+          "lstm": ["features"], "gru": ["x"], "hf_bert": ["input_ids", "attention_mask"], "hf_gpt2": ["input_ids"],
+          "vit": ["x"]}
 OUTPUTS = {"bert": ["last_hidden_state"], "gpt2": ["logits"], "loop": ["y"], "if": ["y"], "lstm": ["scores"],
-           "gru": ["tags"]}
-VOCAB = {"bert": 30522, "gpt2": 1000}
+           "gru": ["tags"], "hf_bert": ["last_hidden_state"], "hf_gpt2": ["last_hidden_state"], "vit": ["scores"]}
+VOCAB = {"bert": 30522, "gpt2": 1000, "hf_bert": 1000, "hf_gpt2": 1000}
 # Dynamic axes per input and output name.
 AXES = {"bert": {0: "batch", 1: "sequence"}, "gpt2": {0: "batch", 1: "sequence"}, "loop": {0: "batch"},
-        "if": {0: "batch"}, "lstm": {0: "sequence", 1: "batch"}, "gru": {0: "batch", 1: "sequence"}}
+        "if": {0: "batch"}, "lstm": {0: "sequence", 1: "batch"}, "gru": {0: "batch", 1: "sequence"},
+        "hf_bert": {0: "batch", 1: "sequence"}, "hf_gpt2": {0: "batch", 1: "sequence"}, "vit": {0: "batch"}}
+# Multi-head attention nodes `anvil optimize` must make of each (one per layer).
+ATTENTION_LAYERS = {"bert": 12, "gpt2": 4, "hf_bert": 2, "hf_gpt2": 2, "vit": 2}
 
 
 def make_inputs(name: str, batch: int, seq: int, rng: np.random.Generator) -> dict:
@@ -273,11 +336,13 @@ def make_inputs(name: str, batch: int, seq: int, rng: np.random.Generator) -> di
         return {"features": rng.standard_normal((seq, batch, 40), dtype=np.float32)}
     if name == "gru":
         return {"x": rng.standard_normal((batch, seq, 24), dtype=np.float32)}
+    if name == "vit":
+        return {"x": rng.standard_normal((batch, 3, 32, 32), dtype=np.float32)}
     if name == "if":
         x = np.abs(rng.standard_normal((batch, 8), dtype=np.float32)) * seq  # seq gives the sign of the sum
         return {"x": x}
     ids = rng.integers(0, VOCAB[name], size=(batch, seq), dtype=np.int64)
-    if name == "gpt2":
+    if name in ("gpt2", "hf_gpt2"):
         return {"input_ids": ids}
     mask = np.ones((batch, seq), dtype=np.int64)
     if batch > 1:

@@ -59,9 +59,11 @@ def _declared_type(value) -> str:
     return f"{dtype}[{','.join(dims)}]"
 
 
-# The Loop model's output is declared [batch, Loopy_dim_1]: PyTorch's exporter
-# could not name the second dim, so there is nothing to compare with.
-@pytest.mark.parametrize("name", [n for n in seq.MODEL_NAMES if n != "loop"])
+# The Loop model's output is declared [batch, Loopy_dim_1], Hugging Face's
+# GPT-2's [batch, sequence, Reshapelast_hidden_state_dim_2]: PyTorch's
+# exporter could not name a dim (Anvil infers 64 for GPT-2's), so there is
+# nothing to compare with.
+@pytest.mark.parametrize("name", [n for n in seq.MODEL_NAMES if n not in ("loop", "hf_gpt2")])
 def test_inference_recovers_the_declared_output_types(name, anvil, tmp_path):
     """With every intermediate and output shape removed, Anvil's schemas infer
     the outputs' symbolic types from the inputs alone, as PyTorch declared them."""
@@ -79,3 +81,18 @@ def test_inference_recovers_the_declared_output_types(name, anvil, tmp_path):
     for output, declared in expected.items():
         assert re.search(rf"^\s+{re.escape(output)}\s+{re.escape(declared)}$", outputs, re.MULTILINE), (
             f"{output}: expected {declared}\n{result.stdout}")
+
+
+# The exporters compute shapes around attention in their own ways (Shape
+# nodes of symbolic dims, buffers sliced to the sequence length, casts of a
+# type to itself, sequence-first heads): each layer must still become one
+# attention node reading the packed projection in place. The outputs of the
+# optimized graph are checked above at -O 3.
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(seq.ATTENTION_LAYERS))
+def test_every_attention_layer_fuses(name, anvil, tmp_path):
+    result = anvil("optimize", seq.export_model(name), tmp_path / f"{name}_opt.onnx", timeout=RUN_TIMEOUT_S)
+    assert_ok(result)
+    fused = re.search(r"^\s+anvil\.QkvAttention\s+(\d+)$", result.stdout, re.MULTILINE)
+    assert fused and int(fused.group(1)) == seq.ATTENTION_LAYERS[name], (
+        f"{name}: expected {seq.ATTENTION_LAYERS[name]} anvil.QkvAttention nodes\n{result.stdout}")

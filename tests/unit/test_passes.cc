@@ -86,6 +86,59 @@ TEST(Passes, IdentityAndDeadNodesAreRemoved) {
   EXPECT_EQ(g->nodes()[0]->input(0), x);
 }
 
+// A Cast to the type its input has is an identity (Hugging Face's GPT-2
+// casts its float32 scores to float32); a Cast that converts stays.
+TEST(Passes, CastsToTheSameTypeAreRemoved) {
+  for (DType to : {DType::kFloat32, DType::kFloat64}) {
+    auto g = std::make_unique<ir::Graph>();
+    g->opsets[""] = 13;
+    ir::Node* cast = g->add_node("Cast", {g->add_input("x", DType::kFloat32, {4})}, 1);
+    cast->attrs.set("to", int64_t{to == DType::kFloat32 ? 1 : 11});
+    g->add_output(g->add_node("Relu", {cast->output(0)}, 1)->output(0));
+    ir::infer_types(*g);
+    passes::optimize(*g, 1, runtime::reference_evaluator());
+    EXPECT_EQ(count_ops(*g, "Cast"), to == DType::kFloat32 ? 0u : 1u) << dtype_name(to);
+  }
+}
+
+// Shapes read before the shuffles that only move data: Shape(Transpose(x,
+// perm)) as Shape(x) gathered at perm, where only Shapes read the Transpose,
+// and Shape(Reshape(x, target)) as the target, where the target neither
+// copies (0) nor infers (-1) a dim. The shuffles then die; the lengths are
+// the same (by hand, at batch 2).
+TEST(Passes, ShapesAreReadBeforeShuffles) {
+  auto make = [](bool transpose_read_by_relu, int64_t second_dim) {
+    auto g = std::make_unique<ir::Graph>();
+    g->opsets[""] = 13;
+    ir::Value* x = g->add_input("x", DType::kFloat32, {});
+    x->type = ir::Type::tensor(DType::kFloat32, ir::SymShape{ir::Dim::named("batch"), ir::Dim::known(3), ir::Dim::known(4)});
+    ir::Node* t = g->add_node("Transpose", {x}, 1);
+    t->attrs.set("perm", std::vector<int64_t>{2, 0, 1});
+    g->add_output(g->add_node("Shape", {t->output(0)}, 1, "transposed")->output(0));
+    if (transpose_read_by_relu) g->add_output(g->add_node("Relu", {t->output(0)}, 1)->output(0));
+    ir::Value* batch = g->add_node("Gather", {g->add_node("Shape", {x}, 1)->output(0), g->add_constant("zero", ints({1}, {0}))}, 1)->output(0);
+    ir::Node* target = g->add_node("Concat", {batch, g->add_constant("rest", ints({1}, {second_dim}))}, 1);
+    target->attrs.set("axis", int64_t{0});
+    ir::Value* r = g->add_node("Reshape", {x, target->output(0)}, 1)->output(0);
+    ir::Node* dims = g->add_node("Concat", {g->add_node("Shape", {r}, 1, "reshaped")->output(0), g->add_constant("seven", ints({1}, {7}))}, 1);
+    dims->attrs.set("axis", int64_t{0});
+    g->add_output(dims->output(0));
+    ir::infer_types(*g);
+    return g;
+  };
+  for (auto [relu, second] : {std::pair{false, int64_t{12}}, std::pair{true, int64_t{-1}}}) {
+    SCOPED_TRACE(relu ? "the Transpose read by a Relu, the Reshape inferring a dim" : "only Shapes read the shuffles");
+    auto g = make(relu, second);
+    passes::optimize(*g, 1, runtime::reference_evaluator());
+    EXPECT_EQ(count_ops(*g, "Transpose"), relu ? 1u : 0u);
+    EXPECT_EQ(count_ops(*g, "Reshape"), relu ? 1u : 0u);
+    Session s = Session::from_graph(make(relu, second));
+    const std::vector<Tensor> out = s.run({{"x", Tensor(DType::kFloat32, {2, 3, 4})}});
+    EXPECT_EQ(testing::values<int64_t>(out[0]), (std::vector<int64_t>{4, 2, 3}));
+    EXPECT_EQ(testing::values<int64_t>(out.back()), (std::vector<int64_t>{2, 12, 7}));
+  }
+}
+
 // Dropout is an identity in inference mode and, with a ratio of 0, in
 // training mode too (torchvision's Swin exports it so); with a ratio above
 // 0 in training mode it stays.
@@ -753,6 +806,17 @@ struct AttentionGraphOptions {
   // packed_qkv: Slice(Shape(Q part), begin, end) is a graph output "q_dims" (none when empty).
   std::vector<int64_t> q_dims_slice;
   bool split_sizes_input = false;  // packed_qkv: the Split's sizes a graph input, the parts declared [2, 5, 8]
+  // packed_qkv: Gather(Shape(Q part), q_dims_gather) is a graph output "q_dims" (none when empty).
+  std::vector<int64_t> q_dims_gather;
+  // Hugging Face's BERT: the merge Reshape's target is Concat(Shape(merged
+  // Transpose)[0:2], [8]), read after the Transpose.
+  bool merge_shape_after_transpose = false;
+  // Hugging Face's GPT-2: Gather(Shape(Transpose(K's Reshape, 0213)), 2),
+  // the key length, is a graph output "k_len".
+  bool k_length_read = false;
+  // The heads' Reshape targets Concat(Shape(part)[0:2], [2, 4]), as
+  // x.size()[:-1] + (heads, size) exports.
+  bool computed_head_shape = false;
 };
 
 std::unique_ptr<ir::Graph> attention_graph(const AttentionGraphOptions& o = {}) {
@@ -778,14 +842,38 @@ std::unique_ptr<ir::Graph> attention_graph(const AttentionGraphOptions& o = {}) 
       q_dims->name = "q_dims";
       g->add_output(q_dims);
     }
+    if (!o.q_dims_gather.empty()) {
+      ir::Value* dims = g->add_node("Shape", {parts[0]}, 1)->output(0);
+      const Tensor at = ints({static_cast<int64_t>(o.q_dims_gather.size())}, o.q_dims_gather);
+      ir::Value* q_dims = g->add_node("Gather", {dims, g->add_constant("q_dims_at", at)}, 1)->output(0);
+      q_dims->name = "q_dims";
+      g->add_output(q_dims);
+    }
   }
   auto heads = [&](const char* name, std::vector<int64_t> perm) {
     ir::Value* x = !o.packed_qkv ? g->add_input(name, DType::kFloat32, {2, 5, 8})
                                  : parts[static_cast<size_t>(std::string("qkv").find(name[0]))];
     const std::vector<int64_t> dims = o.sequence_symbol ? std::vector<int64_t>{0, 0, 2, 4} : std::vector<int64_t>{2, 5, 2, 4};
-    ir::Value* r = g->add_node("Reshape", {x, g->add_constant(std::string(name) + "_shape", ints({4}, dims))}, 1)->output(0);
+    ir::Value* target = g->add_constant(std::string(name) + "_shape", ints({4}, dims));
+    if (o.computed_head_shape) {
+      ir::Value* lead = g->add_node("Slice", {g->add_node("Shape", {x}, 1)->output(0),
+                                              g->add_constant(std::string(name) + "_lead_begin", ints({1}, {0})),
+                                              g->add_constant(std::string(name) + "_lead_end", ints({1}, {2}))}, 1)->output(0);
+      ir::Node* cat = g->add_node("Concat", {lead, g->add_constant(std::string(name) + "_heads", ints({2}, {2, 4}))}, 1);
+      cat->attrs.set("axis", int64_t{0});
+      target = cat->output(0);
+    }
+    ir::Value* r = g->add_node("Reshape", {x, target}, 1)->output(0);
     ir::Node* t = g->add_node("Transpose", {r}, 1);
     t->attrs.set("perm", perm);
+    if (o.k_length_read && name[0] == 'k') {
+      ir::Node* again = g->add_node("Transpose", {r}, 1);
+      again->attrs.set("perm", std::vector<int64_t>{0, 2, 1, 3});
+      ir::Value* dims = g->add_node("Shape", {again->output(0)}, 1)->output(0);
+      ir::Value* len = g->add_node("Gather", {dims, g->add_constant("k_len_at", ints({1}, {2}))}, 1)->output(0);
+      len->name = "k_len";
+      g->add_output(len);
+    }
     return t->output(0);
   };
   ir::Value* q = heads("q", {0, 2, 1, 3});
@@ -810,7 +898,16 @@ std::unique_ptr<ir::Graph> attention_graph(const AttentionGraphOptions& o = {}) 
   ir::Node* t = g->add_node("Transpose", {o4}, 1);
   t->attrs.set("perm", std::vector<int64_t>{0, 2, 1, 3});
   const std::vector<int64_t> y_dims = o.sequence_symbol ? std::vector<int64_t>{0, 0, 8} : std::vector<int64_t>{2, 5, 8};
-  g->add_output(g->add_node("Reshape", {t->output(0), g->add_constant("y_shape", ints({3}, y_dims))}, 1)->output(0));
+  ir::Value* y_shape = g->add_constant("y_shape", ints({3}, y_dims));
+  if (o.merge_shape_after_transpose) {
+    ir::Value* dims = g->add_node("Shape", {t->output(0)}, 1)->output(0);
+    ir::Value* lead = g->add_node("Slice", {dims, g->add_constant("lead_begin", ints({1}, {0})),
+                                            g->add_constant("lead_end", ints({1}, {2}))}, 1)->output(0);
+    ir::Node* cat = g->add_node("Concat", {lead, g->add_constant("width", ints({1}, {8}))}, 1);
+    cat->attrs.set("axis", int64_t{0});
+    y_shape = cat->output(0);
+  }
+  g->add_output(g->add_node("Reshape", {t->output(0), y_shape}, 1)->output(0));
   if (o.scores_are_output) g->add_output(s);
   ir::infer_types(*g);
   return g;
@@ -933,6 +1030,50 @@ TEST(Passes, AttentionOnASplitReadsItsPartsInPlace) {
   }
 }
 
+// Hugging Face's exports read shapes around the pattern: BERT sizes the
+// merge Reshape from the merged Transpose's Shape, GPT-2 transposes K's
+// heads a second time for its length, and reads Q's leading dims with a
+// Gather or x.size()[:-1]. Each still fuses, the key length's Transpose
+// goes, and the values are the definition's (by hand) and the lengths'.
+TEST(Passes, AttentionWithHuggingFacesShapeReadsFuses) {
+  struct Case {
+    const char* name;
+    AttentionGraphOptions o;
+    const char* fused;
+  };
+  const Case cases[] = {
+      {"BERT's merge shape", {.packed_qkv = true, .sequence_symbol = true, .merge_shape_after_transpose = true},
+       "QkvAttention"},
+      {"GPT-2's key length",
+       {.packed_qkv = true, .sequence_symbol = true, .k_length_read = true, .computed_head_shape = true},
+       "QkvAttention"},
+      {"Q's batch by Gather", {.packed_qkv = true, .sequence_symbol = true, .q_dims_gather = {0, -2}}, "QkvAttention"},
+      {"x.size()[:-1] of Q", {.packed_qkv = true, .sequence_symbol = true, .q_dims_slice = {0, -1}}, "QkvAttention"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    auto g = attention_graph(c.o);
+    passes::optimize(*g, 3, runtime::reference_evaluator());
+    EXPECT_EQ(count_ops(*g, c.fused), 1u);
+    EXPECT_EQ(count_ops(*g, "Softmax") + count_ops(*g, "Transpose") + count_ops(*g, "Split"), 0u);
+    Session s = Session::from_graph(attention_graph(c.o));
+    const Tensor x = ramp({2, 5, 24}, -0.8f, 0.013f);
+    Tensor mask(DType::kFloat32, {2, 1, 1, 5});
+    for (int64_t i = 0; i < 10; ++i) mask.data<float>()[i] = i % 5 == 2 ? -10000.f : 0.2f * float(i);
+    const Tensor q = columns(x, 0), k = columns(x, 8), v = columns(x, 16);
+    const std::vector<Tensor> out = s.run({{"x", x}, {"mask", mask}});
+    if (c.o.k_length_read) EXPECT_EQ(testing::values<int64_t>(out[0]), (std::vector<int64_t>{5}));
+    if (!c.o.q_dims_gather.empty() || !c.o.q_dims_slice.empty())
+      EXPECT_EQ(testing::values<int64_t>(out[0]), (std::vector<int64_t>{2, 5}));
+    const Tensor& y = out.back();
+    const std::vector<float> want = attention_expected(q, k, v, [&](int64_t b, int64_t, int64_t j) {
+      return double(mask.data<float>()[b * 5 + j]);
+    });
+    ASSERT_EQ(y.numel(), 80);
+    for (int64_t i = 0; i < 80; ++i) EXPECT_NEAR(y.data<float>()[i], want[static_cast<size_t>(i)], 1e-5f) << i;
+  }
+}
+
 TEST(Passes, SplitsAttentionCannotReadInPlaceStay) {
   auto swapped = attention_graph({.packed_qkv = true, .qkv_order = {1, 0, 2}});  // the first part is K
   passes::optimize(*swapped, 2, runtime::reference_evaluator());
@@ -948,11 +1089,15 @@ TEST(Passes, SplitsAttentionCannotReadInPlaceStay) {
   passes::optimize(*sizes_at_run_time, 2, runtime::reference_evaluator());
   EXPECT_EQ(count_ops(*sizes_at_run_time, "QkvAttention"), 0u);
   EXPECT_EQ(count_ops(*sizes_at_run_time, "Attention"), 1u);
-  // Q's last length is not x's.
-  auto q_width_read = attention_graph({.packed_qkv = true, .sequence_symbol = true, .q_dims_slice = {1, 3}});
-  passes::optimize(*q_width_read, 2, runtime::reference_evaluator());
-  EXPECT_EQ(count_ops(*q_width_read, "QkvAttention"), 0u);
-  EXPECT_EQ(count_ops(*q_width_read, "Attention"), 1u);
+  // Q's last length is not x's, sliced or gathered.
+  for (auto o : {AttentionGraphOptions{.packed_qkv = true, .sequence_symbol = true, .q_dims_slice = {1, 3}},
+                 AttentionGraphOptions{.packed_qkv = true, .sequence_symbol = true, .q_dims_gather = {1, 2}},
+                 AttentionGraphOptions{.packed_qkv = true, .sequence_symbol = true, .q_dims_gather = {-2, -1}}}) {
+    auto q_width_read = attention_graph(o);
+    passes::optimize(*q_width_read, 2, runtime::reference_evaluator());
+    EXPECT_EQ(count_ops(*q_width_read, "QkvAttention"), 0u);
+    EXPECT_EQ(count_ops(*q_width_read, "Attention"), 1u);
+  }
 }
 
 TEST(Passes, AttentionLookalikesAreLeftAlone) {

@@ -1,0 +1,83 @@
+// Shapes read before the shuffles that only move data:
+//   Shape(Transpose(x, perm))  ->  Gather(Shape(x), perm); a Transpose
+//                                  only Shapes read then dies, copy and all
+//   Shape(Reshape(x, target))  ->  target, when no element of the target is
+//                                  0 (copy a dim) or -1 (infer one): its
+//                                  values are the output's dims
+// The same numbers, read without the shuffle, so the patterns around it
+// match: Hugging Face's GPT-2 transposes its keys a second time, and
+// reshapes them, only to read their length for the causal mask, which kept
+// its attention from fusing. The Reshape rule runs late (`reshapes`), after
+// the fusions: the attention fusion takes the Shapes that size its merge
+// Reshape only while they feed nothing else, and reading Reshapes' targets
+// early would merge those with other shape arithmetic.
+#include <algorithm>
+
+#include "ir/schema.h"
+#include "passes/match.h"
+#include "passes/pipeline.h"
+
+namespace anvil::passes {
+
+namespace {
+
+// The Reshape's target when every element is a positive number or a symbolic dim.
+bool target_is_its_shape(const ir::Node& reshape, const ir::InferredFacts& facts) {
+  const ir::Value* target = reshape.input(1);
+  auto it = target ? facts.values.find(target) : facts.values.end();
+  if (it == facts.values.end() || target->dtype() != DType::kInt64) return false;
+  return std::all_of(it->second.begin(), it->second.end(), [](const ir::SymInt& v) {
+    return v.is_number() ? *v.number > 0 : v.dim.is_symbol() || v.dim.is_known();
+  });
+}
+
+class ShapeOfShuffle : public Pass {
+ public:
+  explicit ShapeOfShuffle(bool reshapes) : reshapes_(reshapes) {}
+  std::string name() const override { return reshapes_ ? "shape_of_shuffle(reshapes)" : "shape_of_shuffle"; }
+
+  bool run(ir::Graph& graph) override {
+    const ir::InferredFacts facts = ir::infer_run_time_facts(graph);
+    bool changed = false;
+    const size_t count = graph.nodes().size();  // rewriting appends nodes
+    for (size_t i = 0; i < count; ++i) {
+      ir::Node& shape = *graph.nodes()[i];
+      if (!is_op(&shape, "Shape") || shape.attrs.has("start") || shape.attrs.has("end") || !shape.output(0)) continue;
+      if (ir::Node* t = producer_op(shape.input(0), "Transpose"); t && t->input(0)->type.has_shape()) {
+        const std::vector<int64_t> perm = transpose_permutation(*t, static_cast<size_t>(t->input(0)->type.rank()));
+        if (perm.empty()) continue;
+        gather_inner_shape(graph, shape, *t->input(0), perm);
+        changed = true;
+      } else if (ir::Node* r = producer_op(shape.input(0), "Reshape");
+                 reshapes_ && r && !shape.output(0)->is_graph_output && target_is_its_shape(*r, facts)) {
+        graph.replace_uses(shape.output(0), r->input(1));
+        shape.dead = true;
+        changed = true;
+      }
+    }
+    return changed;
+  }
+
+ private:
+  // `shape` becomes the Gather of x's Shape at `perm`.
+  static void gather_inner_shape(ir::Graph& graph, ir::Node& shape, ir::Value& x, const std::vector<int64_t>& perm) {
+    ir::Node* inner = graph.add_node("Shape", {&x}, 1, graph.unique_name(shape.name + "/before_transpose"));
+    inner->opset = shape.opset;
+    inner->output(0)->type = ir::Type::tensor(DType::kInt64, Shape{static_cast<int64_t>(perm.size())});
+    Tensor indices(DType::kInt64, {static_cast<int64_t>(perm.size())});
+    std::copy(perm.begin(), perm.end(), indices.data<int64_t>());
+    shape.op_type = "Gather";
+    shape.opset = graph.default_opset();
+    shape.attrs = {};
+    shape.attrs.set("axis", int64_t{0});
+    shape.inputs = {inner->output(0), graph.add_constant(graph.unique_name(shape.name + "/perm"), indices)};
+  }
+
+  bool reshapes_;
+};
+
+}  // namespace
+
+std::unique_ptr<Pass> make_shape_of_shuffle(bool reshapes) { return std::make_unique<ShapeOfShuffle>(reshapes); }
+
+}  // namespace anvil::passes
