@@ -4,7 +4,8 @@
 //   Qh = Transpose(Reshape(Q, [b, s, h, d]), 0213)     Q, K, V: [b, s, h*d]
 //   Kt = Transpose(Reshape(K, [b, s, h, d]), 0231)
 //   Vh = Transpose(Reshape(V, [b, s, h, d]), 0213)
-//   S  = MatMul(Qh, Kt) [/ c | * c] [+ mask | Where(causal, ., fill)]
+//   S  = MatMul(Qh [/ c | * c], Kt) [/ c | * c]
+//        [+ mask | Where(causal, ., fill) | Where(padding, fill, .)]
 //   Y  = Reshape(Transpose(MatMul(Softmax(S, -1), Vh), 0213), [b, s, h*d])
 //
 // becomes Attention(Q, K, V, mask, q_num_heads = kv_num_heads = h,
@@ -18,9 +19,15 @@
 //  - masked keys weigh exp(fill - max) = 0 in float32 either way (for scores
 //    above -9900), and no row is masked in full (key 0 is visible from every
 //    row of such a triangle), where the two would differ.
+// Where(padding, fill, S), masked_fill as Hugging Face's DistilBERT writes it
+// (padding true where a key is masked, often Expand(c, Shape(S)): c itself
+// is taken), becomes the float attn_mask Where(c, fill, 0) when fill <= -1e30
+// and finite: S + fill rounds to fill for any |S| < 1e31, so even a row
+// masked in full comes out as masked_fill's (uniform weights).
 // Every intermediate must feed only the pattern (but for the Shape nodes
 // that size the merging Reshape), and the head reshapes must split exactly
 // the last dimension.
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <vector>
@@ -34,7 +41,9 @@ namespace {
 
 struct Attention {
   ir::Value *q = nullptr, *k = nullptr, *v = nullptr, *mask = nullptr;
-  ir::Value* causal_cond = nullptr;  // Where's condition, expanded into the boolean mask
+  ir::Value* causal_cond = nullptr;   // Where's condition, expanded into the boolean mask
+  ir::Value* padding_cond = nullptr;  // masked_fill's condition, made the float mask Where(cond, fill, 0)
+  double fill = 0;
   int64_t heads = 0;
   double scale = 1.0;
   ir::Node* last = nullptr;  // its output becomes the Attention's
@@ -51,6 +60,17 @@ ir::Node* single(const ir::Graph& g, const ir::Value* v, const char* op) {
 }
 
 bool known(const ir::Dim& d) { return d.is_known() || d.is_symbol(); }
+
+// Every live reader of `v` is one of `nodes` (the pattern's), and it is not a graph output.
+bool read_only_by(const ir::Graph& g, const ir::Value* v, const std::vector<ir::Node*>& nodes) {
+  if (v->is_graph_output) return false;
+  const auto uses = g.consumers();
+  auto it = uses.find(v);
+  if (it == uses.end()) return true;
+  return std::all_of(it->second.begin(), it->second.end(), [&](const ir::Node* c) {
+    return c->dead || std::find(nodes.begin(), nodes.end(), c) != nodes.end();
+  });
+}
 
 // How many live nodes other than Shapes read `v` (a graph output counts).
 size_t data_readers(const ir::Graph& g, const ir::Value* v) {
@@ -87,6 +107,9 @@ ir::Value* split_heads(const ir::Graph& g, const ir::Value* t_out, std::vector<i
 // Where(causal, S, fill) masks like is_causal when exp(fill - row max)
 // underflows to 0 in float32: any fill at most -1e4 with scores above -9900.
 constexpr double kMaskedFill = -1e4;
+// Where(padding, fill, S) is S + Where(padding, fill, 0) when S + fill rounds
+// to fill: |S| below half of fill's ulp (2^103 at -3.4e38; 5e13 at -1e30).
+constexpr double kAbsorbingFill = -1e30;
 
 // A bool constant whose last two dims are lower-triangular (key j visible to
 // query i when j <= i) and whose other dims are 1.
@@ -129,6 +152,25 @@ bool mask_fits(const ir::Type& mask, const ir::Type& scores) {
   return (keys.is_known() || keys.is_symbol()) && keys == want;
 }
 
+// `a` and `b` surely have one shape (whatever their element types).
+bool same_dims(const ir::Type& a, const ir::Type& b) {
+  if (!a.has_shape() || !b.has_shape() || a.rank() != b.rank()) return false;
+  for (size_t i = 0; i < a.dims().size(); ++i)
+    if (!surely_same_dim(a.dims()[i], b.dims()[i])) return false;
+  return true;
+}
+
+// Each dim of `mask`, aligned from the right, is 1 or surely the scores'.
+bool broadcasts_to(const ir::Type& mask, const ir::Type& scores) {
+  if (!mask.has_shape() || mask.rank() > scores.rank()) return false;
+  const size_t skip = static_cast<size_t>(scores.rank() - mask.rank());
+  for (size_t i = 0; i < mask.dims().size(); ++i) {
+    const ir::Dim& d = mask.dims()[i];
+    if (!(d.is_known() && d.value == 1) && !surely_same_dim(d, scores.dims()[skip + i])) return false;
+  }
+  return true;
+}
+
 // `v` is a MatMul's output, or one scaled by a scalar Div or Mul.
 bool reaches_matmul(const ir::Value* v) {
   if (producer_op(v, "MatMul")) return true;
@@ -140,7 +182,7 @@ bool reaches_matmul(const ir::Value* v) {
 }
 
 // The scores S with their scale and mask: from the Softmax's input back to the MatMul.
-ir::Node* scores(const ir::Graph& g, ir::Value* x, Attention& m) {
+ir::Node* scores(const ir::Graph& g, ir::Value* x, const ir::Type& softmax_type, Attention& m) {
   if (ir::Node* add = producer_op(x, "Add"); add && used_once(g, x)) {
     for (int i = 0; i < 2 && !m.mask; ++i)
       if (reaches_matmul(add->input(i))) {
@@ -149,6 +191,26 @@ ir::Node* scores(const ir::Graph& g, ir::Value* x, Attention& m) {
       }
     if (!m.mask || m.mask->dtype() != DType::kFloat32) return nullptr;
     m.nodes.push_back(add);
+  } else if (ir::Node* pad = producer_op(x, "Where"); pad && used_once(g, x) && reaches_matmul(pad->input(2)) &&
+             scalar_value(pad->input(1))) {
+    const double fill = *scalar_value(pad->input(1));
+    if (!std::isfinite(fill) || fill > kAbsorbingFill || pad->input(0)->dtype() != DType::kBool) return nullptr;
+    x = pad->input(2);
+    m.padding_cond = pad->input(0);
+    m.fill = fill;
+    m.nodes.push_back(pad);
+    // Expand(c, S's shape) broadcasts c as Where would: take c where it fits
+    // as a mask, and the Shape(S) that sized the Expand with it.
+    const ir::Type& st = softmax_type;
+    ir::Node* expand = producer_op(m.padding_cond, "Expand");
+    if (expand && used_once(g, m.padding_cond) && same_dims(expand->output(0)->type, x->type) &&
+        mask_fits(expand->input(0)->type, st) && broadcasts_to(expand->input(0)->type, st)) {
+      m.padding_cond = expand->input(0);
+      m.nodes.push_back(expand);
+      ir::Node* shape = producer_op(expand->input(1), "Shape");
+      if (shape && shape->input(0) == x && used_once(g, expand->input(1))) m.nodes.push_back(shape);
+    }
+    if (!read_only_by(g, x, m.nodes)) return nullptr;  // S: the Where, and the Shape of the Expand taken with it
   } else if (ir::Node* where = producer_op(x, "Where"); where && used_once(g, x)) {
     std::optional<double> fill = scalar_value(where->input(2));
     if (!fill || *fill > kMaskedFill || !is_causal_cond(where->input(0))) return nullptr;
@@ -158,7 +220,7 @@ ir::Node* scores(const ir::Graph& g, ir::Value* x, Attention& m) {
     x = where->input(1);
     m.nodes.push_back(where);
   }
-  if (!used_once(g, x)) return nullptr;
+  if (!read_only_by(g, x, m.nodes)) return nullptr;
   if (ir::Node* div = producer_op(x, "Div"); div && scalar_value(div->input(1))) {
     m.scale = 1.0 / *scalar_value(div->input(1));
     m.nodes.push_back(div);
@@ -170,7 +232,19 @@ ir::Node* scores(const ir::Graph& g, ir::Value* x, Attention& m) {
     x = mul->input(right ? 0 : 1);
   }
   ir::Node* qk = producer_op(x, "MatMul");
-  return qk && used_once(g, x) ? qk : nullptr;
+  return qk && read_only_by(g, x, m.nodes) ? qk : nullptr;
+}
+
+// Qh / c or Qh * c (DistilBERT scales the queries, not the scores): Qh,
+// with c taken into the scale; else `q` itself.
+const ir::Value* unscaled_query(const ir::Graph& g, const ir::Value* q, Attention& m) {
+  ir::Node* n = q->producer;
+  if (!(is_op(n, "Div") || is_op(n, "Mul")) || !used_once(g, q)) return q;
+  const std::optional<double> c = scalar_value(n->input(1));
+  if (!c || !n->input(0)->type.has_shape() || n->input(0)->type.rank() != 4) return q;
+  m.scale *= n->op_type == "Div" ? 1.0 / *c : *c;
+  m.nodes.push_back(n);
+  return n->input(0);
 }
 
 // True when every use of `v` leads only into `sink` (the merge Reshape, whose
@@ -232,11 +306,12 @@ bool match(const ir::Graph& g, ir::Node* softmax, Attention& m) {
   const int64_t axis = softmax->attrs.get_int("axis", -1);
   if ((axis != -1 && axis != 3) || softmax->opset < 13) return false;
   m.nodes.push_back(softmax);
-  ir::Node* qk = scores(g, softmax->input(0), m);
+  ir::Node* qk = scores(g, softmax->input(0), st, m);
   // Only a finite positive scale is the same computation: Attention's
   // reference takes its square root on each side, and 0 means its default.
   if (!qk || !std::isfinite(m.scale) || static_cast<float>(m.scale) <= 0.f) return false;
   if (m.mask && !mask_fits(m.mask->type, st)) return false;
+  if (m.padding_cond && !(mask_fits(m.padding_cond->type, st) && broadcasts_to(m.padding_cond->type, st))) return false;
   m.nodes.push_back(qk);
   // After the softmax: P V, heads merged back.
   ir::Node* pv = single(g, softmax->output(0), "MatMul");
@@ -246,7 +321,8 @@ bool match(const ir::Graph& g, ir::Node* softmax, Attention& m) {
   if (!merge_t) return false;
   m.nodes.insert(m.nodes.end(), {pv, merge_t, merge_r});
   int64_t qh = 0, qd = 0, kh = 0, kd = 0, vh = 0, vd = 0;
-  m.q = split_heads(g, qk->input(0), {0, 2, 1, 3}, &qh, &qd, m.nodes);
+  m.q = split_heads(g, unscaled_query(g, qk->input(0), m), {0, 2, 1, 3}, &qh, &qd, m.nodes);
+  if (!std::isfinite(m.scale) || static_cast<float>(m.scale) <= 0.f) return false;
   m.k = split_heads(g, qk->input(1), {0, 2, 3, 1}, &kh, &kd, m.nodes);
   m.v = split_heads(g, pv->input(1), {0, 2, 1, 3}, &vh, &vd, m.nodes);
   if (!m.q || !m.k || !m.v || qh != kh || qh != vh || qd != kd) return false;
@@ -305,12 +381,28 @@ class FuseAttention : public Pass {
     return mask;
   }
 
+  // Where(cond, fill, 0): masked_fill's condition as an additive float mask.
+  static ir::Value* padding_mask(ir::Graph& graph, const Attention& m) {
+    const std::string base = m.last->name + "/padding";
+    auto scalar = [&](const char* name, float v) {
+      Tensor t(DType::kFloat32, {});
+      *t.data<float>() = v;
+      return graph.add_constant(graph.unique_name(base + name), t);
+    };
+    ir::Node* w = graph.add_node("Where", {m.padding_cond, scalar("/fill", static_cast<float>(m.fill)), scalar("/zero", 0.f)},
+                                 1, graph.unique_name(base + "/mask"));
+    const ir::Type& c = m.padding_cond->type;
+    w->output(0)->type = c.has_shape() ? ir::Type::tensor(DType::kFloat32, c.dims()) : ir::Type::tensor(DType::kFloat32);
+    return w->output(0);
+  }
+
   static void rewrite(ir::Graph& graph, const Attention& m) {
     ir::Value* y = m.last->output(0);
     for (ir::Node* n : m.nodes) n->dead = true;
     std::vector<ir::Value*> inputs{m.q, m.k, m.v};
     if (m.mask) inputs.push_back(m.mask);
     if (m.causal_cond) inputs.push_back(expanded_mask(graph, m));
+    if (m.padding_cond) inputs.push_back(padding_mask(graph, m));
     ir::Node* att = graph.add_node_with_outputs("Attention", inputs, {y}, m.last->name);
     att->opset = 23;  // Attention's first version, whatever the model's opset
     att->attrs.set("q_num_heads", m.heads);

@@ -40,6 +40,9 @@ Models:
   hf_gpt2  Hugging Face's GPT2Model (2 layers, hidden 64, 4 heads, vocab
         1000): Conv1D products as Gemm between views, a causal mask sliced
         by key_length - query_length, the scores cast to their own type.
+  hf_distilbert  Hugging Face's DistilBertModel (2 layers, hidden 64, 4
+        heads, vocab 1000): queries scaled before the product, padding by
+        masked_fill(Expand(mask == 0, scores' shape), finfo.min).
   vit   torchvision's VisionTransformer, small (32x32 images, patches of 8,
         2 layers, hidden 64, 4 heads, 10 classes), with a dynamic batch:
         nn.MultiheadAttention sequence first, the class token expanded by
@@ -81,6 +84,7 @@ SHAPES = {
     # Exports of Hugging Face's and torchvision's own modules.
     "hf_bert": [(1, 7), (2, 16), (1, 64)],
     "hf_gpt2": [(1, 5), (3, 12), (2, 32)],
+    "hf_distilbert": [(1, 7), (2, 16), (1, 64)],
     "vit": [(1, 0), (3, 0), (2, 0)],
 }
 MODEL_NAMES = list(SHAPES)
@@ -306,6 +310,24 @@ def _hf_gpt2():
     return LastHiddenState()
 
 
+def _hf_distilbert():
+    import torch.nn as nn
+    import transformers
+
+    config = transformers.DistilBertConfig(vocab_size=1000, dim=64, n_layers=2, n_heads=4, hidden_dim=128,
+                                           max_position_embeddings=128)
+
+    class LastHiddenState(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.distilbert = transformers.DistilBertModel(config)
+
+        def forward(self, input_ids, attention_mask):
+            return self.distilbert(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+
+    return LastHiddenState()
+
+
 def _vit():
     from torchvision.models.vision_transformer import VisionTransformer
 
@@ -314,19 +336,21 @@ def _vit():
 
 
 BUILDERS = {"bert": _bert, "gpt2": _gpt2, "loop": _loop, "if": _if, "lstm": _lstm, "gru": _gru, "hf_bert": _hf_bert,
-            "hf_gpt2": _hf_gpt2, "vit": _vit}
+            "hf_gpt2": _hf_gpt2, "hf_distilbert": _hf_distilbert, "vit": _vit}
 INPUTS = {"bert": ["input_ids", "attention_mask"], "gpt2": ["input_ids"], "loop": ["x", "steps"], "if": ["x"],
           "lstm": ["features"], "gru": ["x"], "hf_bert": ["input_ids", "attention_mask"], "hf_gpt2": ["input_ids"],
-          "vit": ["x"]}
+          "hf_distilbert": ["input_ids", "attention_mask"], "vit": ["x"]}
 OUTPUTS = {"bert": ["last_hidden_state"], "gpt2": ["logits"], "loop": ["y"], "if": ["y"], "lstm": ["scores"],
-           "gru": ["tags"], "hf_bert": ["last_hidden_state"], "hf_gpt2": ["last_hidden_state"], "vit": ["scores"]}
-VOCAB = {"bert": 30522, "gpt2": 1000, "hf_bert": 1000, "hf_gpt2": 1000}
+           "gru": ["tags"], "hf_bert": ["last_hidden_state"], "hf_gpt2": ["last_hidden_state"],
+           "hf_distilbert": ["last_hidden_state"], "vit": ["scores"]}
+VOCAB = {"bert": 30522, "gpt2": 1000, "hf_bert": 1000, "hf_gpt2": 1000, "hf_distilbert": 1000}
 # Dynamic axes per input and output name.
 AXES = {"bert": {0: "batch", 1: "sequence"}, "gpt2": {0: "batch", 1: "sequence"}, "loop": {0: "batch"},
         "if": {0: "batch"}, "lstm": {0: "sequence", 1: "batch"}, "gru": {0: "batch", 1: "sequence"},
-        "hf_bert": {0: "batch", 1: "sequence"}, "hf_gpt2": {0: "batch", 1: "sequence"}, "vit": {0: "batch"}}
+        "hf_bert": {0: "batch", 1: "sequence"}, "hf_gpt2": {0: "batch", 1: "sequence"},
+        "hf_distilbert": {0: "batch", 1: "sequence"}, "vit": {0: "batch"}}
 # Multi-head attention nodes `anvil optimize` must make of each (one per layer).
-ATTENTION_LAYERS = {"bert": 12, "gpt2": 4, "hf_bert": 2, "hf_gpt2": 2, "vit": 2}
+ATTENTION_LAYERS = {"bert": 12, "gpt2": 4, "hf_bert": 2, "hf_gpt2": 2, "hf_distilbert": 2, "vit": 2}
 
 
 def make_inputs(name: str, batch: int, seq: int, rng: np.random.Generator) -> dict:

@@ -817,6 +817,11 @@ struct AttentionGraphOptions {
   // The heads' Reshape targets Concat(Shape(part)[0:2], [2, 4]), as
   // x.size()[:-1] + (heads, size) exports.
   bool computed_head_shape = false;
+  // DistilBERT: Q divided before the product (not the scores), and the mask
+  // masked_fill(Expand(pad, Shape(S)), fill) with pad a bool input of pad_shape.
+  bool scale_query = false;
+  bool padding_where = false;
+  Shape pad_shape = {2, 1, 1, 5};
 };
 
 std::unique_ptr<ir::Graph> attention_graph(const AttentionGraphOptions& o = {}) {
@@ -879,10 +884,16 @@ std::unique_ptr<ir::Graph> attention_graph(const AttentionGraphOptions& o = {}) 
   ir::Value* q = heads("q", {0, 2, 1, 3});
   ir::Value* k = heads("k", {0, 2, 3, 1});
   ir::Value* v = heads("v", {0, 2, 1, 3});
+  if (o.scale_query) q = g->add_node("Div", {q, scalar_f32(*g, "two", o.divisor)}, 1)->output(0);
   ir::Value* s = g->add_node("MatMul", {q, k}, 1)->output(0);
-  ir::Value* scaled = g->add_node("Div", {s, scalar_f32(*g, "two", o.divisor)}, 1)->output(0);
+  ir::Value* scaled = o.scale_query ? s : g->add_node("Div", {s, scalar_f32(*g, "two", o.divisor)}, 1)->output(0);
   ir::Value* masked;
-  if (o.causal_where) {
+  if (o.padding_where) {
+    ir::Value* pad = g->add_input("pad", DType::kBool, o.pad_shape);
+    ir::Value* dims = g->add_node("Shape", {scaled}, 1)->output(0);
+    ir::Value* wide = g->add_node("Expand", {pad, dims}, 1)->output(0);
+    masked = g->add_node("Where", {wide, scalar_f32(*g, "fill", o.fill), scaled}, 1)->output(0);
+  } else if (o.causal_where) {
     Tensor buffer(DType::kBool, {8, 8});
     for (int64_t i = 0; i < 8; ++i)
       for (int64_t j = 0; j < 8; ++j) buffer.data<bool>()[i * 8 + j] = o.upper_triangular ? j >= i : j <= i;
@@ -1072,6 +1083,62 @@ TEST(Passes, AttentionWithHuggingFacesShapeReadsFuses) {
     ASSERT_EQ(y.numel(), 80);
     for (int64_t i = 0; i < 80; ++i) EXPECT_NEAR(y.data<float>()[i], want[static_cast<size_t>(i)], 1e-5f) << i;
   }
+}
+
+// DistilBERT's attention: Q scaled before the product, keys masked by
+// masked_fill(Expand(pad, Shape(S)), finfo.min). It fuses, the fill an
+// additive float mask; values by hand, with batch item 1's keys all masked
+// (masked_fill then weighs them all alike: V's mean).
+TEST(Passes, MaskedFillAttentionBecomesOneAttention) {
+  const AttentionGraphOptions o{.fill = -3.4028235e38f, .scale_query = true, .padding_where = true};
+  auto g = attention_graph(o);
+  passes::optimize(*g, 3, runtime::reference_evaluator());
+  EXPECT_EQ(count_ops(*g, "Attention"), 1u);
+  for (const char* op : {"Softmax", "Expand", "Transpose", "Div"}) EXPECT_EQ(count_ops(*g, op), 0u) << op;
+  const Tensor q = ramp({2, 5, 8}, -1.f, 0.03f), k = ramp({2, 5, 8}, 0.7f, -0.02f), v = ramp({2, 5, 8}, -2.f, 0.05f);
+  Tensor pad(DType::kBool, {2, 1, 1, 5});
+  for (int64_t i = 0; i < 10; ++i) pad.data<bool>()[i] = i == 1 || i == 3 || i >= 5;
+  Session s = Session::from_graph(attention_graph(o));
+  const Tensor y = s.run({{"q", q}, {"k", k}, {"v", v}, {"pad", pad}})[0];
+  std::vector<float> want = attention_expected(q, k, v, [&](int64_t b, int64_t, int64_t j) {
+    return pad.data<bool>()[b * 5 + j] ? -INFINITY : 0.0;
+  });
+  for (int64_t i = 0; i < 5; ++i)  // item 1: every key alike, V's mean per head
+    for (int64_t e = 0; e < 8; ++e) {
+      double mean = 0;
+      for (int64_t j = 0; j < 5; ++j) mean += v.data<float>()[(5 + j) * 8 + e] / 5.0;
+      want[static_cast<size_t>((5 + i) * 8 + e)] = static_cast<float>(mean);
+    }
+  ASSERT_EQ(y.numel(), 80);
+  for (int64_t i = 0; i < 80; ++i) EXPECT_NEAR(y.data<float>()[i], want[static_cast<size_t>(i)], 1e-5f) << i;
+  // A mask per query does not fit Attention's per-key broadcast: its
+  // expanded [2, 2, 5, 5] is the mask then (query rows 1 and 3 of item 0
+  // and every row of item 1 masked in full: V's mean).
+  const AttentionGraphOptions per_query{.fill = -3.4028235e38f, .scale_query = true, .padding_where = true,
+                                        .pad_shape = {2, 1, 5, 1}};
+  auto pq = attention_graph(per_query);
+  passes::optimize(*pq, 3, runtime::reference_evaluator());
+  EXPECT_EQ(count_ops(*pq, "Attention"), 1u);
+  Session spq = Session::from_graph(attention_graph(per_query));
+  Tensor pad_rows(DType::kBool, {2, 1, 5, 1});
+  std::copy_n(pad.data<bool>(), 10, pad_rows.data<bool>());
+  const Tensor ypq = spq.run({{"q", q}, {"k", k}, {"v", v}, {"pad", pad_rows}})[0];
+  std::vector<float> want_pq = attention_expected(q, k, v, [](int64_t, int64_t, int64_t) { return 0.0; });
+  for (int64_t b = 0; b < 2; ++b)
+    for (int64_t i = 0; i < 5; ++i) {
+      if (!pad.data<bool>()[b * 5 + i]) continue;
+      for (int64_t e = 0; e < 8; ++e) {
+        double mean = 0;
+        for (int64_t j = 0; j < 5; ++j) mean += v.data<float>()[(b * 5 + j) * 8 + e] / 5.0;
+        want_pq[static_cast<size_t>((b * 5 + i) * 8 + e)] = static_cast<float>(mean);
+      }
+    }
+  for (int64_t i = 0; i < 80; ++i) EXPECT_NEAR(ypq.data<float>()[i], want_pq[static_cast<size_t>(i)], 1e-5f) << i;
+  // Left alone: a fill that S + fill does not round to (rows masked in full
+  // would differ).
+  auto mild = attention_graph({.fill = -1e4f, .scale_query = true, .padding_where = true});
+  passes::optimize(*mild, 3, runtime::reference_evaluator());
+  EXPECT_EQ(count_ops(*mild, "Attention") + count_ops(*mild, "QkvAttention"), 0u);
 }
 
 TEST(Passes, SplitsAttentionCannotReadInPlaceStay) {
