@@ -276,6 +276,51 @@ PY
   touch "$corpus/.qkv-attention"
 fi
 
+# What the Hugging Face exports lean on, once: a sequence-first QkvAttention
+# node, position_ids[:, :seq] sliced from a buffer (a min(seq, n) dim), a
+# Cast to its own type and DistilBERT's masked_fill attention with the
+# queries scaled first, at a symbolic batch and sequence.
+if [ ! -e "$corpus/.exporter-shapes" ]; then
+  "${ANVIL_PYTHON:-python3}" - "$corpus/models" <<'PY'
+import os, sys
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper, TensorProto as T
+def i64(name, a): return numpy_helper.from_array(np.asarray(a, np.int64), name)
+def f32(name, a): return numpy_helper.from_array(np.asarray(a, np.float32), name)
+def save(name, nodes, inputs, inits, opsets=(("", 17),)):
+    g = helper.make_graph(nodes, name, [helper.make_tensor_value_info(n, t, s) for n, t, s in inputs],
+                          [helper.make_tensor_value_info("y", T.FLOAT, None)], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid(d, v) for d, v in opsets])
+    m.ir_version = 8
+    onnx.save(m, os.path.join(sys.argv[1], name + ".onnx"))
+save("qkv_attention_sequence_first",
+     [helper.make_node("QkvAttention", ["x"], ["y"], domain="com.anvil", q_num_heads=2, kv_num_heads=2,
+                       qkv_sizes=[8, 8, 8], sequence_first=1, scale=0.5)],
+     [("x", T.FLOAT, [5, 3, 24])], [], (("", 17), ("com.anvil", 1)))
+save("position_slice",
+     [helper.make_node("Shape", ["ids"], ["dims"]), helper.make_node("Gather", ["dims", "one"], ["seq"]),
+      helper.make_node("Slice", ["buffer", "zero", "seq", "one"], ["pos"]),
+      helper.make_node("Gather", ["table", "pos"], ["p"]), helper.make_node("Gather", ["table", "ids"], ["w"]),
+      helper.make_node("Add", ["w", "p"], ["s"]), helper.make_node("Cast", ["s"], ["y"], to=T.FLOAT)],
+     [("ids", T.INT64, ["batch", "seq"])],
+     [i64("buffer", [list(range(16))]), i64("zero", [0]), i64("one", [1]),
+      f32("table", np.arange(64).reshape(16, 4) / 64)])
+nodes, inits = [], [i64("heads", [0, 0, 2, 4]), i64("merged", [0, 0, 8]), f32("two", 2), f32("fill", -3.4028235e38)]
+for x, perm in [("q", [0, 2, 1, 3]), ("k", [0, 2, 3, 1]), ("v", [0, 2, 1, 3])]:
+    nodes += [helper.make_node("Reshape", [x, "heads"], [x + "r"]),
+              helper.make_node("Transpose", [x + "r"], [x + "h"], perm=perm)]
+nodes += [helper.make_node("Div", ["qh", "two"], ["qs"]), helper.make_node("MatMul", ["qs", "kh"], ["s"]),
+          helper.make_node("Shape", ["s"], ["sd"]), helper.make_node("Expand", ["pad", "sd"], ["pw"]),
+          helper.make_node("Where", ["pw", "fill", "s"], ["sm"]), helper.make_node("Softmax", ["sm"], ["p"], axis=-1),
+          helper.make_node("MatMul", ["p", "vh"], ["o"]), helper.make_node("Transpose", ["o"], ["ot"], perm=[0, 2, 1, 3]),
+          helper.make_node("Reshape", ["ot", "merged"], ["y"])]
+save("masked_fill_attention", nodes,
+     [(x, T.FLOAT, ["batch", "seq", 8]) for x in "qkv"] + [("pad", T.BOOL, ["batch", 1, 1, "seq"])], inits)
+PY
+  touch "$corpus/.exporter-shapes"
+fi
+
 # ASan's leak checker and UBSan stop at the first report; libFuzzer counts it as a crash.
 export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:allocator_may_return_null=1}"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
