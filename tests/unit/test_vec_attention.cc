@@ -266,6 +266,17 @@ TEST(VecKernels, QkvAttentionRejectsSizesThatDoNotFit) {
   softcap.set("softcap", 5.f);
   EXPECT_EQ(testing::error_kind_of([&] { testing::run_kernel("QkvAttention", {x}, softcap, o); }),
             ErrorKind::kInvalidModel);
+  // sequence_first is 0 or 1; sequence first, a mask's batch is QKV's second dim (4, not 1).
+  ir::Attributes order = softcap;
+  order.erase("softcap");
+  order.set("sequence_first", int64_t{2});
+  EXPECT_EQ(testing::error_kind_of([&] { testing::run_kernel("QkvAttention", {x}, order, o); }),
+            ErrorKind::kInvalidModel);
+  order.set("sequence_first", int64_t{1});
+  const Tensor batch_of_four_mask = random_f32({4, 1, 1, 1}, 7);
+  EXPECT_EQ(testing::error_kind_of([&] { testing::run_kernel("QkvAttention", {x, random_f32({1, 2, 4, 4}, 8)}, order, o); }),
+            ErrorKind::kInvalidArgument);
+  EXPECT_NO_THROW(testing::run_kernel("QkvAttention", {x, batch_of_four_mask}, order, o));
 }
 
 // Rows with a NaN term (from the mask, or all of them, from Q) and rows with
