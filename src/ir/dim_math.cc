@@ -98,6 +98,7 @@ Dim dims_product(const SymShape& dims) {
 
 Dim dim_min(const Dim& s, int64_t n) {
   if (s.is_known()) return Dim::known(std::min(s.value, n));
+  if (n == 0) return Dim::known(0);  // broadcasting s against it would not give s at s = 1
   if (!s.is_symbol() || s.symbol.find_first_of("*(),") != std::string::npos) return Dim::unknown();
   return Dim::named("min(" + s.symbol + "," + std::to_string(n) + ")");
 }

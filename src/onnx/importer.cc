@@ -81,9 +81,14 @@ std::optional<ir::Type> type_from_onnx(const onnx::TypeProto& type) {
     if (d == DType::kUndefined) return std::nullopt;
     if (!tt.has_shape()) return ir::Type::tensor(d);
     ir::SymShape dims;
+    // A dim_param written like the symbols inference makes ("64*seq",
+    // "min(seq,512)") would be read as one: it stays an unknown dim.
+    auto symbol = [](const std::string& p) {
+      return p.empty() || p.find_first_of("*(),") != std::string::npos ? ir::Dim::unknown() : ir::Dim::named(p);
+    };
     for (const auto& dim : tt.shape().dim())
       dims.push_back(dim.has_dim_value() ? ir::Dim::known(dim.dim_value())
-                                         : dim.has_dim_param() ? ir::Dim::named(dim.dim_param()) : ir::Dim::unknown());
+                                         : dim.has_dim_param() ? symbol(dim.dim_param()) : ir::Dim::unknown());
     return ir::Type::tensor(d, std::move(dims));
   }
   if (type.has_sequence_type()) {

@@ -22,8 +22,10 @@
 // Where(padding, fill, S), masked_fill as Hugging Face's DistilBERT writes it
 // (padding true where a key is masked, often Expand(c, Shape(S)): c itself
 // is taken), becomes the float attn_mask Where(c, fill, 0) when fill <= -1e30
-// and finite: S + fill rounds to fill for any |S| < 1e31, so even a row
-// masked in full comes out as masked_fill's (uniform weights).
+// and finite: S + fill rounds to fill for any |S| below half fill's ulp
+// (3.8e22 at -1e30 in float32; the reference kernel adds in double, 1.9e22
+// at -3.4e38), so even a row masked in full comes out as masked_fill's
+// (uniform weights).
 // Every intermediate must feed only the pattern (but for the Shape nodes
 // that size the merging Reshape), and the head reshapes must split exactly
 // the last dimension.
@@ -108,7 +110,7 @@ ir::Value* split_heads(const ir::Graph& g, const ir::Value* t_out, std::vector<i
 // underflows to 0 in float32: any fill at most -1e4 with scores above -9900.
 constexpr double kMaskedFill = -1e4;
 // Where(padding, fill, S) is S + Where(padding, fill, 0) when S + fill rounds
-// to fill: |S| below half of fill's ulp (2^103 at -3.4e38; 5e13 at -1e30).
+// to fill: |S| below half of fill's ulp (2^75, 3.8e22, at -1e30 in float32).
 constexpr double kAbsorbingFill = -1e30;
 
 // A bool constant whose last two dims are lower-triangular (key j visible to
@@ -336,6 +338,9 @@ bool match(const ir::Graph& g, ir::Node* softmax, Attention& m) {
     return false;
   m.heads = qh;
   m.last = merge_r;
+  // A mask computed inside the pattern (Softmax(S + S)) would lose its producer.
+  for (const ir::Value* outside : {m.mask, m.padding_cond, m.causal_cond})
+    if (outside && std::find(m.nodes.begin(), m.nodes.end(), outside->producer) != m.nodes.end()) return false;
   return true;
 }
 

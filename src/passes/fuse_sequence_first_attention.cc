@@ -20,6 +20,7 @@
 // these as 8 nodes each, 10% of the model at batch 1, and with the Slices'
 // and Transposes' copies about as much at batch 4.
 #include <cmath>
+#include <cstdint>
 
 #include "ir/dim_math.h"
 #include "passes/match.h"
@@ -113,7 +114,7 @@ ir::Value* packed_projection(const ir::Graph& g, Match& m) {
   for (int i = 0; i < 3; ++i)
     if (!(x[i] = column_slice(g, parts[i], &first[i], &width[i], slices))) return nullptr;
   const int64_t e = m.hidden;
-  if (x[0] != x[1] || x[0] != x[2] || x[0]->type.dims()[2].value != 3 * e) return nullptr;
+  if (e > INT64_MAX / 3 || x[0] != x[1] || x[0] != x[2] || x[0]->type.dims()[2].value != 3 * e) return nullptr;
   for (int i = 0; i < 3; ++i)
     if (first[i] != i * e || width[i] != e) return nullptr;
   m.nodes.insert(m.nodes.end(), slices.begin(), slices.end());
@@ -142,8 +143,9 @@ bool match(const ir::Graph& g, ir::Node* softmax, Match& m) {
   m.hidden = qh * qd;
   m.merge = merge;
   m.packed = packed_projection(g, m);
-  const ir::Dim& batch = m.q->type.dims()[1];
-  return m.packed || (batch.is_known() && batch.value == 1);
+  // Else a batch of one for each (MatMul would broadcast Q's against K's with one head).
+  auto batch_of_one = [](const ir::Value* x) { return x->type.dims()[1] == ir::Dim::known(1); };
+  return m.packed || (batch_of_one(m.q) && batch_of_one(m.k) && batch_of_one(m.v));
 }
 
 class FuseSequenceFirstAttention : public Pass {

@@ -2,8 +2,9 @@
 //   Shape(Transpose(x, perm))  ->  Gather(Shape(x), perm); a Transpose
 //                                  only Shapes read then dies, copy and all
 //   Shape(Reshape(x, target))  ->  target, when no element of the target is
-//                                  0 (copy a dim) or -1 (infer one): its
-//                                  values are the output's dims
+//                                  0 (copy a dim) or -1 (infer one), nor a
+//                                  symbol that may be 0 where x's dim
+//                                  differs: its values are the output's dims
 // The same numbers, read without the shuffle, so the patterns around it
 // match: Hugging Face's GPT-2 transposes its keys a second time, and
 // reshapes them, only to read their length for the causal mask, which kept
@@ -21,14 +22,24 @@ namespace anvil::passes {
 
 namespace {
 
-// The Reshape's target when every element is a positive number or a symbolic dim.
+// The Reshape's target is its output's shape: every element a positive
+// number, or a symbolic dim that, should it be 0 (which copies the input's
+// dim unless allowzero), is the input's dim at that place anyway.
 bool target_is_its_shape(const ir::Node& reshape, const ir::InferredFacts& facts) {
   const ir::Value* target = reshape.input(1);
   auto it = target ? facts.values.find(target) : facts.values.end();
   if (it == facts.values.end() || target->dtype() != DType::kInt64) return false;
-  return std::all_of(it->second.begin(), it->second.end(), [](const ir::SymInt& v) {
-    return v.is_number() ? *v.number > 0 : v.dim.is_symbol() || v.dim.is_known();
-  });
+  const bool allowzero = reshape.opset >= 14 && reshape.attrs.get_int("allowzero", 0) != 0;
+  const ir::Type& x = facts.type_of(reshape.input(0));
+  for (size_t i = 0; i < it->second.size(); ++i) {
+    const ir::SymInt& v = it->second[i];
+    if (v.is_number() ? *v.number > 0 : v.dim.is_known() && v.dim.value > 0) continue;
+    if (!v.is_number() && v.dim.is_symbol() &&
+        (allowzero || (x.has_shape() && i < x.dims().size() && x.dims()[i] == v.dim)))
+      continue;
+    return false;
+  }
+  return true;
 }
 
 class ShapeOfShuffle : public Pass {

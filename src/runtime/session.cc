@@ -249,6 +249,9 @@ std::vector<Tensor> Session::Impl::order_inputs(const std::map<std::string, Tens
     }
   }
   std::vector<Tensor> ordered;
+  // ONNX gives a dim_param one size across the inputs (schema inference and
+  // the passes rely on it): the first input that has it binds it.
+  std::vector<std::pair<const std::string*, std::pair<int64_t, const std::string*>>> bound;
   for (const ValueInfo& info : inputs) {
     auto it = given.find(info.name);
     ANVIL_CHECK(it != given.end(), ErrorKind::kInvalidArgument, "input '{}' is missing", info.name);
@@ -265,6 +268,18 @@ std::vector<Tensor> Session::Impl::order_inputs(const std::map<std::string, Tens
       for (size_t d = 0; ok && d < info.shape.size(); ++d) ok = info.shape[d] < 0 || info.shape[d] == t.shape()[d];
       ANVIL_CHECK(ok, ErrorKind::kInvalidArgument, "input '{}' must have shape {}, got {}", info.name,
                   shape_str(info.shape), shape_str(t.shape()));
+    }
+    for (size_t d = 0; d < info.dim_names.size() && d < static_cast<size_t>(t.rank()); ++d) {
+      if (info.dim_names[d].empty()) continue;
+      const std::string& symbol = info.dim_names[d];
+      auto b = std::find_if(bound.begin(), bound.end(), [&](const auto& e) { return *e.first == symbol; });
+      if (b == bound.end()) {
+        bound.push_back({&symbol, {t.shape()[d], &info.name}});
+        continue;
+      }
+      ANVIL_CHECK(b->second.first == t.shape()[d], ErrorKind::kInvalidArgument,
+                  "input '{}' has {} = {} (axis {}), but input '{}' has {} = {}: one name is one size", info.name,
+                  symbol, t.shape()[d], d, *b->second.second, symbol, b->second.first);
     }
     ordered.push_back(t);
   }

@@ -9,13 +9,14 @@ purpose), and every run has a timeout: a hang fails the test.
 from __future__ import annotations
 
 import os
+import re
 
 import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from anvil_testing import (EXIT_INVALID_ARGUMENT, EXIT_INVALID_MODEL, EXIT_OUT_OF_MEMORY, EXIT_UNSUPPORTED,
-                           float_info, save_model)
+                           float_info, read_tensor_pb, save_model)
 from test_bad_input import check_error
 
 TIMEOUT_S = 60
@@ -315,3 +316,29 @@ def test_fused_batch_norm_from_a_file(anvil, cases, label, param_shape, attrs, c
                               "g", [float_info("x", (1, 4, 3, 3))], [float_info("y", (1, 4, 3, 3))], params)
     model = save_model(graph, cases / f"bn_{label}.onnx", check=False, extra_opsets=[("com.anvil", 2)])
     check_error(run(anvil, model), code, "FusedBatchNorm", pattern, strip=(cases,))
+
+
+# --------------------------------------------------------------------------
+# dim_params written like the symbols inference makes
+# --------------------------------------------------------------------------
+
+def test_dim_params_spelled_like_inferred_symbols_stay_unknown(anvil, cases):
+    """An input dim named "min(seq,512)" or "64*seq" would otherwise read as
+    the min or the product inference makes (broadcast against `seq` as seq,
+    divided by 64): such a name is an unknown dim, and a run that gives it
+    its own size is not mistaken for seq's."""
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["a", "b"], ["y"]), helper.make_node("Identity", ["c"], ["z"])], "named",
+        [helper.make_tensor_value_info("a", TensorProto.FLOAT, ["seq"]),
+         helper.make_tensor_value_info("b", TensorProto.FLOAT, ["min(seq,512)"]),
+         helper.make_tensor_value_info("c", TensorProto.FLOAT, ["64*seq"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None),
+         helper.make_tensor_value_info("z", TensorProto.FLOAT, None)])
+    model = save(graph, cases / "named_dims.onnx")
+    result = anvil("inspect", model, timeout=TIMEOUT_S)
+    assert result.returncode == 0, result.stderr
+    for name, dims in (("a", "seq"), ("b", "?"), ("c", "?"), ("y", "?")):
+        assert re.search(rf"^\s+{name}\s+float32\[{re.escape(dims)}\]$", result.stdout, re.MULTILINE), result.stdout
+    result = run(anvil, model, "--shape", "a=1", "--shape", "b=7", "--shape", "c=3", "-o", cases / "named_out")
+    assert result.returncode == 0, result.stderr
+    assert read_tensor_pb(cases / "named_out" / "y.pb").shape == (7,)

@@ -126,6 +126,23 @@ TEST(Passes, ShapesAreReadBeforeShuffles) {
     ir::infer_types(*g);
     return g;
   };
+  // Reshape(x [3, n], [n, n]) at n = 0: the 0s copy x's dims, [3, 0], not [0, 0].
+  {
+    auto g = std::make_unique<ir::Graph>();
+    g->opsets[""] = 13;
+    ir::Value* x = g->add_input("x", DType::kFloat32, {});
+    x->type = ir::Type::tensor(DType::kFloat32, ir::SymShape{ir::Dim::known(3), ir::Dim::named("n")});
+    ir::Value* n = g->add_node("Gather", {g->add_node("Shape", {x}, 1)->output(0), g->add_constant("at1", ints({1}, {1}))}, 1)->output(0);
+    ir::Node* target = g->add_node("Concat", {n, n}, 1);
+    target->attrs.set("axis", int64_t{0});
+    ir::Value* r = g->add_node("Reshape", {x, target->output(0)}, 1)->output(0);
+    ir::Node* dims = g->add_node("Concat", {g->add_node("Shape", {r}, 1)->output(0), g->add_constant("nine", ints({1}, {9}))}, 1);
+    dims->attrs.set("axis", int64_t{0});
+    g->add_output(dims->output(0));
+    ir::infer_types(*g);
+    Session s = Session::from_graph(std::move(g));
+    EXPECT_EQ(testing::values<int64_t>(s.run({{"x", Tensor(DType::kFloat32, {3, 0})}})[0]), (std::vector<int64_t>{3, 0, 9}));
+  }
   for (auto [relu, second] : {std::pair{false, int64_t{12}}, std::pair{true, int64_t{-1}}}) {
     SCOPED_TRACE(relu ? "the Transpose read by a Relu, the Reshape inferring a dim" : "only Shapes read the shuffles");
     auto g = make(relu, second);
@@ -538,6 +555,52 @@ TEST(Passes, SequenceFirstAttentionBecomesOneAttention) {
   }
 }
 
+// One head, Q of a batch of 1 and K, V of 2: MatMul broadcasts Q over K's
+// batch, which Attention over [1, S, E] would not; left alone, and the
+// values are the broadcast's (by hand).
+TEST(Passes, SequenceFirstAttentionWithQBroadcastStays) {
+  auto make = [] {
+    auto g = std::make_unique<ir::Graph>();
+    g->opsets[""] = 13;
+    auto heads = [&](const char* name, int64_t batch, std::vector<int64_t> perm) {
+      ir::Value* x = g->add_input(name, DType::kFloat32, {5, batch, 8});
+      ir::Node* r = g->add_node("Reshape", {x, g->add_constant(std::string(name) + "_split", ints({3}, {5, batch, 8}))}, 1);
+      ir::Node* t = g->add_node("Transpose", {r->output(0)}, 1);
+      t->attrs.set("perm", perm);
+      return t->output(0);
+    };
+    ir::Value* q = heads("q", 1, {1, 0, 2});
+    ir::Node* softmax = g->add_node("Softmax", {g->add_node("MatMul", {q, heads("k", 2, {1, 2, 0})}, 1)->output(0)}, 1);
+    softmax->attrs.set("axis", int64_t{-1});
+    ir::Value* pv = g->add_node("MatMul", {softmax->output(0), heads("v", 2, {1, 0, 2})}, 1)->output(0);
+    ir::Node* t = g->add_node("Transpose", {pv}, 1);
+    t->attrs.set("perm", std::vector<int64_t>{1, 0, 2});
+    g->add_output(g->add_node("Reshape", {t->output(0), g->add_constant("merged", ints({2}, {10, 8}))}, 1)->output(0));
+    return g;
+  };
+  auto g = make();
+  passes::optimize(*g, 3, runtime::reference_evaluator());
+  EXPECT_EQ(count_ops(*g, "Attention") + count_ops(*g, "QkvAttention"), 0u);
+  const Tensor q = ramp({5, 1, 8}, -1.f, 0.05f), k = ramp({5, 2, 8}, 0.7f, -0.02f), v = ramp({5, 2, 8}, -0.3f, 0.01f);
+  Session s = Session::from_graph(make());
+  const Tensor y = s.run({{"q", q}, {"k", k}, {"v", v}})[0];
+  ASSERT_EQ(y.shape(), (Shape{10, 8}));
+  for (int64_t b = 0; b < 2; ++b)
+    for (int64_t i = 0; i < 5; ++i) {
+      double w[5], sum = 0;
+      for (int64_t j = 0; j < 5; ++j) {
+        double dot = 0;
+        for (int64_t d = 0; d < 8; ++d) dot += double(q.data<float>()[i * 8 + d]) * k.data<float>()[(j * 2 + b) * 8 + d];
+        sum += w[j] = std::exp(dot);
+      }
+      for (int64_t d = 0; d < 8; ++d) {
+        double want = 0;
+        for (int64_t j = 0; j < 5; ++j) want += w[j] / sum * v.data<float>()[(j * 2 + b) * 8 + d];
+        EXPECT_NEAR(y.data<float>()[(i * 2 + b) * 8 + d], want, 1e-5) << "item " << b << " row " << i;
+      }
+    }
+}
+
 // Q, K and V sliced from one projection become one QkvAttention reading it
 // sequence first, at any batch (3, 1, and a symbol run at 3): values by
 // hand, as above, for item b of the batch. The merge's 0 copies S.
@@ -821,6 +884,7 @@ struct AttentionGraphOptions {
   // masked_fill(Expand(pad, Shape(S)), fill) with pad a bool input of pad_shape.
   bool scale_query = false;
   bool padding_where = false;
+  bool mask_is_scores = false;  // Softmax(S + S): the "mask" is the scores themselves
   Shape pad_shape = {2, 1, 1, 5};
 };
 
@@ -900,6 +964,8 @@ std::unique_ptr<ir::Graph> attention_graph(const AttentionGraphOptions& o = {}) 
     ir::Value* cond = g->add_node("Slice", {g->add_constant("causal", buffer), g->add_constant("starts", ints({2}, {0, 0})),
                                             g->add_constant("ends", ints({2}, {5, 5})), g->add_constant("axes", ints({2}, {0, 1}))}, 1)->output(0);
     masked = g->add_node("Where", {cond, scaled, scalar_f32(*g, "fill", o.fill)}, 1)->output(0);
+  } else if (o.mask_is_scores) {
+    masked = g->add_node("Add", {scaled, scaled}, 1)->output(0);
   } else {
     masked = g->add_node("Add", {scaled, g->add_input("mask", DType::kFloat32, o.mask_shape)}, 1)->output(0);
   }
@@ -1183,6 +1249,9 @@ TEST(Passes, AttentionLookalikesAreLeftAlone) {
   auto negative = attention_graph({.divisor = -2.f});  // Attention's reference takes the scale's square root
   passes::optimize(*negative, 2, runtime::reference_evaluator());
   EXPECT_EQ(count_ops(*negative, "Attention"), 0u);
+  auto doubled = attention_graph({.mask_is_scores = true});  // the mask would lose its producer
+  passes::optimize(*doubled, 2, runtime::reference_evaluator());
+  EXPECT_EQ(count_ops(*doubled, "Attention"), 0u);
   auto shared = attention_graph({.scores_are_output = true});  // the raw scores are a graph output
   passes::optimize(*shared, 2, runtime::reference_evaluator());
   EXPECT_EQ(count_ops(*shared, "Attention"), 0u);

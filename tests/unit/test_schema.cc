@@ -164,6 +164,7 @@ TEST(Schema, SlicesToASymbolicLengthBroadcastAsTheSymbol) {
   EXPECT_FALSE(ir::is_min_of(Dim::named("min(seq,x)"), Dim::named("seq")));
   EXPECT_EQ(ir::dim_min(Dim::named("batch*seq"), 512).str(), "?");  // products are not single names
   EXPECT_EQ(ir::dim_min(Dim::known(600), 512).value, 512);
+  EXPECT_EQ(ir::dim_min(Dim::named("seq"), 0).value, 0);  // x[:seq] of nothing is empty, whatever seq is
   EXPECT_EQ(ir::dim_sub(Dim::named("seq"), Dim::named("seq")).value, 0);
   EXPECT_EQ(ir::dim_sub(Dim::named("seq"), Dim::named("batch")).str(), "?");
 }

@@ -118,6 +118,30 @@ TEST(Session, BadInputsAreInvalidArguments) {
   EXPECT_EQ(kind_of([&] { s.run({{"x", Tensor(DType::kInt64, {1, 3, 16, 16})}}); }), ErrorKind::kInvalidArgument);
 }
 
+// ONNX gives one dim_param one size in every input: inputs a [n, 2] and b
+// [n] bound to different sizes are the caller's error, named; sizes that
+// agree run (Add broadcasts [n, 2] with [n, 1] by hand below).
+TEST(Session, InputsThatGiveOneSymbolTwoSizesAreInvalidArguments) {
+  auto g = std::make_unique<ir::Graph>();
+  g->opsets[""] = 17;
+  ir::Value* a = g->add_input("a", DType::kFloat32, {});
+  a->type = ir::Type::tensor(DType::kFloat32, ir::SymShape{ir::Dim::named("n"), ir::Dim::known(2)});
+  ir::Value* b = g->add_input("b", DType::kFloat32, {});
+  b->type = ir::Type::tensor(DType::kFloat32, ir::SymShape{ir::Dim::named("n"), ir::Dim::known(1)});
+  g->add_output(g->add_node("Add", {a, b}, 1)->output(0));
+  Session s = Session::from_graph(std::move(g));
+  const Tensor y = s.run({{"a", random_input({3, 2}, 1)}, {"b", random_input({3, 1}, 2)}})[0];
+  EXPECT_EQ(y.shape(), (Shape{3, 2}));
+  try {
+    s.run({{"a", random_input({3, 2}, 1)}, {"b", random_input({1, 1}, 2)}});
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("input 'b' has n = 1 (axis 0), but input 'a' has n = 3"), std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(Session, ForkedChildCanRun) {
   Session s = Session::from_graph(small_resnet());
   Tensor in = random_input({1, 3, 16, 16}, 8);

@@ -237,6 +237,25 @@ TEST(VecKernels, QkvAttentionMatchesItsDefinition) {
       }
 }
 
+// sequence_first is QkvAttention's: on ONNX's Attention (where a file may
+// carry any attribute) both kernels ignore it.
+TEST(VecKernels, AttentionIgnoresSequenceFirst) {
+  const AttentionCase c{"3-D, a batch of 2", {2, 6, 16}, {2, 6, 16}, {2, 6, 16}, 2, 2, false, 0.f, {}, 1};
+  const Tensor q = random_f32(c.q, 41), k = random_f32(c.k, 42), v = random_f32(c.v, 43);
+  const std::vector<double> want = attention_in_double(c, q, k, v);
+  for (Backend backend : {Backend::kVec, Backend::kRef}) {
+    ir::Attributes a = attention_attrs(c);
+    a.set("sequence_first", int64_t{1});
+    KernelOptions o = vec_attention_options(1);
+    o.backend = backend;
+    const Tensor y = testing::run_kernel_full("Attention", {q, k, v}, a, o).outputs[0];
+    ASSERT_EQ(y.numel(), static_cast<int64_t>(want.size()));
+    int64_t off = 0;
+    for (size_t i = 0; i < want.size(); ++i) off += !(std::abs(y.data<float>()[i] - want[i]) <= 2e-5);
+    EXPECT_EQ(off, 0) << (backend == Backend::kVec ? "vec" : "ref");
+  }
+}
+
 // qkv_sizes from a file that do not describe the input: one error, no run
 // (an inconsistent node, or an input the node does not fit).
 TEST(VecKernels, QkvAttentionRejectsSizesThatDoNotFit) {

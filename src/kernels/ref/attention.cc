@@ -98,7 +98,7 @@ class AttentionKernel : public Kernel {
   explicit AttentionKernel(const ir::Node& node)
       : packed_(node.op_type == "QkvAttention"),
         qkv_sizes_(node.attrs.get_ints("qkv_sizes")),
-        sequence_first_(node.attrs.get_int("sequence_first", 0) != 0),
+        sequence_first_(packed_ && node.attrs.get_int("sequence_first", 0) != 0),
         causal_(node.attrs.get_int("is_causal", 0) != 0),
         q_heads_attr_(node.attrs.get_int("q_num_heads", 0)),
         kv_heads_attr_(node.attrs.get_int("kv_num_heads", 0)),
