@@ -55,6 +55,7 @@ std::unique_ptr<Pass> make_fuse_relu_grad();
 std::unique_ptr<Pass> make_fuse_bias_grad();
 std::unique_ptr<Pass> make_fuse_attention();
 std::unique_ptr<Pass> make_fuse_sequence_first_attention();
+std::unique_ptr<Pass> make_fuse_folded_heads_attention();
 std::unique_ptr<Pass> make_fuse_layer_norm();
 std::unique_ptr<Pass> make_fuse_masked_softmax();
 std::unique_ptr<Pass> make_fuse_elementwise_chain();

@@ -43,6 +43,12 @@ Models:
   hf_distilbert  Hugging Face's DistilBertModel (2 layers, hidden 64, 4
         heads, vocab 1000): queries scaled before the product, padding by
         masked_fill(Expand(mask == 0, scores' shape), finfo.min).
+  hf_bart  Hugging Face's BART encoder (2 layers, d_model 64, 4 heads,
+        vocab 1000): torch.bmm attention with the heads folded into the
+        batch, Q scaled before the split, the mask added to a 4-D view.
+  hf_clip  Hugging Face's CLIPTextModel (2 layers, hidden 64, 4 heads,
+        vocab 1000): the same attention with a causal and a padding mask,
+        each added between a view and a view back.
   vit   torchvision's VisionTransformer, small (32x32 images, patches of 8,
         2 layers, hidden 64, 4 heads, 10 classes), with a dynamic batch:
         nn.MultiheadAttention sequence first, the class token expanded by
@@ -85,6 +91,8 @@ SHAPES = {
     "hf_bert": [(1, 7), (2, 16), (1, 64)],
     "hf_gpt2": [(1, 5), (3, 12), (2, 32)],
     "hf_distilbert": [(1, 7), (2, 16), (1, 64)],
+    "hf_bart": [(1, 7), (2, 16), (1, 64)],
+    "hf_clip": [(1, 7), (2, 16), (1, 64)],
     "vit": [(1, 0), (3, 0), (2, 0)],
 }
 MODEL_NAMES = list(SHAPES)
@@ -328,6 +336,43 @@ def _hf_distilbert():
     return LastHiddenState()
 
 
+def _hf_bart():
+    import torch.nn as nn
+    import transformers
+
+    config = transformers.BartConfig(vocab_size=1000, d_model=64, encoder_layers=2, decoder_layers=2,
+                                     encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=128,
+                                     decoder_ffn_dim=128, max_position_embeddings=128)
+
+    class Encoder(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.encoder = transformers.BartModel(config).get_encoder()
+
+        def forward(self, input_ids, attention_mask):
+            return self.encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+
+    return Encoder()
+
+
+def _hf_clip():
+    import torch.nn as nn
+    import transformers
+
+    config = transformers.CLIPTextConfig(vocab_size=1000, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                                         intermediate_size=128, max_position_embeddings=77)
+
+    class LastHiddenState(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.clip = transformers.CLIPTextModel(config)
+
+        def forward(self, input_ids, attention_mask):
+            return self.clip(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+
+    return LastHiddenState()
+
+
 def _vit():
     from torchvision.models.vision_transformer import VisionTransformer
 
@@ -336,21 +381,27 @@ def _vit():
 
 
 BUILDERS = {"bert": _bert, "gpt2": _gpt2, "loop": _loop, "if": _if, "lstm": _lstm, "gru": _gru, "hf_bert": _hf_bert,
-            "hf_gpt2": _hf_gpt2, "hf_distilbert": _hf_distilbert, "vit": _vit}
+            "hf_gpt2": _hf_gpt2, "hf_distilbert": _hf_distilbert, "hf_bart": _hf_bart,
+            "hf_clip": _hf_clip, "vit": _vit}
 INPUTS = {"bert": ["input_ids", "attention_mask"], "gpt2": ["input_ids"], "loop": ["x", "steps"], "if": ["x"],
           "lstm": ["features"], "gru": ["x"], "hf_bert": ["input_ids", "attention_mask"], "hf_gpt2": ["input_ids"],
-          "hf_distilbert": ["input_ids", "attention_mask"], "vit": ["x"]}
+          "hf_distilbert": ["input_ids", "attention_mask"], "hf_bart": ["input_ids", "attention_mask"],
+          "hf_clip": ["input_ids", "attention_mask"], "vit": ["x"]}
 OUTPUTS = {"bert": ["last_hidden_state"], "gpt2": ["logits"], "loop": ["y"], "if": ["y"], "lstm": ["scores"],
            "gru": ["tags"], "hf_bert": ["last_hidden_state"], "hf_gpt2": ["last_hidden_state"],
-           "hf_distilbert": ["last_hidden_state"], "vit": ["scores"]}
-VOCAB = {"bert": 30522, "gpt2": 1000, "hf_bert": 1000, "hf_gpt2": 1000, "hf_distilbert": 1000}
+           "hf_distilbert": ["last_hidden_state"], "hf_bart": ["last_hidden_state"],
+           "hf_clip": ["last_hidden_state"], "vit": ["scores"]}
+VOCAB = {"bert": 30522, "gpt2": 1000, "hf_bert": 1000, "hf_gpt2": 1000, "hf_distilbert": 1000, "hf_bart": 1000,
+         "hf_clip": 1000}
 # Dynamic axes per input and output name.
 AXES = {"bert": {0: "batch", 1: "sequence"}, "gpt2": {0: "batch", 1: "sequence"}, "loop": {0: "batch"},
         "if": {0: "batch"}, "lstm": {0: "sequence", 1: "batch"}, "gru": {0: "batch", 1: "sequence"},
         "hf_bert": {0: "batch", 1: "sequence"}, "hf_gpt2": {0: "batch", 1: "sequence"},
-        "hf_distilbert": {0: "batch", 1: "sequence"}, "vit": {0: "batch"}}
+        "hf_distilbert": {0: "batch", 1: "sequence"}, "hf_bart": {0: "batch", 1: "sequence"},
+        "hf_clip": {0: "batch", 1: "sequence"}, "vit": {0: "batch"}}
 # Multi-head attention nodes `anvil optimize` must make of each (one per layer).
-ATTENTION_LAYERS = {"bert": 12, "gpt2": 4, "hf_bert": 2, "hf_gpt2": 2, "hf_distilbert": 2, "vit": 2}
+ATTENTION_LAYERS = {"bert": 12, "gpt2": 4, "hf_bert": 2, "hf_gpt2": 2, "hf_distilbert": 2, "hf_bart": 2, "hf_clip": 2,
+                    "vit": 2}
 
 
 def make_inputs(name: str, batch: int, seq: int, rng: np.random.Generator) -> dict:

@@ -1207,6 +1207,94 @@ TEST(Passes, MaskedFillAttentionBecomesOneAttention) {
   EXPECT_EQ(count_ops(*mild, "Attention") + count_ops(*mild, "QkvAttention"), 0u);
 }
 
+// Hugging Face's BART-family attention, heads folded into the batch:
+// X [2, 5, 8] -> Reshape [2, 5, 2, 4] -> Transpose 0213 -> Reshape [4, 5, 4]
+// for Q (scaled by Mul 0.5), K and V; MatMul(Qf, Transpose(Kf, 021)) viewed
+// [2, 2, 5, 5] + mask, viewed back (twice with `second_mask`, as CLIP adds
+// its causal mask and its padding mask); Softmax; MatMul with Vf; viewed
+// [2, 2, 5, 4], Transpose 0213, Reshape [2, 5, 8]. K's folded length read
+// by a Shape that sizes the first view, as BART reads src_len.
+struct FoldedHeadsAttention {
+  Shape mask_shape = {2, 1, 1, 5};
+  bool second_mask = false;
+  bool k_fold_is_output = false;
+
+  std::unique_ptr<ir::Graph> make() const {
+    auto g = std::make_unique<ir::Graph>();
+    g->opsets[""] = 17;
+    ir::Value* kf = nullptr;
+    auto fold = [&](const char* name, bool scale) {
+      ir::Value* x = g->add_input(name, DType::kFloat32, {2, 5, 8});
+      if (scale) x = mul(*g, x, scalar_f32(*g, "half", 0.5f));
+      ir::Value* r = g->add_node("Reshape", {x, g->add_constant(std::string(name) + "_split", ints({4}, {2, 5, 2, 4}))}, 1)->output(0);
+      ir::Node* t = g->add_node("Transpose", {r}, 1);
+      t->attrs.set("perm", std::vector<int64_t>{0, 2, 1, 3});
+      return g->add_node("Reshape", {t->output(0), g->add_constant(std::string(name) + "_fold", ints({3}, {4, 5, 4}))}, 1)->output(0);
+    };
+    ir::Value* q = fold("q", true);
+    kf = fold("k", false);
+    ir::Value* v = fold("v", false);
+    ir::Node* kt = g->add_node("Transpose", {kf}, 1);
+    kt->attrs.set("perm", std::vector<int64_t>{0, 2, 1});
+    ir::Value* s = g->add_node("MatMul", {q, kt->output(0)}, 1)->output(0);
+    // The view's target [2, 2, 5, src_len], src_len = Shape(Kf)[1].
+    ir::Value* src = g->add_node("Gather", {g->add_node("Shape", {kf}, 1)->output(0), g->add_constant("at1", ints({1}, {1}))}, 1)->output(0);
+    ir::Node* view_dims = g->add_node("Concat", {g->add_constant("lead", ints({3}, {2, 2, 5})), src}, 1);
+    view_dims->attrs.set("axis", int64_t{0});
+    for (int i = 0; i < (second_mask ? 2 : 1); ++i) {
+      ir::Value* view = g->add_node("Reshape", {s, view_dims->output(0)}, 1)->output(0);
+      const std::string mask = i == 0 ? "mask" : "causal";
+      ir::Value* m = g->add_input(mask, DType::kFloat32, i == 0 ? mask_shape : Shape{1, 1, 5, 5});
+      ir::Value* sum = g->add_node("Add", {view, m}, 1)->output(0);
+      s = g->add_node("Reshape", {sum, g->add_constant(mask + "_back", ints({3}, {4, 5, 5}))}, 1)->output(0);
+    }
+    ir::Node* sm = g->add_node("Softmax", {s}, 1);
+    sm->attrs.set("axis", int64_t{-1});
+    ir::Value* o = g->add_node("MatMul", {sm->output(0), v}, 1)->output(0);
+    ir::Value* o4 = g->add_node("Reshape", {o, g->add_constant("o_view", ints({4}, {2, 2, 5, 4}))}, 1)->output(0);
+    ir::Node* t = g->add_node("Transpose", {o4}, 1);
+    t->attrs.set("perm", std::vector<int64_t>{0, 2, 1, 3});
+    g->add_output(g->add_node("Reshape", {t->output(0), g->add_constant("merged", ints({3}, {2, 5, 8}))}, 1)->output(0));
+    if (k_fold_is_output) g->add_output(kf);
+    ir::infer_types(*g);
+    return g;
+  }
+};
+
+// It becomes one Attention (values by hand: softmax(q k^T / 2 + masks) v),
+// one mask or two summed; the lookalikes stay.
+TEST(Passes, FoldedHeadsAttentionBecomesOneAttention) {
+  const Tensor q = ramp({2, 5, 8}, -1.f, 0.03f), k = ramp({2, 5, 8}, 0.7f, -0.02f), v = ramp({2, 5, 8}, -2.f, 0.05f);
+  Tensor mask(DType::kFloat32, {2, 1, 1, 5}), causal(DType::kFloat32, {1, 1, 5, 5});
+  for (int64_t i = 0; i < 10; ++i) mask.data<float>()[i] = i % 5 == 3 ? -3.4e38f : 0.1f * float(i);
+  for (int64_t i = 0; i < 25; ++i) causal.data<float>()[i] = i % 5 > i / 5 ? -3.4e38f : 0.f;
+  for (bool second : {false, true}) {
+    SCOPED_TRACE(second ? "two masks (CLIP)" : "one mask (BART)");
+    FoldedHeadsAttention a{.second_mask = second};
+    auto g = a.make();
+    passes::optimize(*g, 2, runtime::reference_evaluator());
+    EXPECT_EQ(count_ops(*g, "Attention"), 1u);
+    for (const char* op : {"Softmax", "MatMul", "Transpose", "Reshape", "Shape"}) EXPECT_EQ(count_ops(*g, op), 0u) << op;
+    Session s = Session::from_graph(a.make());
+    std::map<std::string, Tensor> in = {{"q", q}, {"k", k}, {"v", v}, {"mask", mask}};
+    if (second) in["causal"] = causal;
+    const Tensor y = s.run(in)[0];
+    const std::vector<float> want = attention_expected(q, k, v, [&](int64_t b, int64_t i, int64_t j) {
+      const double pad = mask.data<float>()[b * 5 + j] < -1e30f ? -INFINITY : mask.data<float>()[b * 5 + j];
+      return pad + (second && j > i ? -INFINITY : 0.0);
+    });
+    ASSERT_EQ(y.numel(), 80);
+    for (int64_t i = 0; i < 80; ++i) EXPECT_NEAR(y.data<float>()[i], want[static_cast<size_t>(i)], 1e-5f) << i;
+  }
+  // A mask per query, and K's folded value read elsewhere: left alone.
+  for (const FoldedHeadsAttention& other :
+       {FoldedHeadsAttention{.mask_shape = {2, 1, 5, 1}}, FoldedHeadsAttention{.k_fold_is_output = true}}) {
+    auto g = other.make();
+    passes::optimize(*g, 2, runtime::reference_evaluator());
+    EXPECT_EQ(count_ops(*g, "Attention"), 0u);
+  }
+}
+
 TEST(Passes, SplitsAttentionCannotReadInPlaceStay) {
   auto swapped = attention_graph({.packed_qkv = true, .qkv_order = {1, 0, 2}});  // the first part is K
   passes::optimize(*swapped, 2, runtime::reference_evaluator());
