@@ -120,7 +120,7 @@ void InferContext::set_output(size_t o, Type type) {
 }
 
 void InferContext::set_output_values(size_t o, SymValues values) {
-  if (o < output_values_.size()) output_values_[o] = std::move(values);
+  if (o < output_values_.size() && values.size() <= kMaxTrackedValues) output_values_[o] = std::move(values);
 }
 
 int64_t InferContext::axis(int64_t axis, int64_t rank) const {
@@ -152,7 +152,7 @@ SymShape broadcast(const InferContext& ctx, const SymShape& a, const SymShape& b
 // --- the driver -----------------------------------------------------------------------------------------------------
 
 std::optional<SymValues> values_of(const Tensor& t) {
-  if (t.shape().size() > 1 || t.numel() > 64) return std::nullopt;
+  if (t.shape().size() > 1 || t.numel() > static_cast<int64_t>(kMaxTrackedValues)) return std::nullopt;
   SymValues v;
   for (int64_t i = 0; i < t.numel(); ++i) {
     if (t.dtype() == DType::kInt64) v.push_back(SymInt::of(t.data<int64_t>()[i]));

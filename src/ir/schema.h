@@ -43,6 +43,9 @@ using SymValues = std::vector<SymInt>;
 
 // The values when every one is a known number.
 std::optional<std::vector<int64_t>> numbers_of(const std::optional<SymValues>& values);
+// Small tensors only: shapes, their elements, Reshape targets (a file may
+// chain Concats of a Shape to billions of elements).
+constexpr size_t kMaxTrackedValues = 64;
 
 class InferContext;
 using InferFn = std::function<void(InferContext&)>;

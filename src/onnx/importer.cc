@@ -82,9 +82,11 @@ std::optional<ir::Type> type_from_onnx(const onnx::TypeProto& type) {
     if (!tt.has_shape()) return ir::Type::tensor(d);
     ir::SymShape dims;
     // A dim_param written like the symbols inference makes ("64*seq",
-    // "min(seq,512)") would be read as one: it stays an unknown dim.
+    // "min(seq,512)", or digits, which it reads as a factor) would be read
+    // as one: it stays an unknown dim.
     auto symbol = [](const std::string& p) {
-      return p.empty() || p.find_first_of("*(),") != std::string::npos ? ir::Dim::unknown() : ir::Dim::named(p);
+      const bool digits = std::all_of(p.begin(), p.end(), [](char c) { return c >= '0' && c <= '9'; });
+      return digits || p.find_first_of("*(),") != std::string::npos ? ir::Dim::unknown() : ir::Dim::named(p);
     };
     for (const auto& dim : tt.shape().dim())
       dims.push_back(dim.has_dim_value() ? ir::Dim::known(dim.dim_value())

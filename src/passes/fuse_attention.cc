@@ -252,13 +252,15 @@ const ir::Value* unscaled_query(const ir::Graph& g, const ir::Value* q, Attentio
 // True when every use of `v` leads only into `sink` (the merge Reshape, whose
 // target shape exporters compute from the attention output's Shape): those
 // nodes die with the pattern and are added to `cone`.
+// Each node is visited once: a node that reads one value many times (a
+// Concat of it N times) must not make the walk exponential.
 bool feeds_only(const std::map<const ir::Value*, std::vector<ir::Node*>>& uses, const ir::Value* v,
                 const ir::Node* sink, std::vector<ir::Node*>& cone, int depth = 0) {
   if (v->is_graph_output || depth > 8) return false;
   auto it = uses.find(v);
   if (it == uses.end()) return true;
   for (ir::Node* n : it->second) {
-    if (n == sink || n->dead) continue;
+    if (n == sink || n->dead || std::find(cone.begin(), cone.end(), n) != cone.end()) continue;
     for (const ir::Value* o : n->outputs)
       if (o && !feeds_only(uses, o, sink, cone, depth + 1)) return false;
     cone.push_back(n);

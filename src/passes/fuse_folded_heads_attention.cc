@@ -35,6 +35,8 @@ using Uses = std::map<const ir::Value*, std::vector<ir::Node*>>;
 struct Match {
   ir::Value *q = nullptr, *k = nullptr, *v = nullptr;
   std::vector<ir::Value*> masks;
+  std::vector<const ir::Value*> score_views;  // the scores' 4-D views, [b, h, s, s']
+  const ir::Value* merge_view = nullptr;      // the product's, [b, h, s, d]
   int64_t heads = 0, hidden = 0;
   double scale = 1.0;
   ir::Node* merge = nullptr;  // the final Reshape: its output becomes the Attention's
@@ -46,6 +48,13 @@ bool has_perm(const ir::Node* n, std::vector<int64_t> perm) {
 }
 
 bool same_dim(const ir::Dim& a, const ir::Dim& b) { return surely_same_dim(a, b); }
+
+bool same_shape(const ir::Type& t, const ir::SymShape& dims) {
+  if (!t.has_shape() || t.rank() != static_cast<int>(dims.size())) return false;
+  for (size_t i = 0; i < dims.size(); ++i)
+    if (!same_dim(t.dims()[i], dims[i])) return false;
+  return true;
+}
 
 // f = Reshape(Transpose(Reshape(x [b, s, h*d], [b, s, h, d]), 0213), [b*h, s, d]):
 // x, with h and d; nullptr when the chain differs.
@@ -78,7 +87,8 @@ ir::Value* unscaled(ir::Value* q, Match& m) {
   ir::Node* n = q->producer;
   if (!(is_op(n, "Mul") || is_op(n, "Div"))) return q;
   const std::optional<double> c = scalar_value(n->input(1));
-  if (!c) return q;
+  const ir::Type& x = n->input(0)->type;
+  if (!c || !x.has_shape() || x.rank() != 3 || x.dtype() != DType::kFloat32) return q;
   m.scale *= n->op_type == "Div" ? 1.0 / *c : *c;
   m.nodes.push_back(n);
   return n->input(0);
@@ -128,6 +138,7 @@ ir::Node* scores(ir::Value* s, Match& m) {
       if (!mask_fits(mask->type, vt)) return nullptr;
       m.masks.push_back(mask);
     }
+    m.score_views.push_back(view->output(0));
     m.nodes.push_back(view);
     s = view->input(0);
   }
@@ -144,12 +155,13 @@ bool confined(const Uses& uses, Match& m) {
   std::set<const ir::Node*> inside(m.nodes.begin(), m.nodes.end());
   std::vector<ir::Node*> cone;
   // Whether every use of `v` ends in the pattern, within a few steps of shape arithmetic.
+  std::set<const ir::Node*> seen;  // each node walked once: a Concat of one value N times stays linear
   std::function<bool(const ir::Value*, int)> ends_inside = [&](const ir::Value* v, int depth) {
     if (v->is_graph_output || depth > 8) return false;
     auto it = uses.find(v);
     if (it == uses.end()) return true;
     for (ir::Node* n : it->second) {
-      if (n->dead || inside.count(n)) continue;
+      if (n->dead || inside.count(n) || !seen.insert(n).second) continue;
       for (const ir::Value* o : n->outputs)
         if (o && !ends_inside(o, depth + 1)) return false;
       cone.push_back(n);
@@ -164,7 +176,8 @@ bool confined(const Uses& uses, Match& m) {
       auto it = uses.find(o);
       if (it == uses.end()) continue;
       for (ir::Node* c : it->second)
-        if (!c->dead && !inside.count(c) && !(is_op(c, "Shape") && ends_inside(c->output(0), 0) && (cone.push_back(c), true)))
+        if (!c->dead && !inside.count(c) && !seen.count(c) &&
+            !(is_op(c, "Shape") && ends_inside(c->output(0), 0) && seen.insert(c).second && (cone.push_back(c), true)))
           return false;
     }
   }
@@ -191,6 +204,7 @@ bool match(const ir::Graph& g, ir::Node* softmax, Match& m) {
   if (!is_op(merge, "Reshape") || merge->input(0) != t->output(0)) return false;
   m.nodes.insert(m.nodes.end(), {view, t, merge});
   m.merge = merge;
+  m.merge_view = view->output(0);
   int64_t qh = 0, qd = 0, kh = 0, kd = 0, vh = 0, vd = 0;
   m.q = folded_heads(qk->input(0), &qh, &qd, m.nodes);
   m.k = folded_heads(kt->input(0), &kh, &kd, m.nodes);
@@ -206,9 +220,19 @@ bool match(const ir::Graph& g, ir::Node* softmax, Match& m) {
       y.dims()[2] != ir::Dim::known(vh * vd))
     return false;
   m.heads = qh;
-  for (const ir::Value* mask : m.masks)  // computed inside the pattern, it would lose its producer
+  // The 4-D views split the folded batch as [b, h] (not heads first).
+  const ir::Dim h = ir::Dim::known(qh), sq = m.q->type.dims()[1], sk = m.k->type.dims()[1];
+  for (const ir::Value* view : m.score_views)
+    if (!same_shape(view->type, {qb, h, sq, sk})) return false;
+  if (!same_shape(m.merge_view->type, {qb, h, sq, ir::Dim::known(vd)})) return false;
+  if (!confined(g.consumers(), m)) return false;
+  // What the Attention reads must outlive the pattern (a mask computed from
+  // its Shapes, K read from Q's scaled value, ...).
+  for (const ir::Value* in : {m.q, m.k, m.v})
+    if (std::find(m.nodes.begin(), m.nodes.end(), in->producer) != m.nodes.end()) return false;
+  for (const ir::Value* mask : m.masks)
     if (std::find(m.nodes.begin(), m.nodes.end(), mask->producer) != m.nodes.end()) return false;
-  return confined(g.consumers(), m);
+  return true;
 }
 
 class FuseFoldedHeadsAttention : public Pass {

@@ -323,22 +323,27 @@ def test_fused_batch_norm_from_a_file(anvil, cases, label, param_shape, attrs, c
 # --------------------------------------------------------------------------
 
 def test_dim_params_spelled_like_inferred_symbols_stay_unknown(anvil, cases):
-    """An input dim named "min(seq,512)" or "64*seq" would otherwise read as
-    the min or the product inference makes (broadcast against `seq` as seq,
-    divided by 64): such a name is an unknown dim, and a run that gives it
-    its own size is not mistaken for seq's."""
+    """An input dim named "min(seq,512)", "64*seq" or "4" would otherwise read
+    as the min, the product or the number inference makes (broadcast against
+    `seq` as seq, divided by 64, multiplied out): such a name is an unknown
+    dim, and a run that gives it its own size is not mistaken for another."""
     graph = helper.make_graph(
-        [helper.make_node("Add", ["a", "b"], ["y"]), helper.make_node("Identity", ["c"], ["z"])], "named",
+        [helper.make_node("Add", ["a", "b"], ["y"]), helper.make_node("Identity", ["c"], ["z"]),
+         helper.make_node("Flatten", ["d"], ["w"], axis=2)], "named",
         [helper.make_tensor_value_info("a", TensorProto.FLOAT, ["seq"]),
          helper.make_tensor_value_info("b", TensorProto.FLOAT, ["min(seq,512)"]),
-         helper.make_tensor_value_info("c", TensorProto.FLOAT, ["64*seq"])],
+         helper.make_tensor_value_info("c", TensorProto.FLOAT, ["64*seq"]),
+         helper.make_tensor_value_info("d", TensorProto.FLOAT, ["4", 3])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, None),
-         helper.make_tensor_value_info("z", TensorProto.FLOAT, None)])
+         helper.make_tensor_value_info("z", TensorProto.FLOAT, None),
+         helper.make_tensor_value_info("w", TensorProto.FLOAT, None)])
     model = save(graph, cases / "named_dims.onnx")
     result = anvil("inspect", model, timeout=TIMEOUT_S)
     assert result.returncode == 0, result.stderr
-    for name, dims in (("a", "seq"), ("b", "?"), ("c", "?"), ("y", "?")):
+    for name, dims in (("a", "seq"), ("b", "?"), ("c", "?"), ("d", "?,3"), ("y", "?"), ("w", "?,1")):
         assert re.search(rf"^\s+{name}\s+float32\[{re.escape(dims)}\]$", result.stdout, re.MULTILINE), result.stdout
-    result = run(anvil, model, "--shape", "a=1", "--shape", "b=7", "--shape", "c=3", "-o", cases / "named_out")
+    result = run(anvil, model, "--shape", "a=1", "--shape", "b=7", "--shape", "c=3", "--shape", "d=5x3",
+                 "-o", cases / "named_out")
     assert result.returncode == 0, result.stderr
     assert read_tensor_pb(cases / "named_out" / "y.pb").shape == (7,)
+    assert read_tensor_pb(cases / "named_out" / "w.pb").shape == (15, 1)

@@ -116,6 +116,7 @@ void infer_where(InferContext& ctx) {
   // Shape values pick element by element where the condition's are known.
   const auto &c = ctx.forwarded_values(0), &x = ctx.forwarded_values(1), &y = ctx.forwarded_values(2);
   if (!c || !x || !y || out.size() > 1 || (!out.empty() && !out[0].is_known())) return;
+  if (!out.empty() && out[0].value > static_cast<int64_t>(kMaxTrackedValues)) return;
   const size_t n = out.empty() ? 1 : static_cast<size_t>(out[0].value);
   auto at = [n](const SymValues& v, size_t i) -> const SymInt* {
     return v.size() == n ? &v[i] : v.size() == 1 ? &v[0] : nullptr;

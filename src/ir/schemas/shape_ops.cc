@@ -193,8 +193,9 @@ void infer_concat(InferContext& ctx) {
   ctx.set_output(0, Type::tensor(ctx.dtype(0), out));
   SymValues values;
   for (size_t i = 0; i < ctx.num_inputs(); ++i) {
-    if (!ctx.forwarded_values(i)) return;
-    values.insert(values.end(), ctx.forwarded_values(i)->begin(), ctx.forwarded_values(i)->end());
+    const auto& part = ctx.forwarded_values(i);
+    if (!part || values.size() + part->size() > kMaxTrackedValues) return;
+    values.insert(values.end(), part->begin(), part->end());
   }
   if (rank == 1) ctx.set_output_values(0, std::move(values));
 }
@@ -502,7 +503,8 @@ void infer_constant_of_shape(InferContext& ctx) {
   if (!shape) return;
   ctx.set_output(0, Type::tensor(dtype, *shape));
   // A short integer vector of one value is a shape value (PyTorch's expand exports one).
-  if (value && value->numel() == 1 && shape->size() == 1 && (*shape)[0].is_known() && (*shape)[0].value <= 64)
+  if (value && value->numel() == 1 && shape->size() == 1 && (*shape)[0].is_known() &&
+      (*shape)[0].value <= static_cast<int64_t>(kMaxTrackedValues))
     if (auto one = values_of(*value)) ctx.set_output_values(0, SymValues(static_cast<size_t>((*shape)[0].value), (*one)[0]));
 }
 
