@@ -410,11 +410,7 @@ class FuseAttention : public Pass {
     if (m.mask) inputs.push_back(m.mask);
     if (m.causal_cond) inputs.push_back(expanded_mask(graph, m));
     if (m.padding_cond) inputs.push_back(padding_mask(graph, m));
-    ir::Node* att = graph.add_node_with_outputs("Attention", inputs, {y}, m.last->name);
-    att->opset = 23;  // Attention's first version, whatever the model's opset
-    att->attrs.set("q_num_heads", m.heads);
-    att->attrs.set("kv_num_heads", m.heads);
-    att->attrs.set("scale", static_cast<float>(m.scale));
+    add_attention(graph, std::move(inputs), y, m.last->name, m.heads, m.scale);
   }
 };
 

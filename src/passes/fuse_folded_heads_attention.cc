@@ -265,11 +265,7 @@ class FuseFoldedHeadsAttention : public Pass {
       }
       inputs.push_back(mask);
     }
-    ir::Node* att = graph.add_node_with_outputs("Attention", inputs, {y}, m.merge->name);
-    att->opset = 23;  // Attention's first version, whatever the model's opset
-    att->attrs.set("q_num_heads", m.heads);
-    att->attrs.set("kv_num_heads", m.heads);
-    att->attrs.set("scale", static_cast<float>(m.scale));
+    add_attention(graph, std::move(inputs), y, m.merge->name, m.heads, m.scale);
   }
 };
 

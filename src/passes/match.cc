@@ -110,6 +110,16 @@ FusedActivation activation_of(const ir::Node& fused) {
           fused.attrs.get_float("activation_beta", 0.f)};
 }
 
+ir::Node* add_attention(ir::Graph& graph, std::vector<ir::Value*> inputs, ir::Value* y, const std::string& name,
+                        int64_t heads, double scale) {
+  ir::Node* att = graph.add_node_with_outputs("Attention", std::move(inputs), {y}, name);
+  att->opset = 23;
+  att->attrs.set("q_num_heads", heads);
+  att->attrs.set("kv_num_heads", heads);
+  att->attrs.set("scale", static_cast<float>(scale));
+  return att;
+}
+
 void absorb(ir::Node& fused, ir::Node& next) {
   ir::Value* y = next.output(0);
   fused.outputs[0] = y;

@@ -1,5 +1,6 @@
 // Pattern-matching helpers shared by the fusion passes: they read the graph
-// and never change it, so a pass can test a whole pattern before rewriting.
+// and never change it, so a pass can test a whole pattern before rewriting;
+// and the few rewriting steps the passes share (absorb, add_attention, ...).
 #pragma once
 
 #include <cstdint>
@@ -49,6 +50,11 @@ FusedActivation activation_of(const ir::Node& fused);
 
 // Moves `next`'s output onto `fused` (which now computes it) and kills `next`.
 void absorb(ir::Node& fused, ir::Node& next);
+// An ONNX Attention node (opset 23, its first version, whatever the model's)
+// over `inputs` writing `y`, with `heads` query and key/value heads and the
+// scale given: what the attention fusions make.
+ir::Node* add_attention(ir::Graph& graph, std::vector<ir::Value*> inputs, ir::Value* y, const std::string& name,
+                        int64_t heads, double scale);
 
 // A Pad's constant pads, begin then end for each axis of its input (the
 // attribute before opset 11, the input from then on), when they are two per
