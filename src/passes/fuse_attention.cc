@@ -97,7 +97,10 @@ ir::Value* split_heads(const ir::Graph& g, const ir::Value* t_out, std::vector<i
   const ir::Type &in = x->type, &out = r->output(0)->type;
   if (!in.has_shape() || !out.has_shape() || in.rank() != 3 || out.rank() != 4) return nullptr;
   const ir::SymShape &a = in.dims(), &b = out.dims();
-  if (!b[2].is_known() || !b[3].is_known() || !a[2].is_known() || a[2].value != b[2].value * b[3].value) return nullptr;
+  int64_t width = 0;  // the dims come from the file: checked multiplication
+  if (!b[2].is_known() || !b[3].is_known() || !a[2].is_known() ||
+      __builtin_mul_overflow(b[2].value, b[3].value, &width) || a[2].value != width)
+    return nullptr;
   if (!known(a[0]) || !known(a[1]) || a[0] != b[0] || a[1] != b[1]) return nullptr;
   *heads = b[2].value;
   *size = b[3].value;
