@@ -353,16 +353,12 @@ class FuseAttention : public Pass {
  public:
   std::string name() const override { return "fuse_attention"; }
   bool run(ir::Graph& graph) override {
-    bool changed = false;
-    const size_t count = graph.nodes().size();  // rewriting appends nodes
-    for (size_t i = 0; i < count; ++i) {
-      ir::Node* n = graph.nodes()[i].get();
+    return rewrite_each_node(graph, [&](ir::Node& n) {
       Attention m;
-      if (!is_op(n, "Softmax") || !match(graph, n, m)) continue;
+      if (!is_op(&n, "Softmax") || !match(graph, &n, m)) return false;
       rewrite(graph, m);
-      changed = true;
-    }
-    return changed;
+      return true;
+    });
   }
 
  private:

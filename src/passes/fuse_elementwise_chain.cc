@@ -117,22 +117,19 @@ class FuseElementwiseChain : public Pass {
  public:
   std::string name() const override { return "fuse_elementwise_chain"; }
   bool run(ir::Graph& graph) override {
-    bool changed = false;
-    const size_t count = graph.nodes().size();  // rewriting appends nodes
-    for (size_t i = 0; i < count; ++i) {
-      ir::Node* n = graph.nodes()[i].get();
-      if (!chain_op(n)) continue;
+    return rewrite_each_node(graph, [&](ir::Node& node) {
+      ir::Node* n = &node;
+      if (!chain_op(n)) return false;
       Chain best;
       for (size_t side = 0; side < std::min<size_t>(n->num_inputs(), 2); ++side)
         if (ir::Value* x = n->input(side); usable_head(x)) {
           Chain c = chain_from(graph, n, x);
           if (c.nodes.size() > best.nodes.size()) best = std::move(c);
         }
-      if (best.nodes.size() < 2) continue;
+      if (best.nodes.size() < 2) return false;
       rewrite(graph, best);
-      changed = true;
-    }
-    return changed;
+      return true;
+    });
   }
 
  private:

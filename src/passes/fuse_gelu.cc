@@ -120,19 +120,16 @@ class FuseGelu : public Pass {
  public:
   std::string name() const override { return "fuse_gelu"; }
   bool run(ir::Graph& graph) override {
-    bool changed = false;
-    const size_t count = graph.nodes().size();  // rewriting appends nodes
-    for (size_t i = 0; i < count; ++i) {
-      ir::Node* n = graph.nodes()[i].get();
+    return rewrite_each_node(graph, [&](ir::Node& node) {
+      ir::Node* n = &node;
       Match m;
       const bool erf = is_op(n, "Erf");
-      if (!(erf ? match_erf(graph, n, m) : is_op(n, "Tanh") && match_tanh(graph, n, m))) continue;
+      if (!(erf ? match_erf(graph, n, m) : is_op(n, "Tanh") && match_tanh(graph, n, m))) return false;
       // A rank-0 x would become [1] through a [1]-shaped constant: only x of rank >= 1.
-      if (!m.x || !is_float(m.x->dtype()) || !m.x->type.has_shape() || m.x->type.rank() < 1) continue;
+      if (!m.x || !is_float(m.x->dtype()) || !m.x->type.has_shape() || m.x->type.rank() < 1) return false;
       rewrite(graph, m, erf ? "none" : "tanh");
-      changed = true;
-    }
-    return changed;
+      return true;
+    });
   }
 
  private:

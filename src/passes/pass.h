@@ -37,6 +37,10 @@ size_t use_count(const ir::Graph& graph, const ir::Value* v);
 bool used_once(const ir::Graph& graph, const ir::Value* v);
 // The single live node reading `v`, or nullptr.
 ir::Node* single_consumer(const ir::Graph& graph, const ir::Value* v);
+// Calls `rewrite_at` on each node the graph held when called: rewrites
+// append nodes, which wait for the pass's next round. True when any call
+// rewrote (returned true).
+bool rewrite_each_node(ir::Graph& graph, const std::function<bool(ir::Node&)>& rewrite_at);
 // Makes `v` the constant `t` in place, so that its name (maybe a graph
 // output's) survives; the caller kills the node that produced it.
 void become_constant(ir::Value& v, Tensor t);

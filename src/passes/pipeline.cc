@@ -16,6 +16,13 @@ size_t use_count(const ir::Graph& graph, const ir::Value* v) {
 
 bool used_once(const ir::Graph& graph, const ir::Value* v) { return !v->is_graph_output && use_count(graph, v) == 1; }
 
+bool rewrite_each_node(ir::Graph& graph, const std::function<bool(ir::Node&)>& rewrite_at) {
+  bool changed = false;
+  const size_t count = graph.nodes().size();
+  for (size_t i = 0; i < count; ++i) changed |= rewrite_at(*graph.nodes()[i]);
+  return changed;
+}
+
 ir::Node* single_consumer(const ir::Graph& graph, const ir::Value* v) {
   if (!used_once(graph, v)) return nullptr;
   for (const auto& node : graph.nodes())

@@ -49,24 +49,20 @@ class ShapeOfShuffle : public Pass {
 
   bool run(ir::Graph& graph) override {
     const ir::InferredFacts facts = ir::infer_run_time_facts(graph);
-    bool changed = false;
-    const size_t count = graph.nodes().size();  // rewriting appends nodes
-    for (size_t i = 0; i < count; ++i) {
-      ir::Node& shape = *graph.nodes()[i];
-      if (!is_op(&shape, "Shape") || shape.attrs.has("start") || shape.attrs.has("end") || !shape.output(0)) continue;
+    return rewrite_each_node(graph, [&](ir::Node& shape) {
+      if (!is_op(&shape, "Shape") || shape.attrs.has("start") || shape.attrs.has("end") || !shape.output(0)) return false;
       if (ir::Node* t = producer_op(shape.input(0), "Transpose"); t && t->input(0)->type.has_shape()) {
         const std::vector<int64_t> perm = transpose_permutation(*t, static_cast<size_t>(t->input(0)->type.rank()));
-        if (perm.empty()) continue;
+        if (perm.empty()) return false;
         gather_inner_shape(graph, shape, *t->input(0), perm);
-        changed = true;
-      } else if (ir::Node* r = producer_op(shape.input(0), "Reshape");
-                 reshapes_ && r && !shape.output(0)->is_graph_output && target_is_its_shape(*r, facts)) {
-        graph.replace_uses(shape.output(0), r->input(1));
-        shape.dead = true;
-        changed = true;
+        return true;
       }
-    }
-    return changed;
+      ir::Node* r = producer_op(shape.input(0), "Reshape");
+      if (!reshapes_ || !r || shape.output(0)->is_graph_output || !target_is_its_shape(*r, facts)) return false;
+      graph.replace_uses(shape.output(0), r->input(1));
+      shape.dead = true;
+      return true;
+    });
   }
 
  private:
