@@ -283,94 +283,61 @@ def _gru():
     return Tagger()
 
 
-def _hf_bert():
+def _last_hidden_state(model, with_mask: bool):
+    """A Hugging Face module whose forward returns only last_hidden_state."""
     import torch.nn as nn
+
+    class LastHiddenState(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.model = model
+
+        def forward(self, input_ids, attention_mask=None):
+            if with_mask:
+                return self.model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+            return self.model(input_ids=input_ids).last_hidden_state
+
+    return LastHiddenState()
+
+
+def _hf_bert():
     import transformers
 
     config = transformers.BertConfig(vocab_size=1000, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
                                      intermediate_size=128, max_position_embeddings=128)
-
-    class LastHiddenState(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.bert = transformers.BertModel(config, add_pooling_layer=False)
-
-        def forward(self, input_ids, attention_mask):
-            return self.bert(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
-
-    return LastHiddenState()
+    return _last_hidden_state(transformers.BertModel(config, add_pooling_layer=False), with_mask=True)
 
 
 def _hf_gpt2():
-    import torch.nn as nn
     import transformers
 
     config = transformers.GPT2Config(vocab_size=1000, n_positions=128, n_embd=64, n_layer=2, n_head=4, use_cache=False)
-
-    class LastHiddenState(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.gpt2 = transformers.GPT2Model(config)
-
-        def forward(self, input_ids):
-            return self.gpt2(input_ids=input_ids).last_hidden_state
-
-    return LastHiddenState()
+    return _last_hidden_state(transformers.GPT2Model(config), with_mask=False)
 
 
 def _hf_distilbert():
-    import torch.nn as nn
     import transformers
 
     config = transformers.DistilBertConfig(vocab_size=1000, dim=64, n_layers=2, n_heads=4, hidden_dim=128,
                                            max_position_embeddings=128)
-
-    class LastHiddenState(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.distilbert = transformers.DistilBertModel(config)
-
-        def forward(self, input_ids, attention_mask):
-            return self.distilbert(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
-
-    return LastHiddenState()
+    return _last_hidden_state(transformers.DistilBertModel(config), with_mask=True)
 
 
 def _hf_bart():
-    import torch.nn as nn
     import transformers
 
     config = transformers.BartConfig(vocab_size=1000, d_model=64, encoder_layers=2, decoder_layers=2,
                                      encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=128,
                                      decoder_ffn_dim=128, max_position_embeddings=128)
-
-    class Encoder(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.encoder = transformers.BartModel(config).get_encoder()
-
-        def forward(self, input_ids, attention_mask):
-            return self.encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
-
-    return Encoder()
+    return _last_hidden_state(transformers.BartModel(config).get_encoder(), with_mask=True)
 
 
 def _hf_clip():
-    import torch.nn as nn
     import transformers
 
     config = transformers.CLIPTextConfig(vocab_size=1000, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
                                          intermediate_size=128, max_position_embeddings=77)
-
-    class LastHiddenState(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.clip = transformers.CLIPTextModel(config)
-
-        def forward(self, input_ids, attention_mask):
-            return self.clip(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
-
-    return LastHiddenState()
+    return _last_hidden_state(transformers.CLIPTextModel(config), with_mask=True)
 
 
 def _vit():
