@@ -157,25 +157,6 @@ bool mask_fits(const ir::Type& mask, const ir::Type& scores) {
   return (keys.is_known() || keys.is_symbol()) && keys == want;
 }
 
-// `a` and `b` surely have one shape (whatever their element types).
-bool same_dims(const ir::Type& a, const ir::Type& b) {
-  if (!a.has_shape() || !b.has_shape() || a.rank() != b.rank()) return false;
-  for (size_t i = 0; i < a.dims().size(); ++i)
-    if (!surely_same_dim(a.dims()[i], b.dims()[i])) return false;
-  return true;
-}
-
-// Each dim of `mask`, aligned from the right, is 1 or surely the scores'.
-bool broadcasts_to(const ir::Type& mask, const ir::Type& scores) {
-  if (!mask.has_shape() || mask.rank() > scores.rank()) return false;
-  const size_t skip = static_cast<size_t>(scores.rank() - mask.rank());
-  for (size_t i = 0; i < mask.dims().size(); ++i) {
-    const ir::Dim& d = mask.dims()[i];
-    if (!(d.is_known() && d.value == 1) && !surely_same_dim(d, scores.dims()[skip + i])) return false;
-  }
-  return true;
-}
-
 // `v` is a MatMul's output, or one scaled by a scalar Div or Mul.
 bool reaches_matmul(const ir::Value* v) {
   if (producer_op(v, "MatMul")) return true;
@@ -208,8 +189,8 @@ ir::Node* scores(const ir::Graph& g, ir::Value* x, const ir::Type& softmax_type,
     // as a mask, and the Shape(S) that sized the Expand with it.
     const ir::Type& st = softmax_type;
     ir::Node* expand = producer_op(m.padding_cond, "Expand");
-    if (expand && used_once(g, m.padding_cond) && same_dims(expand->output(0)->type, x->type) &&
-        mask_fits(expand->input(0)->type, st) && broadcasts_to(expand->input(0)->type, st)) {
+    if (expand && used_once(g, m.padding_cond) && x->type.has_shape() &&
+        surely_has_dims(expand->output(0)->type, x->type.dims()) && fits_attention_mask(expand->input(0)->type, st)) {
       m.padding_cond = expand->input(0);
       m.nodes.push_back(expand);
       ir::Node* shape = producer_op(expand->input(1), "Shape");
@@ -318,7 +299,7 @@ bool match(const ir::Graph& g, ir::Node* softmax, Attention& m) {
   // reference takes its square root on each side, and 0 means its default.
   if (!qk || !std::isfinite(m.scale) || static_cast<float>(m.scale) <= 0.f) return false;
   if (m.mask && !mask_fits(m.mask->type, st)) return false;
-  if (m.padding_cond && !(mask_fits(m.padding_cond->type, st) && broadcasts_to(m.padding_cond->type, st))) return false;
+  if (m.padding_cond && !fits_attention_mask(m.padding_cond->type, st)) return false;
   m.nodes.push_back(qk);
   // After the softmax: P V, heads merged back.
   ir::Node* pv = single(g, softmax->output(0), "MatMul");

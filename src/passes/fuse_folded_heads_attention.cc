@@ -48,15 +48,6 @@ bool has_perm(const ir::Node* n, std::vector<int64_t> perm) {
   return is_op(n, "Transpose") && n->attrs.get_ints("perm") == perm;
 }
 
-bool same_dim(const ir::Dim& a, const ir::Dim& b) { return surely_same_dim(a, b); }
-
-bool same_shape(const ir::Type& t, const ir::SymShape& dims) {
-  if (!t.has_shape() || t.rank() != static_cast<int>(dims.size())) return false;
-  for (size_t i = 0; i < dims.size(); ++i)
-    if (!same_dim(t.dims()[i], dims[i])) return false;
-  return true;
-}
-
 // f = Reshape(Transpose(Reshape(x [b, s, h*d], [b, s, h, d]), 0213), [b*h, s, d]):
 // x, with h and d; nullptr when the chain differs.
 ir::Value* folded_heads(const ir::Value* f, int64_t* heads, int64_t* size, std::vector<ir::Node*>& nodes) {
@@ -74,8 +65,8 @@ ir::Value* folded_heads(const ir::Value* f, int64_t* heads, int64_t* size, std::
   if (!s[2].is_known() || !s[3].is_known() || !a[2].is_known() ||
       __builtin_mul_overflow(s[2].value, s[3].value, &width) || a[2].value != width)
     return nullptr;
-  if (!same_dim(a[0], s[0]) || !same_dim(a[1], s[1]) || !same_dim(fd[1], a[1]) || fd[2] != s[3] ||
-      !same_dim(fd[0], ir::dim_mul(a[0], s[2])))
+  if (!surely_same_dim(a[0], s[0]) || !surely_same_dim(a[1], s[1]) || !surely_same_dim(fd[1], a[1]) || fd[2] != s[3] ||
+      !surely_same_dim(fd[0], ir::dim_mul(a[0], s[2])))
     return nullptr;
   *heads = s[2].value;
   *size = s[3].value;
@@ -93,16 +84,6 @@ ir::Value* unscaled(ir::Value* q, Match& m) {
   m.scale *= n->op_type == "Div" ? 1.0 / *c : *c;
   m.nodes.push_back(n);
   return n->input(0);
-}
-
-// A float mask with one entry per key of scores [b, h, s, s'], each dim 1 or the scores'.
-bool mask_fits(const ir::Type& mask, const ir::Type& scores) {
-  if (!mask.has_shape() || mask.dtype() != DType::kFloat32 || mask.rank() < 1 || mask.rank() > 4) return false;
-  if (!same_dim(mask.dims().back(), scores.dims()[3])) return false;
-  const size_t skip = static_cast<size_t>(4 - mask.rank());
-  for (size_t i = 0; i < mask.dims().size(); ++i)
-    if (mask.dims()[i] != ir::Dim::known(1) && !same_dim(mask.dims()[i], scores.dims()[skip + i])) return false;
-  return true;
 }
 
 // `v` is the product's 4-D view, or a sum of it and masks.
@@ -136,7 +117,7 @@ ir::Node* scores(ir::Value* s, Match& m) {
     const ir::Type& vt = view->output(0)->type;
     if (!vt.has_shape() || vt.rank() != 4) return nullptr;
     for (ir::Value* mask : masks) {
-      if (!mask_fits(mask->type, vt)) return nullptr;
+      if (mask->dtype() != DType::kFloat32 || !fits_attention_mask(mask->type, vt)) return nullptr;
       m.masks.push_back(mask);
     }
     m.score_views.push_back(view->output(0));
@@ -215,17 +196,17 @@ bool match(const ir::Graph& g, ir::Node* softmax, Match& m) {
   if (!std::isfinite(m.scale) || static_cast<float>(m.scale) <= 0.f) return false;
   // One batch for Q, K and V, as Attention wants (MatMul would broadcast a batch of 1).
   const ir::Dim &qb = m.q->type.dims()[0], &kb = m.k->type.dims()[0], &vb = m.v->type.dims()[0];
-  if (!same_dim(qb, kb) || !same_dim(qb, vb)) return false;
+  if (!surely_same_dim(qb, kb) || !surely_same_dim(qb, vb)) return false;
   const ir::Type& y = merge->output(0)->type;
-  if (!y.has_shape() || y.rank() != 3 || !same_dim(y.dims()[0], qb) || !same_dim(y.dims()[1], m.q->type.dims()[1]) ||
+  if (!y.has_shape() || y.rank() != 3 || !surely_same_dim(y.dims()[0], qb) || !surely_same_dim(y.dims()[1], m.q->type.dims()[1]) ||
       y.dims()[2] != ir::Dim::known(vh * vd))
     return false;
   m.heads = qh;
   // The 4-D views split the folded batch as [b, h] (not heads first).
   const ir::Dim h = ir::Dim::known(qh), sq = m.q->type.dims()[1], sk = m.k->type.dims()[1];
   for (const ir::Value* view : m.score_views)
-    if (!same_shape(view->type, {qb, h, sq, sk})) return false;
-  if (!same_shape(m.merge_view->type, {qb, h, sq, ir::Dim::known(vd)})) return false;
+    if (!surely_has_dims(view->type, {qb, h, sq, sk})) return false;
+  if (!surely_has_dims(m.merge_view->type, {qb, h, sq, ir::Dim::known(vd)})) return false;
   if (!confined(g.consumers(), m)) return false;
   // What the Attention reads must outlive the pattern (a mask computed from
   // its Shapes, K read from Q's scaled value, ...).

@@ -147,6 +147,22 @@ std::optional<std::vector<int64_t>> constant_pads(const ir::Node& pad) {
 
 bool surely_same_dim(const ir::Dim& a, const ir::Dim& b) { return (a.is_known() || a.is_symbol()) && a == b; }
 
+bool surely_has_dims(const ir::Type& t, const ir::SymShape& dims) {
+  if (!t.has_shape() || t.rank() != static_cast<int>(dims.size())) return false;
+  for (size_t i = 0; i < dims.size(); ++i)
+    if (!surely_same_dim(t.dims()[i], dims[i])) return false;
+  return true;
+}
+
+bool fits_attention_mask(const ir::Type& mask, const ir::Type& scores) {
+  if (!mask.has_shape() || !scores.has_shape() || scores.rank() != 4 || mask.rank() < 1 || mask.rank() > 4) return false;
+  if (!surely_same_dim(mask.dims().back(), scores.dims()[3])) return false;
+  const size_t skip = static_cast<size_t>(4 - mask.rank());
+  for (size_t i = 0; i < mask.dims().size(); ++i)
+    if (mask.dims()[i] != ir::Dim::known(1) && !surely_same_dim(mask.dims()[i], scores.dims()[skip + i])) return false;
+  return true;
+}
+
 bool surely_same_shape(const ir::Type& a, const ir::Type& b) {
   if (!a.is_tensor() || !b.is_tensor() || !a.has_shape() || !b.has_shape() || a.dtype() != b.dtype()) return false;
   const ir::SymShape &x = a.dims(), &y = b.dims();

@@ -64,6 +64,12 @@ std::optional<std::vector<int64_t>> constant_pads(const ir::Node& pad);
 
 // The same number, or the same named symbol: equal at run time, whatever the inputs.
 bool surely_same_dim(const ir::Dim& a, const ir::Dim& b);
+// `t` has a shape of `dims`, dim by dim surely (whatever its element type).
+bool surely_has_dims(const ir::Type& t, const ir::SymShape& dims);
+// A mask Attention takes for scores [b, h, s, s'] as the scores' Add or
+// Where took it: rank 1-4, one entry per key (its last dim surely s'), each
+// other dim, aligned from the right, 1 or surely the scores'.
+bool fits_attention_mask(const ir::Type& mask, const ir::Type& scores);
 // Both types have the same rank and every dimension is surely the same.
 bool surely_same_shape(const ir::Type& a, const ir::Type& b);
 

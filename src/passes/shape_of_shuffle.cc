@@ -48,7 +48,8 @@ class ShapeOfShuffle : public Pass {
   std::string name() const override { return reshapes_ ? "shape_of_shuffle(reshapes)" : "shape_of_shuffle"; }
 
   bool run(ir::Graph& graph) override {
-    const ir::InferredFacts facts = ir::infer_run_time_facts(graph);
+    // Only the Reshape rule reads values: inference over the graph once per round, when it runs.
+    const ir::InferredFacts facts = reshapes_ ? ir::infer_run_time_facts(graph) : ir::InferredFacts{};
     return rewrite_each_node(graph, [&](ir::Node& shape) {
       if (!is_op(&shape, "Shape") || shape.attrs.has("start") || shape.attrs.has("end") || !shape.output(0)) return false;
       if (ir::Node* t = producer_op(shape.input(0), "Transpose"); t && t->input(0)->type.has_shape()) {
