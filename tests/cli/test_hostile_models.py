@@ -347,3 +347,21 @@ def test_dim_params_spelled_like_inferred_symbols_stay_unknown(anvil, cases):
     assert result.returncode == 0, result.stderr
     assert read_tensor_pb(cases / "named_out" / "y.pb").shape == (7,)
     assert read_tensor_pb(cases / "named_out" / "w.pb").shape == (15, 1)
+
+
+def test_inputs_giving_one_dim_param_two_sizes_fail_in_one_line(anvil, cases):
+    """ONNX gives a dim_param one size in every input: a run that binds `n`
+    to 3 in one input and to 1 in another fails with one line naming both."""
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["a", "b"], ["y"])], "one_name",
+        [helper.make_tensor_value_info("a", TensorProto.FLOAT, ["n", 2]),
+         helper.make_tensor_value_info("b", TensorProto.FLOAT, ["n", 1])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    model = save(graph, cases / "one_name.onnx")
+    np.save(cases / "a3.npy", np.ones((3, 2), np.float32))
+    np.save(cases / "b1.npy", np.ones((1, 1), np.float32))
+    check_error(run(anvil, model, "-i", f"a={cases / 'a3.npy'}", "-i", f"b={cases / 'b1.npy'}"),
+                EXIT_INVALID_ARGUMENT, r"input 'b' has n = 1 \(axis 0\), but input 'a' has n = 3")
+    np.save(cases / "b3.npy", np.ones((3, 1), np.float32))
+    result = run(anvil, model, "-i", f"a={cases / 'a3.npy'}", "-i", f"b={cases / 'b3.npy'}")
+    assert result.returncode == 0, result.stderr
