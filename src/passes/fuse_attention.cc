@@ -149,14 +149,6 @@ bool is_causal_cond(const ir::Value* cond) {
   return is_lower_triangular(cond);
 }
 
-// A float mask has one entry per key: a shorter Attention mask would mean
-// "masked", not "broadcast".
-bool mask_fits(const ir::Type& mask, const ir::Type& scores) {
-  if (!mask.has_shape() || mask.rank() < 1 || mask.rank() > 4) return false;
-  const ir::Dim &keys = mask.dims().back(), &want = scores.dims()[3];
-  return (keys.is_known() || keys.is_symbol()) && keys == want;
-}
-
 // `v` is a MatMul's output, or one scaled by a scalar Div or Mul.
 bool reaches_matmul(const ir::Value* v) {
   if (producer_op(v, "MatMul")) return true;
@@ -298,7 +290,7 @@ bool match(const ir::Graph& g, ir::Node* softmax, Attention& m) {
   // Only a finite positive scale is the same computation: Attention's
   // reference takes its square root on each side, and 0 means its default.
   if (!qk || !std::isfinite(m.scale) || static_cast<float>(m.scale) <= 0.f) return false;
-  if (m.mask && !mask_fits(m.mask->type, st)) return false;
+  if (m.mask && !fits_attention_mask(m.mask->type, st)) return false;
   if (m.padding_cond && !fits_attention_mask(m.padding_cond->type, st)) return false;
   m.nodes.push_back(qk);
   // After the softmax: P V, heads merged back.

@@ -158,8 +158,13 @@ bool fits_attention_mask(const ir::Type& mask, const ir::Type& scores) {
   if (!mask.has_shape() || !scores.has_shape() || scores.rank() != 4 || mask.rank() < 1 || mask.rank() > 4) return false;
   if (!surely_same_dim(mask.dims().back(), scores.dims()[3])) return false;
   const size_t skip = static_cast<size_t>(4 - mask.rank());
-  for (size_t i = 0; i < mask.dims().size(); ++i)
-    if (mask.dims()[i] != ir::Dim::known(1) && !surely_same_dim(mask.dims()[i], scores.dims()[skip + i])) return false;
+  for (size_t i = 0; i + 1 < mask.dims().size(); ++i) {
+    const ir::Dim &m = mask.dims()[i], &s = scores.dims()[skip + i];
+    // A scores dim known above 1 leaves the mask's 1 or the same (else the
+    // Add would not broadcast); one that may be 1 could take the mask's size.
+    const bool fits = m == ir::Dim::known(1) || surely_same_dim(m, s) || (s.is_known() && s.value > 1);
+    if (!fits) return false;
+  }
   return true;
 }
 

@@ -68,7 +68,8 @@ bool surely_same_dim(const ir::Dim& a, const ir::Dim& b);
 bool surely_has_dims(const ir::Type& t, const ir::SymShape& dims);
 // A mask Attention takes for scores [b, h, s, s'] as the scores' Add or
 // Where took it: rank 1-4, one entry per key (its last dim surely s'), each
-// other dim, aligned from the right, 1 or surely the scores'.
+// other dim, aligned from the right, 1, surely the scores' or against a
+// scores dim known above 1 (the output keeps the scores' shape).
 bool fits_attention_mask(const ir::Type& mask, const ir::Type& scores);
 // Both types have the same rank and every dimension is surely the same.
 bool surely_same_shape(const ir::Type& a, const ir::Type& b);

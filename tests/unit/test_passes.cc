@@ -886,6 +886,7 @@ struct AttentionGraphOptions {
   bool padding_where = false;
   bool mask_is_scores = false;  // Softmax(S + S): the "mask" is the scores themselves
   Shape pad_shape = {2, 1, 1, 5};
+  ir::SymShape mask_dims;  // the float mask's dims, symbols allowed (mask_shape's when empty)
 };
 
 std::unique_ptr<ir::Graph> attention_graph(const AttentionGraphOptions& o = {}) {
@@ -967,7 +968,9 @@ std::unique_ptr<ir::Graph> attention_graph(const AttentionGraphOptions& o = {}) 
   } else if (o.mask_is_scores) {
     masked = g->add_node("Add", {scaled, scaled}, 1)->output(0);
   } else {
-    masked = g->add_node("Add", {scaled, g->add_input("mask", DType::kFloat32, o.mask_shape)}, 1)->output(0);
+    ir::Value* mask = g->add_input("mask", DType::kFloat32, o.mask_shape);
+    if (!o.mask_dims.empty()) mask->type = ir::Type::tensor(DType::kFloat32, o.mask_dims);
+    masked = g->add_node("Add", {scaled, mask}, 1)->output(0);
   }
   ir::Node* sm = g->add_node("Softmax", {masked}, 1);
   sm->attrs.set("axis", o.softmax_axis);
@@ -1024,6 +1027,11 @@ TEST(Passes, AttentionWithFloatMaskBecomesOneAttention) {
   EXPECT_EQ(att.attrs.get_int("q_num_heads", 0), 2);
   EXPECT_FLOAT_EQ(att.attrs.get_float("scale", 0.f), 0.5f);
   EXPECT_EQ(att.input(3), g->find_value("mask"));
+  // A mask's batch of its own still fits scores whose batch is known above 1.
+  auto own_batch =
+      attention_graph({.mask_dims = {ir::Dim::named("B"), ir::Dim::known(1), ir::Dim::known(1), ir::Dim::known(5)}});
+  passes::optimize(*own_batch, 2, runtime::reference_evaluator());
+  EXPECT_EQ(count_ops(*own_batch, "Attention"), 1u);
 
   Tensor q = ramp({2, 5, 8}, -1.f, 0.03f), k = ramp({2, 5, 8}, 0.7f, -0.02f), v = ramp({2, 5, 8}, -2.f, 0.05f);
   Tensor mask(DType::kFloat32, {2, 1, 1, 5});
@@ -1363,6 +1371,19 @@ TEST(Passes, AttentionLookalikesAreLeftAlone) {
   auto per_query = attention_graph({.mask_shape = {2, 1, 5, 1}});  // one value per query, broadcast over the keys
   passes::optimize(*per_query, 2, runtime::reference_evaluator());
   EXPECT_EQ(count_ops(*per_query, "Attention"), 0u);
+  // A mask with a query length of its own: where the scores' S is 1 the Add
+  // broadcasts the one query over T rows, which one Attention could not
+  // (the Softmax's type, past the broadcast, then has rows of unknown length).
+  const auto own_rows = [] {
+    return attention_graph({.packed_qkv = true, .sequence_symbol = true,
+                            .mask_dims = {ir::Dim::known(2), ir::Dim::known(1), ir::Dim::named("T"), ir::Dim::named("S")}});
+  };
+  auto rows = own_rows();
+  passes::optimize(*rows, 3, runtime::reference_evaluator());
+  EXPECT_EQ(count_ops(*rows, "Attention") + count_ops(*rows, "QkvAttention"), 0u);
+  Session broadcast = Session::from_graph(own_rows());
+  const Tensor y = broadcast.run({{"x", ramp({2, 1, 24}, -0.5f, 0.02f)}, {"mask", ramp({2, 1, 3, 1}, 0.f, 0.1f)}})[0];
+  EXPECT_EQ(y.shape(), Shape({2, 3, 8}));
   auto negative = attention_graph({.divisor = -2.f});  // Attention's reference takes the scale's square root
   passes::optimize(*negative, 2, runtime::reference_evaluator());
   EXPECT_EQ(count_ops(*negative, "Attention"), 0u);
