@@ -1,11 +1,10 @@
 #include "kernels/weight_cache.h"
 
-#include <sys/mman.h>
-#include <unistd.h>
-
+#include <algorithm>
 #include <cstdint>
 
 #include "core/check.h"
+#include "core/pages.h"
 
 namespace anvil::kernels {
 
@@ -14,43 +13,68 @@ namespace {
 // Below this a release saves too little to be worth a restore.
 constexpr size_t kMinReleaseBytes = size_t{1} << 16;
 
-// The whole pages inside [data, data + bytes): those madvise may drop without
-// touching the allocator's bookkeeping around the buffer.
-std::pair<uintptr_t, size_t> inner_pages(const void* data, size_t bytes) {
-  const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
-  const auto begin = reinterpret_cast<uintptr_t>(data);
-  const uintptr_t first = (begin + page - 1) / page * page;
-  const uintptr_t last = (begin + bytes) / page * page;
-  return {first, last > first ? last - first : 0};
-}
-
 }  // namespace
 
 Tensor WeightCache::get(const Tensor& source, const std::string& layout_key, const std::function<Tensor()>& pack,
                         Unpack unpack) {
+  return get_consuming(source, layout_key, [&](const Consumed&) { return pack(); }, std::move(unpack));
+}
+
+Tensor WeightCache::get_consuming(const Tensor& source, const std::string& layout_key,
+                                  const std::function<Tensor(const Consumed&)>& pack, Unpack unpack) {
   auto key = std::make_pair(source.raw(), layout_key);
   // Packing runs under the lock: release() must not drop a source while it is read.
   std::lock_guard<std::mutex> lock(mutex_);
   if (auto it = entries_.find(key); it != entries_.end()) return it->second.packed;
   restore_locked(source);
-  auto [it, inserted] = entries_.emplace(key, Entry{source, pack(), std::move(unpack)});
-  return it->second.packed;
+  Entry entry{source, Tensor(), std::move(unpack)};
+  // What release() asks, with the entry made here (it holds the source too) as the one that unpacks.
+  const bool may_drop = entry.unpack && consumable_.count(source.raw()) && source.nbytes() >= kMinReleaseBytes &&
+                        source.use_count() == 2 + entries_of(source);
+  size_t dropped = 0;            // bytes of the pages dropped so far
+  uintptr_t dropped_to = 0;      // where they end
+  Consumed consumed;
+  if (may_drop)
+    consumed = [&](size_t bytes) {
+      const auto base = reinterpret_cast<uintptr_t>(source.raw());
+      const uintptr_t from = std::max(base, dropped_to), to = base + std::min(bytes, source.nbytes());
+      if (to <= from) return;
+      const auto [first, length] = inner_pages(reinterpret_cast<const void*>(from), to - from);
+      if (length && drop_inner_pages(reinterpret_cast<const void*>(first), length) == length) {
+        dropped += length;
+        dropped_to = first + length;
+      }
+    };
+  entry.packed = pack(consumed);
+  if (dropped > 0) released_[source.raw()] = dropped;
+  return entries_.emplace(key, std::move(entry)).first->second.packed;
+}
+
+void WeightCache::set_consumable(const Tensor& source, bool consumable) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (consumable) consumable_.insert(source.raw());
+  else consumable_.erase(source.raw());
+}
+
+long WeightCache::entries_of(const Tensor& source, bool* unpackable) const {
+  long entries = 0;
+  for (auto it = entries_.lower_bound({source.raw(), std::string()}); it != entries_.end() && it->first.first == source.raw(); ++it) {
+    if (unpackable) *unpackable |= static_cast<bool>(it->second.unpack);
+    ++entries;
+  }
+  return entries;
 }
 
 size_t WeightCache::release(const Tensor& source) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (released_.count(source.raw()) || source.nbytes() < kMinReleaseBytes) return 0;
   bool unpackable = false;
-  long entries = 0;
-  for (auto it = entries_.lower_bound({source.raw(), std::string()}); it != entries_.end() && it->first.first == source.raw(); ++it) {
-    unpackable |= static_cast<bool>(it->second.unpack);
-    ++entries;
-  }
+  const long entries = entries_of(source, &unpackable);
   // Only bytes the session alone holds: `source` and the entries' copies of it,
   // never a caller's tensor or a view shared with another value.
   if (!unpackable || source.use_count() != 1 + entries) return 0;
-  auto [first, length] = inner_pages(source.raw(), source.nbytes());
-  if (length == 0 || ::madvise(reinterpret_cast<void*>(first), length, MADV_DONTNEED) != 0) return 0;
+  const size_t length = drop_inner_pages(source.raw(), source.nbytes());
+  if (length == 0) return 0;
   released_[source.raw()] = length;
   return length;
 }

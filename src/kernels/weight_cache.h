@@ -12,11 +12,18 @@
 // the system (the tensor keeps its address, its bytes read as zeros). Before
 // anything else reads it, restore() rebuilds it from a packed copy with the
 // entry's unpack function (a exact reorder back to the plain layout).
+//
+// The first plan goes further for a constant it reads last and only packed:
+// the planner marks it consumable while the reader is prepared, and a pack
+// that walks its source in order (get_consuming) drops each part once it is
+// packed, so that the original and its packed copy are never both whole in
+// memory (VGG-16's 411 MB classifier weight would otherwise double the peak).
 #pragma once
 
 #include <functional>
 #include <map>
 #include <mutex>
+#include <set>
 #include <string>
 #include <utility>
 
@@ -33,6 +40,19 @@ class WeightCache {
   // request (restoring a released source first); `unpack` undoes it.
   Tensor get(const Tensor& source, const std::string& layout_key, const std::function<Tensor()>& pack,
              Unpack unpack = nullptr);
+  // Told by a pack that reads its source front to back: its first `bytes`
+  // will not be read again.
+  using Consumed = std::function<void(size_t bytes)>;
+  // get(), where `pack` is given a Consumed that drops those pages when
+  // `source` is marked consumable and release() could drop it (null
+  // otherwise). A source it dropped any of counts as released. A pack that
+  // throws after reporting progress leaves the source's bytes lost: it must
+  // make everything that can fail before its first report.
+  Tensor get_consuming(const Tensor& source, const std::string& layout_key,
+                       const std::function<Tensor(const Consumed&)>& pack, Unpack unpack);
+  // Marks (or unmarks) `source` as one the node being prepared reads last,
+  // with every earlier reader packed (the planner's call).
+  void set_consumable(const Tensor& source, bool consumable);
   // Drops the pages of `source` when it has a packed copy that can be unpacked,
   // is large enough to be worth it, and no tensor but `source` and this
   // cache's entries holds its bytes; returns the bytes dropped (0: kept).
@@ -60,10 +80,13 @@ class WeightCache {
     Unpack unpack;
   };
   void restore_locked(const Tensor& source);
+  // The entries packed from `source`; `unpackable` set when one can restore it.
+  long entries_of(const Tensor& source, bool* unpackable = nullptr) const;
 
   mutable std::mutex mutex_;
   std::map<std::pair<const void*, std::string>, Entry> entries_;
   std::map<const void*, size_t> released_;  // source address -> bytes dropped
+  std::set<const void*> consumable_;
   size_t model_weight_bytes_ = 0;
 };
 

@@ -135,8 +135,12 @@ class GraphImporter {
       ANVIL_CHECK(!init.name().empty(), ErrorKind::kInvalidModel, "an initializer has no name");
       ANVIL_CHECK(!graph.find_value(init.name()), ErrorKind::kInvalidModel, "initializer '{}' is defined twice",
                   init.name());
-      graph.add_constant(init.name(), tensor_from_proto(init, base_dir_));
-      if (release) std::string().swap(*release->mutable_initializer(i)->mutable_raw_data());  // frees the capacity
+      if (!release) {
+        graph.add_constant(init.name(), tensor_from_proto(init, base_dir_));
+        continue;
+      }
+      graph.add_constant(init.name(), tensor_from_proto_consuming(init, base_dir_));
+      std::string().swap(*release->mutable_initializer(i)->mutable_raw_data());  // frees the capacity
     }
     for (const auto& in : g.input()) {
       if (graph.find_value(in.name())) continue;  // an input with an initializer is a constant here

@@ -1,5 +1,6 @@
 #include "onnx/tensor_proto.h"
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <memory>
@@ -18,6 +19,7 @@
 #include "core/dtype_set.h"
 #include "core/half.h"
 #include "core/low_precision.h"
+#include "core/pages.h"
 #include "onnx/validate.h"
 
 namespace anvil::onnx_io {
@@ -172,7 +174,23 @@ std::optional<Tensor> map_external(const ExternalData& ext, DType dtype, const S
 
 }  // namespace
 
-Tensor tensor_from_proto(const TensorProto& p, const std::string& base_dir) {
+namespace {
+
+// What a consuming read copies at a time before dropping the pages it read.
+constexpr size_t kConsumeChunk = size_t{8} << 20;
+
+// `bytes` of raw data into `out` a chunk at a time, each chunk's whole pages
+// dropped once copied: the raw data and the tensor are never both whole in
+// memory (VGG-16's 411 MB classifier weight would otherwise be twice there).
+void copy_consuming(const std::string& raw, size_t bytes, uint8_t* out) {
+  for (size_t at = 0; at < bytes; at += kConsumeChunk) {
+    const size_t n = std::min(kConsumeChunk, bytes - at);
+    std::memcpy(out + at, raw.data() + at, n);
+    drop_inner_pages(raw.data(), at + n);  // from the start: pages dropped before are dropped again, at no cost
+  }
+}
+
+Tensor from_proto(const TensorProto& p, const std::string& base_dir, bool consume_raw) {
   validate_tensor(p);
   DType dtype = dtype_from_onnx(p.data_type());
   ANVIL_CHECK(dtype != DType::kUndefined, ErrorKind::kUnsupported, "tensor '{}' has data type {}, which Anvil does not support",
@@ -192,7 +210,9 @@ Tensor tensor_from_proto(const TensorProto& p, const std::string& base_dir) {
     unpack_elements(dtype, reinterpret_cast<const uint8_t*>(bytes.data()), t.numel(), static_cast<uint8_t*>(t.raw()));
     return t;
   }
-  Tensor t(dtype, shape);
+  // Raw data of the types stored as they are overwrites every byte: no zeroing first.
+  const bool copied_whole = p.has_raw_data() && stored_as_is(dtype);
+  Tensor t = copied_whole ? Tensor::uninitialized(dtype, shape) : Tensor(dtype, shape);
 
   if (dtype == DType::kString) {  // validate_tensor() checked string_data holds one per element
     auto* out = t.data<std::string>();
@@ -205,7 +225,8 @@ Tensor tensor_from_proto(const TensorProto& p, const std::string& base_dir) {
     ANVIL_CHECK(p.raw_data().size() == file_bytes, ErrorKind::kInvalidModel,
                 "tensor '{}' has {} bytes of raw data but its shape {} needs {}", name, p.raw_data().size(),
                 shape_str(shape), file_bytes);
-    unpack_elements(dtype, reinterpret_cast<const uint8_t*>(p.raw_data().data()), t.numel(), elements);
+    if (consume_raw && copied_whole) copy_consuming(p.raw_data(), file_bytes, elements);
+    else unpack_elements(dtype, reinterpret_cast<const uint8_t*>(p.raw_data().data()), t.numel(), elements);
     return t;
   }
   if (t.numel() == 0) return t;
@@ -236,6 +257,16 @@ Tensor tensor_from_proto(const TensorProto& p, const std::string& base_dir) {
     default: break;  // undefined; the low-precision types were read above
   }
   return t;
+}
+
+}  // namespace
+
+Tensor tensor_from_proto(const TensorProto& proto, const std::string& base_dir) {
+  return from_proto(proto, base_dir, false);
+}
+
+Tensor tensor_from_proto_consuming(const TensorProto& proto, const std::string& base_dir) {
+  return from_proto(proto, base_dir, true);
 }
 
 void tensor_to_proto(const Tensor& t, const std::string& name, TensorProto* p) {

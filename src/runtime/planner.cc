@@ -296,6 +296,7 @@ class PlanBuilder {
                                    channel_concat_inputs_.count(node.outputs[0]);
     PreparedKernel prepared;
     try {
+      const ConsumableReads consumable(*this, node, fold);
       prepared = prepare_kernel(node, types, constants, threads_, /*ref_only=*/fold, nullptr, weights_, &layouts,
                                 fold ? nullptr : tuner_);
     } catch (const kernels::ValueNeeded&) {
@@ -351,16 +352,44 @@ class PlanBuilder {
   // Counts the reads of the node's constant inputs (`kernel`: the one that
   // runs it, null when the node is folded, dynamic or reordered); a constant
   // whose reads are all packed ones is released once the last is prepared.
+  // One read unpacked after all gets back the bytes its packing consumed.
   void note_constant_reads(const ir::Node& node, const kernels::Kernel* kernel, const std::vector<int>& in_slots) {
     if (!release_early_) return;
     for (size_t i = 0; i < node.inputs.size(); ++i) {
       const ir::Value* v = node.inputs[i];
       if (!v || !v->is_constant() || v->is_graph_output) continue;
       const bool packed = kernel && i < in_slots.size() && in_slots[i] >= 0 && kernel->reads_input_packed_only(i);
-      if (!packed) unreleasable_.insert(v);
+      if (!packed) {
+        unreleasable_.insert(v);
+        weights_->restore(*v->constant);
+      }
       if (--constant_reads_left_[v] == 0 && !unreleasable_.count(v)) weights_->release(*v->constant);
     }
   }
+
+  // While a node is prepared, the constants it reads last, with every reader
+  // before it packed: its packing may consume them (WeightCache::get_consuming);
+  // note_constant_reads restores any the kernel turns out to read unpacked.
+  class ConsumableReads {
+   public:
+    ConsumableReads(PlanBuilder& b, const ir::Node& node, bool fold) : weights_(b.weights_) {
+      if (!b.release_early_ || fold) return;
+      for (const ir::Value* v : node.inputs)
+        if (v && v->is_constant() && !v->is_graph_output && b.constant_reads_left_[v] == 1 && !b.unreleasable_.count(v)) {
+          weights_->set_consumable(*v->constant, true);
+          marked_.push_back(&*v->constant);
+        }
+    }
+    ~ConsumableReads() {
+      for (const Tensor* t : marked_) weights_->set_consumable(*t, false);
+    }
+    ConsumableReads(const ConsumableReads&) = delete;
+    ConsumableReads& operator=(const ConsumableReads&) = delete;
+
+   private:
+    kernels::WeightCache* weights_;
+    std::vector<const Tensor*> marked_;
+  };
 
   // The slot holding `value` (now in `slot`) in layout `to`: `slot` itself, or
   // the output of a reorder step, inserted once per value and layout.

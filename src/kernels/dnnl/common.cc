@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <vector>
 
 #include "anvil/cpu.h"
 #include "kernels/weight_cache.h"
@@ -101,6 +102,78 @@ PackedWeights pack(const dnnl::memory::desc& from, const void* data, const dnnl:
   return w;
 }
 
+namespace {
+
+// What one slab of a consuming pack reads: enough for the reorder to run at
+// speed, little against the weights that are worth packing this way.
+constexpr size_t kSlabBytes = size_t{32} << 20;
+
+// The axis a pack can walk `from` along in slabs: its outermost (largest
+// stride) when `from` is plain and dense from offset 0 and `to` has no
+// padding; -1 otherwise. `step`: `to`'s block along it, which each slab's
+// start must be a multiple of.
+int slab_axis(const dnnl::memory::desc& from, const dnnl::memory::desc& to, int64_t* step) {
+  const dnnl_memory_desc_t &f = from.data, &t = to.data;
+  if (f.format_kind != dnnl_blocked || t.format_kind != dnnl_blocked || f.format_desc.blocking.inner_nblks != 0 ||
+      f.offset0 != 0 || t.offset0 != 0 || f.ndims != t.ndims || f.ndims < 1)
+    return -1;
+  for (int i = 0; i < t.ndims; ++i)
+    if (t.padded_dims[i] != t.dims[i] || f.padded_dims[i] != f.dims[i]) return -1;
+  int axis = 0;
+  for (int i = 1; i < f.ndims; ++i)
+    if (f.format_desc.blocking.strides[i] > f.format_desc.blocking.strides[axis]) axis = i;
+  const size_t element = dnnl_data_type_size(f.data_type);
+  if (static_cast<size_t>(f.format_desc.blocking.strides[axis] * f.dims[axis]) * element != from.get_size()) return -1;
+  *step = 1;
+  const auto& blocking = t.format_desc.blocking;
+  for (int b = 0; b < blocking.inner_nblks; ++b)
+    if (blocking.inner_idxs[b] == axis) *step *= blocking.inner_blks[b];
+  return axis;
+}
+
+// Reorders `data` (as `from`) into `dst` (as `to`) a slab of `from`'s
+// outermost axis at a time, telling `consumed` how far through the source
+// each slab ends. Every reorder is made before the first runs: nothing can
+// fail once the source is being dropped. False (nothing done) where the
+// layouts do not split into two slabs or more.
+bool reorder_in_slabs(const dnnl::memory::desc& from, const void* data, const dnnl::memory::desc& to, void* dst,
+                      const WeightCache::Consumed& consumed) {
+  int64_t step = 1;
+  const int axis = slab_axis(from, to, &step);
+  if (axis < 0) return false;
+  const int64_t length = from.data.dims[axis];
+  const size_t slab_stride = from.get_size() / static_cast<size_t>(length);  // bytes per index of the axis
+  const int64_t rows = std::max<int64_t>(step, static_cast<int64_t>(kSlabBytes / slab_stride) / step * step);
+  if (rows >= length) return false;
+  struct Slab {
+    dnnl::memory src, dst;
+    dnnl::reorder reorder;
+    size_t end;  // source bytes read through this slab
+  };
+  std::vector<Slab> slabs;
+  try {
+    for (int64_t r = 0; r < length; r += rows) {
+      dnnl::memory::dims sizes = from.dims(), offsets(sizes.size(), 0);
+      sizes[static_cast<size_t>(axis)] = std::min(rows, length - r);
+      offsets[static_cast<size_t>(axis)] = r;
+      dnnl::memory src = wrap(from.submemory_desc(sizes, offsets), data);
+      dnnl::memory out(to.submemory_desc(sizes, offsets), engine(), dst);
+      dnnl::reorder reorder(src, out);
+      slabs.push_back({src, out, reorder, static_cast<size_t>(r + sizes[static_cast<size_t>(axis)]) * slab_stride});
+    }
+  } catch (const dnnl::error&) {
+    return false;  // a layout oneDNN cannot view in parts
+  }
+  for (Slab& slab : slabs) {
+    slab.reorder.execute(stream(), slab.src, slab.dst);
+    stream().wait();
+    consumed(slab.end);
+  }
+  return true;
+}
+
+}  // namespace
+
 PackedWeights pack_shared(const PrepareContext& ctx, const Tensor& source, const dnnl::memory::desc& from,
                           const dnnl::memory::desc& to) {
   WeightCache* cache = ctx.weight_cache();
@@ -119,7 +192,16 @@ PackedWeights pack_shared(const PrepareContext& ctx, const Tensor& source, const
       dnnl::reorder(in, out).execute(stream(), in, out);
       stream().wait();
     };
-  w.storage = cache->get(source, key, [&] { return pack(from, source.raw(), to).storage; }, std::move(unpack));
+  w.storage = cache->get_consuming(
+      source, key,
+      [&](const WeightCache::Consumed& consumed) {
+        if (consumed) {  // not zeroed, which would make the whole copy resident at once: the slabs write every byte
+          Tensor packed = Tensor::uninitialized(DType::kUInt8, {static_cast<int64_t>(to.get_size())});
+          if (reorder_in_slabs(from, source.raw(), to, packed.raw(), consumed)) return packed;
+        }
+        return pack(from, source.raw(), to).storage;
+      },
+      std::move(unpack));
   w.memory = dnnl::memory(to, engine(), w.storage.raw());
   return w;
 }
