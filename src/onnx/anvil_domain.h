@@ -3,7 +3,7 @@
 // them back.
 //   - Anvil's own fused ops (internal domain "anvil"): FusedConv, FusedMatMul,
 //     FusedGemm, MaskedSoftmax, ElementwiseChain, FusedConvDepthwise, QkvAttention,
-//     FusedBatchNorm, ChannelShuffle.
+//     FusedBatchNorm, ChannelShuffle, SqueezeExcite.
 //   - ONNX ops newer than the model's opset that the passes create (Gelu-20,
 //     LayerNormalization-17, Attention-23, Swish-24): written as com.anvil nodes of the
 //     same name, meaning the ONNX op at that version. Raising the model's

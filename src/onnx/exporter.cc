@@ -16,7 +16,7 @@ std::optional<AnvilDomainOp> anvil_domain_op(const std::string& op_type) {
       {"Attention", "", 23},     {"LayerNormalization", "", 17}, {"MaskedSoftmax", "anvil", 1}, {"ElementwiseChain", "anvil", 1},
       {"FusedConvDepthwise", "anvil", 1}, {"QkvAttention", "anvil", 1},
       {"Swish", "", 24},         {"FusedGemm", "anvil", 1},      {"HardSwish", "", 14},
-      {"FusedBatchNorm", "anvil", 1},      {"ChannelShuffle", "anvil", 1},
+      {"FusedBatchNorm", "anvil", 1},    {"SqueezeExcite", "anvil", 1},      {"ChannelShuffle", "anvil", 1},
   };
   for (const AnvilDomainOp& op : kOps)
     if (op_type == op.op_type) return op;

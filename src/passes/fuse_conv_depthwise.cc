@@ -19,44 +19,20 @@ namespace anvil::passes {
 
 namespace {
 
-bool all_equal(const std::vector<int64_t>& values, int64_t v) {
-  for (int64_t x : values)
-    if (x != v) return false;
-  return true;
-}
-
-// A 2-D convolution with explicit pads (or none), dense, constant float32
-// weights of `kernel` x `kernel`, no residual input.
-bool plain_2d_conv(const ir::Node& conv, int64_t kernel) {
-  const ir::Value* w = conv.input(1);
-  if (!is_float_constant(w) || w->constant->shape().size() != 4) return false;
-  const Shape& ws = w->constant->shape();
-  if (ws[2] != kernel || ws[3] != kernel || conv.input(3)) return false;
-  if (conv.input(2) && !is_float_constant(conv.input(2))) return false;
-  const std::string auto_pad = conv.attrs.get_string("auto_pad", "NOTSET");
-  if (auto_pad != "NOTSET" && !(auto_pad == "VALID" && kernel == 1)) return false;
-  const std::vector<int64_t> kernel_shape = conv.attrs.get_ints("kernel_shape");
-  return (kernel_shape.empty() || kernel_shape == std::vector<int64_t>{kernel, kernel}) &&
-         all_equal(conv.attrs.get_ints("dilations"), 1);
-}
-
 // A 1x1 window at stride 1, no pads, one group, over a float32 input of a
 // static shape (which the advisor asks the kernels about).
 bool is_pointwise(const ir::Node& conv) {
-  if (!is_convolution(&conv)) return false;
   const ir::Value* x = conv.input(0);
-  if (!x || !x->is_static() || x->type.rank() != 4 || x->dtype() != DType::kFloat32) return false;
-  return plain_2d_conv(conv, 1) && conv.attrs.get_int("group", 1) == 1 &&
-         all_equal(conv.attrs.get_ints("strides"), 1) && all_equal(conv.attrs.get_ints("pads"), 0);
+  return is_unit_conv(conv) && x && x->is_static() && x->type.rank() == 4 && x->dtype() == DType::kFloat32;
 }
 
 // A depthwise 3x3 over `channels` at stride 1 or 2 (the stride, else 0),
 // pads of 1 on every side.
 int64_t depthwise_stride(const ir::Node& conv, int64_t channels) {
-  if (!is_convolution(&conv) || !plain_2d_conv(conv, 3) || conv.attrs.get_int("group", 1) != channels) return 0;
+  if (!is_plain_2d_conv(conv, 3) || conv.attrs.get_int("group", 1) != channels) return 0;
   if (conv.input(1)->constant->shape()[0] != channels || conv.input(1)->constant->shape()[1] != 1) return 0;
   const std::vector<int64_t> pads = conv.attrs.get_ints("pads");
-  if (pads.size() != 4 || !all_equal(pads, 1)) return 0;
+  if (pads.size() != 4 || !all_equal_to(pads, 1)) return 0;
   const std::vector<int64_t> strides = conv.attrs.get_ints("strides", {1, 1});
   if (strides.size() != 2 || strides[0] != strides[1] || (strides[0] != 1 && strides[0] != 2)) return 0;
   return strides[0];

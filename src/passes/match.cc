@@ -1,5 +1,6 @@
 #include "passes/match.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <numeric>
@@ -103,6 +104,29 @@ void set_activation(ir::Node& fused, const FusedActivation& act) {
   fused.attrs.set("activation", act.name);
   fused.attrs.set("activation_alpha", act.alpha);
   fused.attrs.set("activation_beta", act.beta);
+}
+
+bool all_equal_to(const std::vector<int64_t>& values, int64_t v) {
+  return std::all_of(values.begin(), values.end(), [v](int64_t x) { return x == v; });
+}
+
+bool is_plain_2d_conv(const ir::Node& conv, int64_t kernel) {
+  if (!is_convolution(&conv)) return false;
+  const ir::Value* w = conv.input(1);
+  if (!is_float_constant(w) || w->constant->shape().size() != 4) return false;
+  const Shape& ws = w->constant->shape();
+  if (ws[2] != kernel || ws[3] != kernel || conv.input(3)) return false;
+  if (conv.input(2) && !is_float_constant(conv.input(2))) return false;
+  const std::string auto_pad = conv.attrs.get_string("auto_pad", "NOTSET");
+  if (auto_pad != "NOTSET" && !(auto_pad == "VALID" && kernel == 1)) return false;
+  const std::vector<int64_t> kernel_shape = conv.attrs.get_ints("kernel_shape");
+  return (kernel_shape.empty() || kernel_shape == std::vector<int64_t>{kernel, kernel}) &&
+         all_equal_to(conv.attrs.get_ints("dilations"), 1);
+}
+
+bool is_unit_conv(const ir::Node& conv) {
+  return is_plain_2d_conv(conv, 1) && conv.attrs.get_int("group", 1) == 1 &&
+         all_equal_to(conv.attrs.get_ints("strides"), 1) && all_equal_to(conv.attrs.get_ints("pads"), 0);
 }
 
 FusedActivation activation_of(const ir::Node& fused) {

@@ -31,6 +31,14 @@ bool is_scalar(const ir::Value* v, double expected, double rel_tol = 1e-4);
 ir::Value* other_operand(const ir::Node& n, const ir::Value* v);
 // `v` is a float32 constant.
 bool is_float_constant(const ir::Value* v);
+// Every value is `v` (true for none).
+bool all_equal_to(const std::vector<int64_t>& values, int64_t v);
+// A live 2-D convolution with explicit pads (or none), dense, constant
+// float32 weights of `kernel` x `kernel` (and bias, if any), no residual input.
+bool is_plain_2d_conv(const ir::Node& conv, int64_t kernel);
+// One of those with a 1x1 window at stride 1, no pads and one group: a
+// product over the channels at each pixel.
+bool is_unit_conv(const ir::Node& conv);
 
 // An activation a fused node applies as its last step (a oneDNN eltwise
 // post-op): "Relu", "LeakyRelu", "Elu", "Clip", "Sigmoid", "Tanh",

@@ -58,6 +58,7 @@ std::vector<std::unique_ptr<Pass>> passes_for_level(int level, const ConstantEva
     passes.push_back(make_fuse_swish());  // likewise
     passes.push_back(make_fuse_conv_activation());
     passes.push_back(make_fuse_batchnorm_activation());  // after fuse_conv_batchnorm: the BNs it cannot fold
+    passes.push_back(make_fuse_squeeze_excite());  // after fuse_conv_activation: it takes the convolutions' activations
     passes.push_back(make_fuse_channel_shuffle());
     passes.push_back(make_fuse_matmul());
     passes.push_back(make_fuse_relu_grad());

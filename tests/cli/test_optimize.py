@@ -235,6 +235,41 @@ def test_a_batch_norm_and_its_relu_read_back_as_one_node(anvil, tmp_path):
                                    err_msg=f"-O {opt_level}")
 
 
+def test_a_squeeze_excite_block_reads_back_as_one_node(anvil, tmp_path):
+    # MobileNetV3's block: GlobalAveragePool -> Conv -> Relu -> Conv -> HardSigmoid, the gates scaling x: one
+    # com.anvil SqueezeExcite before the Mul; read back by Anvil, against numpy.
+    rng = np.random.default_rng(17)
+    w1, b1 = rng.standard_normal((3, 8, 1, 1)).astype(np.float32), rng.standard_normal(3).astype(np.float32)
+    w2, b2 = rng.standard_normal((8, 3, 1, 1)).astype(np.float32), rng.standard_normal(8).astype(np.float32)
+    inits = [numpy_helper.from_array(v, n) for v, n in [(w1, "w1"), (b1, "b1"), (w2, "w2"), (b2, "b2")]]
+    nodes = [helper.make_node("GlobalAveragePool", ["x"], ["m"]),
+             helper.make_node("Conv", ["m", "w1", "b1"], ["r"]),
+             helper.make_node("Relu", ["r"], ["h"]),
+             helper.make_node("Conv", ["h", "w2", "b2"], ["e"]),
+             helper.make_node("HardSigmoid", ["e"], ["s"], alpha=1 / 6, beta=0.5),
+             helper.make_node("Mul", ["x", "s"], ["y"])]
+    info = lambda name, shape: helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)
+    graph = helper.make_graph(nodes, "se", [info("x", [2, 8, 5, 4])], [info("y", [2, 8, 5, 4])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 7
+    onnx.save(model, str(tmp_path / "se.onnx"))
+    assert_ok(anvil("optimize", tmp_path / "se.onnx", tmp_path / "opt.onnx", timeout=TIMEOUT_S))
+    opt = onnx.load(str(tmp_path / "opt.onnx"))
+    assert [(n.domain, n.op_type) for n in opt.graph.node] == [("com.anvil", "SqueezeExcite"), ("", "Mul")]
+    x = rng.standard_normal((2, 8, 5, 4)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    m = x.astype(np.float64).mean(axis=(2, 3))
+    h = np.maximum(m @ w1[:, :, 0, 0].T + b1, 0)
+    gates = np.clip((h @ w2[:, :, 0, 0].T + b2) / 6 + 0.5, 0, 1)
+    want = x * gates[:, :, None, None]
+    for opt_level in ["0", "3"]:
+        out = tmp_path / f"out{opt_level}"
+        assert_ok(anvil("run", tmp_path / "opt.onnx", "-i", f"x={tmp_path / 'x.npy'}", "-o", out, "-O", opt_level,
+                        timeout=TIMEOUT_S))
+        np.testing.assert_allclose(read_tensor_pb(out / output_file_name("y")), want, rtol=1e-5, atol=1e-5,
+                                   err_msg=f"-O {opt_level}")
+
+
 def test_a_channel_shuffle_reads_back_as_one_node(anvil, tmp_path):
     # ShuffleNet's Reshape -> Transpose -> Reshape: one com.anvil ChannelShuffle (group 3); read back by Anvil.
     inits = [numpy_helper.from_array(np.array(v, np.int64), n) for v, n in [([2, 3, 2, 4, 5], "split"),

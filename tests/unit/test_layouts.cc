@@ -390,6 +390,72 @@ TEST(Layouts, BatchNormAfterAConcatKeepsItsLayout) {
   }
 }
 
+// A convolution, then a squeeze-and-excitation block (GlobalAveragePool ->
+// 1x1 -> Swish -> 1x1 -> Sigmoid: one anvil.SqueezeExcite) whose gates scale
+// the convolution's output, then a 1x1 convolution. The block reads the
+// layout the first convolution wrote (channel blocks below AVX-512, NHWC on
+// it; 24 channels make a partial 16-block, which goes through plain data),
+// and nothing is reordered between the convolutions. Against the
+// computation by hand, at batch 1 and 2.
+TEST(Layouts, SqueezeExciteReadsTheLayoutItArrivesIn) {
+  for (int64_t c : {32, 24}) {
+    for (int64_t batch : {1, 2}) {
+      SCOPED_TRACE(fmt::format("{} channels, batch {}", c, batch));
+      const int64_t r = 8;
+      Tensor w = random_tensor({c, 8, 3, 3}, 31), w1 = random_tensor({r, c, 1, 1}, 32), b1 = random_tensor({r}, 33);
+      Tensor w2 = random_tensor({c, r, 1, 1}, 34), b2 = random_tensor({c}, 35), w3 = random_tensor({8, c, 1, 1}, 36);
+      auto g = std::make_unique<ir::Graph>();
+      g->opsets[""] = 17;
+      ir::Value* x = g->add_input("x", DType::kFloat32, {batch, 8, 10, 10});
+      ir::Node* conv = g->add_node("Conv", {x, g->add_constant("w", w)}, 1, "conv");
+      conv->attrs.set("pads", std::vector<int64_t>{1, 1, 1, 1});
+      ir::Value* pooled = g->add_node("GlobalAveragePool", {conv->output(0)}, 1, "se")->output(0);
+      ir::Value* h = g->add_node("Conv", {pooled, g->add_constant("w1", w1), g->add_constant("b1", b1)}, 1)->output(0);
+      h = g->add_node("Mul", {h, g->add_node("Sigmoid", {h}, 1)->output(0)}, 1)->output(0);  // SiLU as exported
+      ir::Value* e = g->add_node("Conv", {h, g->add_constant("w2", w2), g->add_constant("b2", b2)}, 1)->output(0);
+      ir::Value* gates = g->add_node("Sigmoid", {e}, 1)->output(0);
+      ir::Value* scaled = g->add_node("Mul", {conv->output(0), gates}, 1, "scale")->output(0);
+      g->add_output(g->add_node("Conv", {scaled, g->add_constant("w3", w3)}, 1, "conv3")->output(0));
+      Session s = Session::from_graph(std::move(g));
+      Tensor xv = random_tensor({batch, 8, 10, 10}, 37);
+      const std::vector<std::string> plan = s.describe_plan({{"x", xv}});
+      const std::string se_line = line_of(plan, "se");
+      EXPECT_NE(se_line.find("SqueezeExcite"), std::string::npos) << fmt::format("{}", fmt::join(plan, "\n"));
+      EXPECT_NE(se_line.find(":squeeze_excite"), std::string::npos) << se_line;
+      if (c == 32) {  // read where the convolution wrote it: no reorder before it
+        EXPECT_EQ(se_line.find(" plain "), std::string::npos) << se_line;
+        EXPECT_EQ(index_of(plan, "se"), index_of(plan, "conv") + 1) << fmt::format("{}", fmt::join(plan, "\n"));
+      }
+      const Tensor y1 = conv_by_hand(xv, w, 1);
+      Tensor gated(DType::kFloat32, y1.shape());
+      for (int64_t n = 0; n < batch; ++n) {
+        std::vector<double> mean(static_cast<size_t>(c)), hid(static_cast<size_t>(r));
+        for (int64_t ch = 0; ch < c; ++ch)
+          for (int64_t i = 0; i < 100; ++i) mean[static_cast<size_t>(ch)] += y1.data<float>()[(n * c + ch) * 100 + i] / 100.0;
+        for (int64_t j = 0; j < r; ++j) {
+          double acc = b1.data<float>()[j];
+          for (int64_t ch = 0; ch < c; ++ch) acc += double(w1.data<float>()[j * c + ch]) * mean[static_cast<size_t>(ch)];
+          hid[static_cast<size_t>(j)] = acc / (1 + std::exp(-acc));
+        }
+        for (int64_t ch = 0; ch < c; ++ch) {
+          double acc = b2.data<float>()[ch];
+          for (int64_t j = 0; j < r; ++j) acc += double(w2.data<float>()[ch * r + j]) * hid[static_cast<size_t>(j)];
+          const double gate = 1 / (1 + std::exp(-acc));
+          for (int64_t i = 0; i < 100; ++i) {
+            const int64_t at = (n * c + ch) * 100 + i;
+            gated.data<float>()[at] = static_cast<float>(y1.data<float>()[at] * gate);
+          }
+        }
+      }
+      const Tensor expected = conv_by_hand(gated, w3, 0);
+      const Tensor y = s.run({{"x", xv}})[0];
+      ASSERT_EQ(y.shape(), expected.shape());
+      for (int64_t i = 0; i < y.numel(); ++i)
+        ASSERT_NEAR(y.data<float>()[i], expected.data<float>()[i], 2e-3f) << "element " << i;
+    }
+  }
+}
+
 Tensor int64s(std::vector<int64_t> v) {
   Tensor t(DType::kInt64, {static_cast<int64_t>(v.size())});
   std::copy(v.begin(), v.end(), t.data<int64_t>());

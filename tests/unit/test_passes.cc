@@ -1396,6 +1396,104 @@ TEST(Passes, AttentionLookalikesAreLeftAlone) {
   EXPECT_EQ(count_ops(*shared, "MaskedSoftmax"), 1u);  // only the mask's Add joins the Softmax
 }
 
+// A squeeze-and-excitation block as torchvision exports MobileNetV3's:
+// x [2, 8, 3, 4] -> GlobalAveragePool -> Conv 8 -> 3 (+ bias) -> Relu ->
+// Conv 3 -> 8 (+ bias) -> HardSigmoid(1/6, 1/2) -> Mul(x, gates).
+struct SqueezeExciteOptions {
+  int64_t reduce_kernel = 1;       // the reduction's window (3: a lookalike, padded to keep the 1x1 plane)
+  int64_t reduce_group = 1;
+  bool gate_tanh = false;          // a gate the fast kernel's epilogue lacks
+  bool pooled_is_output = false;   // the pooled means are also a graph output
+  bool weights_are_inputs = false;  // W1 a graph input (known only at run time)
+  int rank = 4;                    // 3: a 1-D block (Conv1d), not taken
+  int64_t reduced = 3;             // the reduction's channels
+  bool x_shape_unknown = false;    // x's type without a shape (a dynamic producer's)
+};
+
+std::unique_ptr<ir::Graph> squeeze_excite_graph(const SqueezeExciteOptions& o = {}) {
+  auto g = std::make_unique<ir::Graph>();
+  g->opsets[""] = 17;
+  const Shape xs = o.rank == 4 ? Shape{2, 8, 3, 4} : Shape{2, 8, 12};
+  const Shape unit = o.rank == 4 ? Shape{1, 1} : Shape{1};
+  ir::Value* x = g->add_input("x", DType::kFloat32, xs);
+  if (o.x_shape_unknown) x->type = ir::Type::tensor(DType::kFloat32);
+  ir::Value* pooled = g->add_node("GlobalAveragePool", {x}, 1, "pool")->output(0);
+  if (o.pooled_is_output) g->add_output(pooled);
+  Shape w1s = {o.reduced, 8 / o.reduce_group, o.reduce_kernel, o.reduce_kernel}, w2s = {8, o.reduced};
+  if (o.rank == 3) w1s = {o.reduced, 8, 1};
+  w2s.insert(w2s.end(), unit.begin(), unit.end());
+  ir::Value* w1 = o.weights_are_inputs ? g->add_input("w1", DType::kFloat32, w1s) : g->add_constant("w1", ramp(w1s, -0.4f, 0.037f));
+  ir::Node* reduce = g->add_node("Conv", {pooled, w1, g->add_constant("b1", ramp({o.reduced}, 0.1f, -0.2f))}, 1, "reduce");
+  if (o.reduce_kernel == 3) reduce->attrs.set("pads", std::vector<int64_t>{1, 1, 1, 1});
+  if (o.reduce_group != 1) reduce->attrs.set("group", o.reduce_group);
+  ir::Value* h = g->add_node("Relu", {reduce->output(0)}, 1)->output(0);
+  ir::Value* e = g->add_node("Conv", {h, g->add_constant("w2", ramp(w2s, 0.6f, -0.05f)), g->add_constant("b2", ramp({8}, -0.3f, 0.1f))},
+                             1, "expand")->output(0);
+  ir::Node* gate = g->add_node(o.gate_tanh ? "Tanh" : "HardSigmoid", {e}, 1, "gate");
+  if (!o.gate_tanh) {
+    gate->attrs.set("alpha", 1.f / 6);
+    gate->attrs.set("beta", 0.5f);
+  }
+  g->add_output(g->add_node("Mul", {x, gate->output(0)}, 1, "scale")->output(0));
+  ir::infer_types(*g);
+  return g;
+}
+
+TEST(Passes, SqueezeExciteBecomesOneNode) {
+  auto g = squeeze_excite_graph();
+  passes::optimize(*g, 2, runtime::reference_evaluator());
+  EXPECT_EQ(count_ops(*g, "SqueezeExcite"), 1u);
+  EXPECT_EQ(count_ops(*g, "GlobalAveragePool") + count_ops(*g, "Conv") + count_ops(*g, "FusedConv") +
+                count_ops(*g, "Relu") + count_ops(*g, "HardSigmoid"),
+            0u);
+  EXPECT_EQ(count_ops(*g, "Mul"), 1u);  // the gates' Mul stays
+
+  // The block by hand: each channel's mean, the reduction, the gates.
+  const Tensor x = ramp({2, 8, 3, 4}, -1.f, 0.013f);
+  const Tensor w1 = ramp({3, 8, 1, 1}, -0.4f, 0.037f), b1 = ramp({3}, 0.1f, -0.2f);
+  const Tensor w2 = ramp({8, 3, 1, 1}, 0.6f, -0.05f), b2 = ramp({8}, -0.3f, 0.1f);
+  Session s = Session::from_graph(squeeze_excite_graph());
+  const Tensor y = s.run({{"x", x}})[0];
+  for (int64_t n = 0; n < 2; ++n) {
+    double mean[8] = {}, h[3];
+    for (int64_t c = 0; c < 8; ++c)
+      for (int64_t p = 0; p < 12; ++p) mean[c] += x.data<float>()[(n * 8 + c) * 12 + p] / 12.0;
+    for (int64_t r = 0; r < 3; ++r) {
+      h[r] = b1.data<float>()[r];
+      for (int64_t c = 0; c < 8; ++c) h[r] += double(w1.data<float>()[r * 8 + c]) * mean[c];
+      h[r] = std::max(h[r], 0.0);
+    }
+    for (int64_t c = 0; c < 8; ++c) {
+      double e = b2.data<float>()[c];
+      for (int64_t r = 0; r < 3; ++r) e += double(w2.data<float>()[c * 3 + r]) * h[r];
+      const double gate = std::min(1.0, std::max(0.0, e / 6 + 0.5));
+      for (int64_t p = 0; p < 12; ++p) {
+        const int64_t i = (n * 8 + c) * 12 + p;
+        ASSERT_NEAR(y.data<float>()[i], x.data<float>()[i] * gate, 1e-5) << i;
+      }
+    }
+  }
+}
+
+TEST(Passes, SqueezeExciteLookalikesStay) {
+  const std::pair<const char*, SqueezeExciteOptions> cases[] = {
+      {"a 3x3 reduction", {.reduce_kernel = 3}},
+      {"a grouped reduction", {.reduce_group = 2, .reduced = 4}},
+      {"a Tanh gate", {.gate_tanh = true}},
+      {"the means also an output", {.pooled_is_output = true}},
+      {"run-time weights", {.weights_are_inputs = true}},
+      {"a 1-D block", {.rank = 3}},
+      {"x of no known shape", {.x_shape_unknown = true}},
+  };
+  for (const auto& [what, o] : cases) {
+    SCOPED_TRACE(what);
+    auto g = squeeze_excite_graph(o);
+    passes::optimize(*g, 2, runtime::reference_evaluator());
+    EXPECT_EQ(count_ops(*g, "SqueezeExcite"), 0u);
+    EXPECT_EQ(count_ops(*g, "GlobalAveragePool"), 1u);
+  }
+}
+
 // LayerNorm as exporters wrote it before opset 17, over the trailing `axes` of x [2, 3, 4].
 std::unique_ptr<ir::Graph> layer_norm_graph(std::vector<int64_t> axes, bool affine, bool square_by_mul,
                                             Shape gamma_shape = {4}) {

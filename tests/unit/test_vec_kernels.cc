@@ -142,6 +142,35 @@ TEST(VecKernels, RowReductionsMatchDoublePrecision) {
   }
 }
 
+// dot_rows and add_scaled_rows (a squeeze-and-excitation block's two
+// products of one row) at lengths with and without a vector tail, and
+// add_scaled_rows over columns of wider rows (ld > n) into a nonzero out.
+TEST(VecKernels, SingleRowProductsMatchDoublePrecision) {
+  for (VectorIsa isa : supported_vector_isas()) {
+    SCOPED_TRACE(vector_isa_name(isa));
+    const VecKernels& k = kernels::vec::vec_kernels_for(isa);
+    for (int64_t n : {1, 7, 16, 40, 67, 130, 1152}) {
+      const int64_t rows = 5, ld = n + 3;
+      const std::vector<float> w = normal_values(static_cast<size_t>(rows * ld), static_cast<uint32_t>(n), 1.f);
+      const std::vector<float> x = normal_values(static_cast<size_t>(std::max(n, rows)), static_cast<uint32_t>(n + 1), 1.f);
+      std::vector<float> dots(rows);
+      k.dot_rows(w.data(), x.data(), rows, n, dots.data());  // rows n apart here
+      for (int64_t r = 0; r < rows; ++r) {
+        double want = 0;
+        for (int64_t j = 0; j < n; ++j) want += double(w[static_cast<size_t>(r * n + j)]) * x[static_cast<size_t>(j)];
+        expect_close(dots[static_cast<size_t>(r)], want, 2e-5, "dot_rows n " + std::to_string(n));
+      }
+      std::vector<float> out(static_cast<size_t>(n), 0.5f);
+      k.add_scaled_rows(w.data(), ld, x.data(), rows, n, out.data());
+      for (int64_t j = 0; j < n; ++j) {
+        double want = 0.5;
+        for (int64_t r = 0; r < rows; ++r) want += double(x[static_cast<size_t>(r)]) * w[static_cast<size_t>(r * ld + j)];
+        expect_close(out[static_cast<size_t>(j)], want, 2e-5, "add_scaled_rows n " + std::to_string(n));
+      }
+    }
+  }
+}
+
 TEST(VecKernels, RowReductionsOfSpecialValues) {
   for (VectorIsa isa : supported_vector_isas()) {
     SCOPED_TRACE(vector_isa_name(isa));

@@ -200,6 +200,30 @@ void infer_fused_conv_depthwise(InferContext& ctx) {
   ctx.set_output(0, Type::tensor(ctx.dtype(0), out));
 }
 
+// anvil.SqueezeExcite (passes/fuse_squeeze_excite.cc): a squeeze-and-excitation
+// block's channel gates, S [N, C, 1, 1] = gate(W2 act(W1 mean(X) + B1) + B2)
+// from X [N, C, H, W], W1 [R, C, 1, 1] and W2 [C, R, 1, 1] (B1 [R] and B2 [C]
+// optional), the mean over each channel's plane.
+void infer_squeeze_excite(InferContext& ctx) {
+  ctx.set_output(0, Type::tensor(ctx.dtype(0)));
+  const SymShape &x = ctx.dims(0), &w1 = ctx.dims(1), &w2 = ctx.dims(3);
+  auto is = [](const Dim& d, int64_t v) { return d.is_known() && d.value == v; };
+  auto agree = [](const Dim& a, const Dim& b) { return !a.is_known() || !b.is_known() || a == b; };
+  if (x.size() != 4 || w1.size() != 4 || w2.size() != 4 || !is(w1[2], 1) || !is(w1[3], 1) || !is(w2[2], 1) ||
+      !is(w2[3], 1))
+    ctx.fail_input("X {}, W1 {} and W2 {} must be 4-D, the weights 1x1 windows", dims_str(x), dims_str(w1),
+                   dims_str(w2));
+  if (!agree(w1[1], x[1]) || !agree(w2[0], x[1]) || !agree(w2[1], w1[0]))
+    ctx.fail_input("W1 {} must be [R, {}, 1, 1] and W2 {} [{}, R, 1, 1]", dims_str(w1), x[1].str(), dims_str(w2),
+                   x[1].str());
+  for (const auto& [bias, size] : {std::pair<size_t, Dim>{2, w1[0]}, std::pair<size_t, Dim>{4, x[1]}})
+    if (ctx.has_input(bias) && (ctx.dims(bias).size() != 1 || !agree(ctx.dims(bias)[0], size)))
+      ctx.fail_input("bias {} must be [{}]", dims_str(ctx.dims(bias)), size.str());
+  const bool planes = !is(x[0], 0) && !is(x[1], 0);
+  if (planes && (is(x[2], 0) || is(x[3], 0))) ctx.fail_input("X {} has an empty plane to average", dims_str(x));
+  ctx.set_output(0, Type::tensor(ctx.dtype(0), SymShape{x[0], x[1], Dim::known(1), Dim::known(1)}));
+}
+
 // ConvInteger(x, w, x_zero_point, w_zero_point) -> int32; QLinearConv(x, x_scale,
 // x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point, B) -> y_zero_point's type.
 void infer_integer_conv(InferContext& ctx) {
@@ -604,6 +628,9 @@ struct Registrations {
               .attr("group", int64_t{1})
               .required_attr("stride")
               .infer(infer_fused_conv_depthwise));
+    r.add(OpSchema("SqueezeExcite", "anvil")
+              .inputs({dtype_bit(DType::kFloat32)})  // what the pass makes, and both kernels take
+              .infer(infer_squeeze_excite));
     for (const char* op : {"ConvInteger", "QLinearConv"})
       r.add(OpSchema(op).attr("auto_pad", std::string("NOTSET")).attr("group", int64_t{1}).infer(infer_integer_conv));
     r.add(OpSchema("ConvTranspose")

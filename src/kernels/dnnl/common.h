@@ -112,6 +112,8 @@ Layout layout_of(const dnnl::memory::desc& md, const dnnl::memory::desc& plain);
 // hold zero). Null: plain. Keeping it saves the reorders to plain data and
 // back around each such op between convolutions (docs/architecture.md).
 Layout elementwise_layout(const PrepareContext& ctx, size_t i, const Shape& shape);
+// The same for a kernel that only reads input i in its layout (its outputs plain).
+Layout readable_layout(const PrepareContext& ctx, size_t i, const Shape& shape);
 
 // A float32 memory format applied to a shape: NHWC (nhwc_desc) or the ISA's
 // channel blocks (blocked_desc), the two that keep each pixel's channels

@@ -97,7 +97,11 @@ Format format_of(const Layout& in, const Shape& shape) {
 }
 
 Layout elementwise_layout(const PrepareContext& ctx, size_t i, const Shape& shape) {
-  if (!ctx.blocked_inputs_allowed() || !ctx.blocked_outputs_allowed()) return nullptr;
+  return ctx.blocked_outputs_allowed() ? readable_layout(ctx, i, shape) : nullptr;
+}
+
+Layout readable_layout(const PrepareContext& ctx, size_t i, const Shape& shape) {
+  if (!ctx.blocked_inputs_allowed()) return nullptr;
   const Layout in = ctx.incoming_layout(i);
   const auto* d = in ? dynamic_cast<const DnnlLayout*>(in.get()) : nullptr;
   if (!d || d->md().dims() != dims(shape) || d->md().data_type() != dnnl::memory::data_type::f32) return nullptr;

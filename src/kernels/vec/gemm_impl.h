@@ -417,3 +417,51 @@ inline void gemm_epilogue_impl(float* c, int64_t ldc, int64_t rows, int64_t cols
     case A::kGeluTanh: return gemm_epilogue_rows<A::kGeluTanh>(c, ldc, rows, cols, bias, gate, e);
   }
 }
+
+// ---------------------------------------------------------------- one row
+
+// out[r] = w[r, :] . x over rows of n floats: the product of a single row
+// (a squeeze-and-excitation block's reduction), where the micro-kernel's
+// tile, one row tall, would wait on each FMA's latency. Four accumulators.
+inline void dot_rows_impl(const float* w, const float* x, int64_t rows, int64_t n, float* out) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* row = w + r * n;
+    VF a0 = splat(0.f), a1 = a0, a2 = a0, a3 = a0;
+    int64_t j = 0;
+    for (; j + 4 * kWidth <= n; j += 4 * kWidth) {
+      a0 = fmadd(load(row + j), load(x + j), a0);
+      a1 = fmadd(load(row + j + kWidth), load(x + j + kWidth), a1);
+      a2 = fmadd(load(row + j + 2 * kWidth), load(x + j + 2 * kWidth), a2);
+      a3 = fmadd(load(row + j + 3 * kWidth), load(x + j + 3 * kWidth), a3);
+    }
+    for (; j < n; j += kWidth) {
+      const int64_t count = n - j < kWidth ? n - j : kWidth;
+      a0 = fmadd(load_n(row + j, count), load_n(x + j, count), a0);
+    }
+    out[r] = fold_lanes((a0 + a1) + (a2 + a3), kAdd);
+  }
+}
+
+// out[j] += sum_r h[r] w[r * ld + j] for j < n (the block's expansion):
+// runs of 8 vectors of out stay in registers across the rows, so the FMAs
+// of a run are independent.
+inline void add_scaled_rows_impl(const float* w, int64_t ld, const float* h, int64_t rows, int64_t n, float* out) {
+  constexpr int kRun = 8;
+  int64_t j = 0;
+  for (; j + kRun * kWidth <= n; j += kRun * kWidth) {
+    VF acc[kRun];
+    for (int v = 0; v < kRun; ++v) acc[v] = load(out + j + v * kWidth);
+    for (int64_t r = 0; r < rows; ++r) {
+      const VF hr = splat(h[r]);
+      for (int v = 0; v < kRun; ++v) acc[v] = fmadd(hr, load(w + r * ld + j + v * kWidth), acc[v]);
+    }
+    for (int v = 0; v < kRun; ++v) store(out + j + v * kWidth, acc[v]);
+  }
+  for (; j < n; j += kWidth) {
+    const int64_t count = n - j < kWidth ? n - j : kWidth;
+    VF acc = load_n(out + j, count);
+    for (int64_t r = 0; r < rows; ++r) acc = fmadd(splat(h[r]), load_n(w + r * ld + j, count), acc);
+    store_n(out + j, acc, count);
+  }
+}
+

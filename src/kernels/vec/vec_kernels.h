@@ -181,6 +181,11 @@ struct VecKernels {
   // (a plane of one channel). y may be x.
   void (*batch_norm_rows)(const float* x, float* y, int64_t rows, int64_t n, const float* mean, const float* scale,
                           const float* shift, bool per_lane, bool relu);
+  // A single row's products (gemm_impl.h): dot_rows: out[r] = the dot product
+  // of w's row r (n floats) and x, for r < rows; add_scaled_rows: out[j] +=
+  // the sum over r < rows of h[r] * w[r * ld + j], for j < n.
+  void (*dot_rows)(const float* w, const float* x, int64_t rows, int64_t n, float* out);
+  void (*add_scaled_rows)(const float* w, int64_t ld, const float* h, int64_t rows, int64_t n, float* out);
   GemmKernels gemm;
   // Output rows [oh_begin, oh_end) of max pooling over one plane of ih x iw
   // pixels, each `channels` contiguous floats, pixels src_pixel (dst_pixel)
