@@ -321,6 +321,35 @@ PY
   touch "$corpus/.exporter-shapes"
 fi
 
+# Squeeze-and-excitation blocks, as exported and as com.anvil SqueezeExcite
+# nodes (`anvil optimize` writes them), once.
+if [ ! -e "$corpus/.squeeze-excite" ]; then
+  "${ANVIL_PYTHON:-python3}" - "$corpus/models" <<'PY'
+import os, sys
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper, TensorProto as T
+rng = np.random.default_rng(3)
+def f32(name, a): return numpy_helper.from_array(np.asarray(a, np.float32), name)
+def save(name, nodes, inits, anvil=False):
+    g = helper.make_graph(nodes, name, [helper.make_tensor_value_info("x", T.FLOAT, [2, 8, 3, 3])],
+                          [helper.make_tensor_value_info("y", T.FLOAT, None)], inits)
+    opsets = [helper.make_opsetid("", 13)] + ([helper.make_opsetid("com.anvil", 2)] if anvil else [])
+    m = helper.make_model(g, opset_imports=opsets)
+    m.ir_version = 7
+    onnx.save(m, os.path.join(sys.argv[1], name + ".onnx"))
+w = [f32("w1", rng.standard_normal((2, 8, 1, 1))), f32("b1", rng.standard_normal(2)),
+     f32("w2", rng.standard_normal((8, 2, 1, 1))), f32("b2", rng.standard_normal(8))]
+save("se_block", [helper.make_node("GlobalAveragePool", ["x"], ["m"]), helper.make_node("Conv", ["m", "w1", "b1"], ["r"]),
+                  helper.make_node("Relu", ["r"], ["h"]), helper.make_node("Conv", ["h", "w2", "b2"], ["e"]),
+                  helper.make_node("HardSigmoid", ["e"], ["s"], alpha=1 / 6, beta=0.5),
+                  helper.make_node("Mul", ["x", "s"], ["y"])], w)
+save("squeeze_excite", [helper.make_node("SqueezeExcite", ["x", "w1", "b1", "w2", "b2"], ["y"], domain="com.anvil",
+                                         activation="Swish", activation_alpha=1.0, gate="Sigmoid")], w, anvil=True)
+PY
+  touch "$corpus/.squeeze-excite"
+fi
+
 # ASan's leak checker and UBSan stop at the first report; libFuzzer counts it as a crash.
 export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:allocator_may_return_null=1}"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"

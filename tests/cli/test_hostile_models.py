@@ -318,6 +318,24 @@ def test_fused_batch_norm_from_a_file(anvil, cases, label, param_shape, attrs, c
     check_error(run(anvil, model), code, "FusedBatchNorm", pattern, strip=(cases,))
 
 
+@pytest.mark.parametrize("label,w1_shape,w2_shape,attrs,x_shape,code,pattern", [
+    ("w2_reads_3", (2, 8, 1, 1), (8, 3, 1, 1), {}, (1, 8, 3, 3), EXIT_INVALID_MODEL, "W2 \\[8,3,1,1\\] \\[8, R, 1, 1\\]"),
+    ("window_3x3", (2, 8, 3, 3), (8, 2, 1, 1), {}, (1, 8, 3, 3), EXIT_INVALID_MODEL, "1x1 windows"),
+    ("x_rank_3", (2, 8, 1, 1), (8, 2, 1, 1), {}, (1, 8, 3), EXIT_INVALID_MODEL, "must be 4-D"),
+    ("empty_plane", (2, 8, 1, 1), (8, 2, 1, 1), {}, (1, 8, 0, 3), EXIT_INVALID_MODEL, "empty plane"),
+    ("gate", (2, 8, 1, 1), (8, 2, 1, 1), dict(gate="Nope"), (1, 8, 3, 3), EXIT_INVALID_MODEL, "unknown gate 'Nope'"),
+])
+def test_squeeze_excite_from_a_file(anvil, cases, label, w1_shape, w2_shape, attrs, x_shape, code, pattern):
+    """A file may hold com.anvil SqueezeExcite nodes (anvil optimize writes them): each is checked."""
+    weights = [numpy_helper.from_array(np.ones(s, np.float32), n) for n, s in (("w1", w1_shape), ("w2", w2_shape))]
+    graph = helper.make_graph([helper.make_node("SqueezeExcite", ["x", "w1", "", "w2"], ["y"], name="se0",
+                                                domain="com.anvil", **attrs)],
+                              "g", [float_info("x", x_shape)], [float_info("y", (*x_shape[:2], *[1] * (len(x_shape) - 2)))],
+                              weights)
+    model = save_model(graph, cases / f"se_{label}.onnx", check=False, extra_opsets=[("com.anvil", 2)])
+    check_error(run(anvil, model), code, "SqueezeExcite", pattern, strip=(cases,))
+
+
 # --------------------------------------------------------------------------
 # dim_params written like the symbols inference makes
 # --------------------------------------------------------------------------
