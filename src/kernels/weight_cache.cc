@@ -26,6 +26,7 @@ Tensor WeightCache::get_consuming(const Tensor& source, const std::string& layou
   // Packing runs under the lock: release() must not drop a source while it is read.
   std::lock_guard<std::mutex> lock(mutex_);
   if (auto it = entries_.find(key); it != entries_.end()) return it->second.packed;
+  check_not_lost(source);
   restore_locked(source);
   Entry entry{source, Tensor(), std::move(unpack)};
   // What release() asks, with the entry made here (it holds the source too) as the one that unpacks.
@@ -45,9 +46,20 @@ Tensor WeightCache::get_consuming(const Tensor& source, const std::string& layou
         dropped_to = first + length;
       }
     };
-  entry.packed = pack(consumed);
+  try {
+    entry.packed = pack(consumed);
+  } catch (...) {
+    if (dropped > 0) lost_.insert(source.raw());  // nothing can restore what was dropped
+    throw;
+  }
+  const Tensor packed = entries_.emplace(key, std::move(entry)).first->second.packed;
   if (dropped > 0) released_[source.raw()] = dropped;
-  return entries_.emplace(key, std::move(entry)).first->second.packed;
+  return packed;
+}
+
+void WeightCache::check_not_lost(const Tensor& source) const {
+  ANVIL_CHECK(!lost_.count(source.raw()), ErrorKind::kInternal,
+              "a weight's packing failed after its original's pages were dropped: the session cannot use it");
 }
 
 void WeightCache::set_consumable(const Tensor& source, bool consumable) {
@@ -107,6 +119,7 @@ void WeightCache::restore(const Tensor& source) {
 }
 
 void WeightCache::restore_locked(const Tensor& source) {
+  check_not_lost(source);
   auto r = released_.find(source.raw());
   if (r == released_.end()) return;
   for (auto it = entries_.lower_bound({source.raw(), std::string()}); it != entries_.end() && it->first.first == source.raw(); ++it) {

@@ -46,8 +46,9 @@ class WeightCache {
   // get(), where `pack` is given a Consumed that drops those pages when
   // `source` is marked consumable and release() could drop it (null
   // otherwise). A source it dropped any of counts as released. A pack that
-  // throws after reporting progress leaves the source's bytes lost: it must
-  // make everything that can fail before its first report.
+  // throws after reporting progress leaves the source's bytes lost (every
+  // later get or restore of it throws kInternal): it must make everything
+  // that can fail before its first report.
   Tensor get_consuming(const Tensor& source, const std::string& layout_key,
                        const std::function<Tensor(const Consumed&)>& pack, Unpack unpack);
   // Marks (or unmarks) `source` as one the node being prepared reads last,
@@ -80,6 +81,8 @@ class WeightCache {
     Unpack unpack;
   };
   void restore_locked(const Tensor& source);
+  // Throws kInternal for a source a failed consuming pack left partly dropped.
+  void check_not_lost(const Tensor& source) const;
   // The entries packed from `source`; `unpackable` set when one can restore it.
   long entries_of(const Tensor& source, bool* unpackable = nullptr) const;
 
@@ -87,6 +90,7 @@ class WeightCache {
   std::map<std::pair<const void*, std::string>, Entry> entries_;
   std::map<const void*, size_t> released_;  // source address -> bytes dropped
   std::set<const void*> consumable_;
+  std::set<const void*> lost_;  // sources a pack failed on after dropping some of their pages
   size_t model_weight_bytes_ = 0;
 };
 

@@ -29,8 +29,8 @@ ir::Node* unit_conv_reading(const ir::Graph& graph, const ir::Value* v) {
 
 bool fuse_at(ir::Graph& graph, ir::Node& pool) {
   if (!is_op(&pool, "GlobalAveragePool")) return false;
-  const ir::Value* x = pool.input(0);  // 4-D float32 where the convolutions' weights fit it
-  if (!x || !x->type.has_shape()) return false;
+  const ir::Value* x = pool.input(0);  // float32 where the convolutions' weights fit it
+  if (!x || !x->type.has_shape() || x->type.rank() != 4) return false;
   ir::Node* reduce = unit_conv_reading(graph, pool.output(0));
   ir::Node* expand = reduce ? unit_conv_reading(graph, reduce->output(0)) : nullptr;
   if (!expand) return false;

@@ -336,6 +336,17 @@ def test_squeeze_excite_from_a_file(anvil, cases, label, w1_shape, w2_shape, att
     check_error(run(anvil, model), code, "SqueezeExcite", pattern, strip=(cases,))
 
 
+def test_squeeze_excite_of_a_sequence_from_a_file(anvil, cases):
+    """A SqueezeExcite whose X is a sequence, not a tensor: one error naming the node, no crash."""
+    weights = [numpy_helper.from_array(np.ones(s, np.float32), n) for n, s in (("w1", (2, 8, 1, 1)), ("w2", (8, 2, 1, 1)))]
+    graph = helper.make_graph([helper.make_node("SequenceConstruct", ["x"], ["s"]),
+                               helper.make_node("SqueezeExcite", ["s", "w1", "", "w2"], ["y"], name="se0",
+                                                domain="com.anvil")],
+                              "g", [float_info("x", (1, 8, 3, 3))], [float_info("y", (1, 8, 1, 1))], weights)
+    model = save_model(graph, cases / "se_sequence.onnx", check=False, extra_opsets=[("com.anvil", 2)])
+    check_error(run(anvil, model), EXIT_INVALID_MODEL, "SqueezeExcite", "not a tensor", strip=(cases,))
+
+
 # --------------------------------------------------------------------------
 # dim_params written like the symbols inference makes
 # --------------------------------------------------------------------------

@@ -8,6 +8,7 @@
 
 #include "anvil/session.h"
 #include "ir/graph.h"
+#include "kernels/dnnl/common.h"
 #include "kernels/weight_cache.h"
 #include "onnx/exporter.h"
 
@@ -183,6 +184,28 @@ TEST(WeightRelease, ConsumingPackDropsOnlyWhatItMayAndRestoresExactly) {
     EXPECT_EQ(cache.released_bytes(), 0u);
     EXPECT_EQ(std::memcmp(callers.raw(), original.raw(), original.nbytes()), 0);
   }
+  {  // A pack that fails before its first report leaves the source whole; one that fails
+     // after it leaves it lost, and every later use of it says so.
+    kernels::WeightCache cache;
+    Tensor source = fresh();
+    cache.set_consumable(source, true);
+    auto failing = [&](bool after_report) {
+      return [&source, after_report](const kernels::WeightCache::Consumed& consumed) -> Tensor {
+        if (after_report) consumed(static_cast<size_t>(source.nbytes()) / 2);
+        throw Error(ErrorKind::kOutOfMemory, "no memory for the packed copy");
+      };
+    };
+    EXPECT_THROW(cache.get_consuming(source, "negated", failing(false), unnegate), Error);
+    EXPECT_EQ(std::memcmp(source.raw(), original.raw(), original.nbytes()), 0);
+    EXPECT_THROW(cache.get_consuming(source, "negated", failing(true), unnegate), Error);
+    try {
+      cache.get_consuming(source, "negated", negate_in_quarters(source), unnegate);
+      ADD_FAILURE() << "a lost source was packed again";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kInternal) << e.what();
+    }
+    EXPECT_THROW(cache.restore(source), Error);
+  }
   {  // Marked, but no unpack to restore it from: kept.
     kernels::WeightCache cache;
     Tensor source = fresh();
@@ -190,6 +213,50 @@ TEST(WeightRelease, ConsumingPackDropsOnlyWhatItMayAndRestoresExactly) {
     cache.get_consuming(source, "negated", negate_in_quarters(source), nullptr);
     EXPECT_EQ(cache.released_bytes(), 0u);
     EXPECT_EQ(std::memcmp(source.raw(), original.raw(), original.nbytes()), 0);
+  }
+}
+
+// du::pack_in_slabs against oneDNN's one reorder, for a matmul's B read
+// transposed ([K, N] over W [N, K]: slabs along N) and a convolution's
+// weights into 16x16 channel blocks (slabs along O): the same bytes, and
+// each slab reads only source bytes not yet reported consumed, which the
+// test overwrites with NaN as each report comes.
+TEST(WeightRelease, SlabPackingMatchesOneReorderAndReadsEachSlabOnce) {
+  namespace du = kernels::dnnl_util;
+  using tag = dnnl::memory::format_tag;
+  using dt = dnnl::memory::data_type;
+  struct Case {
+    const char* what;
+    dnnl::memory::desc from, to;
+  };
+  const Case cases[] = {
+      {"B transposed", dnnl::memory::desc({96, 160}, dt::f32, dnnl::memory::dims{1, 96}),
+       dnnl::memory::desc({96, 160}, dt::f32, tag::BA16a16b)},
+      {"conv weights", dnnl::memory::desc({64, 32, 3, 3}, dt::f32, tag::oihw),
+       dnnl::memory::desc({64, 32, 3, 3}, dt::f32, tag::OIhw16i16o)},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    const size_t bytes = c.from.get_size();
+    Tensor original(DType::kFloat32, {static_cast<int64_t>(bytes / 4)});
+    for (int64_t i = 0; i < original.numel(); ++i) original.data<float>()[i] = static_cast<float>(i % 251) - 125.f;
+    const Tensor want = du::pack(c.from, original.raw(), c.to).storage;
+    Tensor source = original.clone();
+    std::vector<size_t> ends;
+    auto poison = [&](size_t end) {
+      const size_t begin = ends.empty() ? 0 : ends.back();
+      ASSERT_GT(end, begin);
+      for (size_t i = begin / 4; i < end / 4; ++i) source.data<float>()[i] = std::nanf("");
+      ends.push_back(end);
+    };
+    const std::optional<Tensor> packed = du::pack_in_slabs(c.from, source.raw(), c.to, poison, 8 << 10);
+    ASSERT_TRUE(packed.has_value());
+    EXPECT_GE(ends.size(), 2u);
+    EXPECT_EQ(ends.back(), bytes);
+    ASSERT_EQ(packed->nbytes(), want.nbytes());
+    EXPECT_EQ(std::memcmp(packed->raw(), want.raw(), want.nbytes()), 0);
+    // One slab (the whole source fits): not done.
+    EXPECT_FALSE(du::pack_in_slabs(c.from, original.raw(), c.to, poison, bytes).has_value());
   }
 }
 

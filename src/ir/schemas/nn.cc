@@ -205,6 +205,9 @@ void infer_fused_conv_depthwise(InferContext& ctx) {
 // from X [N, C, H, W], W1 [R, C, 1, 1] and W2 [C, R, 1, 1] (B1 [R] and B2 [C]
 // optional), the mean over each channel's plane.
 void infer_squeeze_excite(InferContext& ctx) {
+  for (size_t i = 0; i < ctx.num_inputs(); ++i)
+    if (ctx.has_input(i) && !ctx.input(i).is_tensor())
+      ctx.fail_input("input {} is {}, not a tensor", i, ctx.input(i).str());
   ctx.set_output(0, Type::tensor(ctx.dtype(0)));
   const SymShape &x = ctx.dims(0), &w1 = ctx.dims(1), &w2 = ctx.dims(3);
   auto is = [](const Dim& d, int64_t v) { return d.is_known() && d.value == v; };

@@ -131,20 +131,19 @@ int slab_axis(const dnnl::memory::desc& from, const dnnl::memory::desc& to, int6
   return axis;
 }
 
-// Reorders `data` (as `from`) into `dst` (as `to`) a slab of `from`'s
-// outermost axis at a time, telling `consumed` how far through the source
-// each slab ends. Every reorder is made before the first runs: nothing can
-// fail once the source is being dropped. False (nothing done) where the
-// layouts do not split into two slabs or more.
-bool reorder_in_slabs(const dnnl::memory::desc& from, const void* data, const dnnl::memory::desc& to, void* dst,
-                      const WeightCache::Consumed& consumed) {
+}  // namespace
+
+std::optional<Tensor> pack_in_slabs(const dnnl::memory::desc& from, const void* data, const dnnl::memory::desc& to,
+                                    const std::function<void(size_t)>& consumed, size_t slab_bytes) {
   int64_t step = 1;
   const int axis = slab_axis(from, to, &step);
-  if (axis < 0) return false;
+  if (axis < 0) return std::nullopt;
   const int64_t length = from.data.dims[axis];
   const size_t slab_stride = from.get_size() / static_cast<size_t>(length);  // bytes per index of the axis
-  const int64_t rows = std::max<int64_t>(step, static_cast<int64_t>(kSlabBytes / slab_stride) / step * step);
-  if (rows >= length) return false;
+  const int64_t rows = std::max<int64_t>(step, static_cast<int64_t>(slab_bytes / slab_stride) / step * step);
+  if (rows >= length) return std::nullopt;
+  // Not zeroed, which would make the whole copy resident at once: the slabs write every byte.
+  Tensor packed = Tensor::uninitialized(DType::kUInt8, {static_cast<int64_t>(to.get_size())});
   struct Slab {
     dnnl::memory src, dst;
     dnnl::reorder reorder;
@@ -157,22 +156,20 @@ bool reorder_in_slabs(const dnnl::memory::desc& from, const void* data, const dn
       sizes[static_cast<size_t>(axis)] = std::min(rows, length - r);
       offsets[static_cast<size_t>(axis)] = r;
       dnnl::memory src = wrap(from.submemory_desc(sizes, offsets), data);
-      dnnl::memory out(to.submemory_desc(sizes, offsets), engine(), dst);
+      dnnl::memory out(to.submemory_desc(sizes, offsets), engine(), packed.raw());
       dnnl::reorder reorder(src, out);
       slabs.push_back({src, out, reorder, static_cast<size_t>(r + sizes[static_cast<size_t>(axis)]) * slab_stride});
     }
   } catch (const dnnl::error&) {
-    return false;  // a layout oneDNN cannot view in parts
+    return std::nullopt;  // a layout oneDNN cannot view in parts
   }
   for (Slab& slab : slabs) {
     slab.reorder.execute(stream(), slab.src, slab.dst);
     stream().wait();
     consumed(slab.end);
   }
-  return true;
+  return packed;
 }
-
-}  // namespace
 
 PackedWeights pack_shared(const PrepareContext& ctx, const Tensor& source, const dnnl::memory::desc& from,
                           const dnnl::memory::desc& to) {
@@ -195,10 +192,8 @@ PackedWeights pack_shared(const PrepareContext& ctx, const Tensor& source, const
   w.storage = cache->get_consuming(
       source, key,
       [&](const WeightCache::Consumed& consumed) {
-        if (consumed) {  // not zeroed, which would make the whole copy resident at once: the slabs write every byte
-          Tensor packed = Tensor::uninitialized(DType::kUInt8, {static_cast<int64_t>(to.get_size())});
-          if (reorder_in_slabs(from, source.raw(), to, packed.raw(), consumed)) return packed;
-        }
+        if (consumed)
+          if (std::optional<Tensor> packed = pack_in_slabs(from, source.raw(), to, consumed, kSlabBytes)) return *packed;
         return pack(from, source.raw(), to).storage;
       },
       std::move(unpack));

@@ -47,8 +47,18 @@ struct PackedWeights {
   dnnl::memory memory;
 };
 PackedWeights pack(const dnnl::memory::desc& from, const void* data, const dnnl::memory::desc& to);
+// `data` (as `from`) reordered into a new tensor laid out as `to`, a slab of
+// `from`'s outermost axis of about `slab_bytes` at a time, `consumed(end)`
+// told after each slab how far through the source it has read (no slab
+// reads before that again). Every reorder is made before the first runs.
+// Nullopt, with nothing done, where the layouts do not split into two slabs
+// or more (only a plain, dense `from` and an unpadded `to` do).
+std::optional<Tensor> pack_in_slabs(const dnnl::memory::desc& from, const void* data, const dnnl::memory::desc& to,
+                                    const std::function<void(size_t)>& consumed, size_t slab_bytes);
 // Packs the constant `source` (laid out as `from`) through the session's weight
-// cache, so every plan of the session shares one packed copy.
+// cache, so every plan of the session shares one packed copy. Where the
+// cache lets it consume the source (WeightCache::get_consuming), it packs in
+// slabs of 32 MiB, the source's pages dropped slab by slab.
 PackedWeights pack_shared(const PrepareContext& ctx, const Tensor& source, const dnnl::memory::desc& from,
                           const dnnl::memory::desc& to);
 

@@ -36,6 +36,9 @@ class SqueezeExcite : public Kernel {
   explicit SqueezeExcite(const ir::Node&) {}
 
   std::vector<TensorType> prepare(const PrepareContext& ctx) override {
+    for (size_t i : {size_t{0}, size_t{1}, size_t{3}})  // what the schema checked, where it could type them
+      ANVIL_PREPARE_CHECK(ctx, !ctx.input_type(i).sequence && ctx.input_shape(i).size() == 4, ErrorKind::kInvalidModel,
+                          "input {} is not a 4-D tensor", i);
     const Shape& x = ctx.input_shape(0);
     for (size_t i = 1; i < 5; ++i)  // the biases (2 and 4) may be absent
       ANVIL_PREPARE_CHECK(ctx, ctx.constant(i) || (i % 2 == 0 && !ctx.has_input(i)), ErrorKind::kUnsupported,

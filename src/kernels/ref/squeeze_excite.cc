@@ -23,6 +23,10 @@ class RefSqueezeExcite : public Kernel {
     for (const FusedActivationSpec* f : {&act_, &gate_})
       ANVIL_PREPARE_CHECK(ctx, is_known_activation(f->name), ErrorKind::kInvalidModel, "unknown {} '{}'",
                           f == &act_ ? "activation" : "gate", f->name);
+    // The schema checked the shapes; a value it could not type (a sequence) gets no further.
+    for (size_t i : {size_t{0}, size_t{1}, size_t{3}})
+      ANVIL_PREPARE_CHECK(ctx, !ctx.input_type(i).sequence && ctx.input_shape(i).size() == 4, ErrorKind::kInvalidModel,
+                          "input {} is not a 4-D tensor", i);
     const Shape& x = ctx.input_shape(0);
     channels_ = x[1];
     reduced_ = ctx.input_shape(1)[0];
@@ -68,6 +72,7 @@ class RefSqueezeExcite : public Kernel {
 
 }  // namespace
 
-static Registrar squeeze_excite_ref("SqueezeExcite", Backend::kRef, factory_of<RefSqueezeExcite>(), "anvil");
+static Registrar squeeze_excite_ref("SqueezeExcite", Backend::kRef, factory_of<RefSqueezeExcite>(), "anvil",
+                                    {{kFloat32Only}});
 
 }  // namespace anvil::kernels
