@@ -199,6 +199,15 @@ def test_attention_on_a_split_reads_back(anvil, tmp_path):
                                    err_msg=f"{model} -O {level}")
 
 
+def save_opset13_model(path, nodes, inputs, outputs, inits):
+    """A float graph of `nodes` at opset 13, its inputs and outputs (name, shape) pairs."""
+    info = lambda name, shape: helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)
+    graph = helper.make_graph(nodes, path.stem, [info(*i) for i in inputs], [info(*o) for o in outputs], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 7
+    onnx.save(model, str(path))
+
+
 def test_a_batch_norm_and_its_relu_read_back_as_one_node(anvil, tmp_path):
     # DenseNet's layer: Concat -> BatchNormalization -> Relu (no convolution to fold the BN into), with a
     # Pad of zeros before it as torchvision's exports have: one com.anvil FusedBatchNorm; read back by Anvil.
@@ -211,12 +220,8 @@ def test_a_batch_norm_and_its_relu_read_back_as_one_node(anvil, tmp_path):
              helper.make_node("Pad", ["c", "pads"], ["p"]),
              helper.make_node("BatchNormalization", ["p", "gamma", "beta", "mean", "var"], ["n"], epsilon=1e-3),
              helper.make_node("Relu", ["n"], ["y"])]
-    info = lambda name, shape: helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)
-    graph = helper.make_graph(nodes, "bn", [info("a", [2, 2, 3, 3]), info("b", [2, 4, 3, 3])], [info("y", [2, 6, 3, 3])],
-                              inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-    model.ir_version = 7
-    onnx.save(model, str(tmp_path / "bn.onnx"))
+    save_opset13_model(tmp_path / "bn.onnx", nodes, [("a", [2, 2, 3, 3]), ("b", [2, 4, 3, 3])], [("y", [2, 6, 3, 3])],
+                       inits)
     assert_ok(anvil("optimize", tmp_path / "bn.onnx", tmp_path / "opt.onnx", timeout=TIMEOUT_S))
     opt = onnx.load(str(tmp_path / "opt.onnx"))
     assert [(n.domain, n.op_type) for n in opt.graph.node] == [("", "Concat"), ("com.anvil", "FusedBatchNorm")]
@@ -248,11 +253,7 @@ def test_a_squeeze_excite_block_reads_back_as_one_node(anvil, tmp_path):
              helper.make_node("Conv", ["h", "w2", "b2"], ["e"]),
              helper.make_node("HardSigmoid", ["e"], ["s"], alpha=1 / 6, beta=0.5),
              helper.make_node("Mul", ["x", "s"], ["y"])]
-    info = lambda name, shape: helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)
-    graph = helper.make_graph(nodes, "se", [info("x", [2, 8, 5, 4])], [info("y", [2, 8, 5, 4])], inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-    model.ir_version = 7
-    onnx.save(model, str(tmp_path / "se.onnx"))
+    save_opset13_model(tmp_path / "se.onnx", nodes, [("x", [2, 8, 5, 4])], [("y", [2, 8, 5, 4])], inits)
     assert_ok(anvil("optimize", tmp_path / "se.onnx", tmp_path / "opt.onnx", timeout=TIMEOUT_S))
     opt = onnx.load(str(tmp_path / "opt.onnx"))
     assert [(n.domain, n.op_type) for n in opt.graph.node] == [("com.anvil", "SqueezeExcite"), ("", "Mul")]
@@ -277,11 +278,7 @@ def test_a_channel_shuffle_reads_back_as_one_node(anvil, tmp_path):
     nodes = [helper.make_node("Reshape", ["x", "split"], ["s"]),
              helper.make_node("Transpose", ["s"], ["t"], perm=[0, 2, 1, 3, 4]),
              helper.make_node("Reshape", ["t", "merged"], ["y"])]
-    info = lambda name, shape: helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)
-    graph = helper.make_graph(nodes, "shuffle", [info("x", [2, 6, 4, 5])], [info("y", [2, 6, 4, 5])], inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-    model.ir_version = 7
-    onnx.save(model, str(tmp_path / "shuffle.onnx"))
+    save_opset13_model(tmp_path / "shuffle.onnx", nodes, [("x", [2, 6, 4, 5])], [("y", [2, 6, 4, 5])], inits)
     assert_ok(anvil("optimize", tmp_path / "shuffle.onnx", tmp_path / "opt.onnx", timeout=TIMEOUT_S))
     opt = onnx.load(str(tmp_path / "opt.onnx"))
     assert [(n.domain, n.op_type) for n in opt.graph.node] == [("com.anvil", "ChannelShuffle")]

@@ -4,7 +4,6 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <random>
 #include <string>
 
 #include "kernel_tester.h"
@@ -14,14 +13,6 @@ namespace {
 
 using testing::attrs;
 using testing::run_kernel;
-
-Tensor random_tensor(Shape shape, unsigned seed) {
-  Tensor t(DType::kFloat32, std::move(shape));
-  std::mt19937 gen(seed);
-  std::uniform_real_distribution<float> dist(-1.f, 1.f);
-  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = dist(gen);
-  return t;
-}
 
 double activate(const std::string& name, double x, double alpha, double beta) {
   if (name == "Relu") return x > 0 ? x : 0;
@@ -83,11 +74,11 @@ testing::KernelOptions options(kernels::Backend backend, bool constant_weights =
 // X [2, 40, 5, 6] through a reduction to 10 and back: the channels make two
 // and a half vectors on AVX-512 (and five on AVX2), so the loops' tails run.
 std::vector<Tensor> inputs(bool biases) {
-  std::vector<Tensor> in = {random_tensor({2, 40, 5, 6}, 1), random_tensor({10, 40, 1, 1}, 2), Tensor(),
-                            random_tensor({40, 10, 1, 1}, 3), Tensor()};
+  std::vector<Tensor> in = {testing::random_f32({2, 40, 5, 6}, 1), testing::random_f32({10, 40, 1, 1}, 2), Tensor(),
+                            testing::random_f32({40, 10, 1, 1}, 3), Tensor()};
   if (biases) {
-    in[2] = random_tensor({10}, 4);
-    in[4] = random_tensor({40}, 5);
+    in[2] = testing::random_f32({10}, 4);
+    in[4] = testing::random_f32({40}, 5);
   }
   return in;
 }
@@ -143,16 +134,16 @@ TEST(SqueezeExcite, ShapesThatDoNotFitAreRefused) {
   };
   const Case plain{"Relu", "Sigmoid"};
   std::vector<Tensor> in = inputs(true);
-  in[3] = random_tensor({40, 9, 1, 1}, 6);  // W2 reads 9 reduced channels, W1 makes 10
+  in[3] = testing::random_f32({40, 9, 1, 1}, 6);  // W2 reads 9 reduced channels, W1 makes 10
   EXPECT_NE(error_of(in, plain).find("W2"), std::string::npos);
   in = inputs(true);
-  in[1] = random_tensor({10, 40, 3, 3}, 7);  // not a 1x1 window
+  in[1] = testing::random_f32({10, 40, 3, 3}, 7);  // not a 1x1 window
   EXPECT_NE(error_of(in, plain).find("1x1"), std::string::npos);
   in = inputs(true);
-  in[2] = random_tensor({11}, 8);
+  in[2] = testing::random_f32({11}, 8);
   EXPECT_NE(error_of(in, plain).find("bias"), std::string::npos);
   in = inputs(true);
-  in[0] = random_tensor({2, 40, 0, 6}, 9);
+  in[0] = testing::random_f32({2, 40, 0, 6}, 9);
   EXPECT_NE(error_of(in, plain).find("empty plane"), std::string::npos);
   EXPECT_NE(error_of(inputs(true), Case{"Softplus", "Sigmoid"}).find("unknown activation 'Softplus'"),
             std::string::npos);
