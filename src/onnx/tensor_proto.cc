@@ -132,15 +132,21 @@ void open_external(const TensorProto& p, const std::string& base_dir, size_t exp
               ext.location, ext.offset, length, size);
 }
 
-std::string read_external(const TensorProto& p, const ExternalData& ext, size_t expected) {
-  std::string data(expected, '\0');
+// The `expected` bytes of external data into `out`.
+void read_external_into(const TensorProto& p, const ExternalData& ext, size_t expected, void* out) {
+  auto* data = static_cast<char*>(out);
   size_t done = 0;
   while (done < expected) {
-    ssize_t r = ::pread(ext.fd, data.data() + done, expected - done, ext.offset + static_cast<int64_t>(done));
+    ssize_t r = ::pread(ext.fd, data + done, expected - done, ext.offset + static_cast<int64_t>(done));
     ANVIL_CHECK(r > 0, ErrorKind::kInvalidModel, "tensor '{}': cannot read external data '{}'", p.name(),
                 ext.location);
     done += static_cast<size_t>(r);
   }
+}
+
+std::string read_external(const TensorProto& p, const ExternalData& ext, size_t expected) {
+  std::string data(expected, '\0');
+  read_external_into(p, ext, expected, data.data());
   return data;
 }
 
@@ -205,6 +211,11 @@ Tensor from_proto(const TensorProto& p, const std::string& base_dir, bool consum
     ExternalData ext;
     open_external(p, base_dir, file_bytes, ext);
     if (std::optional<Tensor> mapped = map_external(ext, dtype, shape, file_bytes)) return *mapped;
+    if (stored_as_is(dtype)) {  // read into the tensor itself: no zeroing, no second copy
+      Tensor t = Tensor::uninitialized(dtype, shape);
+      read_external_into(p, ext, file_bytes, t.raw());
+      return t;
+    }
     Tensor t(dtype, shape);
     std::string bytes = read_external(p, ext, file_bytes);
     unpack_elements(dtype, reinterpret_cast<const uint8_t*>(bytes.data()), t.numel(), static_cast<uint8_t*>(t.raw()));
