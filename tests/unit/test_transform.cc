@@ -187,6 +187,14 @@ TEST(Pad, ConstantFromInputAndNegativePads) {
   EXPECT_EQ(values<float>(out[0]), (std::vector<float>{1.5f, 1, 2, 1.5f, 3, 4}));
 }
 
+// An output with an empty axis and another of 2^40 (what a fuzzed file's
+// pads made): empty at once, no index maps built along the long axis.
+TEST(Pad, EmptyOutputWithAHugeAxis) {
+  const Tensor x(DType::kFloat32, {2, 0});
+  const std::vector<Tensor> out = run_kernel("Pad", {x, i64({4}, {0, 0, int64_t{1} << 40, 0})});
+  EXPECT_EQ(out[0].shape(), (Shape{(int64_t{1} << 40) + 2, 0}));
+}
+
 TEST(Pad, ReflectAndEdge) {
   Tensor x = f32({4}, {1, 2, 3, 4});
   ir::Attributes reflect = attrs({{"mode", std::string("reflect")}});

@@ -316,8 +316,13 @@ class PadKernel : public Kernel {
     maps_.assign(out_shape_.size(), {});
     if (!rank) maps_[0] = {0};
     // The index maps below are as long as the output's axes: refuse an output
-    // that cannot exist before building them.
+    // that cannot exist before building them. An empty output needs none, and
+    // its other axes may be of any length (a file's pads of 2^60: the fuzzer).
     check_allocation(shape_nbytes(out, x.dtype), ctx.node().describe() + ": the padded output " + shape_str(out));
+    if (shape_numel(out) == 0) return ctx.output_types();
+    int64_t map_entries = 0;
+    for (size_t a = 0; a < rank; ++a) map_entries += out[a];  // each at most the output's size: no overflow
+    check_allocation(static_cast<size_t>(map_entries) * sizeof(int64_t), ctx.node().describe() + ": the index maps");
     for (size_t a = 0; a < rank; ++a)
       for (int64_t o = 0; o < out[a]; ++o) maps_[a].push_back(source_index(mode, o - pads[a], x.shape[a]));
     return ctx.output_types();
