@@ -2293,6 +2293,32 @@ TEST(Passes, LayersThatShareWeightsShareTheMergedOnes) {
   EXPECT_EQ(weights[0]->constant->shape(), Shape({8, 8}));
 }
 
+// The merge drops the originals' pages once nothing reads them; one that
+// another node still reads at run time (here z + w1) keeps its bytes. The
+// weights span pages (32 KiB each), so a drop would show.
+TEST(Passes, MergedProductsKeepAWeightAnotherNodeReads) {
+  auto g = std::make_unique<ir::Graph>();
+  g->opsets[""] = 13;
+  ir::Value* x = g->add_input("x", DType::kFloat32, {2, 64});
+  for (int i = 0; i < 3; ++i) {
+    ir::Value* w = g->add_constant("w" + std::to_string(i), ramp({64, 128}, float(i), 0.001f));
+    ir::Value* b = g->add_constant("b" + std::to_string(i), ramp({128}, 0.f, 0.01f));
+    g->add_output(g->add_node("Add", {g->add_node("MatMul", {x, w}, 1)->output(0), b}, 1)->output(0));
+  }
+  ir::Value* z = g->add_input("z", DType::kFloat32, {64, 128});
+  g->add_output(g->add_node("Add", {z, g->find_value("w1")}, 1)->output(0));
+  ir::infer_types(*g);
+  Session s = Session::from_graph(std::move(g));
+  const std::vector<std::string> plan = s.describe_plan({{"x", Tensor(DType::kFloat32, {2, 64})},
+                                                         {"z", Tensor(DType::kFloat32, {64, 128})}});
+  EXPECT_NE(fmt::format("{}", fmt::join(plan, "\n")).find("Split"), std::string::npos) << "the products did not merge";
+  const Tensor zv = ramp({64, 128}, 0.25f, 0.125f);
+  const std::vector<Tensor> y = s.run({{"x", ramp({2, 64}, 0.5f, -0.02f)}, {"z", zv}});
+  ASSERT_EQ(y.size(), 4u);
+  for (int64_t i = 0; i < 64 * 128; ++i)
+    ASSERT_NEAR(y[3].data<float>()[i], zv.data<float>()[i] + (1.0 + 0.001 * double(i)), 1e-3) << i;
+}
+
 TEST(Passes, ProductsThatDisagreeKeepTheirOwnProduct) {
   // The second has no bias: it stays apart, and the two with one merge.
   auto g = shared_input_products(/*mixed_bias=*/true);
