@@ -6,8 +6,10 @@
 #include <onnx/onnx_pb.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -36,10 +38,11 @@ struct WeightsFile {
   ~WeightsFile() { fs::remove_all(dir); }
 };
 
-onnx::TensorProto external(const std::string& name, int64_t count, int64_t offset) {
+onnx::TensorProto external(const std::string& name, int64_t count, int64_t offset,
+                           int data_type = onnx::TensorProto::FLOAT) {
   onnx::TensorProto p;
   p.set_name(name);
-  p.set_data_type(onnx::TensorProto::FLOAT);
+  p.set_data_type(data_type);
   p.add_dims(count);
   p.set_data_location(onnx::TensorProto::EXTERNAL);
   auto* location = p.add_external_data();
@@ -83,6 +86,31 @@ TEST(ExternalMapping, SmallOrUnalignedDataIsRead) {
   Tensor small = onnx_io::tensor_from_proto(external("w", 16, 192), file.dir.string());
   EXPECT_FALSE(mapped(file.path));
   EXPECT_EQ(small.data<float>()[15], file.values[15]);
+}
+
+// Read (not mapped) data of other types: int16, whose file bytes are its
+// memory form (read into the tensor in place), and bool, whose bytes are
+// normalized to 0 or 1 on the way. Against the file's bytes.
+TEST(ExternalMapping, UnalignedDataOfOtherTypesIsRead) {
+  WeightsFile file("types", 64 * 1024);
+  std::ifstream in(file.path, std::ios::binary);
+  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const int64_t count = 60000, offset = 198;
+  Tensor shorts = onnx_io::tensor_from_proto(external("s", count, offset, onnx::TensorProto::INT16), file.dir.string());
+  Tensor flags = onnx_io::tensor_from_proto(external("b", count, offset, onnx::TensorProto::BOOL), file.dir.string());
+  EXPECT_FALSE(mapped(file.path));
+  ASSERT_EQ(shorts.numel(), count);
+  for (int64_t i = 0; i < count; i += 997) {
+    int16_t want = 0;
+    std::memcpy(&want, bytes.data() + offset + 2 * i, 2);
+    ASSERT_EQ(shorts.data<int16_t>()[i], want) << i;
+    ASSERT_EQ(flags.data<uint8_t>()[i], bytes[static_cast<size_t>(offset + i)] != 0 ? 1 : 0) << i;
+  }
+  EXPECT_EQ(shorts.data<int16_t>()[count - 1], [&] {
+    int16_t last = 0;
+    std::memcpy(&last, bytes.data() + offset + 2 * (count - 1), 2);
+    return last;
+  }());
 }
 
 }  // namespace
