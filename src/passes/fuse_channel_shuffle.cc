@@ -4,6 +4,7 @@
 // Apart, the three ops need plain data, so a network that runs its
 // convolutions in NHWC reorders to plain and back around every shuffle; the
 // one node keeps NHWC (kernels/dnnl/channels.cc).
+#include "core/checked.h"
 #include "passes/match.h"
 #include "passes/pipeline.h"
 
@@ -17,7 +18,8 @@ int64_t split_groups(const ir::Type& x, const ir::Type& split) {
   if (!x.has_shape() || !split.has_shape() || x.rank() < 3 || split.rank() != x.rank() + 1) return 0;
   const ir::SymShape &xd = x.dims(), &sd = split.dims();
   if (!surely_same_dim(xd[0], sd[0]) || !xd[1].is_known() || !sd[1].is_known() || !sd[2].is_known()) return 0;
-  if (sd[1].value < 1 || sd[1].value * sd[2].value != xd[1].value) return 0;
+  const std::optional<int64_t> channels = mul_overflow_free(sd[1].value, sd[2].value);
+  if (sd[1].value < 1 || !channels || *channels != xd[1].value) return 0;
   for (size_t a = 2; a < xd.size(); ++a)
     if (!surely_same_dim(xd[a], sd[a + 1])) return 0;
   return sd[1].value;

@@ -358,6 +358,24 @@ TEST(Passes, ChannelShuffleLookalikesStay) {
   }
 }
 
+// A split whose declared dims multiply past int64 (a hostile file's value_info:
+// (2^62 + 1) x 4 wraps around to x's 4 channels) is no channel shuffle.
+TEST(Passes, ChannelShuffleOfDimsPastInt64Stays) {
+  auto g = std::make_unique<ir::Graph>();
+  g->opsets[""] = 13;
+  ir::Value* x = g->add_input("x", DType::kFloat32, {2, 4, 2, 3});
+  ir::Node* split = g->add_node("Reshape", {x, g->add_input("split_shape", DType::kInt64, {5})}, 1);
+  split->output(0)->type = ir::Type::tensor(
+      DType::kFloat32, ir::SymShape{ir::Dim::known(2), ir::Dim::known((int64_t{1} << 62) + 1), ir::Dim::known(4),
+                                    ir::Dim::known(2), ir::Dim::known(3)});
+  ir::Node* t = g->add_node("Transpose", {split->output(0)}, 1);
+  t->attrs.set("perm", std::vector<int64_t>{0, 2, 1, 3, 4});
+  g->add_output(g->add_node("Reshape", {t->output(0), g->add_constant("merged", ints({4}, {2, 4, 2, 3}))}, 1)->output(0));
+  ir::infer_types(*g);
+  passes::optimize(*g, 2, runtime::reference_evaluator());
+  EXPECT_EQ(count_ops(*g, "ChannelShuffle"), 0u);
+}
+
 // x [1, 2, 4, 5] -> Pad (opset 13: pads an input) -> `reader` (a 3x3 Conv of
 // 2 into 3 channels, or a 3x3 AveragePool), each with its `own` pads.
 struct PadGraph {

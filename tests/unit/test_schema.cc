@@ -180,6 +180,38 @@ TEST(Schema, ReshapeMinusOneBecomesAProductOfSymbols) {
   EXPECT_EQ(back->output(0)->type.str(), "float32[batch*seq,12,64]");
 }
 
+// A target whose count wraps past int64 (a fuzzed file's: 7308894955982815234
+// x 29281 x 9 elements for 54) is refused, not taken for the input's count;
+// one that holds a 0 is empty, whatever its other dims.
+TEST(Schema, ReshapeTargetsPastInt64AreRefused) {
+  for (bool with_zero : {false, true}) {
+    SCOPED_TRACE(with_zero ? "with a 0" : "wrapping");
+    auto g = graph17();
+    ir::Value* x = sym_input(*g, "x", {Dim::known(1), Dim::known(with_zero ? 0 : 6), Dim::known(3), Dim::known(3)});
+    const std::vector<int64_t> target = {1, 7308894955982815234, 29281, with_zero ? 0 : 3, 3};
+    ir::Node* reshape = add(*g, "Reshape", {x, g->add_constant("s", ints(target))});
+    reshape->attrs.set("allowzero", int64_t{1});  // a 0 in the target is 0, not the input's dim
+    g->add_output(reshape->output(0));
+    if (with_zero) {
+      ir::infer_types(*g);
+      EXPECT_EQ(g->outputs()[0]->type.str(), "float32[1,7308894955982815234,29281,0,3]");
+      continue;
+    }
+    try {
+      ir::infer_types(*g);
+      ADD_FAILURE() << "no error";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kInvalidModel);
+      EXPECT_NE(std::string(e.what()).find("cannot reshape"), std::string::npos) << e.what();
+    }
+  }
+  // (2^62 + 1) x 4 wraps around to exactly the input's 4 elements.
+  auto g = graph17();
+  ir::Value* x = sym_input(*g, "x", {Dim::known(4)});
+  g->add_output(add(*g, "Reshape", {x, g->add_constant("s", ints({(int64_t{1} << 62) + 1, 4}))})->output(0));
+  EXPECT_THROW(ir::infer_types(*g), Error);
+}
+
 TEST(Schema, MatMulBroadcastAndSoftmaxKeepSymbols) {
   auto g = graph17();
   ir::Value* q = sym_input(*g, "q", {Dim::named("b"), Dim::known(12), Dim::named("s"), Dim::known(64)});

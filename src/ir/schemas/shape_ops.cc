@@ -47,11 +47,18 @@ void check_reshape_count(const InferContext& ctx, const SymShape& in, const SymS
   const Dim numel = dims_product(in);
   if (!numel.is_known()) return;
   int64_t known = 1;
+  bool zero = false, overflow = false;
   for (size_t i = 0; i < out.size(); ++i) {
     if (static_cast<int>(i) == minus_one) continue;
-    if (!out[i].is_known() || __builtin_mul_overflow(known, out[i].value, &known)) return;
+    if (!out[i].is_known()) return;
+    zero |= out[i].value == 0;
+    overflow = overflow || __builtin_mul_overflow(known, out[i].value, &known);
   }
-  const bool fits = minus_one >= 0 ? known != 0 && numel.value % known == 0 : known == numel.value;
+  if (zero) known = 0;
+  // A count past int64 is no tensor's: a file's target that wrapped around
+  // must not pass for the input's count.
+  const bool fits = !(overflow && !zero) &&
+                    (minus_one >= 0 ? known != 0 && numel.value % known == 0 : known == numel.value);
   if (!fits) ctx.fail_input("cannot reshape {} ({} elements) to {}", dims_str(in), numel.value, dims_str(out));
 }
 
