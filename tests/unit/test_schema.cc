@@ -341,7 +341,7 @@ TEST(Schema, AxesOfScalarsAreInvalidModels) {
   for (const char* op : {"Concat", "ArgMax", "TopK", "Split", "Softmax"}) {
     auto g = graph17();
     ir::Value* x = sym_input(*g, "x", {});
-    ir::Node* n = add(*g, op, {x, x});
+    ir::Node* n = add(*g, op, {x, x}, std::string(op) == "TopK" ? 2 : 1);
     n->attrs.set("axis", int64_t{0});
     if (std::string(op) == "Softmax") n->inputs.pop_back();
     try {
@@ -350,6 +350,24 @@ TEST(Schema, AxesOfScalarsAreInvalidModels) {
     } catch (const Error& e) {
       EXPECT_EQ(e.kind(), ErrorKind::kInvalidModel) << op;
       EXPECT_NE(std::string(e.what()).find("out of range for rank 0"), std::string::npos) << e.what();
+    }
+  }
+}
+
+// Fuzzer finding: a TopK naming only one of its two required outputs let the
+// kernel write an Indices output the step did not have (heap overflow).
+TEST(Schema, TopKNeedsBothOutputs) {
+  for (bool omitted : {false, true}) {
+    auto g = graph17();
+    ir::Value* x = sym_input(*g, "x", {Dim::known(2), Dim::known(5)});
+    ir::Node* n = add(*g, "TopK", {x, g->add_constant("k", ints({1}))}, omitted ? 2 : 1);
+    if (omitted) n->outputs[1] = nullptr;  // named "" in the file
+    try {
+      ir::infer_types(*g);
+      ADD_FAILURE() << "inferred";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kInvalidModel);
+      EXPECT_NE(std::string(e.what()).find("Values and Indices, both required"), std::string::npos) << e.what();
     }
   }
 }

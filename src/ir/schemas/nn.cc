@@ -353,6 +353,10 @@ void infer_arg_reduce(InferContext& ctx) {
 }
 
 void infer_topk(InferContext& ctx) {
+  const auto& outs = ctx.node().outputs;
+  if (outs.size() != 2 || !outs[0] || !outs[1])
+    ctx.fail("it writes two outputs, Values and Indices, both required; the node names {}",
+             std::count_if(outs.begin(), outs.end(), [](const Value* v) { return v != nullptr; }));
   ctx.set_output(0, Type::tensor(ctx.dtype(0)));
   ctx.set_output(1, Type::tensor(DType::kInt64));
   SymShape x = ctx.dims(0);
