@@ -20,4 +20,21 @@ std::pair<uintptr_t, size_t> inner_pages(const void* data, size_t bytes);
 // Returns the bytes dropped (0 when there are none or madvise fails).
 size_t drop_inner_pages(const void* data, size_t bytes);
 
+// Drops a buffer's whole pages front to back as its reader reports how far
+// it has read: each call drops the whole pages read since the last, so a
+// page is given back once, and the partial pages at the buffer's ends stay.
+class PageDropper {
+ public:
+  PageDropper(const void* data, size_t bytes);
+  // The bytes [data, data + done) will not be read again.
+  void drop_through(size_t done);
+  size_t dropped() const { return dropped_; }  // bytes given back so far
+
+ private:
+  uintptr_t base_;
+  size_t bytes_;
+  uintptr_t dropped_to_ = 0;  // where the pages given back end
+  size_t dropped_ = 0;
+};
+
 }  // namespace anvil

@@ -32,28 +32,17 @@ Tensor WeightCache::get_consuming(const Tensor& source, const std::string& layou
   // What release() asks, with the entry made here (it holds the source too) as the one that unpacks.
   const bool may_drop = entry.unpack && consumable_.count(source.raw()) && source.nbytes() >= kMinReleaseBytes &&
                         source.use_count() == 2 + entries_of(source);
-  size_t dropped = 0;            // bytes of the pages dropped so far
-  uintptr_t dropped_to = 0;      // where they end
+  PageDropper pages(source.raw(), source.nbytes());
   Consumed consumed;
-  if (may_drop)
-    consumed = [&](size_t bytes) {
-      const auto base = reinterpret_cast<uintptr_t>(source.raw());
-      const uintptr_t from = std::max(base, dropped_to), to = base + std::min(bytes, source.nbytes());
-      if (to <= from) return;
-      const auto [first, length] = inner_pages(reinterpret_cast<const void*>(from), to - from);
-      if (length && drop_inner_pages(reinterpret_cast<const void*>(first), length) == length) {
-        dropped += length;
-        dropped_to = first + length;
-      }
-    };
+  if (may_drop) consumed = [&pages](size_t bytes) { pages.drop_through(bytes); };
   try {
     entry.packed = pack(consumed);
   } catch (...) {
-    if (dropped > 0) lost_.insert(source.raw());  // nothing can restore what was dropped
+    if (pages.dropped() > 0) lost_.insert(source.raw());  // nothing can restore what was dropped
     throw;
   }
   const Tensor packed = entries_.emplace(key, std::move(entry)).first->second.packed;
-  if (dropped > 0) released_[source.raw()] = dropped;
+  if (pages.dropped() > 0) released_[source.raw()] = pages.dropped();
   return packed;
 }
 

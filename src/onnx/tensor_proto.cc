@@ -189,10 +189,11 @@ constexpr size_t kConsumeChunk = size_t{8} << 20;
 // dropped once copied: the raw data and the tensor are never both whole in
 // memory (VGG-16's 411 MB classifier weight would otherwise be twice there).
 void copy_consuming(const std::string& raw, size_t bytes, uint8_t* out) {
+  PageDropper pages(raw.data(), bytes);
   for (size_t at = 0; at < bytes; at += kConsumeChunk) {
     const size_t n = std::min(kConsumeChunk, bytes - at);
     std::memcpy(out + at, raw.data() + at, n);
-    drop_inner_pages(raw.data(), at + n);  // from the start: pages dropped before are dropped again, at no cost
+    pages.drop_through(at + n);
   }
 }
 
