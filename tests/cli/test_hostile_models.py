@@ -130,6 +130,24 @@ def test_depth_to_space_huge_blocksize(anvil, cases):
     check_error(run(anvil, model), EXIT_INVALID_MODEL, r"blocksize", strip=(cases,))
 
 
+@pytest.mark.parametrize("declared", ["scalar", "unshaped"])
+def test_max_unpool_of_a_scalar(anvil, cases, declared):
+    """MaxUnpool with output_shape and X a scalar (found by make fuzz): declared, the schema refuses it; with
+    no shape declared and a scalar fed, the kernel does. Its spatial count wrapped around before."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [] if declared == "scalar" else None)
+    graph = helper.make_graph([helper.make_node("MaxUnpool", ["x", "i", "shape"], ["y"], name="unpool",
+                                                kernel_shape=[2, 2], strides=[2, 2])], "g",
+                              [x, helper.make_tensor_value_info("i", TensorProto.INT64, (1, 1, 2, 2))],
+                              [float_info("y", (1, 1, 4, 4))],
+                              [numpy_helper.from_array(np.array([1, 1, 4, 4], dtype=np.int64), "shape")])
+    model = save(graph, cases / f"unpool_{declared}.onnx", opset=11)
+    np.save(cases / "scalar.npy", np.array(1.0, dtype=np.float32))
+    np.save(cases / "indices.npy", np.arange(4, dtype=np.int64).reshape(1, 1, 2, 2))
+    extra = [] if declared == "scalar" else ["--input", f"x={cases / 'scalar.npy'}", f"i={cases / 'indices.npy'}"]
+    code = EXIT_INVALID_MODEL if declared == "scalar" else EXIT_INVALID_ARGUMENT
+    check_error(run(anvil, model, *extra), code, r"must be \[N, C, D1, \.\.\.\]", strip=(cases,))
+
+
 @pytest.mark.parametrize("op,indices", [("ScatterElements", [0, 3]), ("ScatterND", [[0], [3]])])
 def test_scatter_updates_of_another_type(anvil, cases, op, indices):
     """float32 updates into float64 data: the kernels read the updates as the data's type (8 bytes each from a

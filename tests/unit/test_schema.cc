@@ -372,6 +372,33 @@ TEST(Schema, TopKNeedsBothOutputs) {
   }
 }
 
+// With output_shape given, MaxUnpool's X must still be [N, C, D...] with one
+// kernel entry per spatial axis (a fuzzed scalar X reached the kernel, whose
+// spatial count wrapped around).
+TEST(Schema, MaxUnpoolChecksXWithOutputShape) {
+  for (bool scalar : {true, false}) {
+    auto g = graph17();
+    ir::Value* x = sym_input(*g, "x", scalar ? ir::SymShape{} : ir::SymShape{Dim::known(1), Dim::known(1)});
+    ir::Value* idx = sym_input(*g, "i", {Dim::known(1), Dim::known(1), Dim::known(2), Dim::known(2)});
+    ir::Node* n = add(*g, "MaxUnpool", {x, idx, g->add_constant("shape", ints({1, 1, 5, 5}))});
+    n->attrs.set("kernel_shape", std::vector<int64_t>{2, 2});
+    try {
+      ir::infer_types(*g);
+      ADD_FAILURE() << "inferred";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kInvalidModel);
+      EXPECT_NE(std::string(e.what()).find("must be [N, C, D1, ...]"), std::string::npos) << e.what();
+    }
+  }
+  auto g = graph17();  // a proper X: output_shape gives the output
+  ir::Value* x = sym_input(*g, "x", {Dim::known(1), Dim::known(1), Dim::known(2), Dim::known(2)});
+  ir::Value* idx = sym_input(*g, "i", {Dim::known(1), Dim::known(1), Dim::known(2), Dim::known(2)});
+  ir::Node* n = add(*g, "MaxUnpool", {x, idx, g->add_constant("shape", ints({1, 1, 5, 5}))});
+  n->attrs.set("kernel_shape", std::vector<int64_t>{2, 2});
+  ir::infer_types(*g);
+  EXPECT_EQ(n->output(0)->type.str(), "float32[1,1,5,5]");
+}
+
 // Scan over xs [seq, 2] with a running sum: the state keeps [2], the scan output gains the iteration axis.
 TEST(Schema, ScanStatesAndScanOutputs) {
   auto g = graph17();

@@ -375,7 +375,7 @@ void infer_topk(InferContext& ctx) {
 // MaxUnpool: output_shape when given, else (in - 1) * stride + kernel - pads per spatial axis.
 void infer_max_unpool(InferContext& ctx) {
   ctx.set_output(0, Type::tensor(ctx.dtype(0)));
-  if (ctx.has_input(2)) {
+  if (ctx.has_input(2) && !ctx.input(0).has_shape()) {  // output_shape alone gives the output
     if (auto shape = values_as_dims(ctx, 2)) ctx.set_output(0, Type::tensor(ctx.dtype(0), *shape));
     return;
   }
@@ -384,6 +384,10 @@ void infer_max_unpool(InferContext& ctx) {
   const size_t n = x.size() - 2;
   const std::vector<int64_t> kernel = ctx.attr_ints("kernel_shape");
   if (kernel.size() != n) ctx.fail("kernel_shape has {} entries for {} spatial dimensions", kernel.size(), n);
+  if (ctx.has_input(2)) {  // the output's shape is given; X's rank is still checked (the kernel relies on it)
+    if (auto shape = values_as_dims(ctx, 2)) ctx.set_output(0, Type::tensor(ctx.dtype(0), *shape));
+    return;
+  }
   const auto strides = attr_or(ctx, "strides", n, 1), pads = attr_or(ctx, "pads", 2 * n, 0);
   SymShape out{x[0], x[1]};
   for (size_t i = 0; i < n; ++i) {

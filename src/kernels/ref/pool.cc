@@ -388,14 +388,22 @@ class MaxUnpoolKernel : public Kernel {
 
   std::vector<TensorType> prepare(const PrepareContext& ctx) override {
     const Shape& x = ctx.input_shape(0);
-    const size_t n = x.size() - 2;  // the schema checked [N, C, D...] and kernel_shape
+    // The schema checks these where X's shape is known when the model loads; here it always is.
+    ANVIL_PREPARE_CHECK(ctx, x.size() >= 3, ErrorKind::kInvalidArgument, "X {} must be [N, C, D1, ...]",
+                        shape_str(x));
+    const size_t n = x.size() - 2;
     const std::vector<int64_t> k = ctx.attrs().get_ints("kernel_shape");
     const std::vector<int64_t> s = ctx.attrs().get_ints("strides", std::vector<int64_t>(n, 1));
     const std::vector<int64_t> p = ctx.attrs().get_ints("pads", std::vector<int64_t>(2 * n, 0));
-    ANVIL_PREPARE_CHECK(ctx, s.size() == n && p.size() == 2 * n, ErrorKind::kInvalidModel,
-                        "strides and pads must have one (two) entries per spatial dimension");
+    ANVIL_PREPARE_CHECK(ctx, k.size() == n && s.size() == n && p.size() == 2 * n, ErrorKind::kInvalidModel,
+                        "kernel_shape, strides and pads must have one (two) entries per spatial dimension");
     default_ = {x[0], x[1]};
-    for (size_t i = 0; i < n; ++i) default_.push_back((x[2 + i] - 1) * s[i] + k[i] - p[i] - p[i + n]);
+    for (size_t i = 0; i < n; ++i) {
+      const __int128 d = static_cast<__int128>(x[2 + i] - 1) * s[i] + k[i] - p[i] - p[i + n];
+      ANVIL_PREPARE_CHECK(ctx, d >= 0 && d <= INT64_MAX, ErrorKind::kInvalidArgument,
+                          "unpooled dimension {} is out of range", i);
+      default_.push_back(static_cast<int64_t>(d));
+    }
     out_ = ctx.output_shape(0);
     ANVIL_PREPARE_CHECK(ctx, out_.size() == default_.size(), ErrorKind::kInvalidArgument,
                         "output_shape {} does not have the input's rank", shape_str(out_));
