@@ -393,6 +393,46 @@ TEST(Gather, OutOfRangeIndices) {
             (std::vector<float>{3, 1}));
 }
 
+// y[o, j, r] = x[o, idx[j], r] over each element size the kernel moves as one
+// integer (1, 2, 4, 8 bytes: an inner-axis gather), a slice of three (memcpy),
+// int32 and int64 indices with negatives and, at run time, clamped ones, and
+// rows of more indices than one parallel block.
+template <typename T>
+void check_gather_rows(DType dtype, int64_t outer, int64_t dim, int64_t inner, int64_t count, bool idx64) {
+  std::vector<T> x(static_cast<size_t>(outer * dim * inner));
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<T>(i * 7 + 1);
+  std::vector<int64_t> idx(static_cast<size_t>(count));
+  for (int64_t j = 0; j < count; ++j) idx[j] = (j * 37) % (2 * dim) - dim;  // [-dim, dim)
+  idx[0] = dim + 5;                                                          // clamped to dim - 1
+  idx[count - 1] = -dim - 2;                                                 // clamped to 0
+  std::vector<T> want;
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t j = 0; j < count; ++j) {
+      const int64_t at = std::clamp<int64_t>(idx[j] < 0 ? idx[j] + dim : idx[j], 0, dim - 1);
+      for (int64_t r = 0; r < inner; ++r) want.push_back(x[static_cast<size_t>((o * dim + at) * inner + r)]);
+    }
+  Tensor indices = idx64 ? i64({count}, idx)
+                         : make_tensor<int32_t>(DType::kInt32, {count}, std::vector<int32_t>(idx.begin(), idx.end()));
+  testing::KernelOptions dynamic;
+  dynamic.constant_inputs = {false, false};
+  Tensor out = run_kernel("Gather", {make_tensor<T>(dtype, {outer, dim, inner}, x), indices},
+                          attrs({{"axis", int64_t{1}}}), dynamic)[0];
+  EXPECT_EQ(out.shape(), (Shape{outer, count, inner}));
+  EXPECT_EQ(values<T>(out), want);
+}
+
+TEST(Gather, EveryElementSizeAndLongRows) {
+  for (bool idx64 : {true, false}) {
+    SCOPED_TRACE(idx64 ? "int64 indices" : "int32 indices");
+    check_gather_rows<uint8_t>(DType::kUInt8, 3, 50, 1, 2500, idx64);
+    check_gather_rows<int16_t>(DType::kInt16, 2, 300, 1, 70, idx64);
+    check_gather_rows<float>(DType::kFloat32, 40, 512, 1, 3000, idx64);
+    check_gather_rows<float>(DType::kFloat32, 5, 9, 2, 1100, idx64);  // 8-byte slices
+    check_gather_rows<int64_t>(DType::kInt64, 1, 64, 1, 5000, idx64);
+    check_gather_rows<float>(DType::kFloat32, 4, 33, 3, 2100, idx64);  // 12-byte slices
+  }
+}
+
 ir::Attributes cast_to(int64_t code) { return attrs({{"to", code}}); }
 
 TEST(Cast, FloatToInt64TruncatesAndSaturates) {

@@ -525,6 +525,35 @@ class DepthSpaceKernel : public StridedKernel {
   bool to_space_;
 };
 
+// Index j of a run's indices as a position in [0, dim): negatives count from
+// the end; the rest are clamped (prepare() checked the constant ones).
+template <typename I>
+inline int64_t gather_position(const I* indices, int64_t j, int64_t dim) {
+  int64_t i = indices[j];
+  i += i < 0 ? dim : 0;
+  return std::clamp<int64_t>(i, 0, dim - 1);
+}
+
+// Every slice of `outer` rows: row o's j-th slice is row o's slice at
+// indices[j]. Runs of indices moving about 4 KiB (one slice at least, 1024
+// at most) are the parallel unit, so one row of many indices, or of a few
+// large slices (an embedding lookup), spreads over the team too.
+// `copy(to, from)` moves one slice: a typed assignment for slices of one
+// element (a call to memcpy and a division per element made an inner-axis
+// gather 4.6x ONNX Runtime's time), memcpy otherwise.
+template <typename I, typename Copy>
+void gather_slices(int64_t outer, int64_t dim, int64_t count, const I* indices, size_t slice_bytes, Copy copy) {
+  const int64_t run = std::clamp<int64_t>(4096 / std::max<int64_t>(static_cast<int64_t>(slice_bytes), 1), 1, 1024);
+  const int64_t runs = (count + run - 1) / run;
+  const bool parallel = outer * count * static_cast<int64_t>(slice_bytes) > kParallelThreshold * 4;
+#pragma omp parallel for collapse(2) if (parallel)
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t r = 0; r < runs; ++r) {
+      const int64_t end = std::min(count, (r + 1) * run);
+      for (int64_t j = r * run; j < end; ++j) copy(o * count + j, o * dim + gather_position(indices, j, dim));
+    }
+}
+
 class GatherKernel : public Kernel {
  public:
   explicit GatherKernel(const ir::Node&) {}
@@ -556,19 +585,31 @@ class GatherKernel : public Kernel {
   }
 
   void run(const RunContext& ctx) const override {
-    const auto* src = static_cast<const unsigned char*>(ctx.in(0).raw());
-    auto* dst = static_cast<unsigned char*>(ctx.out(0).raw());
+    const void* src = ctx.in(0).raw();
+    void* dst = ctx.out(0).raw();
     const void* indices = ctx.in(1).raw();
-    const int64_t total = outer_ * count_;
-#pragma omp parallel for if (total * static_cast<int64_t>(slice_bytes_) > kParallelThreshold * 4)
-    for (int64_t k = 0; k < total; ++k) {
-      const int64_t o = k / count_, j = k % count_;
-      int64_t i = idx64_ ? static_cast<const int64_t*>(indices)[j] : static_cast<const int32_t*>(indices)[j];
-      if (i < 0) i += dim_;
-      i = std::clamp<int64_t>(i, 0, dim_ - 1);
-      std::memcpy(dst + static_cast<size_t>(k) * slice_bytes_,
-                  src + static_cast<size_t>(o * dim_ + i) * slice_bytes_, slice_bytes_);
-    }
+    if (idx64_)
+      gather(src, dst, static_cast<const int64_t*>(indices));
+    else
+      gather(src, dst, static_cast<const int32_t*>(indices));
+  }
+
+  // Slices of one element move as that element's integer type.
+  template <typename I>
+  void gather(const void* src, void* dst, const I* indices) const {
+    if (slice_bytes_ == 1 || slice_bytes_ == 2 || slice_bytes_ == 4 || slice_bytes_ == 8)
+      return dispatch_size(slice_bytes_, [&](auto tag) {
+        using U = typename decltype(tag)::type;
+        const U* from = static_cast<const U*>(src);
+        U* to = static_cast<U*>(dst);
+        gather_slices(outer_, dim_, count_, indices, slice_bytes_, [&](int64_t t, int64_t f) { to[t] = from[f]; });
+      });
+    const auto* from = static_cast<const unsigned char*>(src);
+    auto* to = static_cast<unsigned char*>(dst);
+    gather_slices(outer_, dim_, count_, indices, slice_bytes_, [&](int64_t t, int64_t f) {
+      std::memcpy(to + static_cast<size_t>(t) * slice_bytes_, from + static_cast<size_t>(f) * slice_bytes_,
+                  slice_bytes_);
+    });
   }
 
  private:
