@@ -247,6 +247,33 @@ def test_huge_pad(anvil, cases):
     check_error(result, EXIT_OUT_OF_MEMORY, r"bytes", strip=(cases,))
 
 
+@pytest.mark.parametrize("label,a_shape,w_shape,op,bias", [
+    ("gemm_m0", (0, 10), (10, 3), "Gemm", False),      # found by make fuzz: oneDNN divided by zero
+    ("gemm_k0_bias", (4, 0), (0, 3), "Gemm", True),
+    ("matmul_3d_k0", (1, 4, 0), (0, 3), "MatMul", False),  # the flattening to 2-D divided by K
+    ("matmul_n0", (2, 4, 5), (5, 0), "MatMul", False),
+])
+@pytest.mark.parametrize("opt", ["0", "3"])
+def test_empty_products(anvil, cases, label, a_shape, w_shape, op, bias, opt):
+    """Products with an empty dimension run (on the reference kernel) and give what the formula does: an empty
+    output, or for K = 0 zeros plus the bias; before, oneDNN 2.6.3 or Anvil's own flattening divided by zero."""
+    w = np.arange(int(np.prod(w_shape)), dtype=np.float32).reshape(w_shape)
+    c = np.array([1.5, -2.0, 3.0], dtype=np.float32)
+    inits = [numpy_helper.from_array(w, "w")] + ([numpy_helper.from_array(c, "c")] if bias else [])
+    node = helper.make_node(op, ["a", "w"] + (["c"] if bias else []), ["y"], name="product")
+    graph = helper.make_graph([node, helper.make_node("Relu", ["y"], ["z"])], "g", [float_info("a", a_shape)],
+                              [helper.make_tensor_value_info("z", TensorProto.FLOAT, None)], inits)
+    model = save(graph, cases / f"{label}.onnx")
+    out = cases / f"{label}_{opt}"
+    result = run(anvil, model, "-O", opt, "-o", str(out))
+    assert result.returncode == 0, result.stderr
+    z = read_tensor_pb(out / "z.pb")
+    want_shape = tuple(a_shape[:-1]) + (w_shape[1],)
+    assert z.shape == want_shape
+    want = np.zeros(want_shape, np.float32) + (np.maximum(c, 0) if bias else 0)
+    np.testing.assert_array_equal(z, want)
+
+
 # --------------------------------------------------------------------------
 # External data
 # --------------------------------------------------------------------------

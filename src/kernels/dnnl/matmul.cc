@@ -168,6 +168,11 @@ class DnnlMatMulBase : public Kernel {
   // then the packed B is shared through the session's weight cache.
   void build(const PrepareContext& ctx, const Operand& a, const Operand& b, const Operand& c, const void* b_data,
              const Tensor* b_source = nullptr) {
+    // oneDNN 2.6.3 divides by zero creating a matmul with an empty dimension
+    // (a fuzzed Gemm of [0, 10] by [10, 3]): the reference kernel takes those.
+    for (const Operand* o : {&a, &b})
+      for (int64_t d : o->dims)
+        ANVIL_PREPARE_CHECK(ctx, d > 0, ErrorKind::kUnsupported, "an empty operand [{}]", fmt::join(o->dims, ", "));
     src_md_ = a.desc();
     weights_md_ = b.desc();
     dst_md_ = c.desc();
@@ -387,7 +392,7 @@ class DnnlMatMul : public DnnlMatMulBase {
     // The schema has checked the operands (a transposed one has rank 2 or
     // more); 1-D ones gain a dimension here, as in numpy.
     Shape a = ctx.input_shape(0), b = ctx.input_shape(1);
-    if (b.size() == 2 && a.size() > 2 && !trans_a_)
+    if (b.size() == 2 && a.size() > 2 && !trans_a_ && a.back() > 0)  // (K = 0 declines in build())
       a = {shape_numel(a) / a.back(), a.back()};  // one 2-D matmul: faster than batched
     if (a.size() == 1) a.insert(a.begin(), 1);
     if (b.size() == 1) b.push_back(1);
