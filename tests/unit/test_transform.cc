@@ -433,6 +433,17 @@ TEST(Gather, EveryElementSizeAndLongRows) {
   }
 }
 
+// Data of no elements whose dims count 2^40 empty slices: the gather returns
+// at once (it walked every empty slice).
+TEST(Gather, EmptySlicesOfHugeDimsReturnAtOnce) {
+  testing::KernelOptions dynamic;
+  dynamic.constant_inputs = {false, false};
+  const int64_t huge = int64_t{1} << 40;
+  Tensor out = run_kernel("Gather", {Tensor(DType::kFloat32, {huge, 4, 0}), i64({3}, {0, 3, -1})},
+                          attrs({{"axis", int64_t{1}}}), dynamic)[0];
+  EXPECT_EQ(out.shape(), (Shape{huge, 3, 0}));
+}
+
 ir::Attributes cast_to(int64_t code) { return attrs({{"to", code}}); }
 
 TEST(Cast, FloatToInt64TruncatesAndSaturates) {
