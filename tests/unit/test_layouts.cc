@@ -390,6 +390,54 @@ TEST(Layouts, BatchNormAfterAConcatKeepsItsLayout) {
   }
 }
 
+// A standalone Swish (after a max pool, so no convolution takes it as a
+// post-op) runs Anvil's loop in the layout the pool writes (NHWC with
+// AVX-512, nChw8c below), and the next convolution reads it there. 20
+// channels would pad nChw8c: those go through plain data (values checked).
+TEST(Layouts, SwishRunsInTheLayoutItArrivesIn) {
+  for (int64_t c : {32, 24, 20}) {
+    SCOPED_TRACE(fmt::format("{} channels", c));
+    Tensor w = random_tensor({c, 8, 3, 3}, 41), w2 = random_tensor({8, c, 1, 1}, 42);
+    auto g = std::make_unique<ir::Graph>();
+    g->opsets[""] = 24;
+    ir::Value* x = g->add_input("x", DType::kFloat32, {1, 8, 10, 10});
+    ir::Node* conv = g->add_node("Conv", {x, g->add_constant("w", w)}, 1, "conv");
+    conv->attrs.set("pads", std::vector<int64_t>{1, 1, 1, 1});
+    ir::Node* pool = g->add_node("MaxPool", {conv->output(0)}, 1, "pool");
+    pool->attrs.set("kernel_shape", std::vector<int64_t>{2, 2});
+    pool->attrs.set("strides", std::vector<int64_t>{2, 2});
+    ir::Node* swish = g->add_node("Swish", {pool->output(0)}, 1, "swish");
+    swish->attrs.set("alpha", 1.5f);
+    g->add_output(g->add_node("Conv", {swish->output(0), g->add_constant("w2", w2)}, 1, "conv2")->output(0));
+    Session s = Session::from_graph(std::move(g));
+    Tensor xv = random_tensor({1, 8, 10, 10}, 43);
+    const std::vector<std::string> plan = s.describe_plan({{"x", xv}});
+    const std::string line = line_of(plan, "swish");
+    EXPECT_NE(line.find(":swish"), std::string::npos) << line;
+    if (c != 20) {
+      EXPECT_EQ(line.find(" plain "), std::string::npos) << line;
+      EXPECT_EQ(index_of(plan, "swish"), index_of(plan, "pool") + 1) << fmt::format("{}", fmt::join(plan, "\n"));
+      EXPECT_EQ(index_of(plan, "conv2"), index_of(plan, "swish") + 1) << fmt::format("{}", fmt::join(plan, "\n"));
+    }
+    const Tensor y1 = conv_by_hand(xv, w, 1);
+    Tensor act(DType::kFloat32, {1, c, 5, 5});
+    for (int64_t ch = 0; ch < c; ++ch)
+      for (int64_t i = 0; i < 5; ++i)
+        for (int64_t j = 0; j < 5; ++j) {
+          float m = -std::numeric_limits<float>::infinity();
+          for (int64_t di = 0; di < 2; ++di)
+            for (int64_t dj = 0; dj < 2; ++dj) m = std::max(m, y1.data<float>()[(ch * 10 + 2 * i + di) * 10 + 2 * j + dj]);
+          act.data<float>()[(ch * 5 + i) * 5 + j] = static_cast<float>(m / (1 + std::exp(-1.5 * m)));
+        }
+    const Tensor want = conv_by_hand(act, w2, 0);
+    const Tensor got = s.run({{"x", xv}})[0];
+    ASSERT_EQ(got.shape(), want.shape());
+    for (int64_t i = 0; i < got.numel(); ++i)
+      EXPECT_NEAR(got.data<float>()[i], want.data<float>()[i], 1e-4 * std::max(1.f, std::abs(want.data<float>()[i])))
+          << i;
+  }
+}
+
 // A convolution, then a squeeze-and-excitation block (GlobalAveragePool ->
 // 1x1 -> Swish -> 1x1 -> Sigmoid: one anvil.SqueezeExcite) whose gates scale
 // the convolution's output, then a 1x1 convolution. The block reads the

@@ -630,6 +630,39 @@ TEST(VecKernels, ChainBlocksMatchTheFormulas) {
   }
 }
 
+// x * sigmoid(alpha x) against double precision (from alpha x rounded to
+// float) at every ISA: normal values over a wide range, both signs of alpha,
+// the exp's cut-off (-87.33) and special values; a few float ulp allowed, and 1e-35 absolute where the
+// true value is under float's normal range times |x|. In place too.
+TEST(VecKernels, SwishMatchesDoublePrecision) {
+  std::vector<float> x = normal_values(301, 23, 30.f);
+  for (float v : {0.f, -0.f, 1e-30f, -1e-30f, 87.f, -87.f, -87.5f, -103.f, -200.f, 200.f, 3e38f, -3e38f})
+    x.push_back(v);
+  for (VectorIsa isa : supported_vector_isas()) {
+    SCOPED_TRACE(vector_isa_name(isa));
+    const VecKernels& k = kernels::vec::vec_kernels_for(isa);
+    for (float alpha : {1.f, 1.702f, -0.5f, 0.f}) {
+      std::vector<float> y(x.size());
+      k.swish(x.data(), y.data(), static_cast<int64_t>(x.size()), alpha);
+      for (size_t j = 0; j < x.size(); ++j) {
+        const float ax = alpha * x[j];  // rounded in float, as every float kernel's argument (the reference's too)
+        const double v = x[j], want = v / (1.0 + std::exp(-static_cast<double>(ax)));
+        EXPECT_LE(std::abs(y[j] - want), 6e-7 * std::abs(want) + 1e-35)
+            << "alpha " << alpha << " x " << x[j] << ": got " << y[j] << ", want " << want;
+      }
+      std::vector<float> inplace = x;
+      k.swish(inplace.data(), inplace.data(), static_cast<int64_t>(x.size()), alpha);
+      EXPECT_EQ(inplace, y);
+    }
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    std::vector<float> special = {nan, kInf, -kInf}, out(3);
+    k.swish(special.data(), out.data(), 3, 1.f);
+    EXPECT_TRUE(std::isnan(out[0]));
+    EXPECT_EQ(out[1], kInf);
+    EXPECT_TRUE(std::isnan(out[2]));  // -inf * sigmoid(-inf) = -inf * 0, as the reference's x / (1 + exp(-x))
+  }
+}
+
 ir::Attributes chain_attrs(std::vector<int64_t> ops, std::vector<int64_t> operands, std::vector<int64_t> args,
                            std::vector<float> scalars) {
   ir::Attributes a;

@@ -181,6 +181,9 @@ struct VecKernels {
   // (a plane of one channel). y may be x.
   void (*batch_norm_rows)(const float* x, float* y, int64_t rows, int64_t n, const float* mean, const float* scale,
                           const float* shift, bool per_lane, bool relu);
+  // y[j] = x[j] * sigmoid(alpha * x[j]) for j < n (Swish; SiLU at alpha 1),
+  // within a few ulp; y may be x.
+  void (*swish)(const float* x, float* y, int64_t n, float alpha);
   // A single row's products (gemm_impl.h): dot_rows: out[r] = the dot product
   // of w's row r (n floats) and x, for r < rows; add_scaled_rows: out[j] +=
   // the sum over r < rows of h[r] * w[r * ld + j], for j < n.

@@ -630,6 +630,57 @@ inline VF sigmoid_vec(VF v) {  // as the reference: exp of a non-positive argume
   return v > 0.f ? 1.f / (1.f + e) : e / (1.f + e);
 }
 
+// 1 / d for d in [1, 2] (or NaN): the hardware's estimate (14 bits on
+// AVX-512, 12 below) and one Newton step, within a few ulp (the estimate's
+// tables differ between Intel and AMD, so the last bits may too).
+inline VF reciprocal_1_to_2(VF d) {
+#if defined(__AVX512F__)
+  // (the masked form: GCC 12 warns that _mm512_rcp14_ps's undefined pass-through may be used)
+  const VF r = __builtin_bit_cast(VF, _mm512_maskz_rcp14_ps(0xffff, __builtin_bit_cast(__m512, d)));
+#elif defined(__AVX2__)  // as kWidth
+  const VF r = __builtin_bit_cast(VF, _mm256_rcp_ps(__builtin_bit_cast(__m256, d)));
+#else
+  const VF r = __builtin_bit_cast(VF, _mm_rcp_ps(__builtin_bit_cast(__m128, d)));
+#endif
+  return r * (2.f - d * r);
+}
+
+// x * sigmoid(a x) as (a x > 0 ? x : x e) / (1 + e) with e = exp(-|a x|):
+// exp sees non-positive arguments only (no overflow), and 1 + e lies in
+// [1, 2]. Few instructions, since 512-bit ones issue on two ports only:
+// -|a x| as a sign bit set; below -87.33 (where 2^k would leave the normal
+// range) e is 0; NaN needs no case, as the last product's x carries it.
+// -inf gives NaN, as the reference's x / (1 + exp(-x)).
+inline VF swish_vec(VF x, VF alpha) {
+  constexpr float kLowest = -87.33f;
+  const VF ax = alpha * x;
+  const VF t = __builtin_bit_cast(VF, __builtin_bit_cast(VI, ax) | static_cast<int32_t>(0x80000000u));
+  VF k;
+#if defined(__AVX512F__)  // p * 2^k in one instruction, for any k (masked: see reciprocal_1_to_2)
+  const VF p = exp_of_remainder(t, k);  // past kLowest (-inf too) the value is replaced below
+  const VF scaled = __builtin_bit_cast(
+      VF, _mm512_maskz_scalef_ps(0xffff, __builtin_bit_cast(__m512, p), __builtin_bit_cast(__m512, k)));
+#else  // k becomes an integer: clamped first, so that it fits
+  const VF p = exp_of_remainder(t > kLowest ? t : splat(kLowest), k);
+  const VF scaled = p * __builtin_bit_cast(VF, (__builtin_convertvector(k, VI) + 127) << 23);
+#endif
+  const VF e = t < kLowest ? splat(0.f) : scaled;
+  return (ax > 0.f ? x : x * e) * reciprocal_1_to_2(1.f + e);
+}
+
+inline void swish_impl(const float* x, float* y, int64_t n, float alpha) {
+  const VF a = splat(alpha);
+  int64_t j = 0;
+  for (; j + 4 * kWidth <= n; j += 4 * kWidth) {  // four chains a step: 0.81x the time of one in L1
+    VF v[4];
+#pragma GCC unroll 4
+    for (int u = 0; u < 4; ++u) v[u] = swish_vec(load(x + j + u * kWidth), a);
+#pragma GCC unroll 4
+    for (int u = 0; u < 4; ++u) store(y + j + u * kWidth, v[u]);
+  }
+  map_block(x + j, y + j, n - j, [&](VF v) { return swish_vec(v, a); });
+}
+
 inline void chain_block_impl(const ChainStep* steps, int count, const float* x, const float* const* operands,
                              float* y, int64_t n) {
   const float* v = x;
