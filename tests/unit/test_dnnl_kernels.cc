@@ -17,7 +17,8 @@ using kernels::Backend;
 // Anvil's loop: inference BatchNormalization (batchnorm).
 bool runs_on_backend_kernel(const std::string& impl) {
   const bool on_own = impl.find(":packed_gemm") != std::string::npos || impl.find(":conv_gemm") != std::string::npos ||
-                      impl.find(":batchnorm") != std::string::npos;
+                      impl.find(":batchnorm") != std::string::npos || impl.find(":sigmoid") != std::string::npos ||
+                      impl.find(":swish") != std::string::npos;
   return impl.rfind("dnnl:", 0) == 0 || (impl.rfind("vec:", 0) == 0 && on_own);
 }
 

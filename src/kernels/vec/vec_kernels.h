@@ -184,6 +184,8 @@ struct VecKernels {
   // y[j] = x[j] * sigmoid(alpha * x[j]) for j < n (Swish; SiLU at alpha 1),
   // within a few ulp; y may be x.
   void (*swish)(const float* x, float* y, int64_t n, float alpha);
+  // y[j] = sigmoid(x[j]) for j < n, within a few ulp; y may be x.
+  void (*sigmoid)(const float* x, float* y, int64_t n);
   // A single row's products (gemm_impl.h): dot_rows: out[r] = the dot product
   // of w's row r (n floats) and x, for r < rows; add_scaled_rows: out[j] +=
   // the sum over r < rows of h[r] * w[r * ld + j], for j < n.
