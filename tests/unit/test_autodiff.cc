@@ -385,9 +385,10 @@ TEST(Autodiff, CnnGradientsKeepTheConvolutionsLayout) {
   if (ran["ConvGradWeight"].empty() || ran["ConvGradWeight"][0].find("gemm") != std::string::npos)
     GTEST_SKIP() << "no direct backward kernel at this ISA (oneDNN's SSE4.1 runs its GEMM, on plain tensors)";
   // Reorders only at the edges (X in, the loss's tensors), none of the ReLUs' or pooling's outputs or of a gradient.
-  for (const NodeProfile& p : profile.nodes)
-    if (p.op == "Reorder")
-      for (const char* chain : {"Relu", "MaxPool", "Grad"}) EXPECT_EQ(p.node.find(chain), std::string::npos) << p.node;
+  for (const NodeProfile& p : profile.nodes) {
+    if (p.op != "Reorder") continue;
+    for (const char* chain : {"Relu", "MaxPool", "Grad"}) EXPECT_EQ(p.node.find(chain), std::string::npos) << p.node;
+  }
   EXPECT_EQ(ran["MaxPoolGrad"],
             std::vector<std::string>{std::string(kernels::vec::vec_impl_name()) + ":max_pool_grad " + conv_layout});
   EXPECT_EQ(ran["ReluGrad"], std::vector<std::string>{"planned " + conv_layout});

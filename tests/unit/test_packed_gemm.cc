@@ -572,8 +572,9 @@ TEST(DnnlGemm, RunTimeWeightsOfManyRowsAreStagedForBrgemm) {
       const testing::KernelResult got = testing::run_kernel_full("FusedGemm", {a, b, bias}, at, fast);
       const std::vector<float> want = values<float>(testing::run_kernel("FusedGemm", {a, b, bias}, at, ref)[0]);
       const std::vector<float> have = values<float>(got.outputs[0]);
-      if (got.impl.rfind("dnnl:brg", 0) == 0)
+      if (got.impl.rfind("dnnl:brg", 0) == 0) {
         EXPECT_EQ(got.impl.find(":b_staged") != std::string::npos, m >= 2048) << got.impl;
+      }
       ASSERT_EQ(have.size(), want.size());
       for (size_t i = 0; i < want.size(); ++i)
         ASSERT_NEAR(have[i], want[i], 1e-4 * (1 + std::abs(want[i]))) << got.impl << " at " << i;

@@ -1,7 +1,8 @@
 // Unary activations and math on oneDNN's eltwise primitive (float32), in place
 // when the planner allows, in the layout the input arrives in where it can
-// (du::elementwise_layout); Swish and Sigmoid on Anvil's vectorized loops, in the same way. Erf, HardSigmoid and Log (oneDNN's AVX2 log is off by
-// ~1e-6 near 1, past the conformance tolerance) stay on the reference kernels.
+// (du::elementwise_layout); Swish and Sigmoid on Anvil's vectorized loops, in
+// the same way. Erf, HardSigmoid and Log (oneDNN's AVX2 log is off by ~1e-6
+// near 1, past the conformance tolerance) stay on the reference kernels.
 #include <algorithm>
 #include <limits>
 #include <optional>
@@ -31,7 +32,7 @@ class DnnlEltwise : public du::PrimitiveKernel {
     EltwiseSpec spec = spec_for(ctx);
     layout_ = du::elementwise_layout(ctx, 0, ctx.input_shape(0));
     md_ = du::desc_of({DType::kFloat32, ctx.input_shape(0), layout_});
-    // Anvil's loops (vec_kernels.h): SiLU at 0.6-0.75x oneDNN's time, Sigmoid 0.7x.
+    // Anvil's loops (vec_kernels.h): SiLU at 0.6-0.8x oneDNN's time, Sigmoid 0.6-0.75x.
     if (spec.alg == algorithm::eltwise_swish || spec.alg == algorithm::eltwise_logistic) {
       vec_alg_ = spec.alg;
       swish_alpha_ = spec.alpha;

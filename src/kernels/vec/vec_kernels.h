@@ -182,9 +182,9 @@ struct VecKernels {
   void (*batch_norm_rows)(const float* x, float* y, int64_t rows, int64_t n, const float* mean, const float* scale,
                           const float* shift, bool per_lane, bool relu);
   // y[j] = x[j] * sigmoid(alpha * x[j]) for j < n (Swish; SiLU at alpha 1),
-  // within a few ulp; y may be x.
+  // within a few ulp (exp(-|alpha x|) taken as 0 below 2^-126); y may be x.
   void (*swish)(const float* x, float* y, int64_t n, float alpha);
-  // y[j] = sigmoid(x[j]) for j < n, within a few ulp; y may be x.
+  // y[j] = sigmoid(x[j]) for j < n, within a few ulp (0 below about -87.33); y may be x.
   void (*sigmoid)(const float* x, float* y, int64_t n);
   // A single row's products (gemm_impl.h): dot_rows: out[r] = the dot product
   // of w's row r (n floats) and x, for r < rows; add_scaled_rows: out[j] +=
