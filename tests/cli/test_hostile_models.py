@@ -247,6 +247,15 @@ def test_huge_pad(anvil, cases):
     check_error(result, EXIT_OUT_OF_MEMORY, r"bytes", strip=(cases,))
 
 
+def test_attention_without_key_heads(anvil, cases):
+    """An Attention whose K has 0 heads (found by make fuzz): the schema divided the query heads by it."""
+    graph = helper.make_graph([helper.make_node("Attention", ["q", "k", "v"], ["y"], name="attention")], "g",
+                              [float_info("q", (2, 4, 4, 8)), float_info("k", (2, 0, 6, 8)),
+                               float_info("v", (2, 2, 6, 6))], [float_info("y", (2, 4, 4, 6))])
+    model = save(graph, cases / "attention_no_heads.onnx", opset=23)
+    check_error(run(anvil, model), EXIT_INVALID_MODEL, r"no key/value heads", strip=(cases,))
+
+
 @pytest.mark.parametrize("label,a_shape,w_shape,op,bias", [
     ("gemm_m0", (0, 10), (10, 3), "Gemm", False),      # found by make fuzz: oneDNN divided by zero
     ("gemm_k0_bias", (4, 0), (0, 3), "Gemm", True),

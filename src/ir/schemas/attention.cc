@@ -49,6 +49,8 @@ void infer_attention(InferContext& ctx) {
               v = heads_of(ctx, vs, "kv_num_heads", "V");
   if (q.size.is_known() && k.size.is_known() && q.size != k.size)
     ctx.fail_input("Q's head size {} differs from K's {}", q.size.value, k.size.value);
+  if (k.heads.is_known() && k.heads.value == 0)  // (a fuzzed file: the check below divided by it)
+    ctx.fail_input("K {} has no key/value heads", dims_str(ks));
   if (q.heads.is_known() && k.heads.is_known() && q.heads.value % k.heads.value != 0)
     ctx.fail_input("{} query heads cannot share {} key/value heads", q.heads.value, k.heads.value);
   auto same = [](const Dim& a, const Dim& b) { return !a.is_known() || !b.is_known() || a == b; };
