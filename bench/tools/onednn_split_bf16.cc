@@ -26,6 +26,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <random>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -108,8 +109,12 @@ double best_seconds(Product& p, dnnl::stream& s, int iterations) {
   return best;
 }
 
-const std::vector<int> kTerms3A = {0, 0, 1}, kTerms3B = {0, 1, 0};
-const std::vector<int> kTerms6A = {0, 0, 1, 1, 0, 2}, kTerms6B = {0, 1, 0, 1, 2, 0};
+// The pieces each term of an emulation with `terms` products pairs: A's, B's.
+std::pair<std::vector<int>, std::vector<int>> pieces_of(int terms) {
+  if (terms == 6) return {{0, 0, 1, 1, 0, 2}, {0, 1, 0, 1, 2, 0}};
+  if (terms == 3) return {{0, 0, 1}, {0, 1, 0}};
+  return {{0}, {0}};
+}
 
 }  // namespace
 
@@ -136,8 +141,7 @@ int main(int argc, char** argv) {
   }
   const auto pa = split3(a), pb = split3(b);
   for (int terms : {1, 3, 6}) {
-    const auto& ia = terms == 6 ? kTerms6A : terms == 3 ? kTerms3A : std::vector<int>{0};
-    const auto& ib = terms == 6 ? kTerms6B : terms == 3 ? kTerms3B : std::vector<int>{0};
+    const auto [ia, ib] = pieces_of(terms);
     Product p = make_product(eng, s, memory::data_type::bf16, m, k * terms, n, [&](void* a_out, void* b_out) {
       side_by_side(pa, pb, ia, ib, m, k, n, static_cast<uint16_t*>(a_out), static_cast<uint16_t*>(b_out));
     }, terms == 1);
@@ -176,8 +180,7 @@ int main(int argc, char** argv) {
   report("float32:", f32);
   const auto qa = split3(ca), qb = split3(cb);
   for (int terms : {1, 3, 6}) {
-    const auto& ia = terms == 6 ? kTerms6A : terms == 3 ? kTerms3A : std::vector<int>{0};
-    const auto& ib = terms == 6 ? kTerms6B : terms == 3 ? kTerms3B : std::vector<int>{0};
+    const auto [ia, ib] = pieces_of(terms);
     Product p = make_product(eng, s, memory::data_type::bf16, cm, k * terms, cn, [&](void* x, void* y) {
       side_by_side(qa, qb, ia, ib, cm, k, cn, static_cast<uint16_t*>(x), static_cast<uint16_t*>(y));
     }, false);
