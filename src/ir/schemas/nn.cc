@@ -372,22 +372,25 @@ void infer_topk(InferContext& ctx) {
   ctx.set_output(1, Type::tensor(DType::kInt64, x));
 }
 
-// MaxUnpool: output_shape when given, else (in - 1) * stride + kernel - pads per spatial axis.
+// MaxUnpool: output_shape when given, else (in - 1) * stride + kernel - pads
+// per spatial axis. X's rank is checked in both cases where it is known (the
+// kernel relies on it).
 void infer_max_unpool(InferContext& ctx) {
   ctx.set_output(0, Type::tensor(ctx.dtype(0)));
-  if (ctx.has_input(2) && !ctx.input(0).has_shape()) {  // output_shape alone gives the output
+  size_t n = 0;  // spatial axes
+  if (ctx.input(0).has_shape()) {
+    const SymShape& x = ctx.dims(0);
+    if (x.size() < 3) ctx.fail_input("input {} must be [N, C, D1, ...]", dims_str(x));
+    n = x.size() - 2;
+    const size_t kernel = ctx.attr_ints("kernel_shape").size();
+    if (kernel != n) ctx.fail("kernel_shape has {} entries for {} spatial dimensions", kernel, n);
+  }
+  if (ctx.has_input(2)) {
     if (auto shape = values_as_dims(ctx, 2)) ctx.set_output(0, Type::tensor(ctx.dtype(0), *shape));
     return;
   }
-  const SymShape& x = ctx.dims(0);
-  if (x.size() < 3) ctx.fail_input("input {} must be [N, C, D1, ...]", dims_str(x));
-  const size_t n = x.size() - 2;
+  const SymShape& x = ctx.dims(0);  // ShapeUnknown when X's is
   const std::vector<int64_t> kernel = ctx.attr_ints("kernel_shape");
-  if (kernel.size() != n) ctx.fail("kernel_shape has {} entries for {} spatial dimensions", kernel.size(), n);
-  if (ctx.has_input(2)) {  // the output's shape is given; X's rank is still checked (the kernel relies on it)
-    if (auto shape = values_as_dims(ctx, 2)) ctx.set_output(0, Type::tensor(ctx.dtype(0), *shape));
-    return;
-  }
   const auto strides = attr_or(ctx, "strides", n, 1), pads = attr_or(ctx, "pads", 2 * n, 0);
   SymShape out{x[0], x[1]};
   for (size_t i = 0; i < n; ++i) {
