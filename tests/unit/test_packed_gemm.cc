@@ -210,10 +210,11 @@ TEST(VecKernels, PackedGemmShapesAndTails) {
     const GemmKernels& g = kernels::vec::vec_kernels_for(isa).gemm;
     // Tiles cut at every edge: rows and columns short of a tile, k past a k-block, a single element;
     // rows past one row block (5,000: more than a thread's block holds beside A's block and C's rows on an
-    // L2 of 2 MiB or less, at 1 or 2 threads).
+    // L2 of 2 MiB or less, at 1 or 2 threads); A's blocks packed per k-block where the ISA packs them
+    // (GemmKernels::pack_contiguous_a: 4+ panels a thread), over several k-blocks and row blocks.
     const Product shapes[] = {{1, 1, 1},     {5, 3, 17},     {g.mr, g.kc, g.nr}, {13, 300, 33},
                               {2, 513, 47},  {37, 64, 200},  {130, 700, 96},     {1, 1000, 64},
-                              {200, 16, 3},  {5000, 300, 40}};
+                              {200, 16, 3},  {5000, 300, 40}, {40, 1700, 300},   {700, 800, 256}};
     uint32_t seed = 1;
     for (const Product& p : shapes) check_product(g, p, seed += 10);
   }

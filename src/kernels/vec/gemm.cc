@@ -186,20 +186,42 @@ int64_t prepacked_block_rows(const GemmKernels& g, int64_t columns) {
   return std::max(kBlockRows, fit) / g.mr * g.mr;
 }
 
+// A thread's packing buffers, kept across runs (OpenMP's threads persist).
+struct PackBuffers {
+  std::vector<float> b, a, c;  // c: a thread's partial C when threads split K
+};
+PackBuffers& pack_buffers() {
+  thread_local PackBuffers buffers;
+  return buffers;
+}
+
+void pack_a_block(const GemmKernels& g, const GemmMatrix& a, int64_t i0, int64_t i1, int64_t k0, int64_t kc,
+                  float* out);
+
 // C's rows [r0, r1) and panels [p0, p1) against the prepacked B, a k-block at a time.
 void gemm_part(const GemmKernels& g, const GemmArgs& p, int64_t r0, int64_t r1, int64_t p0, int64_t p1) {
   if (r0 == r1 || p0 == p1) return;  // more threads than row tiles or panels
   const int64_t n_padded = ceil_div(p.n, g.nr) * g.nr, block_rows = prepacked_block_rows(g, (p1 - p0) * g.nr);
+  // A's block packed per k-block where the ISA asks for it and the copy
+  // serves several panels (the rule of gemm_part_packing).
+  const bool pack_a = g.pack_contiguous_a && p1 - p0 >= 4;
+  std::vector<float>& a_block = pack_buffers().a;
+  if (pack_a) a_block.resize(static_cast<size_t>(ceil_div(std::min(block_rows, r1 - r0), int64_t{g.mr}) * g.mr * g.kc));
   for (int64_t i0 = r0; i0 < r1; i0 += block_rows) {
     const int64_t i1 = std::min(r1, i0 + block_rows);
     for (int64_t k0 = 0; k0 < p.k; k0 += g.kc) {
       const int64_t kc = std::min<int64_t>(g.kc, p.k - k0);
       const std::optional<PanelBlock> after =
           prepacked_next_block(g, p.b_packed, p.k, n_padded, p0, k0, i1 < r1, p.prefetch_b);
+      if (pack_a) pack_a_block(g, GemmMatrix{p.a, p.lda, 1}, i0, i1, k0, kc, a_block.data());
       sweep_k_block(g, p, p.n, k0, kc, k0 + kc == p.k, p.b_packed + k0 * n_padded, 0, after, i0, i1, p0, p1,
                     [&](int64_t i, int m, const float* b, const float* init, float* c, int n,
                         const GemmTileFinish* finish, GemmPrefetch prefetch) {
-                      g.tile(p.a + i * p.lda + k0, p.lda, b, kc, init, c, p.ldc, m, n, finish, prefetch);
+                      if (pack_a)
+                        g.tile_packed_a(a_block.data() + (i - i0) * kc, b, kc, init, c, p.ldc, g.width, m, n, finish,
+                                        prefetch);
+                      else
+                        g.tile(p.a + i * p.lda + k0, p.lda, b, kc, init, c, p.ldc, m, n, finish, prefetch);
                     });
     }
   }
@@ -240,15 +262,6 @@ void in_thread_parts(const GemmKernels& g, int64_t m, int64_t k, int64_t n, Part
 // ------------------------------------------------ both operands packed per run
 
 constexpr int64_t kGemmPackBudget = 512 * 1024;  // floats of B a thread aims to pack at a time (2 MiB; one k-block at least)
-
-// A thread's packing buffers, kept across runs (OpenMP's threads persist).
-struct PackBuffers {
-  std::vector<float> b, a, c;  // c: a thread's partial C when threads split K
-};
-PackBuffers& pack_buffers() {
-  thread_local PackBuffers buffers;
-  return buffers;
-}
 
 // `rows` rows of Nr floats, src's ld apart, to dst back to back: one
 // fixed-size copy per row (a call to memcpy per 96 bytes cost more than the

@@ -41,6 +41,18 @@ constexpr int kGemmKc = 256;
 // (12 x 512 floats, 24 KiB) in L1 beside the B lines streaming through it;
 // 384 and 768 ran 2-6% slower on the Intel Xeon's input-gradient product
 // at batch 25,000. Not taken below AVX-512 (0).
+// Whether products against a prepacked B pack A's blocks even where A's
+// rows are contiguous (GemmKernels::pack_contiguous_a). Read in place, the
+// AVX-512 tile's 12 row pointers outnumber the free general registers, and
+// GCC reloads them from the stack and moves them through vector registers,
+// on the FMA ports, every k step; BERT-base's products ran 1.03-1.06x the
+// GFLOP/s packed (`anvil_stream_gemm_ab 128 768 3072 24 10`, alternating).
+// AVX2's 4-row tile does not spill; packing there ran level.
+#if defined(__AVX512F__)
+constexpr bool kGemmPackContiguousA = true;
+#else
+constexpr bool kGemmPackContiguousA = false;
+#endif
 #if defined(__AVX512F__)
 constexpr int kGemmRowSweepKc = 512;
 #else

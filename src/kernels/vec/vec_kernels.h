@@ -91,6 +91,9 @@ struct GemmKernels {
   // The k-block of products of many rows swept a row tile at a time across
   // the panels (gemm.cc, gemm_part_row_sweep); 0: this ISA does not.
   int row_sweep_kc;
+  // Whether products against a prepacked B read A from packed blocks even
+  // where its rows are contiguous (the tile reading A in place spills).
+  bool pack_contiguous_a;
   // c[m x n] = init + a[m x kc] * b for m <= mr, n <= nr: a's rows lda apart,
   // b one packed panel block (nr floats per k), init null (zero), c itself
   // (accumulate) or another matrix, ldc apart like c. `finish` (null: none)
