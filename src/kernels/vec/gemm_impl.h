@@ -41,6 +41,11 @@ constexpr int kGemmKc = 256;
 // (12 x 512 floats, 24 KiB) in L1 beside the B lines streaming through it;
 // 384 and 768 ran 2-6% slower on the Intel Xeon's input-gradient product
 // at batch 25,000. Not taken below AVX-512 (0).
+#if defined(__AVX512F__)
+constexpr int kGemmRowSweepKc = 512;
+#else
+constexpr int kGemmRowSweepKc = 0;
+#endif
 // Whether products against a prepacked B pack A's blocks even where A's
 // rows are contiguous (GemmKernels::pack_contiguous_a). Read in place, the
 // AVX-512 tile's 12 row pointers outnumber the free general registers, and
@@ -52,11 +57,6 @@ constexpr int kGemmKc = 256;
 constexpr bool kGemmPackContiguousA = true;
 #else
 constexpr bool kGemmPackContiguousA = false;
-#endif
-#if defined(__AVX512F__)
-constexpr int kGemmRowSweepKc = 512;
-#else
-constexpr int kGemmRowSweepKc = 0;
 #endif
 
 inline VF fmadd(VF a, VF b, VF c) {
@@ -342,12 +342,12 @@ inline void gemm_gather_conv_a_impl(const ConvGather& cv, int64_t p0, int m, int
 // relative precision in the far negative tail, where x * Phi(x) is tiny; in
 // float, rounding z * z bounds it there (about 1e-5 at x = -12). The
 // degree-9 polynomial is summed by Estrin's scheme (4 steps deep, not 9) and
-// the exponent, never above 0, takes exp_nonpositive: the epilogue's pass
-// over a tile waited on the chain (14.3 -> 10.8-11.3 ns a 16-float vector on
-// the AMX Xeon; the same largest errors against double). erfc underflows to
-// 0 past z = 9.34 (x < -13.2), where x * Phi(x) is a denormal. Tried: a
-// reciprocal estimate for t (slower), the exponent's series by Estrin too
-// (level).
+// the exponent (at most 3e-8, at z = 0) takes exp_nonpositive: the
+// epilogue's pass over a tile waited on the chain (14.3 -> 10.8-11.3 ns a
+// 16-float vector on the AMX Xeon; the same largest errors against double).
+// Past z = 9.29 (x < -13.13) it gives 0, where x * Phi(x) is under 1.5e-38,
+// at float's smallest normals. Tried: a reciprocal estimate for t (slower),
+// the exponent's series by Estrin too (level).
 inline VF erfc_nonneg(VF z) {
   const VF t = 1.f / (1.f + 0.5f * z);
   const VF t2 = t * t, t4 = t2 * t2, t8 = t4 * t4;
