@@ -256,6 +256,26 @@ def test_attention_without_key_heads(anvil, cases):
     check_error(run(anvil, model), EXIT_INVALID_MODEL, r"no key/value heads", strip=(cases,))
 
 
+@pytest.mark.parametrize("opt", ["0", "3"])
+def test_attention_types(anvil, cases, opt):
+    """ONNX's Attention takes Q, K and past_key in one type (T1), V and past_value in another (T2). A float16 K
+    beside a float32 Q (found by make fuzz) was read as float32, past its end; now the model is refused. A
+    float16 V (valid ONNX) is declined by the kernels, in one line. (The float16 operands are Casts: `anvil run`
+    makes float inputs.)"""
+    def attention_with_half(name, causal):
+        cast = helper.make_node("Cast", [name], [name + "16"], to=TensorProto.FLOAT16)
+        inputs = [n + "16" if n == name else n for n in ("q", "k", "v")]
+        node = helper.make_node("Attention", inputs, ["y"], is_causal=causal)
+        graph = helper.make_graph([cast, node], "g", [float_info(n, (1, 2, 2, 8)) for n in ("q", "k", "v")],
+                                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+        return save(graph, cases / f"attention_half_{name}.onnx", opset=23)
+
+    check_error(run(anvil, attention_with_half("k", 1), "-O", opt), EXIT_INVALID_MODEL,
+                r"K is float16 but Q is float32", strip=(cases,))
+    check_error(run(anvil, attention_with_half("v", 0), "-O", opt), EXIT_UNSUPPORTED,
+                r"V as float16 beside Q as float32", strip=(cases,))
+
+
 @pytest.mark.parametrize("label,a_shape,w_shape,op,bias", [
     ("gemm_m0", (0, 10), (10, 3), "Gemm", False),      # found by make fuzz: oneDNN divided by zero
     ("gemm_k0_bias", (4, 0), (0, 3), "Gemm", True),

@@ -39,9 +39,24 @@ void check_attn_mask(const InferContext& ctx, size_t index, const SymShape& full
   if (!fits) ctx.fail_input("attn_mask {} does not broadcast to {}", dims_str(m), dims_str(full));
 }
 
+// ONNX's types: Q, K and past_key are T1, V and past_value T2 (a fuzzed
+// file with a float16 K beside a float32 Q had the kernel read K as float32).
+void check_attention_types(const InferContext& ctx) {
+  const DType t1 = ctx.dtype(0), t2 = ctx.dtype(2);
+  const auto same = [&](size_t input, DType want, const char* name, const char* of) {
+    if (ctx.has_input(input) && ctx.dtype(input) != want)
+      ctx.fail("{} is {} but {} is {} (ONNX gives them one type)", name, dtype_name(ctx.dtype(input)), of,
+               dtype_name(want));
+  };
+  same(1, t1, "K", "Q");
+  same(4, t1, "past_key", "Q");
+  same(5, t2, "past_value", "V");
+}
+
 void infer_attention(InferContext& ctx) {
+  check_attention_types(ctx);
   const DType t = ctx.dtype(0);
-  for (size_t o = 0; o < 4; ++o) ctx.set_output(o, Type::tensor(t));
+  for (size_t o = 0; o < 4; ++o) ctx.set_output(o, Type::tensor(o == 2 ? ctx.dtype(2) : t));
   const SymShape &qs = ctx.dims(0), &ks = ctx.dims(1), &vs = ctx.dims(2);
   if (qs.size() != ks.size() || qs.size() != vs.size())
     ctx.fail_input("Q {}, K {} and V {} must have one rank", dims_str(qs), dims_str(ks), dims_str(vs));
@@ -76,7 +91,7 @@ void infer_attention(InferContext& ctx) {
   if (qs.size() == 3) ctx.set_output(0, Type::tensor(t, SymShape{q.batch, q.seq, dim_mul(q.heads, v.size)}));
   else ctx.set_output(0, Type::tensor(t, SymShape{q.batch, q.heads, q.seq, v.size}));
   ctx.set_output(1, Type::tensor(t, SymShape{k.batch, k.heads, total, k.size}));
-  ctx.set_output(2, Type::tensor(t, SymShape{v.batch, v.heads, total, v.size}));
+  ctx.set_output(2, Type::tensor(ctx.dtype(2), SymShape{v.batch, v.heads, total, v.size}));
   ctx.set_output(3, Type::tensor(t, SymShape{q.batch, q.heads, q.seq, total}));
 }
 
@@ -227,6 +242,8 @@ struct Registrations {
               .attr("sequence_first", int64_t{0})
               .infer(infer_qkv_attention));
     r.add(OpSchema("Attention")
+              .inputs({kFloats | kHalfs, kFloats | kHalfs, kFloats | kHalfs, kNumeric | kHalfs | dtype_bit(DType::kBool),
+                       kFloats | kHalfs, kFloats | kHalfs, dtype_bit(DType::kInt64)})
               .attr("is_causal", int64_t{0})
               .attr("q_num_heads", int64_t{0})
               .attr("kv_num_heads", int64_t{0})

@@ -126,6 +126,8 @@ class AttentionKernel : public Kernel {
                         mode_);
     ANVIL_PREPARE_CHECK(ctx, k_.heads > 0 && q_.heads % k_.heads == 0, ErrorKind::kInvalidArgument,
                         "{} query heads cannot share {} key/value heads", q_.heads, k_.heads);
+    ANVIL_PREPARE_CHECK(ctx, packed_ || ctx.input_dtype(2) == ctx.input_dtype(0), ErrorKind::kUnsupported,
+                        "V as {} beside Q as {}", dtype_name(ctx.input_dtype(2)), dtype_name(ctx.input_dtype(0)));
     past_ = !packed_ && ctx.has_input(4) ? ctx.input_shape(4)[2] : 0;
     total_ = past_ + k_.seq;
     if (ctx.has_input(mask_input())) {

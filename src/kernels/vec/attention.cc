@@ -153,8 +153,8 @@ class VecAttention : public Kernel {
   size_t mask_input() const { return packed_ ? 1 : 3; }
 
   void check_supported(const PrepareContext& ctx) const {
-    ANVIL_PREPARE_CHECK(ctx, ctx.input_dtype(0) == DType::kFloat32, ErrorKind::kUnsupported,
-                        "the vectorized attention takes float32");
+    ANVIL_PREPARE_CHECK(ctx, ctx.input_dtype(0) == DType::kFloat32 && (packed_ || ctx.input_dtype(2) == DType::kFloat32),
+                        ErrorKind::kUnsupported, "the vectorized attention takes float32");
     if (packed_) {  // no past, nonpad or extra outputs; the schema refuses softcap, windows and qk_matmul_output_mode
       ANVIL_PREPARE_CHECK(ctx, shape_numel(ctx.input_shape(0)) > 0, ErrorKind::kUnsupported,
                           "the vectorized attention lacks empty inputs");
