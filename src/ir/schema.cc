@@ -34,6 +34,13 @@ OpSchema& OpSchema::infer(InferFn fn) {
   return *this;
 }
 
+OpSchema& OpSchema::same_types(std::vector<size_t> inputs, std::vector<std::string> names) {
+  ANVIL_CHECK(inputs.size() == names.size() && inputs.size() > 1, ErrorKind::kInternal,
+              "{}: a type group names each of its two or more inputs", op_);
+  type_groups_.push_back({std::move(inputs), std::move(names)});
+  return *this;
+}
+
 SchemaRegistry& SchemaRegistry::global() {
   static SchemaRegistry r;
   return r;
@@ -200,6 +207,29 @@ void check_input_dtypes(const Node& node, const OpSchema& schema, const std::vec
   }
 }
 
+// OpSchema::same_types: a kernel reads a group's inputs as one C++ type, so
+// a file that gives them two (a float16 K beside a float32 Q in Attention,
+// found by make fuzz) would have it read past a buffer's end.
+void check_shared_dtypes(const Node& node, const OpSchema& schema, const std::vector<const Type*>& inputs) {
+  for (const OpSchema::TypeGroup& group : schema.type_groups()) {
+    const Type* first = nullptr;
+    const std::string* first_name = nullptr;
+    for (size_t g = 0; g < group.inputs.size(); ++g) {
+      const size_t i = group.inputs[g];
+      if (i >= inputs.size() || i >= node.num_explicit_inputs()) continue;
+      const Type* t = inputs[i];
+      if (!t || !t->is_tensor() || t->dtype() == DType::kUndefined) continue;
+      if (!first) {
+        first = t;
+        first_name = &group.names[g];
+      } else if (t->dtype() != first->dtype()) {
+        fail(ErrorKind::kInvalidModel, "{}: {} is {} but {} is {} (the op gives them one type)", node.describe(),
+             group.names[g], dtype_name(t->dtype()), *first_name, dtype_name(first->dtype()));
+      }
+    }
+  }
+}
+
 void check_required_attrs(const Node& node, const OpSchema& schema) {
   for (const AttrSpec& a : schema.attrs())
     if (!a.default_value && !node.attrs.has(a.name))
@@ -257,6 +287,7 @@ class Inferencer {
       values.push_back(it == values_.end() ? std::nullopt : std::optional<SymValues>(it->second));
     }
     check_input_dtypes(node, *schema, inputs);
+    check_shared_dtypes(node, *schema, inputs);
     check_required_attrs(node, *schema);
     InferContext ctx(node, *schema, std::move(inputs), std::move(values));
     run_inference(*schema, ctx);
@@ -304,6 +335,7 @@ class FactInferencer {
     }
     try {
       check_input_dtypes(node, *schema, inputs);
+      check_shared_dtypes(node, *schema, inputs);
       check_required_attrs(node, *schema);
       InferContext ctx(node, *schema, std::move(inputs), std::move(values));
       run_inference(*schema, ctx);
@@ -346,6 +378,7 @@ std::optional<NodeInference> infer_node_outputs(const Node& node, const std::vec
     const Tensor* c = i < constants.size() ? constants[i] : nullptr;
     values.push_back(c ? values_of(*c) : std::nullopt);
   }
+  check_shared_dtypes(node, *schema, types);
   InferContext ctx(node, *schema, std::move(types), std::move(values));
   ctx.set_input_error_kind(ErrorKind::kInvalidArgument);
   run_inference(*schema, ctx);

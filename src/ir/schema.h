@@ -66,6 +66,11 @@ class OpSchema {
   OpSchema& attr(std::string name, AttrValue default_value);
   OpSchema& required_attr(std::string name);
   OpSchema& infer(InferFn fn);
+  // Inputs that share one of ONNX's type variables (a "T" of the spec): the
+  // present ones must have one dtype, checked wherever types are inferred
+  // (at import and when a plan meets the real types), since kernels read
+  // them as one C++ type. names[i] names inputs[i] in the error.
+  OpSchema& same_types(std::vector<size_t> inputs, std::vector<std::string> names);
 
   const std::string& op_type() const { return op_; }
   const std::string& domain() const { return domain_; }
@@ -74,6 +79,11 @@ class OpSchema {
   const std::vector<unsigned>& input_masks() const { return masks_; }
   const std::vector<AttrSpec>& attrs() const { return attrs_; }
   const InferFn& infer_fn() const { return infer_; }
+  struct TypeGroup {
+    std::vector<size_t> inputs;
+    std::vector<std::string> names;
+  };
+  const std::vector<TypeGroup>& type_groups() const { return type_groups_; }
 
  private:
   std::string op_, domain_;
@@ -81,6 +91,7 @@ class OpSchema {
   std::vector<unsigned> masks_;
   std::vector<AttrSpec> attrs_;
   InferFn infer_;
+  std::vector<TypeGroup> type_groups_;
 };
 
 class SchemaRegistry {

@@ -276,6 +276,89 @@ def test_attention_types(anvil, cases, opt):
                 r"V as float16 beside Q as float32", strip=(cases,))
 
 
+def _typed_case(label):
+    """The models of test_inputs_of_one_type: (graph, opset), each pairing a float64 input with a float32 one
+    that the op's kernel read as float64 (found by a review after the Attention finding; ASan confirmed an
+    out-of-bounds read in each), or a string ConstantOfShape value copied into 8 bytes."""
+    D, F = TensorProto.DOUBLE, TensorProto.FLOAT
+    ones = lambda n, shape: numpy_helper.from_array(np.ones(shape, np.float32), n)
+    zeros = lambda n, shape: numpy_helper.from_array(np.zeros(shape, np.float32), n)
+    out = [helper.make_tensor_value_info("y", D, None)]
+    if label == "instance_norm":
+        return helper.make_graph([helper.make_node("InstanceNormalization", ["x", "s", "b"], ["y"])], "g",
+                                 [helper.make_tensor_value_info("x", D, (1, 64, 4, 4))], out,
+                                 [ones("s", 64), zeros("b", 64)]), 18
+    if label == "group_norm":
+        return helper.make_graph([helper.make_node("GroupNormalization", ["x", "s", "b"], ["y"], num_groups=4)], "g",
+                                 [helper.make_tensor_value_info("x", D, (1, 64, 4, 4))], out,
+                                 [ones("s", 64), zeros("b", 64)]), 21
+    if label in ("nll_loss", "softmax_ce_loss"):
+        op = "NegativeLogLikelihoodLoss" if label == "nll_loss" else "SoftmaxCrossEntropyLoss"
+        t = numpy_helper.from_array(np.array([63, 62, 40, 33], np.int64), "t")
+        return helper.make_graph([helper.make_node(op, ["x", "t", "w"], ["y"])], "g",
+                                 [helper.make_tensor_value_info("x", D, (4, 64))], out, [t, ones("w", 64)]), 18
+    if label == "deform_conv":
+        return helper.make_graph([helper.make_node("DeformConv", ["x", "w", "off"], ["y"], kernel_shape=[3, 3])], "g",
+                                 [helper.make_tensor_value_info("x", D, (1, 8, 6, 6))], out,
+                                 [ones("w", (8, 8, 3, 3)), zeros("off", (1, 18, 4, 4))]), 19
+    if label == "grid_sample":
+        return helper.make_graph([helper.make_node("GridSample", ["x", "grid"], ["y"])], "g",
+                                 [helper.make_tensor_value_info("x", D, (1, 1, 4, 4)), float_info("grid", (1, 64, 64, 2))],
+                                 out), 16
+    if label == "rms_norm":
+        return helper.make_graph([helper.make_node("RMSNormalization", ["x", "s"], ["y"])], "g",
+                                 [helper.make_tensor_value_info("x", D, (2, 64))], out, [ones("s", 64)]), 23
+    assert label == "constant_of_shape_string"
+    value = helper.make_tensor("v", TensorProto.STRING, [1], [b"a string longer than eight bytes"])
+    shape = numpy_helper.from_array(np.array([3], np.int64), "shape")
+    return helper.make_graph([helper.make_node("ConstantOfShape", ["shape"], ["y"], value=value)], "g", [],
+                             [helper.make_tensor_value_info("y", TensorProto.STRING, None)], [shape]), 13
+
+
+@pytest.mark.parametrize("label,code,message", [
+    ("instance_norm", EXIT_INVALID_MODEL, r"scale is float32 but input is float64"),
+    ("group_norm", EXIT_INVALID_MODEL, r"scale is float32 but X is float64"),
+    ("nll_loss", EXIT_INVALID_MODEL, r"weight is float32 but input is float64"),
+    ("softmax_ce_loss", EXIT_INVALID_MODEL, r"weight is float32 but input is float64"),
+    ("deform_conv", EXIT_INVALID_MODEL, r"W is float32 but X is float64"),
+    ("grid_sample", EXIT_UNSUPPORTED, r"a float32 grid beside float64 X"),     # valid ONNX: T1 and T2
+    ("rms_norm", EXIT_UNSUPPORTED, r"a float32 scale beside float64 X"),       # valid ONNX: T and V
+    ("constant_of_shape_string", EXIT_INVALID_MODEL, r"value is a string tensor"),
+])
+def test_inputs_of_one_type(anvil, cases, label, code, message):
+    """Inputs that ONNX gives one type variable must have one dtype (OpSchema::same_types); where ONNX allows two
+    and the kernel reads both as one, the kernel declines. Each case read past a buffer's end before."""
+    graph, opset = _typed_case(label)
+    model = save(graph, cases / f"typed_{label}.onnx", opset=opset)
+    check_error(run(anvil, model), code, message, strip=(cases,))
+
+
+def test_resize_roi_in_float16(anvil, cases):
+    """tf_crop_and_resize with a float16 roi (ONNX's T2 allows it) was read as float32, past the roi's end;
+    the result now matches ONNX Runtime's with the same roi values in float32."""
+    import onnxruntime as ort
+
+    roi = np.array([0, 0, 0.25, 0.25, 1, 1, 0.75, 0.75], np.float16)
+
+    def graph(roi_array):
+        # sizes, not scales: with scales the spec sizes the output by the roi too, and ONNX Runtime does not
+        node = helper.make_node("Resize", ["x", "roi", "", "sizes"], ["y"], mode="linear",
+                                coordinate_transformation_mode="tf_crop_and_resize")
+        inits = [numpy_helper.from_array(roi_array, "roi"),
+                 numpy_helper.from_array(np.array([1, 1, 6, 6], np.int64), "sizes")]
+        return helper.make_graph([node], "g", [float_info("x", (1, 1, 4, 4))],
+                                 [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+
+    x = np.arange(16, dtype=np.float32).reshape(1, 1, 4, 4)
+    np.save(cases / "resize_x.npy", x)
+    wide = save(graph(roi.astype(np.float32)), cases / "resize_roi32.onnx")
+    want = ort.InferenceSession(str(wide), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    half = save(graph(roi), cases / "resize_roi16.onnx")
+    result = run(anvil, half, "-i", f"x={cases / 'resize_x.npy'}", "-o", str(cases / "resize_roi16_out"))
+    assert result.returncode == 0, result.stderr
+    np.testing.assert_allclose(read_tensor_pb(cases / "resize_roi16_out" / "y.pb"), want, rtol=1e-6, atol=1e-5)
+
+
 @pytest.mark.parametrize("label,a_shape,w_shape,op,bias", [
     ("gemm_m0", (0, 10), (10, 3), "Gemm", False),      # found by make fuzz: oneDNN divided by zero
     ("gemm_k0_bias", (4, 0), (0, 3), "Gemm", True),

@@ -39,22 +39,7 @@ void check_attn_mask(const InferContext& ctx, size_t index, const SymShape& full
   if (!fits) ctx.fail_input("attn_mask {} does not broadcast to {}", dims_str(m), dims_str(full));
 }
 
-// ONNX's types: Q, K and past_key are T1, V and past_value T2 (a fuzzed
-// file with a float16 K beside a float32 Q had the kernel read K as float32).
-void check_attention_types(const InferContext& ctx) {
-  const DType t1 = ctx.dtype(0), t2 = ctx.dtype(2);
-  const auto same = [&](size_t input, DType want, const char* name, const char* of) {
-    if (ctx.has_input(input) && ctx.dtype(input) != want)
-      ctx.fail("{} is {} but {} is {} (ONNX gives them one type)", name, dtype_name(ctx.dtype(input)), of,
-               dtype_name(want));
-  };
-  same(1, t1, "K", "Q");
-  same(4, t1, "past_key", "Q");
-  same(5, t2, "past_value", "V");
-}
-
 void infer_attention(InferContext& ctx) {
-  check_attention_types(ctx);
   const DType t = ctx.dtype(0);
   for (size_t o = 0; o < 4; ++o) ctx.set_output(o, Type::tensor(o == 2 ? ctx.dtype(2) : t));
   const SymShape &qs = ctx.dims(0), &ks = ctx.dims(1), &vs = ctx.dims(2);
@@ -244,6 +229,9 @@ struct Registrations {
     r.add(OpSchema("Attention")
               .inputs({kFloats | kHalfs, kFloats | kHalfs, kFloats | kHalfs, kNumeric | kHalfs | dtype_bit(DType::kBool),
                        kFloats | kHalfs, kFloats | kHalfs, dtype_bit(DType::kInt64)})
+              // ONNX's T1 and T2 (a fuzzed float16 K beside a float32 Q was read as float32)
+              .same_types({0, 1, 4}, {"Q", "K", "past_key"})
+              .same_types({2, 5}, {"V", "past_value"})
               .attr("is_causal", int64_t{0})
               .attr("q_num_heads", int64_t{0})
               .attr("kv_num_heads", int64_t{0})

@@ -314,9 +314,14 @@ struct Registrations {
     // BatchNormalization (X, scale, B, mean, var), then an activation.
     r.add(OpSchema("FusedBatchNorm", "anvil").inputs({kFloat32Only}).attr("epsilon", 1e-5f).infer(infer_fused_batch_norm));
     r.add(OpSchema("Dropout").infer(infer_dropout));
-    r.add(OpSchema("InstanceNormalization").inputs({kFloatLike}).attr("epsilon", 1e-5f).infer(infer_instance_norm));
+    r.add(OpSchema("InstanceNormalization")
+              .inputs({kFloatLike})
+              .same_types({0, 1, 2}, {"input", "scale", "B"})
+              .attr("epsilon", 1e-5f)
+              .infer(infer_instance_norm));
     r.add(OpSchema("GroupNormalization")
               .inputs({kFloatLike})
+              .same_types({0, 1, 2}, {"X", "scale", "bias"})
               .required_attr("num_groups")
               .attr("epsilon", 1e-5f)
               .attr("stash_type", int64_t{1})

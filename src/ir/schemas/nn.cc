@@ -686,7 +686,7 @@ struct Registrations {
     r.add(OpSchema("MaxUnpool").required_attr("kernel_shape").infer(infer_max_unpool));
     r.add(OpSchema("GridSample").inputs({kFloatLike, kFloatLike}).infer(infer_grid_sample));
     // DeformConv: Y [N, M, offset's spatial dims] like X; the kernel checks the geometry.
-    r.add(OpSchema("DeformConv").inputs({kFloatLike}).infer([](InferContext& ctx) {
+    r.add(OpSchema("DeformConv").inputs({kFloatLike}).same_types({0, 1, 2, 3, 4}, {"X", "W", "offset", "B", "mask"}).infer([](InferContext& ctx) {
       const SymShape &x = ctx.dims(0), &w = ctx.dims(1), &off = ctx.dims(2);
       if (x.size() < 3 || w.size() != x.size() || off.size() != x.size())
         ctx.fail_input("X {}, W {} and offset {} must share a rank >= 3", dims_str(x), dims_str(w), dims_str(off));
@@ -707,7 +707,11 @@ struct Registrations {
     r.add(OpSchema("Resize").attr("mode", std::string("nearest")).attr("keep_aspect_ratio_policy", std::string("stretch")).infer(infer_resize));
     r.add(OpSchema("Upsample").attr("mode", std::string("nearest")).infer(infer_resize));
     for (const char* op : {"NegativeLogLikelihoodLoss", "SoftmaxCrossEntropyLoss"})
-      r.add(OpSchema(op).inputs({kFloatLike, kInt32And64, kFloatLike}).attr("reduction", std::string("mean")).infer(infer_loss));
+      r.add(OpSchema(op)
+                .inputs({kFloatLike, kInt32And64, kFloatLike})
+                .same_types({0, 2}, {"input", "weight"})
+                .attr("reduction", std::string("mean"))
+                .infer(infer_loss));
     r.add(OpSchema("If").inputs({kBoolType}).infer(infer_if));
     r.add(OpSchema("Loop").infer(infer_loop));
     r.add(OpSchema("Scan").versions(9, 1 << 30).required_attr("num_scan_inputs").infer(infer_scan));

@@ -502,6 +502,8 @@ void infer_tile(InferContext& ctx) {
 void infer_constant_of_shape(InferContext& ctx) {
   const Tensor* value = ctx.node().attrs.get_tensor("value");
   const DType dtype = value ? value->dtype() : DType::kFloat32;
+  // (a fuzzed string value was copied into the kernel's 8 bytes)
+  if (dtype == DType::kString) ctx.fail("value is a string tensor; ONNX's ConstantOfShape takes numbers and bools");
   ctx.set_output(0, Type::tensor(dtype));
   if (auto v = ctx.values(0))
     for (const SymInt& d : *v)

@@ -63,6 +63,9 @@ class GridSampleKernel : public Kernel {
                         "cubic interpolation takes 4-D inputs only, got {}", shape_str(ctx.input_shape(0)));
     ANVIL_PREPARE_CHECK(ctx, p == "zeros" || p == "border" || p == "reflection", ErrorKind::kInvalidModel,
                         "padding_mode '{}' is not zeros, border or reflection", p);
+    // ONNX lets the grid's float type differ from X's; this kernel reads both as one
+    ANVIL_PREPARE_CHECK(ctx, ctx.input_dtype(1) == ctx.input_dtype(0), ErrorKind::kUnsupported,
+                        "a {} grid beside {} X", dtype_name(ctx.input_dtype(1)), dtype_name(ctx.input_dtype(0)));
     return ctx.output_types();  // the schema checked X [N, C, H, W] and grid [N, Ho, Wo, 2]
   }
 

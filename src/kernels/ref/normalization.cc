@@ -330,6 +330,9 @@ class NormKernel : public Kernel {
     len_ = rms_ ? shape_numel(Shape(x.begin() + static_cast<std::ptrdiff_t>(axis), x.end())) : x[axis];
     inner_ = rms_ ? 1 : shape_numel(Shape(x.begin() + static_cast<std::ptrdiff_t>(axis) + 1, x.end()));
     if (rms_) {
+      // ONNX lets the scale's float type differ from X's; this kernel reads both as one
+      ANVIL_PREPARE_CHECK(ctx, ctx.input_dtype(1) == ctx.input_dtype(0), ErrorKind::kUnsupported,
+                          "a {} scale beside {} X", dtype_name(ctx.input_dtype(1)), dtype_name(ctx.input_dtype(0)));
       const int64_t scale = shape_numel(ctx.input_shape(1));
       ANVIL_PREPARE_CHECK(ctx, scale == len_ || scale == 1, ErrorKind::kInvalidArgument,
                           "scale {} does not broadcast to the normalized {} elements", shape_str(ctx.input_shape(1)),

@@ -289,12 +289,12 @@ class ResizeKernel : public Kernel {
     const size_t n = axes_.size();
     ANVIL_PREPARE_CHECK(ctx, roi.numel() == static_cast<int64_t>(2 * n), ErrorKind::kInvalidArgument,
                         "roi has {} values for {} axes", roi.numel(), n);
+    ANVIL_PREPARE_CHECK(ctx, dtype_in(roi.dtype(), kFloats | kHalfs), ErrorKind::kInvalidModel,
+                        "roi is {}, not a float type", dtype_name(roi.dtype()));
+    // (ONNX's T2: float16 and bfloat16 too, which were read as float32, past the roi's end)
     for (size_t i = 0; i < n; ++i) {
-      auto value = [&](size_t k) {
-        return roi.dtype() == DType::kFloat64 ? roi.data<double>()[k] : static_cast<double>(roi.data<float>()[k]);
-      };
-      start[axes_[i]] = value(i);
-      end[axes_[i]] = value(i + n);
+      start[axes_[i]] = element_as_double(roi, static_cast<int64_t>(i));
+      end[axes_[i]] = element_as_double(roi, static_cast<int64_t>(i + n));
     }
   }
 

@@ -129,6 +129,9 @@ class ConstantOfShapeKernel : public Kernel {
                           "the value attribute must hold one element, it has {}", v->numel());
       ANVIL_PREPARE_CHECK(ctx, v->dtype() != DType::kUndefined, ErrorKind::kInvalidModel,
                           "the value tensor has no dtype");
+      ANVIL_PREPARE_CHECK(ctx, v->dtype() != DType::kString && dtype_size(v->dtype()) <= sizeof(value_),
+                          ErrorKind::kInvalidModel, "the value tensor is {}, not a number or a bool",
+                          dtype_name(v->dtype()));
       std::memcpy(&value_, v->raw(), dtype_size(v->dtype()));
     }
     return ctx.output_types();
