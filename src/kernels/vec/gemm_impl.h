@@ -50,8 +50,9 @@ constexpr int kGemmRowSweepKc = 0;
 // rows are contiguous (GemmKernels::pack_contiguous_a). Read in place, the
 // AVX-512 tile's 12 row pointers outnumber the free general registers, and
 // GCC reloads them from the stack and moves them through vector registers,
-// on the FMA ports, every k step; BERT-base's products ran 1.03-1.06x the
-// GFLOP/s packed (`anvil_stream_gemm_ab 128 768 3072 24 10`, alternating).
+// on the FMA ports, every k step; packed, BERT-base's products ran 1-6%
+// faster (`anvil_stream_gemm_ab 128 768 3072 24 10` and its other shapes,
+// alternating), a 512 x 768 x 768 one 9%.
 // AVX2's 4-row tile does not spill; packing there ran level.
 #if defined(__AVX512F__)
 constexpr bool kGemmPackContiguousA = true;
