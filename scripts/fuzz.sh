@@ -351,38 +351,39 @@ PY
 fi
 
 # Backend test models with one float input retyped (float64, float16 or
-# float32), once: kernels that read inputs of two types as one read past a
-# buffer (Attention's K, InstanceNormalization's scale, ...). libFuzzer runs
-# every seed before it mutates, so each run sweeps them first.
-if [ ! -e "$corpus/.retyped" ]; then
-  "${ANVIL_PYTHON:-python3}" - "$corpus/models" "$testdata" "$current" <<'PY'
+# float32), once per suite: kernels that read inputs of two types as one
+# read past a buffer (Attention's K, InstanceNormalization's scale, ...).
+# libFuzzer runs every seed before it mutates, so each run sweeps them first.
+for suite in "debian:$testdata" "current:$current"; do
+  tag="${suite%%:*}" root="${suite#*:}"
+  [ -d "$root/node" ] && [ ! -e "$corpus/.retyped-$tag" ] || continue
+  "${ANVIL_PYTHON:-python3}" - "$corpus/models" "$root" "$tag" <<'PY'
 import glob, os, sys
 import onnx
 from onnx import TensorProto as T
-out, roots = sys.argv[1], sys.argv[2:]
+out, root, tag = sys.argv[1:4]
 floats = (T.FLOAT, T.DOUBLE, T.FLOAT16)
-for root in roots:
-    for path in sorted(glob.glob(os.path.join(root, "node", "*", "model.onnx"))):
-        try:
-            model = onnx.load(path)
-        except Exception:  # noqa: BLE001 - a file the installed onnx cannot read
-            continue
-        typed = [i for i, v in enumerate(model.graph.input) if v.type.tensor_type.elem_type in floats]
-        if len(typed) < 2:
-            continue
-        case = os.path.basename(os.path.dirname(path))
-        for i in typed:
-            for to in floats:
-                if model.graph.input[i].type.tensor_type.elem_type == to:
-                    continue
-                variant = onnx.ModelProto()
-                variant.CopyFrom(model)
-                variant.graph.input[i].type.tensor_type.elem_type = to
-                with open(os.path.join(out, f"retyped_{case}_{i}_{to}.onnx"), "wb") as f:
-                    f.write(variant.SerializeToString())
+for path in sorted(glob.glob(os.path.join(root, "node", "*", "model.onnx"))):
+    try:
+        model = onnx.load(path)
+    except Exception:  # noqa: BLE001 - a file the installed onnx cannot read
+        continue
+    typed = [i for i, v in enumerate(model.graph.input) if v.type.tensor_type.elem_type in floats]
+    if len(typed) < 2:
+        continue
+    case = os.path.basename(os.path.dirname(path))
+    for i in typed:
+        for to in floats:
+            if model.graph.input[i].type.tensor_type.elem_type == to:
+                continue
+            variant = onnx.ModelProto()
+            variant.CopyFrom(model)
+            variant.graph.input[i].type.tensor_type.elem_type = to
+            with open(os.path.join(out, f"retyped_{tag}_{case}_{i}_{to}.onnx"), "wb") as f:
+                f.write(variant.SerializeToString())
 PY
-  touch "$corpus/.retyped"
-fi
+  touch "$corpus/.retyped-$tag"
+done
 
 # ASan's leak checker and UBSan stop at the first report; libFuzzer counts it as a crash.
 export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:allocator_may_return_null=1}"

@@ -210,7 +210,8 @@ void check_input_dtypes(const Node& node, const OpSchema& schema, const std::vec
 // OpSchema::same_types: a kernel reads a group's inputs as one C++ type, so
 // a file that gives them two (a float16 K beside a float32 Q in Attention,
 // found by make fuzz) would have it read past a buffer's end.
-void check_shared_dtypes(const Node& node, const OpSchema& schema, const std::vector<const Type*>& inputs) {
+void check_shared_dtypes(const Node& node, const OpSchema& schema, const std::vector<const Type*>& inputs,
+                         ErrorKind kind = ErrorKind::kInvalidModel) {
   for (const OpSchema::TypeGroup& group : schema.type_groups()) {
     const Type* first = nullptr;
     const std::string* first_name = nullptr;
@@ -223,7 +224,7 @@ void check_shared_dtypes(const Node& node, const OpSchema& schema, const std::ve
         first = t;
         first_name = &group.names[g];
       } else if (t->dtype() != first->dtype()) {
-        fail(ErrorKind::kInvalidModel, "{}: {} is {} but {} is {} (the op gives them one type)", node.describe(),
+        fail(kind, "{}: {} is {} but {} is {} (the op gives them one type)", node.describe(),
              group.names[g], dtype_name(t->dtype()), *first_name, dtype_name(first->dtype()));
       }
     }
@@ -378,7 +379,8 @@ std::optional<NodeInference> infer_node_outputs(const Node& node, const std::vec
     const Tensor* c = i < constants.size() ? constants[i] : nullptr;
     values.push_back(c ? values_of(*c) : std::nullopt);
   }
-  check_shared_dtypes(node, *schema, types);
+  // (import saw the declared types; a mismatch here comes from values the caller filled, e.g. a sequence's)
+  check_shared_dtypes(node, *schema, types, ErrorKind::kInvalidArgument);
   InferContext ctx(node, *schema, std::move(types), std::move(values));
   ctx.set_input_error_kind(ErrorKind::kInvalidArgument);
   run_inference(*schema, ctx);

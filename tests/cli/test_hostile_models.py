@@ -319,7 +319,7 @@ def _typed_case(label):
     ("instance_norm", EXIT_INVALID_MODEL, r"scale is float32 but input is float64"),
     ("group_norm", EXIT_INVALID_MODEL, r"scale is float32 but X is float64"),
     ("nll_loss", EXIT_INVALID_MODEL, r"weight is float32 but input is float64"),
-    ("softmax_ce_loss", EXIT_INVALID_MODEL, r"weight is float32 but input is float64"),
+    ("softmax_ce_loss", EXIT_INVALID_MODEL, r"weights is float32 but scores is float64"),
     ("deform_conv", EXIT_INVALID_MODEL, r"W is float32 but X is float64"),
     ("grid_sample", EXIT_UNSUPPORTED, r"a float32 grid beside float64 X"),     # valid ONNX: T1 and T2
     ("rms_norm", EXIT_UNSUPPORTED, r"a float32 scale beside float64 X"),       # valid ONNX: T and V

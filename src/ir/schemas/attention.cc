@@ -41,7 +41,8 @@ void check_attn_mask(const InferContext& ctx, size_t index, const SymShape& full
 
 void infer_attention(InferContext& ctx) {
   const DType t = ctx.dtype(0);
-  for (size_t o = 0; o < 4; ++o) ctx.set_output(o, Type::tensor(o == 2 ? ctx.dtype(2) : t));
+  for (size_t o : {0, 1, 3}) ctx.set_output(o, Type::tensor(t));
+  ctx.set_output(2, Type::tensor(ctx.dtype(2)));  // V's type (T2): last, as it may be unknown
   const SymShape &qs = ctx.dims(0), &ks = ctx.dims(1), &vs = ctx.dims(2);
   if (qs.size() != ks.size() || qs.size() != vs.size())
     ctx.fail_input("Q {}, K {} and V {} must have one rank", dims_str(qs), dims_str(ks), dims_str(vs));

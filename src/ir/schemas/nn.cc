@@ -706,10 +706,11 @@ struct Registrations {
     r.add(OpSchema("AffineGrid").inputs({kFloatLike, dtype_bit(DType::kInt64)}).attr("align_corners", int64_t{0}).infer(infer_affine_grid));
     r.add(OpSchema("Resize").attr("mode", std::string("nearest")).attr("keep_aspect_ratio_policy", std::string("stretch")).infer(infer_resize));
     r.add(OpSchema("Upsample").attr("mode", std::string("nearest")).infer(infer_resize));
-    for (const char* op : {"NegativeLogLikelihoodLoss", "SoftmaxCrossEntropyLoss"})
-      r.add(OpSchema(op)
+    for (const bool nll : {true, false})
+      r.add(OpSchema(nll ? "NegativeLogLikelihoodLoss" : "SoftmaxCrossEntropyLoss")
                 .inputs({kFloatLike, kInt32And64, kFloatLike})
-                .same_types({0, 2}, {"input", "weight"})
+                .same_types({0, 2}, nll ? std::vector<std::string>{"input", "weight"}
+                                        : std::vector<std::string>{"scores", "weights"})
                 .attr("reduction", std::string("mean"))
                 .infer(infer_loss));
     r.add(OpSchema("If").inputs({kBoolType}).infer(infer_if));
