@@ -333,6 +333,23 @@ def test_inputs_of_one_type(anvil, cases, label, code, message):
     check_error(run(anvil, model), code, message, strip=(cases,))
 
 
+def test_if_branches_of_two_types(anvil, cases):
+    """An If whose branches give one output two dtypes: its consumers were typed for the then-branch's at import
+    and ran on the else-branch's; ONNX gives the branches one type per output, and the model is now refused."""
+    def branch(name, dtype, elem):
+        value = numpy_helper.from_array(np.ones(8, dtype), name + "_v")
+        return helper.make_graph([helper.make_node("Constant", [], [name + "_out"], value=value)], name, [],
+                                 [helper.make_tensor_value_info(name + "_out", elem, [8])])
+    node = helper.make_node("If", ["cond"], ["y"], then_branch=branch("then", np.float32, TensorProto.FLOAT),
+                            else_branch=branch("else", np.float64, TensorProto.DOUBLE))
+    graph = helper.make_graph([node, helper.make_node("Relu", ["y"], ["z"])], "g",
+                              [helper.make_tensor_value_info("cond", TensorProto.BOOL, [])],
+                              [helper.make_tensor_value_info("z", TensorProto.FLOAT, None)])
+    model = save(graph, cases / "if_two_types.onnx")
+    check_error(run(anvil, model), EXIT_INVALID_MODEL, r"output 0 is float32 in then_branch but float64 in else_branch",
+                strip=(cases,))
+
+
 def test_resize_roi_in_float16(anvil, cases):
     """tf_crop_and_resize with a float16 roi (ONNX's T2 allows it) was read as float32, past the roi's end;
     the result now matches ONNX Runtime's with the same roi values in float32."""

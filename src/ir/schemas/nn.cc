@@ -549,8 +549,15 @@ void infer_if(InferContext& ctx) {
   if (then_g->outputs().size() != else_g->outputs().size() || then_g->outputs().size() < ctx.num_outputs())
     ctx.fail("branches have {} and {} outputs for {} node outputs", then_g->outputs().size(),
              else_g->outputs().size(), ctx.num_outputs());
-  for (size_t o = 0; o < ctx.num_outputs(); ++o)
-    ctx.set_output(o, join(then_g->outputs()[o]->type, else_g->outputs()[o]->type));
+  for (size_t o = 0; o < ctx.num_outputs(); ++o) {
+    const Type &a = then_g->outputs()[o]->type, &b = else_g->outputs()[o]->type;
+    // ONNX gives both branches one type per output; joined, a mismatch left
+    // the node's consumers typed for the then-branch's dtype at import
+    if (a.is_tensor() && b.is_tensor() && a.dtype() != DType::kUndefined && b.dtype() != DType::kUndefined &&
+        a.dtype() != b.dtype())
+      ctx.fail("output {} is {} in then_branch but {} in else_branch", o, dtype_name(a.dtype()), dtype_name(b.dtype()));
+    ctx.set_output(o, join(a, b));
+  }
 }
 
 // Loop: carried values keep the body's types; scan outputs gain a leading iteration dim.
