@@ -601,6 +601,7 @@ std::string gemm_layout_key(const GemmKernels& g, int64_t k, int64_t n, int64_t 
 
 void packed_gemm(const GemmKernels& g, const GemmArgs& p) {
   ANVIL_CHECK(!p.column_sums, ErrorKind::kInternal, "packed_gemm: no column sums (gemm() has them)");
+  ANVIL_CHECK(p.ldv == 0, ErrorKind::kInternal, "packed_gemm: C's rows are contiguous (conv_gemm takes blocked ones)");
   if (p.m == 0 || p.n == 0) return;
   if (p.k == 0) return empty_product(g, p.c, p.ldc, p.m, p.n, p.bias, p.residual, p.epilogue);
   in_thread_parts(g, p.m, p.k, p.n,
