@@ -350,6 +350,17 @@ def test_if_branches_of_two_types(anvil, cases):
                 strip=(cases,))
 
 
+@pytest.mark.parametrize("padding", ["zeros", "border", "reflection"])
+def test_grid_sample_of_an_empty_image(anvil, cases, padding):
+    """GridSample over an image with an empty spatial axis (found by make fuzz): the border and reflection modes
+    clamped to index -1; there is nothing to sample, and it is refused as ONNX Runtime refuses it."""
+    graph = helper.make_graph([helper.make_node("GridSample", ["x", "grid"], ["y"], padding_mode=padding)], "g",
+                              [float_info("x", (1, 1, 3, 0)), float_info("grid", (1, 2, 1, 2))],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    model = save(graph, cases / f"grid_sample_empty_{padding}.onnx", opset=16)
+    check_error(run(anvil, model), EXIT_INVALID_ARGUMENT, r"X \[1,1,3,0\] has an empty spatial axis", strip=(cases,))
+
+
 def test_resize_roi_in_float16(anvil, cases):
     """tf_crop_and_resize with a float16 roi (ONNX's T2 allows it) was read as float32, past the roi's end;
     the result now matches ONNX Runtime's with the same roi values in float32."""

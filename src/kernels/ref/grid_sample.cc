@@ -59,6 +59,12 @@ class GridSampleKernel : public Kernel {
     const size_t rank = ctx.input_shape(0).size();
     ANVIL_PREPARE_CHECK(ctx, rank == 4 || rank == 5, ErrorKind::kUnsupported,
                         "only 4-D and 5-D inputs are supported, got {}", shape_str(ctx.input_shape(0)));
+    // (the border and reflection modes clamped to index -1 of an empty axis: found by make fuzz; ONNX Runtime
+    // refuses such inputs too)
+    const Shape& x = ctx.input_shape(0);
+    ANVIL_PREPARE_CHECK(ctx, std::all_of(x.begin() + 2, x.end(), [](int64_t d) { return d > 0; }),
+                        ErrorKind::kInvalidArgument, "X {} has an empty spatial axis: nothing to sample",
+                        shape_str(x));
     ANVIL_PREPARE_CHECK(ctx, rank == 4 || mode_ != Mode::kBicubic, ErrorKind::kInvalidModel,
                         "cubic interpolation takes 4-D inputs only, got {}", shape_str(ctx.input_shape(0)));
     ANVIL_PREPARE_CHECK(ctx, p == "zeros" || p == "border" || p == "reflection", ErrorKind::kInvalidModel,
