@@ -361,6 +361,31 @@ def test_grid_sample_of_an_empty_image(anvil, cases, padding):
     check_error(run(anvil, model), EXIT_INVALID_ARGUMENT, r"X \[1,1,3,0\] has an empty spatial axis", strip=(cases,))
 
 
+@pytest.mark.parametrize("label,equation,x_shape,y_shape", [
+    ("empty_output", "bij,hjk->bik", (4, 0, 3), (5, 3, 2)),   # found by make fuzz: 4 x 1 x 2 elements written
+    ("empty_contraction", "ij,jk->ik", (3, 0), (0, 2)),       # an empty sum: zeros
+])
+def test_einsum_with_empty_dims(anvil, cases, label, equation, x_shape, y_shape):
+    """Einsum took each label's size as the largest of its dims, so an empty one (0) became 1: the kernel wrote
+    elements of an empty output and read an empty input's. Compared with numpy's einsum."""
+    graph = helper.make_graph([helper.make_node("Einsum", ["x", "y"], ["z"], equation=equation)], "g",
+                              [float_info("x", x_shape), float_info("y", y_shape)],
+                              [helper.make_tensor_value_info("z", TensorProto.FLOAT, None)])
+    model = save(graph, cases / f"einsum_{label}.onnx", opset=13)
+    x = np.ones(x_shape, np.float32)
+    y = np.full(y_shape, 2.0, np.float32)
+    np.save(cases / f"einsum_{label}_x.npy", x)
+    np.save(cases / f"einsum_{label}_y.npy", y)
+    out = cases / f"einsum_{label}_out"
+    result = run(anvil, model, "-i", f"x={cases / f'einsum_{label}_x.npy'}", "-i", f"y={cases / f'einsum_{label}_y.npy'}",
+                 "-o", str(out))
+    assert result.returncode == 0, result.stderr
+    want = np.einsum(equation, x, y)
+    got = read_tensor_pb(out / "z.pb")
+    assert got.shape == want.shape
+    np.testing.assert_array_equal(got, want)
+
+
 def test_resize_roi_in_float16(anvil, cases):
     """tf_crop_and_resize with a float16 roi (ONNX's T2 allows it) was read as float32, past the roi's end;
     the result now matches ONNX Runtime's with the same roi values in float32."""

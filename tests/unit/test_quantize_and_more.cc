@@ -229,6 +229,21 @@ TEST(Einsum, ContractionTraceAndImplicitOutput) {
             ErrorKind::kInvalidArgument);
 }
 
+// An empty label stays empty (it was taken as the largest dim, 1 over 0: the
+// kernel then read an empty input and wrote an empty output; found by make
+// fuzz). An empty contraction sums nothing.
+TEST(Einsum, EmptyLabelsStayEmpty) {
+  Tensor sum_of_nothing = run_kernel("Einsum", {f32({3, 0}, {}), f32({0, 2}, {})},
+                                     attrs({{"equation", std::string("ij,jk->ik")}}), opset(12))[0];
+  EXPECT_EQ(sum_of_nothing.shape(), (Shape{3, 2}));
+  EXPECT_EQ(values<float>(sum_of_nothing), (std::vector<float>(6, 0.f)));
+  // (64 x 1 x 16 floats written past an empty output: ASan reports it)
+  std::vector<float> y_values(5 * 3 * 16, 1.f);
+  Tensor empty = run_kernel("Einsum", {f32({64, 0, 3}, {}), f32({5, 3, 16}, y_values)},
+                            attrs({{"equation", std::string("bij,hjk->bik")}}), opset(12))[0];
+  EXPECT_EQ(empty.shape(), (Shape{64, 0, 16}));
+}
+
 // X [1, 1, 2, 2] = [[1, 2], [3, 4]]: the grid point (0, 0) is the image centre, the average with
 // align_corners=0; (-1, -1) is the top-left pixel's outer corner, half padding with zeros.
 TEST(GridSample, BilinearCentreAndZeroPaddedCorner) {

@@ -23,8 +23,11 @@ class EinsumKernel : public Kernel {
     sizes_.assign(static_cast<size_t>(spec_.num_labels), 1);
     for (size_t i = 0; i < ranks.size(); ++i)
       for (size_t a = 0; a < ranks[i]; ++a) {
+        // A label's size: its dim where not broadcast (1). Not the largest:
+        // an empty dim (0) must stay 0 (found by make fuzz: the kernel wrote
+        // an empty output's elements, and read an empty input's).
         const auto l = static_cast<size_t>(spec_.inputs[i][a]);
-        sizes_[l] = std::max(sizes_[l], ctx.input_shape(i)[a]);
+        if (ctx.input_shape(i)[a] != 1) sizes_[l] = ctx.input_shape(i)[a];
       }
     // Strides per input per label (0 where the label is absent or broadcast).
     strides_.assign(ranks.size(), std::vector<int64_t>(static_cast<size_t>(spec_.num_labels), 0));
