@@ -154,6 +154,32 @@ TEST(DataLoader, BatchesAreTheHandGatheredRows) {
 
 // Without workers, a batch of 2 MiB or more is filled by the caller's OpenMP
 // team, each thread its share of the rows: every row lands in its place.
+// The caller's own batches refill the last batch's tensors where the
+// caller let go of them, and never where it still holds one.
+TEST(DataLoader, CallersBatchesReuseReleasedTensorsOnly) {
+  LoaderOptions o = options(4, 0);
+  o.shuffle = false;
+  DataLoader loader(counting_dataset(12), o);
+  loader.start_epoch(0);
+  Batch b;
+  ASSERT_TRUE(loader.next(b));
+  const void* first = b.fields[0].raw();
+  ASSERT_TRUE(loader.next(b));  // batch 1: rows 4-7, in batch 0's memory
+  EXPECT_EQ(b.fields[0].raw(), first);
+  EXPECT_EQ(b.index, 1);
+  for (int64_t r = 0; r < 4; ++r) {
+    EXPECT_EQ(b.fields[0].data<float>()[r * 3 + 2], static_cast<float>(10 * (4 + r) + 2));
+    EXPECT_EQ(b.fields[1].data<int64_t>()[r], 104 + r);
+  }
+  const Tensor held = b.fields[0];  // the caller keeps batch 1's features
+  ASSERT_TRUE(loader.next(b));      // batch 2: rows 8-11, elsewhere
+  EXPECT_NE(b.fields[0].raw(), held.raw());
+  EXPECT_EQ(held.data<float>()[0], 40.f);
+  EXPECT_EQ(b.fields[0].data<float>()[0], 80.f);
+  EXPECT_EQ(b.fields[1].data<int64_t>()[3], 111);
+  EXPECT_FALSE(loader.next(b));
+}
+
 TEST(DataLoader, CallersLargeBatchesAreFilledByItsTeam) {
   const int64_t samples = 6000, width = 130;  // a batch of 5,000: 2.6 MB of floats
   Tensor x(DType::kUInt8, {samples, width});
