@@ -8,6 +8,8 @@
 #include <onnx/onnx_pb.h>
 
 #include <cmath>
+#include <cstdio>
+#include <fstream>
 #include <limits>
 
 #include "anvil/tensor_io.h"
@@ -183,6 +185,11 @@ TEST(LowPrecision, FileBoolsOtherThanZeroAndOneReadAsTrue) {
   npy += '\0';
   npy += header + std::string("\x07\x00\x02", 3);
   EXPECT_EQ(values<uint8_t>(parse_tensor_npy(npy, "mask.npy")), (std::vector<uint8_t>{1, 0, 1}));
+  // read_tensor_npy reads a file's data straight into the tensor: the same.
+  const std::string path = ::testing::TempDir() + "anvil_mask.npy";
+  std::ofstream(path, std::ios::binary) << npy;
+  EXPECT_EQ(values<uint8_t>(read_tensor_npy(path)), (std::vector<uint8_t>{1, 0, 1}));
+  std::remove(path.c_str());
 }
 
 TEST(Cast, IntoAndOutOfFloat8) {
