@@ -72,8 +72,16 @@ class IfKernel : public ControlFlowKernel {
     std::vector<Tensor> inputs;
     append_captures(g, ctx, node_.num_explicit_inputs(), inputs);
     std::vector<Tensor> out = (cond ? then_ : else_)->run(inputs, threads_);
-    for (size_t i = 0; i < ctx.outputs.size() && i < out.size(); ++i)
+    for (size_t i = 0; i < ctx.outputs.size() && i < out.size(); ++i) {
+      // The consumers were typed at import; a branch whose output's type was
+      // unknown there (schemas/nn.cc, infer_if) is held to that type here.
+      const ir::Type& declared = node_.outputs[i] ? node_.outputs[i]->type : ir::Type();
+      ANVIL_CHECK(!declared.is_tensor() || declared.dtype() == DType::kUndefined || out[i].is_sequence() ||
+                      out[i].dtype() == declared.dtype(),
+                  ErrorKind::kInvalidModel, "{}: {} gives output {} as {}, where the model types it {}",
+                  node_.describe(), branch, i, dtype_name(out[i].dtype()), dtype_name(declared.dtype()));
       if (ctx.outputs[i]) *ctx.outputs[i] = std::move(out[i]);
+    }
   }
 
  private:

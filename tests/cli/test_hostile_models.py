@@ -361,6 +361,37 @@ def test_grid_sample_of_an_empty_image(anvil, cases, padding):
     check_error(run(anvil, model), EXIT_INVALID_ARGUMENT, r"X \[1,1,3,0\] has an empty spatial axis", strip=(cases,))
 
 
+def test_grid_sample_of_an_integer_image(anvil, cases):
+    """ONNX lets GridSample's X be any type (T1); Anvil's kernel samples floats. Declined (exit 3), not refused as an
+    invalid model."""
+    graph = helper.make_graph([helper.make_node("GridSample", ["x", "grid"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.INT32, (1, 1, 2, 2)),
+                               float_info("grid", (1, 2, 2, 2))],
+                              [helper.make_tensor_value_info("y", TensorProto.INT32, None)])
+    model = save(graph, cases / "grid_sample_int.onnx", opset=16)
+    check_error(run(anvil, model), EXIT_UNSUPPORTED, r"GridSample: no kernel takes input dtypes \(int32, float32\)",
+                strip=(cases,))
+
+
+@pytest.mark.parametrize("label,frame_step,window", [
+    ("empty_step", np.zeros(0, np.int64), None),              # found by make fuzz: .at(0) of no integers
+    ("two_steps", np.array([2, 3], np.int64), None),
+    ("scalar_window", np.array(2, np.int64), np.float32(1.0)),  # the window's length read from a rank-0 shape
+])
+def test_stft_lengths_of_the_wrong_shape(anvil, cases, label, frame_step, window):
+    """STFT's frame_step must be one integer and its window one axis: otherwise one line, exit 4."""
+    inits = [numpy_helper.from_array(frame_step, "frame_step")]
+    inputs = ["signal", "frame_step"]
+    if window is not None:
+        inits.append(numpy_helper.from_array(np.asarray(window), "window"))
+        inputs.append("window")
+    graph = helper.make_graph([helper.make_node("STFT", inputs, ["y"])], "g", [float_info("signal", (1, 16, 1))],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    model = save(graph, cases / f"stft_{label}.onnx", opset=17)
+    what = "the window" if window is not None else "frame_step must hold one integer"
+    check_error(run(anvil, model), EXIT_INVALID_ARGUMENT, what, strip=(cases,))
+
+
 @pytest.mark.parametrize("label,equation,x_shape,y_shape", [
     ("empty_output", "bij,hjk->bik", (4, 0, 3), (5, 3, 2)),   # found by make fuzz: 4 x 1 x 2 elements written
     ("empty_contraction", "ij,jk->ik", (3, 0), (0, 2)),       # an empty sum: zeros

@@ -691,7 +691,7 @@ struct Registrations {
                 .attr("layout", int64_t{0})
                 .infer(infer_recurrent));
     r.add(OpSchema("MaxUnpool").required_attr("kernel_shape").infer(infer_max_unpool));
-    r.add(OpSchema("GridSample").inputs({kFloatLike, kFloatLike}).infer(infer_grid_sample));
+    r.add(OpSchema("GridSample").inputs({kAll, kFloatLike}).infer(infer_grid_sample));  // X: any type (T1)
     // DeformConv: Y [N, M, offset's spatial dims] like X; the kernel checks the geometry.
     r.add(OpSchema("DeformConv").inputs({kFloatLike}).same_types({0, 1, 2, 3, 4}, {"X", "W", "offset", "B", "mask"}).infer([](InferContext& ctx) {
       const SymShape &x = ctx.dims(0), &w = ctx.dims(1), &off = ctx.dims(2);

@@ -36,6 +36,15 @@ void transform(const std::vector<Complex>& in, int64_t n, bool inverse, std::vec
 }
 
 // The tensor's elements as complex numbers along a [..., 1 or 2] last axis.
+// Input i, a constant of one integer (DFT's dft_length and axis, STFT's
+// frame_step and frame_length): a file may give it any shape.
+int64_t one_int(const PrepareContext& ctx, size_t i, const char* name) {
+  const Tensor& t = ctx.require_constant(i, name);
+  ANVIL_PREPARE_CHECK(ctx, t.numel() == 1, ErrorKind::kInvalidArgument, "{} must hold one integer, got shape {}", name,
+                      shape_str(t.shape()));
+  return tensor_to_ints(t)[0];
+}
+
 std::vector<Complex> complex_of(const Tensor& t) {
   const std::vector<float> v = tensor_to_floats(t);
   const bool cplx = t.shape().back() == 2;
@@ -55,17 +64,13 @@ class DftKernel : public Kernel {
     ANVIL_PREPARE_CHECK(ctx, rank >= 2 && (x.back() == 1 || x.back() == 2), ErrorKind::kInvalidArgument,
                         "the input {} must end in 1 (real) or 2 (complex)", shape_str(x));
     int64_t axis = ctx.opset() >= 20 ? -2 : ctx.attrs().get_int("axis", 1);
-    if (ctx.opset() >= 20 && ctx.has_input(2)) axis = tensor_to_ints(ctx.require_constant(2, "axis")).at(0);
+    if (ctx.opset() >= 20 && ctx.has_input(2)) axis = one_int(ctx, 2, "axis");
     axis = normalize_axis(ctx, axis, rank);
     ANVIL_PREPARE_CHECK(ctx, axis < rank - 1, ErrorKind::kInvalidArgument, "axis {} is the real/imaginary axis", axis);
     axis_ = axis;
     const int64_t len = x[static_cast<size_t>(axis)];
     n_ = inverse_ && onesided_ ? 2 * (len - 1) : len;
-    if (ctx.has_input(1)) {
-      const Tensor& d = ctx.require_constant(1, "dft_length");
-      ANVIL_PREPARE_CHECK(ctx, d.numel() == 1, ErrorKind::kInvalidArgument, "dft_length must be a scalar");
-      n_ = tensor_to_ints(d)[0];
-    }
+    if (ctx.has_input(1)) n_ = one_int(ctx, 1, "dft_length");
     ANVIL_PREPARE_CHECK(ctx, n_ >= 1, ErrorKind::kInvalidArgument, "the transform length {} must be positive", n_);
     ANVIL_PREPARE_CHECK(ctx, !(onesided_ && !inverse_ && x.back() == 2), ErrorKind::kInvalidArgument,
                         "a one-sided forward DFT takes a real signal ([..., 1]), got {}", shape_str(x));
@@ -135,9 +140,12 @@ class StftKernel : public Kernel {
     const Shape& x = ctx.input_shape(0);
     ANVIL_PREPARE_CHECK(ctx, x.size() == 3 && (x[2] == 1 || x[2] == 2), ErrorKind::kInvalidArgument,
                         "the signal {} must be [batch, length, 1 or 2]", shape_str(x));
-    step_ = tensor_to_ints(ctx.require_constant(1, "frame_step")).at(0);
-    frame_ = ctx.has_input(2) ? ctx.input_shape(2).at(0) : x[1];
-    if (ctx.has_input(3)) frame_ = tensor_to_ints(ctx.require_constant(3, "frame_length")).at(0);
+    step_ = one_int(ctx, 1, "frame_step");
+    if (ctx.has_input(2))
+      ANVIL_PREPARE_CHECK(ctx, ctx.input_shape(2).size() == 1, ErrorKind::kInvalidArgument,
+                          "the window {} must be one axis", shape_str(ctx.input_shape(2)));
+    frame_ = ctx.has_input(2) ? ctx.input_shape(2)[0] : x[1];
+    if (ctx.has_input(3)) frame_ = one_int(ctx, 3, "frame_length");
     if (ctx.has_input(2))
       ANVIL_PREPARE_CHECK(ctx, ctx.input_shape(2) == Shape{frame_}, ErrorKind::kInvalidArgument,
                           "the window {} must be [frame_length = {}]", shape_str(ctx.input_shape(2)), frame_);

@@ -291,7 +291,7 @@ class ResizeKernel : public Kernel {
                         "roi has {} values for {} axes", roi.numel(), n);
     ANVIL_PREPARE_CHECK(ctx, dtype_in(roi.dtype(), kFloats | kHalfs), ErrorKind::kInvalidModel,
                         "roi is {}, not a float type", dtype_name(roi.dtype()));
-    // (ONNX's T2: float16 and bfloat16 too, which were read as float32, past the roi's end)
+    // (ONNX's T2 takes float16 too, which was read as float32, past the roi's end)
     for (size_t i = 0; i < n; ++i) {
       start[axes_[i]] = element_as_double(roi, static_cast<int64_t>(i));
       end[axes_[i]] = element_as_double(roi, static_cast<int64_t>(i + n));

@@ -2,8 +2,8 @@
 //   C[M, N] = act(A[M, K] * B[K, N] + bias[N] + residual[M, N])
 // For a constant right-hand side (packed_gemm), B is packed once, at plan
 // time, into panels of the ISA's tile width (pack_gemm_b); A is read in
-// place, or on AVX-512 packed a block at a time (pack_contiguous_a in
-// GemmKernels). For two operands known only at run time (gemm), each run
+// place, or on AVX-512 packed a block at a time where a thread's share has
+// 4 panels or more (pack_contiguous_a in GemmKernels). For two operands known only at run time (gemm), each run
 // packs B, and A where its rows are not contiguous. The blocking follows the usual
 // three-level scheme: a k-block of one B panel (in L1 below AVX-512; AVX-512's
 // prepacked k-blocks are longer, 768) across every row tile of an A block

@@ -195,7 +195,7 @@ inline VF exp_approx(VF x) {
 }
 
 // exp(x) for x <= 0 (a softmax's shifted terms; small positive x, up to
-// about 88, is exact too), to exp_approx's accuracy
+// about 88, is as accurate), to exp_approx's accuracy
 // with fewer steps: no upper clamp, and one power of two (2^k, k >= -126)
 // instead of two. Below -87.33 (exp about 2^-126, float's smallest normal)
 // it gives 0, not a denormal: next to the row's largest term, 1, such terms
