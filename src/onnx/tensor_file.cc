@@ -3,6 +3,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include <onnx/onnx-data_pb.h>
@@ -16,16 +17,19 @@ namespace anvil {
 
 namespace {
 
-// The file opened for reading, and its size.
-std::ifstream open_file(const std::string& path, size_t& size) {
+// The file opened for reading, and its size where it is a regular file
+// (nullopt for a pipe, /dev/stdin or a FIFO: read to their end instead).
+std::ifstream open_file(const std::string& path, std::optional<size_t>& size) {
   std::error_code ec;
   ANVIL_CHECK(std::filesystem::exists(path, ec), ErrorKind::kInvalidArgument, "tensor file '{}' does not exist", path);
   std::ifstream in(path, std::ios::binary);
   ANVIL_CHECK(in.good() && !std::filesystem::is_directory(path, ec), ErrorKind::kInvalidArgument,
               "cannot read tensor file '{}'", path);
-  const auto bytes = std::filesystem::file_size(path, ec);
-  ANVIL_CHECK(!ec, ErrorKind::kInvalidArgument, "cannot read tensor file '{}': {}", path, ec.message());
-  size = static_cast<size_t>(bytes);
+  size.reset();
+  if (std::filesystem::is_regular_file(path, ec)) {
+    const auto bytes = std::filesystem::file_size(path, ec);
+    if (!ec) size = static_cast<size_t>(bytes);
+  }
   return in;
 }
 
@@ -36,13 +40,22 @@ void read_exactly(std::ifstream& in, char* out, size_t n, const std::string& pat
               "cannot read tensor file '{}': it ended or failed after {} of {} bytes", path, in.gcount(), n);
 }
 
-// The whole file, in one string of its size (a stream's copy grew by
-// doubling, up to three times the file in memory at once).
+// The rest of a stream whose size is not known.
+std::string read_to_end(std::ifstream& in, const std::string& path) {
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  ANVIL_CHECK(!in.bad(), ErrorKind::kInvalidArgument, "cannot read tensor file '{}'", path);
+  return ss.str();
+}
+
+// The whole file: a regular file in one string of its size (a stream's copy
+// grew by doubling, up to three times the file in memory at once).
 std::string read_file(const std::string& path) {
-  size_t size = 0;
+  std::optional<size_t> size;
   std::ifstream in = open_file(path, size);
-  std::string bytes(size, '\0');
-  read_exactly(in, bytes.data(), size, path);
+  if (!size) return read_to_end(in, path);
+  std::string bytes(*size, '\0');
+  read_exactly(in, bytes.data(), *size, path);
   return bytes;
 }
 
@@ -174,20 +187,27 @@ void normalize_bools(Tensor& t) {
 
 // The data is read straight into the tensor: one copy of the array in
 // memory, where reading the whole file first held two (a training set of
-// 200,000 x 512 bytes: 102 MB more at its peak).
+// 200,000 x 512 bytes: 102 MB more at its peak). A pipe is read whole.
 Tensor read_tensor_npy(const std::string& path) {
-  size_t size = 0;
+  std::optional<size_t> size;
   std::ifstream in = open_file(path, size);
+  if (!size) return parse_tensor_npy(read_to_end(in, path), path);
+  // The preamble: magic, version and the header's length (2 bytes in
+  // version 1, 4 after), so that the header starts where it ends.
   char preamble[12];
-  const size_t preamble_size = std::min(size, sizeof(preamble));
+  size_t preamble_size = std::min<size_t>(*size, 10);
   read_exactly(in, preamble, preamble_size, path);
-  const size_t data_start = npy_data_start(preamble, preamble_size, size, path);
-  std::string header(data_start - preamble_size, '\0');  // within the file's size: checked above
-  read_exactly(in, header.data(), header.size(), path);
-  header.insert(0, preamble, preamble_size);
-  const auto [dtype, shape] = npy_array(header, size - data_start, path);
+  if (preamble_size == 10 && static_cast<unsigned char>(preamble[6]) != 1 && *size >= 12) {
+    read_exactly(in, preamble + 10, 2, path);
+    preamble_size = 12;
+  }
+  const size_t data_start = npy_data_start(preamble, preamble_size, *size, path);
+  std::string header(preamble, preamble_size);
+  header.resize(data_start);  // data_start >= the preamble: npy_data_start checked it against the file's size
+  read_exactly(in, header.data() + preamble_size, data_start - preamble_size, path);
+  const auto [dtype, shape] = npy_array(header, *size - data_start, path);
   Tensor t = Tensor::uninitialized(dtype, shape);
-  read_exactly(in, static_cast<char*>(t.raw()), size - data_start, path);
+  read_exactly(in, static_cast<char*>(t.raw()), *size - data_start, path);
   normalize_bools(t);
   return t;
 }

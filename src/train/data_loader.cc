@@ -390,9 +390,14 @@ bool DataLoader::next(Batch& out) {
     // 25,000 x 512 floats (a fresh mapping, malloc's threshold being 32 MiB)
     // page-faulted all of its 51 MB every step.
     if (batch_reusable(out, *dataset_, rows)) {
+      try {
+        fill_batch(*dataset_, indices, rows, out.fields, b, -1, options_.threads);
+      } catch (...) {
+        out = Batch{};  // part old batch, part new: not a batch to keep
+        throw;
+      }
       out.rows = rows;
       out.index = b;
-      fill_batch(*dataset_, indices, rows, out.fields, b, -1, options_.threads);
     } else {
       out = make_batch(*dataset_, indices, rows, b, -1, options_.threads);
     }

@@ -271,6 +271,18 @@ def test_truncated_npy(anvil, command, cases, relu_model):
     check_error(result, EXIT_INVALID_ARGUMENT, r"short_in")
 
 
+@pytest.mark.parametrize("preamble", [b"\x93NUMPY\x01\x00\x00\x00xx", b"\x93NUMPY\x01\x00\x00\x00x",
+                                      b"\x93NUMPY\x02\x00\x00\x00x", b"\x93NUMPY\x01\x00\xff\xff"])
+def test_npy_header_shorter_than_its_preamble(anvil, command, cases, relu_model, preamble):
+    """A header of length 0 (the data would start inside the preamble), a version-2 preamble cut short, a header
+    longer than the file."""
+    short = cases / "empty_header.npy"
+    short.write_bytes(preamble)
+    result = anvil_model(anvil, command, relu_model, "-i", f"data_in={short}")
+    check_error(result, EXIT_INVALID_ARGUMENT, r"empty_header", strip=())
+    check_error(result, EXIT_INVALID_ARGUMENT, NOT_A_TENSOR, strip=(cases,))
+
+
 def test_input_file_is_a_directory(anvil, cases, relu_model):
     folder = cases / "in_folder.npy"
     folder.mkdir(exist_ok=True)

@@ -114,6 +114,26 @@ def test_run_add_inputs(anvil, add_model, tmp_path, kind):
     assert "C" in result.stdout, "the summary should name the output" + describe(result)
 
 
+def test_run_reads_inputs_from_pipes(anvil, add_model, tmp_path):
+    """Input files that are FIFOs (as `-i A=<(...)` gives): read to their end, their size being unknown."""
+    import os
+    import threading
+
+    a, b = seeded(1), seeded(2)
+    np.save(tmp_path / "a_src.npy", a)
+    payloads = {tmp_path / "a.npy": (tmp_path / "a_src.npy").read_bytes(),
+                tmp_path / "b.pb": numpy_helper.from_array(b, "B").SerializeToString()}
+    writers = []
+    for fifo, data in payloads.items():
+        os.mkfifo(fifo)
+        writers.append(threading.Thread(target=lambda f=fifo, d=data: f.write_bytes(d), daemon=True))
+        writers[-1].start()
+    out, _ = run_add(anvil, add_model, tmp_path / "out", tmp_path / "a.npy", tmp_path / "b.pb")
+    for w in writers:
+        w.join(timeout=10)
+    np.testing.assert_allclose(out, a + b, rtol=1e-6, atol=1e-7)
+
+
 def test_run_output_name_is_sanitized(anvil, tmp_path):
     name = "sum:0/out put"
     model = make_add_model(tmp_path / "add_odd.onnx", output_name=name)
