@@ -63,6 +63,7 @@ std::vector<std::unique_ptr<Pass>> passes_for_level(int level, const ConstantEva
     passes.push_back(make_fuse_matmul());
     passes.push_back(make_fuse_relu_grad());
     passes.push_back(make_fuse_bias_grad());  // after it: it takes the GemmReluGrads that pass makes
+    passes.push_back(make_fuse_head_grad());  // likewise
     passes.push_back(make_fuse_attention());
     passes.push_back(make_fuse_sequence_first_attention());
     passes.push_back(make_fuse_folded_heads_attention());

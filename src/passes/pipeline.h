@@ -54,6 +54,7 @@ std::unique_ptr<Pass> make_fuse_swish();
 std::unique_ptr<Pass> make_fuse_matmul();
 std::unique_ptr<Pass> make_fuse_relu_grad();
 std::unique_ptr<Pass> make_fuse_bias_grad();
+std::unique_ptr<Pass> make_fuse_head_grad();
 std::unique_ptr<Pass> make_fuse_attention();
 std::unique_ptr<Pass> make_fuse_sequence_first_attention();
 std::unique_ptr<Pass> make_fuse_folded_heads_attention();

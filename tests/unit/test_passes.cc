@@ -2172,6 +2172,133 @@ TEST(Passes, BiasGradientBecomesTheGemmReluGradsSecondOutput) {
   }
 }
 
+// dx = ReluGrad(a b, y) beside dw = Gemm(a, y, transA) (a classifier head's
+// input and weight gradients), a [m, k], b [k, n], y [m, n]; with `bias`,
+// dx's column sums too. `ta` sets dw's transA, `other_gate` has dw read a
+// second input instead of y.
+std::unique_ptr<ir::Graph> head_grad_graph(int64_t m, int64_t k, int64_t n, bool bias, int64_t ta = 1,
+                                           bool other_gate = false) {
+  auto g = std::make_unique<ir::Graph>();
+  g->opsets[""] = 13;
+  g->opsets["anvil"] = 1;
+  ir::Value* a = g->add_input("a", DType::kFloat32, {m, k});
+  ir::Value* b = g->add_input("b", DType::kFloat32, {k, n});
+  ir::Value* y = g->add_input("y", DType::kFloat32, {m, n});
+  ir::Value* h = other_gate ? g->add_input("h", DType::kFloat32, {m, n}) : y;
+  ir::Node* grad = g->add_node("ReluGrad", {g->add_node("MatMul", {a, b}, 1)->output(0), y}, 1);
+  grad->domain = "anvil";
+  g->add_output(grad->output(0));
+  if (bias) {
+    Tensor axes(DType::kInt64, {1});
+    axes.data<int64_t>()[0] = 0;
+    ir::Node* sum = g->add_node("ReduceSum", {grad->output(0), g->add_constant("axes", axes)}, 1);
+    g->add_output(sum->output(0));
+  }
+  ir::Node* dw = g->add_node("Gemm", {ta ? a : g->add_input("at", DType::kFloat32, {k, m}), h}, 1);
+  dw->attrs.set("transA", ta);
+  g->add_output(dw->output(0));
+  ir::infer_types(*g);
+  return g;
+}
+
+// dw = a^T y in double, [k, n].
+std::vector<double> a_transposed_y(const Tensor& a, const Tensor& y) {
+  const int64_t m = a.shape()[0], k = a.shape()[1], n = y.shape()[1];
+  std::vector<double> want(static_cast<size_t>(k * n), 0.0);
+  for (int64_t q = 0; q < k; ++q)
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j)
+        want[static_cast<size_t>(q * n + j)] += static_cast<double>(a.data<float>()[i * k + q]) * y.data<float>()[i * n + j];
+  return want;
+}
+
+// The head's weight gradient becomes the GemmReluGrad's third output, added
+// up from the gate each tile reads; against values computed here, unfused
+// (level 0) and fused (level 3): 300 rows on Anvil's GEMM (40 columns: a
+// full panel's tiles finish in registers, the last 8 columns in a pass),
+// 7 rows on oneDNN (a pass after the product), with and without the bias's sums.
+TEST(Passes, HeadGradientBecomesTheGemmReluGradsThirdOutput) {
+  for (bool bias : {true, false}) {
+    auto g = head_grad_graph(300, 3, 40, bias);
+    passes::optimize(*g, 2, runtime::reference_evaluator());
+    ASSERT_EQ(g->nodes().size(), 1u) << bias;
+    EXPECT_EQ(g->nodes()[0]->op_type, "GemmReluGrad");
+    ASSERT_EQ(g->nodes()[0]->outputs.size(), 3u);
+    EXPECT_EQ(g->nodes()[0]->output(1) != nullptr, bias);
+  }
+  const int saved = omp_get_max_threads();
+  omp_set_num_threads(2);
+  for (const int64_t m : {300, 7})
+    for (bool bias : {true, false}) {
+      const Tensor a = ramp({m, 3}, -1.f, 0.0071f), b = ramp({3, 40}, 0.9f, -0.021f);
+      Tensor y = ramp({m, 40}, 1.f, -0.00013f);
+      for (int64_t i = 0; i < y.numel(); i += 3) y.data<float>()[i] = -0.5f;  // masked, and weighed as -0.5
+      const std::vector<double> want = a_transposed_y(a, y);
+      for (int level : {0, 3}) {
+        SessionOptions options;
+        options.optimization_level = level;
+        options.num_threads = 2;
+        const std::vector<Tensor> out =
+            Session::from_graph(head_grad_graph(m, 3, 40, bias), options).run({{"a", a}, {"b", b}, {"y", y}});
+        const Tensor& dw = out.back();
+        ASSERT_EQ(dw.shape(), Shape({3, 40}));
+        for (int64_t q = 0; q < 3 * 40; ++q)
+          EXPECT_NEAR(dw.data<float>()[q], want[static_cast<size_t>(q)], 1e-4) << m << " rows, level " << level;
+      }
+    }
+  omp_set_num_threads(saved);
+}
+
+// The third output on each path of the kernels: the reference (A read
+// transposed too), and Anvil's GEMM with threads splitting K (summed C, then
+// a pass), each against a^T y computed here.
+TEST(Passes, HeadGradientOnEveryPath) {
+  testing::KernelOptions ref;
+  ref.domain = "anvil";
+  ref.num_outputs = 3;
+  const Tensor a = ramp({9, 2}, -1.f, 0.13f), b = ramp({2, 5}, 0.9f, -0.3f), y = ramp({9, 5}, 0.7f, -0.02f);
+  const std::vector<double> want = a_transposed_y(a, y);
+  Tensor at(DType::kFloat32, {2, 9});
+  for (int64_t i = 0; i < 9; ++i)
+    for (int64_t q = 0; q < 2; ++q) at.data<float>()[q * 9 + i] = a.data<float>()[i * 2 + q];
+  for (const bool transposed : {false, true}) {
+    ir::Attributes attrs;
+    attrs.set("transA", int64_t{transposed});
+    const auto out = testing::run_kernel("GemmReluGrad", {transposed ? at : a, b, y}, attrs, ref);
+    for (int64_t q = 0; q < 10; ++q)
+      EXPECT_NEAR(out[2].data<float>()[q], want[static_cast<size_t>(q)], 1e-5) << "reference, transA " << transposed;
+  }
+  // 256 rows, K = 1100: threads split K; the summed C's rows give A^T x y.
+  const Tensor long_a = ramp({256, 1100}, -1.f, 0.0000071f), long_b = ramp({1100, 16}, 0.01f, -0.0000013f);
+  const Tensor long_y = ramp({256, 16}, 1.f, -0.0005f);
+  const std::vector<double> long_want = a_transposed_y(long_a, long_y);
+  testing::KernelOptions dnnl = ref;
+  dnnl.backend = kernels::Backend::kDnnl;
+  dnnl.num_threads = 2;
+  const int saved = omp_get_max_threads();
+  omp_set_num_threads(2);
+  const auto split = testing::run_kernel_full("GemmReluGrad", {long_a, long_b, long_y}, {}, dnnl);
+  omp_set_num_threads(saved);
+  EXPECT_NE(split.impl.find("gemm"), std::string::npos) << split.impl;
+  ASSERT_EQ(split.outputs[2].shape(), Shape({1100, 16}));
+  for (int64_t q = 0; q < 1100 * 16; ++q)
+    ASSERT_NEAR(split.outputs[2].data<float>()[q], long_want[static_cast<size_t>(q)], 1e-3) << q;
+}
+
+TEST(Passes, HeadGradientLookalikesStay) {
+  struct Case {
+    const char* what;
+    int64_t k, ta;
+    bool other_gate;
+  };
+  for (const Case& c : {Case{"17 head outputs", 17, 1, false}, Case{"A not transposed", 3, 0, false},
+                        Case{"another gate", 3, 1, true}}) {
+    auto g = head_grad_graph(20, c.k, 8, false, c.ta, c.other_gate);
+    passes::optimize(*g, 2, runtime::reference_evaluator());
+    EXPECT_EQ(count_ops(*g, "Gemm"), 1u) << c.what;
+  }
+}
+
 TEST(Passes, BiasGradientLookalikesStay) {
   for (const auto& [axes, keepdims] : {std::pair<std::vector<int64_t>, int64_t>{{1}, 1}, {{0}, 0}, {{0, 1}, 1}}) {
     auto g = bias_grad_graph(axes, keepdims);

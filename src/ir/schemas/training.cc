@@ -41,13 +41,19 @@ void infer_conv_grad_weight(InferContext& ctx) {
 }
 
 // ReluGrad(A x B, Y): Y's type; with a second output (passes/fuse_bias_grad.cc),
-// the column sums of the first, [1, N].
+// the column sums of the first, [1, N]; with a third (passes/fuse_head_grad.cc),
+// A^T x Y, [K, N].
 void infer_gemm_relu_grad(InferContext& ctx) {
   copy_type(ctx, 2, 0);
   if (ctx.num_outputs() < 2) return;
   const Type& y = ctx.input(2);
-  ctx.set_output(1, y.has_shape() && y.rank() == 2 ? Type::tensor(y.dtype(), SymShape{Dim::known(1), y.dims()[1]})
-                                                   : Type::tensor(y.dtype()));
+  const bool matrix = y.has_shape() && y.rank() == 2;
+  ctx.set_output(1, matrix ? Type::tensor(y.dtype(), SymShape{Dim::known(1), y.dims()[1]}) : Type::tensor(y.dtype()));
+  if (ctx.num_outputs() < 3) return;
+  const Type& a = ctx.input(0);
+  const bool a_matrix = a.has_shape() && a.rank() == 2;
+  const Dim k = a_matrix ? a.dims()[ctx.attr_int("transA") != 0 ? 0 : 1] : Dim::unknown();
+  ctx.set_output(2, matrix ? Type::tensor(y.dtype(), SymShape{k, y.dims()[1]}) : Type::tensor(y.dtype()));
 }
 
 struct Registrations {

@@ -143,6 +143,7 @@ class DnnlMatMulBase : public Kernel {
     run_product(ctx);
     if (column_sums_ && !(anvil_gemm_ && !constant_b_))  // run_gemm adds them up in the GEMM
       column_sums_of(ctx.out(0).data<float>(), sums_m_, sums_n_, ctx.out(1).data<float>());
+    if (gate_products_ && !gate_products_in_gemm()) gate_products_pass(ctx);
   }
 
  protected:
@@ -256,6 +257,29 @@ class DnnlMatMulBase : public Kernel {
   // GemmReluGrad with a second output: C's column sums (passes/fuse_bias_grad.cc), C being sums_m_ x sums_n_.
   bool column_sums_ = false;
   int64_t sums_m_ = 0, sums_n_ = 0;
+  // GemmReluGrad with a third output: A^T x gate, [K, N] (passes/fuse_head_grad.cc); A's element (i, q) at
+  // a_rows_ * i + a_cols_ * q.
+  bool gate_products_ = false;
+  int64_t a_rows_ = 0, a_cols_ = 0, products_k_ = 0;
+
+  // A^T x gate as a pass of its own, where the product ran elsewhere than
+  // Anvil's GEMM packing per run (oneDNN at few rows, A transposed): in
+  // double, each thread a range of A's columns.
+  void gate_products_pass(const RunContext& ctx) const {
+    const float* a = ctx.in(0).data<float>();
+    const float* gate = ctx.in(static_cast<size_t>(gate_input_)).data<float>();
+    float* out = ctx.out(2).data<float>();
+    const int64_t m = sums_m_, n = sums_n_, k = products_k_;
+#pragma omp parallel for if (m * n * k > 65536)
+    for (int64_t q = 0; q < k; ++q) {
+      std::vector<double> row(static_cast<size_t>(n), 0.0);
+      for (int64_t i = 0; i < m; ++i) {
+        const auto w = static_cast<double>(a[i * a_rows_ + q * a_cols_]);
+        for (int64_t j = 0; j < n; ++j) row[static_cast<size_t>(j)] += w * static_cast<double>(gate[i * n + j]);
+      }
+      for (int64_t j = 0; j < n; ++j) out[q * n + j] = static_cast<float>(row[static_cast<size_t>(j)]);
+    }
+  }
 
   dnnl::primitive primitive_;
   dnnl::post_ops post_ops_;
@@ -343,13 +367,24 @@ class DnnlMatMulBase : public Kernel {
     product.a.data = ctx.in(0).data<float>();
     product.b.data = ctx.in(1).data<float>();
     set_gemm_outputs(ctx, product);
-    if (!column_sums_) return vec::gemm(vec::vec_kernels().gemm, product);
     const int threads = omp_get_max_threads();
-    std::vector<double> partial(static_cast<size_t>(threads * gemm_.n), 0.0);
-    product.column_sums = partial.data();
+    std::vector<double> sums, products;
+    if (column_sums_) {
+      sums.assign(static_cast<size_t>(threads * gemm_.n), 0.0);
+      product.column_sums = sums.data();
+    }
+    if (gate_products_in_gemm()) {
+      products.assign(static_cast<size_t>(threads * gemm_.k * gemm_.n), 0.0);
+      product.gate_products = products.data();
+    }
     vec::gemm(vec::vec_kernels().gemm, product);
-    reduce_column_sums(partial, threads, gemm_.n, ctx.out(1).data<float>());
+    if (column_sums_) reduce_column_sums(sums, threads, gemm_.n, ctx.out(1).data<float>());
+    if (gate_products_in_gemm()) reduce_column_sums(products, threads, gemm_.k * gemm_.n, ctx.out(2).data<float>());
   }
+
+  // Whether Anvil's GEMM, packing per run, adds up GemmReluGrad's A^T x gate
+  // as it finishes each tile (A's columns contiguous), not a pass after it.
+  bool gate_products_in_gemm() const { return gate_products_ && anvil_gemm_ && !constant_b_ && gemm_.a.col_stride == 1; }
 
   // The bias, residual, C and epilogue of a run.
   void set_gemm_outputs(const RunContext& ctx, vec::GemmOutput& args) const {
@@ -467,6 +502,13 @@ class DnnlGemm : public DnnlMatMulBase {
       column_sums_ = ctx.node().output(1) != nullptr;
       sums_m_ = m;
       sums_n_ = n;
+      gate_products_ = ctx.node().output(2) != nullptr;
+      if (gate_products_)
+        ANVIL_PREPARE_CHECK(ctx, ctx.output_type(2).shape == Shape({k, n}), ErrorKind::kInvalidModel,
+                            "A^T x the gate is [{}, {}], not {}", k, n, shape_str(ctx.output_type(2).shape));
+      a_rows_ = oa.strides[0];
+      a_cols_ = oa.strides[1];
+      products_k_ = k;
     } else {
       prepare_bias(ctx, beta);
     }

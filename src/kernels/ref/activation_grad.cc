@@ -7,7 +7,8 @@
 //   anvil.GemmReluGrad(a, b, y) = ReluGrad(Gemm(a, b), y), attributes transA
 //     and transB (passes/fuse_relu_grad.cc); the reference runs the two. An
 //     optional second output, [1, N], sums the first's columns (a bias's
-//     gradient, passes/fuse_bias_grad.cc).
+//     gradient, passes/fuse_bias_grad.cc); an optional third, [K, N], is
+//     A^T x y (a classifier head's weight gradient, passes/fuse_head_grad.cc).
 //   anvil.TrainingDropout(x, step) -> (y, mask), attributes ratio and seed:
 //     element i is kept when a counter-based hash of (seed, step, i) maps to
 //     a uniform draw >= ratio; kept elements are scaled by 1 / (1 - ratio).
@@ -58,7 +59,17 @@ class RefGemmReluGrad : public Kernel {
     ANVIL_PREPARE_CHECK(ctx, out[0].shape == ctx.input_shape(2), ErrorKind::kInvalidModel,
                         "the product {} and the activation {} differ in shape", shape_str(out[0].shape),
                         shape_str(ctx.input_shape(2)));
-    if (ctx.node().output(1)) out.push_back(ctx.output_type(1));  // the column sums
+    const size_t outputs = ctx.node().outputs.size();  // the column sums, A^T x y: this kernel's
+    out.resize(std::max<size_t>(1, outputs));
+    for (size_t o = 1; o < outputs; ++o)
+      if (ctx.node().output(o)) out[o] = ctx.output_type(o);
+    trans_a_ = ctx.attrs().get_int("transA", 0) != 0;
+    if (outputs > 2 && ctx.node().output(2)) {
+      const Shape& a = ctx.input_shape(0);
+      const Shape want{a[trans_a_ ? 0 : 1], out[0].shape[1]};
+      ANVIL_PREPARE_CHECK(ctx, out[2].shape == want, ErrorKind::kInvalidModel, "A^T x y is {}, not {}",
+                          shape_str(out[2].shape), shape_str(want));
+    }
     return out;
   }
 
@@ -71,19 +82,32 @@ class RefGemmReluGrad : public Kernel {
     gemm_ctx.scratch = ctx.scratch;
     gemm_->run(gemm_ctx);
     float* dx = ctx.out(0).data<float>();
-    relu_grad(dx, ctx.in(2).data<float>(), dx, ctx.out(0).numel());
-    if (ctx.outputs.size() < 2 || !ctx.outputs[1]) return;
-    const int64_t n = ctx.out(1).numel(), m = n ? ctx.out(0).numel() / n : 0;
-    for (int64_t j = 0; j < n; ++j) {  // in double, down each column: the reference
-      double sum = 0;
-      for (int64_t i = 0; i < m; ++i) sum += dx[i * n + j];
-      ctx.out(1).data<float>()[j] = static_cast<float>(sum);
+    const float* y = ctx.in(2).data<float>();
+    relu_grad(dx, y, dx, ctx.out(0).numel());
+    const int64_t m = ctx.out(0).shape()[0], n = ctx.out(0).shape()[1];
+    if (ctx.outputs.size() > 1 && ctx.outputs[1])
+      for (int64_t j = 0; j < n; ++j) {  // in double, down each column: the reference
+        double sum = 0;
+        for (int64_t i = 0; i < m; ++i) sum += dx[i * n + j];
+        ctx.out(1).data<float>()[j] = static_cast<float>(sum);
+      }
+    if (ctx.outputs.size() > 2 && ctx.outputs[2]) {
+      const float* a = ctx.in(0).data<float>();
+      const int64_t k = ctx.out(2).shape()[0];
+      for (int64_t q = 0; q < k; ++q)
+        for (int64_t j = 0; j < n; ++j) {
+          double sum = 0;
+          for (int64_t i = 0; i < m; ++i)
+            sum += static_cast<double>(trans_a_ ? a[q * m + i] : a[i * k + q]) * static_cast<double>(y[i * n + j]);
+          ctx.out(2).data<float>()[q * n + j] = static_cast<float>(sum);
+        }
     }
   }
 
  private:
   ir::Node gemm_node_;
   std::unique_ptr<Kernel> gemm_;
+  bool trans_a_ = false;
 };
 
 // splitmix64's finaliser: a well-mixed 64-bit value of any counter.

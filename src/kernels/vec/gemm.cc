@@ -121,6 +121,23 @@ void add_column_sums(const GemmOutput& out, int64_t n_total, int thread, const f
   }
 }
 
+// Adds A^T x gate over C's rows [i, i + m) and columns [j, j + n) into row
+// block `thread` of out.gate_products (gate_a_k x n_total): the tiles a
+// micro-kernel could not finish in its registers, and split K's summed C.
+void add_gate_products(const GemmOutput& out, int64_t n_total, int thread, int64_t i, int64_t m, int64_t j,
+                       int64_t n) {
+  const GemmEpilogue& e = out.epilogue;
+  double* block = out.gate_products + thread * out.gate_a_k * n_total;
+  for (int64_t q = 0; q < out.gate_a_k; ++q) {
+    double* row = block + q * n_total + j;
+    for (int64_t r = i; r < i + m; ++r) {
+      const auto weight = static_cast<double>(out.gate_a[r * out.gate_a_ld + q]);
+      const float* gate = e.gate + r * e.gate_ld + j;
+      for (int64_t c = 0; c < n; ++c) row[c] += weight * static_cast<double>(gate[c]);
+    }
+  }
+}
+
 // Row tile i (m rows) of C at panel `panel` over k-block [k0, k0 + kc):
 // tile_a(i, m, b, init, c, n, finish, prefetch) runs the micro-kernel (A
 // read in place or from a packed block) on the panel's block b. After the
@@ -139,15 +156,24 @@ void run_tile(const GemmKernels& g, const GemmOutput& out, int64_t n_total, int6
   if (last) prefetch_gate(e, i, j, m, n);
   const int thread = omp_get_thread_num();
   double* sums = last && out.column_sums ? out.column_sums + thread * n_total + j : nullptr;
-  if ((epilogue || sums) && in_registers && n % g.width == 0) {
-    const GemmTileFinish finish{out.bias ? out.bias + j : nullptr, e.gate ? e.gate + i * e.gate_ld + j : nullptr,
-                                e.gate_ld, e.activation == GemmActivation::kRelu, nullptr, sums};
+  const bool products = last && out.gate_products;
+  if ((epilogue || sums || products) && in_registers && n % g.width == 0) {
+    GemmTileFinish finish{out.bias ? out.bias + j : nullptr, e.gate ? e.gate + i * e.gate_ld + j : nullptr,
+                          e.gate_ld, e.activation == GemmActivation::kRelu, nullptr, sums};
+    if (products) {
+      finish.gate_a = out.gate_a + i * out.gate_a_ld;
+      finish.gate_a_ld = out.gate_a_ld;
+      finish.gate_a_k = static_cast<int>(out.gate_a_k);
+      finish.gate_products = out.gate_products + thread * out.gate_a_k * n_total + j;
+      finish.gate_products_ld = n_total;
+    }
     tile_a(i, m, b, init, c, n, &finish, prefetch);
     return;
   }
   tile_a(i, m, b, init, c, n, nullptr, prefetch);
   if (epilogue) tile_epilogue(g, c, out.ldc, i, j, m, n, out.bias, e);
   if (sums) add_column_sums(out, n_total, thread, c, m, j, n);
+  if (products) add_gate_products(out, n_total, thread, i, m, j, n);
 }
 
 // One k-block [k0, k0 + kc) of C's rows [i0, i1) and panels [p0, p1), a
@@ -497,6 +523,7 @@ void gemm_split_k(const GemmKernels& g, const GemmProduct& p) {
     part.bias = nullptr;
     part.epilogue = GemmEpilogue{};
     part.column_sums = nullptr;  // of the summed C, below
+    part.gate_products = nullptr;
     if (t > 0) {
       std::vector<float>& buffer = pack_buffers().c;
       buffer.resize(static_cast<size_t>(p.m * p.n));
@@ -517,6 +544,7 @@ void gemm_split_k(const GemmKernels& g, const GemmProduct& p) {
     }
     if (p.bias || p.epilogue.any()) tile_epilogue(g, p.c + r0 * p.ldc, p.ldc, r0, 0, r1 - r0, p.n, p.bias, p.epilogue);
     if (p.column_sums) add_column_sums(p, p.n, t, p.c + r0 * p.ldc, r1 - r0, 0, p.n);
+    if (p.gate_products) add_gate_products(p, p.n, t, r0, r1 - r0, 0, p.n);
   }
 }
 
@@ -614,15 +642,21 @@ void packed_gemm(const GemmKernels& g, const GemmArgs& p) {
 // longer k-blocks (gemm_impl.h).
 constexpr int kPerRunKc = 256;
 
-void gemm(const GemmKernels& isa_kernels, const GemmProduct& p) {
+void gemm(const GemmKernels& isa_kernels, const GemmProduct& product) {
   GemmKernels g = isa_kernels;
   g.kc = std::min(g.kc, kPerRunKc);
-  ANVIL_CHECK(!p.column_sums || p.ldv == 0, ErrorKind::kInternal, "gemm: column sums of a blocked C");
-  if (p.m == 0 || p.n == 0) return;
+  ANVIL_CHECK(!product.column_sums || product.ldv == 0, ErrorKind::kInternal, "gemm: column sums of a blocked C");
+  ANVIL_CHECK(!product.gate_products || (product.ldv == 0 && product.epilogue.gate && product.a.col_stride == 1),
+              ErrorKind::kInternal, "gemm: A^T x gate needs a gate, a plain C and A's columns contiguous");
+  if (product.m == 0 || product.n == 0) return;
+  GemmProduct p = product;
+  p.gate_a = p.a.data;
+  p.gate_a_ld = p.a.row_stride;
+  p.gate_a_k = p.k;
   if (p.k == 0) {
     empty_product(g, p.c, p.ldc, p.m, p.n, p.bias, p.residual, p.epilogue);
     if (p.column_sums) add_column_sums(p, p.n, 0, p.c, p.m, 0, p.n);  // the caller's row: no team here
-    return;
+    return;  // A^T x gate: k rows, none here
   }
   const int threads = omp_get_max_threads();
   if (threads > 1 && p.k >= 4 * std::max(p.m, p.n) && p.k >= 2 * threads * g.kc) return gemm_split_k(g, p);

@@ -62,6 +62,16 @@ struct GemmOutput {
   // team (the caller zeroes one row of n per thread and adds the rows up),
   // each tile's as it is finished, in cache. Null: none.
   double* column_sums = nullptr;
+  // gemm() only, with ldv 0 and epilogue.gate set: A^T x gate, [k, n] (the
+  // gate's own values, not the mask, weighted by A's columns: a classifier
+  // head's weight gradient beside its input gradient), added into
+  // gate_products + t * k * n for each OpenMP thread t of the team (the
+  // caller zeroes them and adds them up), each tile's as it is finished.
+  // A's columns must be contiguous. Null: none.
+  double* gate_products = nullptr;
+  // Set by gemm() from the product: A's first row, its rows' distance, k.
+  const float* gate_a = nullptr;
+  int64_t gate_a_ld = 0, gate_a_k = 0;
 };
 
 struct GemmArgs : GemmOutput {

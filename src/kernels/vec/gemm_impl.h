@@ -88,6 +88,20 @@ inline VF broadcast_from(const float* p) {
 }
 inline VF load_b(const float* p) { return *reinterpret_cast<const VFu*>(p); }
 
+// to[0, kWidth) += v's lanes, widened to double a half vector at a time.
+inline void add_to_doubles(double* to, VF v) {
+  float lanes[kWidth];
+  store(lanes, v);
+  for (int h = 0; h < kWidth; h += kHalf) {
+    VFh part;
+    __builtin_memcpy(&part, lanes + h, sizeof part);
+    VD total;
+    __builtin_memcpy(&total, to + h, sizeof total);
+    total += __builtin_convertvector(part, VD);
+    __builtin_memcpy(to + h, &total, sizeof total);
+  }
+}
+
 // GemmTileFinish on a tile's accumulators.
 template <int M, int Nv>
 inline void finish_tile(VF (&acc)[M][Nv], const GemmTileFinish& f) {
@@ -123,18 +137,21 @@ inline void finish_tile(VF (&acc)[M][Nv], const GemmTileFinish& f) {
       VF sum = acc[0][v];
 #pragma GCC unroll 16
       for (int r = 1; r < M; ++r) sum += acc[r][v];
-      float lanes[kWidth];
-      store(lanes, sum);
-      for (int h = 0; h < kWidth; h += kHalf) {  // widened a half vector at a time
-        VFh part;
-        __builtin_memcpy(&part, lanes + h, sizeof part);
-        double* to = f.column_sums + v * kWidth + h;
-        VD total;
-        __builtin_memcpy(&total, to, sizeof total);
-        total += __builtin_convertvector(part, VD);
-        __builtin_memcpy(to, &total, sizeof total);
-      }
+      add_to_doubles(f.column_sums + v * kWidth, sum);
     }
+  // The gate's own values (not the mask) weighted by A's columns: a
+  // classifier head's weight gradient, dW = dZ^T H, from the H this tile
+  // just read for its mask.
+  if (f.gate_products)
+    for (int q = 0; q < f.gate_a_k; ++q)
+#pragma GCC unroll 4
+      for (int v = 0; v < Nv; ++v) {
+        VF sum = splat(0.f);
+#pragma GCC unroll 16
+        for (int r = 0; r < M; ++r)
+          sum = fmadd(broadcast_from(f.gate_a + r * f.gate_a_ld + q), load(f.gate + r * f.gate_ld + v * kWidth), sum);
+        add_to_doubles(f.gate_products + q * f.gate_products_ld + v * kWidth, sum);
+      }
 }
 
 // c[M x Nv vectors] = init + a[M x kc] * b[kc x Nv vectors]: a's rows `lda`

@@ -58,6 +58,15 @@ struct GemmTileFinish {
   // calling thread's row of GemmOutput::column_sums at the tile's first
   // column. Null: none.
   double* column_sums = nullptr;
+  // A^T x gate for the tile's rows added here, in double (GemmOutput::
+  // gate_products): row q of the calling thread's [gate_a_k, n] block at
+  // the tile's first column, rows gate_products_ld apart; gate_a the tile's
+  // first row of A (gate_a_k floats a row, gate_a_ld apart). Null: none.
+  const float* gate_a = nullptr;
+  int64_t gate_a_ld = 0;
+  int gate_a_k = 0;
+  double* gate_products = nullptr;
+  int64_t gate_products_ld = 0;
 };
 
 // Lines a micro-kernel asks the L2 for while it runs, spread over its k
