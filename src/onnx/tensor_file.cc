@@ -152,8 +152,9 @@ size_t npy_data_start(const char* prefix, size_t prefix_size, size_t file_size, 
   return header_start + header_len;
 }
 
-// The dtype and shape a .npy header (its dictionary) declares, after
-// checking that the file's data_bytes hold exactly that.
+// The dtype and shape a .npy header declares (its dictionary, read from the
+// file's first bytes up to the data), after checking that the file's
+// data_bytes hold exactly that.
 std::pair<DType, Shape> npy_array(const std::string& header, size_t data_bytes, const std::string& path) {
   DType dtype = npy_dtype(header_field(header, "descr", path), path);
   ANVIL_CHECK(header_field(header, "fortran_order", path).find("False") != std::string::npos,

@@ -44,7 +44,7 @@ class FuseBiasGrad : public Pass {
         continue;
       if (!g->type.has_shape() || g->type.rank() != 2 || g->dtype() != DType::kFloat32) continue;
       ir::Value* sums = reduce.output(0);
-      product->outputs.resize(2, nullptr);
+      if (product->outputs.size() < 2) product->outputs.resize(2, nullptr);  // keeps a third (fuse_head_grad)
       product->outputs[1] = sums;
       sums->producer = product;
       reduce.dead = true;

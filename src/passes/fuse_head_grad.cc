@@ -4,13 +4,17 @@
 // head's weight gradient Gemm(dZ, H, transA = 1) = dZ^T H reads the same H,
 // an activation of batch x width floats (100 MB at batch 25,000 and width
 // 1,024), in a pass of its own. It becomes the GemmReluGrad's third output,
-// which its kernel adds up from the H each finished tile read for its mask.
+// which Anvil's GEMM adds up from the H each finished tile read for its mask
+// (where the product runs elsewhere, a pass after it: kernels/dnnl/matmul.cc).
 //
 // GemmReluGrad's output 2: [K, N], float32, A^T x Y (schemas/training.cc).
 // Taken where the GemmReluGrad reads A plain (transA 0) and K, A's columns
 // (the head's outputs), is at most kMaxHeadOutputs: each tile then adds K
 // weighted sums of its H, which beside a product of K = 2 costs less than
 // reading H again, and beside a wide one would cost more than the GEMM.
+#include <unordered_set>
+#include <vector>
+
 #include "passes/match.h"
 #include "passes/pipeline.h"
 
@@ -19,6 +23,23 @@ namespace anvil::passes {
 namespace {
 
 constexpr int64_t kMaxHeadOutputs = 16;
+
+// Whether `node` reads, through any chain of producers, an output of `of`
+// (then `of` cannot become one of its outputs: a cycle).
+bool depends_on(const ir::Node& node, const ir::Node& of) {
+  std::vector<const ir::Node*> todo{&node};
+  std::unordered_set<const ir::Node*> seen{&node};
+  while (!todo.empty()) {
+    const ir::Node* n = todo.back();
+    todo.pop_back();
+    for (const ir::Value* v : n->inputs) {
+      const ir::Node* p = v ? v->producer : nullptr;
+      if (p == &of) return true;
+      if (p && seen.insert(p).second) todo.push_back(p);
+    }
+  }
+  return false;
+}
 
 // The GemmReluGrad whose A and gate `gemm` (A^T x gate) reads, if it can take
 // that product as its third output.
@@ -32,7 +53,7 @@ ir::Node* gated_product_of(const ir::Graph& graph, const ir::Node& gemm) {
   for (const auto& node : graph.nodes()) {
     ir::Node* grad = node.get();
     if (grad->dead || !is_anvil_op(grad, "GemmReluGrad") || grad->input(0) != a || grad->input(2) != h) continue;
-    if (grad->attrs.get_int("transA", 0) != 0 || grad->output(2)) continue;
+    if (grad->attrs.get_int("transA", 0) != 0 || grad->output(2) || depends_on(*grad, gemm)) continue;
     return grad;
   }
   return nullptr;
@@ -49,7 +70,7 @@ class FuseHeadGrad : public Pass {
       ir::Node* grad = gated_product_of(graph, gemm);
       if (!grad) continue;
       ir::Value* product = gemm.output(0);
-      grad->outputs.resize(3, nullptr);
+      if (grad->outputs.size() < 3) grad->outputs.resize(3, nullptr);
       grad->outputs[2] = product;
       product->producer = grad;
       gemm.dead = true;

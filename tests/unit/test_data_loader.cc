@@ -152,8 +152,6 @@ TEST(DataLoader, BatchesAreTheHandGatheredRows) {
   }
 }
 
-// Without workers, a batch of 2 MiB or more is filled by the caller's OpenMP
-// team, each thread its share of the rows: every row lands in its place.
 // The caller's own batches refill the last batch's tensors where the
 // caller let go of them, and never where it still holds one.
 TEST(DataLoader, CallersBatchesReuseReleasedTensorsOnly) {
@@ -180,6 +178,8 @@ TEST(DataLoader, CallersBatchesReuseReleasedTensorsOnly) {
   EXPECT_FALSE(loader.next(b));
 }
 
+// Without workers, a batch of 2 MiB or more is filled by the caller's OpenMP
+// team, each thread its share of the rows: every row lands in its place.
 TEST(DataLoader, CallersLargeBatchesAreFilledByItsTeam) {
   const int64_t samples = 6000, width = 130;  // a batch of 5,000: 2.6 MB of floats
   Tensor x(DType::kUInt8, {samples, width});

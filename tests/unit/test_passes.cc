@@ -2172,19 +2172,22 @@ TEST(Passes, BiasGradientBecomesTheGemmReluGradsSecondOutput) {
   }
 }
 
-// dx = ReluGrad(a b, y) beside dw = Gemm(a, y, transA) (a classifier head's
-// input and weight gradients), a [m, k], b [k, n], y [m, n]; with `bias`,
-// dx's column sums too. `ta` sets dw's transA, `other_gate` has dw read a
-// second input instead of y.
-std::unique_ptr<ir::Graph> head_grad_graph(int64_t m, int64_t k, int64_t n, bool bias, int64_t ta = 1,
-                                           bool other_gate = false) {
+// What head_grad_graph's dw is instead of a fusable a^T y.
+enum class HeadLookalike { kNone, kNotTransposed, kAlpha, kWithC, kOtherGate };
+
+// dx = ReluGrad(a b, y) beside dw = Gemm(a, y, transA = 1) (a classifier
+// head's input and weight gradients), a [m, k], b [k, n], y [m, n]; with
+// `bias`, dx's column sums too. `lookalike` changes dw: transA 0 (a y, with
+// m = k), alpha 2, a C input, or a second input read instead of y.
+std::unique_ptr<ir::Graph> head_grad_graph(int64_t m, int64_t k, int64_t n, bool bias,
+                                           HeadLookalike lookalike = HeadLookalike::kNone) {
   auto g = std::make_unique<ir::Graph>();
   g->opsets[""] = 13;
   g->opsets["anvil"] = 1;
   ir::Value* a = g->add_input("a", DType::kFloat32, {m, k});
   ir::Value* b = g->add_input("b", DType::kFloat32, {k, n});
   ir::Value* y = g->add_input("y", DType::kFloat32, {m, n});
-  ir::Value* h = other_gate ? g->add_input("h", DType::kFloat32, {m, n}) : y;
+  ir::Value* h = lookalike == HeadLookalike::kOtherGate ? g->add_input("h", DType::kFloat32, {m, n}) : y;
   ir::Node* grad = g->add_node("ReluGrad", {g->add_node("MatMul", {a, b}, 1)->output(0), y}, 1);
   grad->domain = "anvil";
   g->add_output(grad->output(0));
@@ -2194,8 +2197,11 @@ std::unique_ptr<ir::Graph> head_grad_graph(int64_t m, int64_t k, int64_t n, bool
     ir::Node* sum = g->add_node("ReduceSum", {grad->output(0), g->add_constant("axes", axes)}, 1);
     g->add_output(sum->output(0));
   }
-  ir::Node* dw = g->add_node("Gemm", {ta ? a : g->add_input("at", DType::kFloat32, {k, m}), h}, 1);
-  dw->attrs.set("transA", ta);
+  std::vector<ir::Value*> dw_inputs{a, h};
+  if (lookalike == HeadLookalike::kWithC) dw_inputs.push_back(g->add_constant("c", ramp({n}, 0.1f, 0.01f)));
+  ir::Node* dw = g->add_node("Gemm", dw_inputs, 1);
+  dw->attrs.set("transA", int64_t{lookalike != HeadLookalike::kNotTransposed});
+  if (lookalike == HeadLookalike::kAlpha) dw->attrs.set("alpha", 2.f);
   g->add_output(dw->output(0));
   ir::infer_types(*g);
   return g;
@@ -2214,12 +2220,14 @@ std::vector<double> a_transposed_y(const Tensor& a, const Tensor& y) {
 
 // The head's weight gradient becomes the GemmReluGrad's third output, added
 // up from the gate each tile reads; against values computed here, unfused
-// (level 0) and fused (level 3): 300 rows on Anvil's GEMM (40 columns: a
-// full panel's tiles finish in registers, the last 8 columns in a pass),
-// 7 rows on oneDNN (a pass after the product), with and without the bias's sums.
+// (level 0) and fused (level 3), with and without the bias's sums: 4,000
+// rows on Anvil's GEMM (each of two threads a row sweep of 2,000 rows; 44
+// columns: full panels' tiles finish in registers, the last columns, part
+// of a vector on every ISA, in a pass), and 3 rows, fewer than a row tile
+// on every ISA: oneDNN, and a pass after the product.
 TEST(Passes, HeadGradientBecomesTheGemmReluGradsThirdOutput) {
   for (bool bias : {true, false}) {
-    auto g = head_grad_graph(300, 3, 40, bias);
+    auto g = head_grad_graph(300, 3, 44, bias);
     passes::optimize(*g, 2, runtime::reference_evaluator());
     ASSERT_EQ(g->nodes().size(), 1u) << bias;
     EXPECT_EQ(g->nodes()[0]->op_type, "GemmReluGrad");
@@ -2228,10 +2236,10 @@ TEST(Passes, HeadGradientBecomesTheGemmReluGradsThirdOutput) {
   }
   const int saved = omp_get_max_threads();
   omp_set_num_threads(2);
-  for (const int64_t m : {300, 7})
+  for (const int64_t m : {4000, 3})
     for (bool bias : {true, false}) {
-      const Tensor a = ramp({m, 3}, -1.f, 0.0071f), b = ramp({3, 40}, 0.9f, -0.021f);
-      Tensor y = ramp({m, 40}, 1.f, -0.00013f);
+      const Tensor a = ramp({m, 3}, -1.f, 0.00051f), b = ramp({3, 44}, 0.9f, -0.021f);
+      Tensor y = ramp({m, 44}, 1.f, -0.0000113f);
       for (int64_t i = 0; i < y.numel(); i += 3) y.data<float>()[i] = -0.5f;  // masked, and weighed as -0.5
       const std::vector<double> want = a_transposed_y(a, y);
       for (int level : {0, 3}) {
@@ -2239,11 +2247,12 @@ TEST(Passes, HeadGradientBecomesTheGemmReluGradsThirdOutput) {
         options.optimization_level = level;
         options.num_threads = 2;
         const std::vector<Tensor> out =
-            Session::from_graph(head_grad_graph(m, 3, 40, bias), options).run({{"a", a}, {"b", b}, {"y", y}});
+            Session::from_graph(head_grad_graph(m, 3, 44, bias), options).run({{"a", a}, {"b", b}, {"y", y}});
         const Tensor& dw = out.back();
-        ASSERT_EQ(dw.shape(), Shape({3, 40}));
-        for (int64_t q = 0; q < 3 * 40; ++q)
-          EXPECT_NEAR(dw.data<float>()[q], want[static_cast<size_t>(q)], 1e-4) << m << " rows, level " << level;
+        ASSERT_EQ(dw.shape(), Shape({3, 44}));
+        for (int64_t q = 0; q < 3 * 44; ++q)
+          EXPECT_NEAR(dw.data<float>()[q], want[static_cast<size_t>(q)], 1e-5 * (1 + std::abs(want[static_cast<size_t>(q)])))
+              << m << " rows, level " << level << ", element " << q;
       }
     }
   omp_set_num_threads(saved);
@@ -2288,15 +2297,20 @@ TEST(Passes, HeadGradientOnEveryPath) {
 TEST(Passes, HeadGradientLookalikesStay) {
   struct Case {
     const char* what;
-    int64_t k, ta;
-    bool other_gate;
+    int64_t m, k;
+    HeadLookalike lookalike;
   };
-  for (const Case& c : {Case{"17 head outputs", 17, 1, false}, Case{"A not transposed", 3, 0, false},
-                        Case{"another gate", 3, 1, true}}) {
-    auto g = head_grad_graph(20, c.k, 8, false, c.ta, c.other_gate);
+  for (const Case& c : {Case{"17 head outputs", 20, 17, HeadLookalike::kNone},
+                        Case{"A not transposed", 8, 8, HeadLookalike::kNotTransposed},
+                        Case{"alpha 2", 20, 3, HeadLookalike::kAlpha}, Case{"a C", 20, 3, HeadLookalike::kWithC},
+                        Case{"another gate", 20, 3, HeadLookalike::kOtherGate}}) {
+    auto g = head_grad_graph(c.m, c.k, 8, false, c.lookalike);
     passes::optimize(*g, 2, runtime::reference_evaluator());
     EXPECT_EQ(count_ops(*g, "Gemm"), 1u) << c.what;
   }
+  auto fused = head_grad_graph(8, 8, 8, false);  // the same shapes, fusable: taken
+  passes::optimize(*fused, 2, runtime::reference_evaluator());
+  EXPECT_EQ(count_ops(*fused, "Gemm"), 0u);
 }
 
 TEST(Passes, BiasGradientLookalikesStay) {

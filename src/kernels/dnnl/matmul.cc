@@ -20,6 +20,7 @@
 // batches).
 #include <omp.h>
 
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -270,14 +271,17 @@ class DnnlMatMulBase : public Kernel {
     const float* gate = ctx.in(static_cast<size_t>(gate_input_)).data<float>();
     float* out = ctx.out(2).data<float>();
     const int64_t m = sums_m_, n = sums_n_, k = products_k_;
-#pragma omp parallel for if (m * n * k > 65536)
+    const int threads = m * n * k > 65536 ? omp_get_max_threads() : 1;
+    std::vector<double> rows(static_cast<size_t>(threads * n));  // a row of the result per thread
+#pragma omp parallel for num_threads(threads)
     for (int64_t q = 0; q < k; ++q) {
-      std::vector<double> row(static_cast<size_t>(n), 0.0);
+      double* row = rows.data() + omp_get_thread_num() * n;
+      std::fill(row, row + n, 0.0);
       for (int64_t i = 0; i < m; ++i) {
         const auto w = static_cast<double>(a[i * a_rows_ + q * a_cols_]);
-        for (int64_t j = 0; j < n; ++j) row[static_cast<size_t>(j)] += w * static_cast<double>(gate[i * n + j]);
+        for (int64_t j = 0; j < n; ++j) row[j] += w * static_cast<double>(gate[i * n + j]);
       }
-      for (int64_t j = 0; j < n; ++j) out[q * n + j] = static_cast<float>(row[static_cast<size_t>(j)]);
+      for (int64_t j = 0; j < n; ++j) out[q * n + j] = static_cast<float>(row[j]);
     }
   }
 
@@ -383,8 +387,12 @@ class DnnlMatMulBase : public Kernel {
   }
 
   // Whether Anvil's GEMM, packing per run, adds up GemmReluGrad's A^T x gate
-  // as it finishes each tile (A's columns contiguous), not a pass after it.
-  bool gate_products_in_gemm() const { return gate_products_ && anvil_gemm_ && !constant_b_ && gemm_.a.col_stride == 1; }
+  // as it finishes each tile (A's columns contiguous, few of them: each adds
+  // K sums per tile and a K x N block per thread), not a pass after it.
+  bool gate_products_in_gemm() const {
+    constexpr int64_t kMaxInTiles = 16;  // passes/fuse_head_grad.cc's kMaxHeadOutputs
+    return gate_products_ && anvil_gemm_ && !constant_b_ && gemm_.a.col_stride == 1 && gemm_.k <= kMaxInTiles;
+  }
 
   // The bias, residual, C and epilogue of a run.
   void set_gemm_outputs(const RunContext& ctx, vec::GemmOutput& args) const {

@@ -141,7 +141,8 @@ inline void finish_tile(VF (&acc)[M][Nv], const GemmTileFinish& f) {
     }
   // The gate's own values (not the mask) weighted by A's columns: a
   // classifier head's weight gradient, dW = dZ^T H, from the H this tile
-  // just read for its mask.
+  // just read for its mask; summed in float over the tile's rows, then
+  // added in double.
   if (f.gate_products)
     for (int q = 0; q < f.gate_a_k; ++q)
 #pragma GCC unroll 4
