@@ -392,6 +392,30 @@ def test_stft_lengths_of_the_wrong_shape(anvil, cases, label, frame_step, window
     check_error(run(anvil, model), EXIT_INVALID_ARGUMENT, what, strip=(cases,))
 
 
+@pytest.mark.parametrize("label,starts,ends,code,message", [
+    ("no_ends", [1], None, EXIT_INVALID_MODEL, r"needs its inputs 'starts' and 'ends'"),  # found by make fuzz
+    ("no_starts", None, [3], EXIT_INVALID_MODEL, r"needs its inputs 'starts' and 'ends'"),
+    ("empty_ends", [1], [], EXIT_INVALID_MODEL, r"starts|ends"),
+])
+def test_slice_without_its_bounds(anvil, cases, label, starts, ends, code, message):
+    """A channel Slice of a 4-D image whose starts or ends are omitted or empty: one line, not a read of a bound
+    that is not there (the channel-slice kernel took *constant(1) of an omitted input)."""
+    inits, names = [], []
+    for name, values in (("starts", starts), ("ends", ends)):
+        if values is None:
+            names.append("")
+            continue
+        inits.append(numpy_helper.from_array(np.array(values, np.int64), name))
+        names.append(name)
+    inits.append(numpy_helper.from_array(np.array([1], np.int64), "axes"))
+    graph = helper.make_graph([helper.make_node("Slice", ["x", *names, "axes"], ["y"])], "g",
+                              [float_info("x", (1, 4, 3, 3))],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    model = save(graph, cases / f"slice_{label}.onnx", opset=13)
+    for opt in ("0", "3"):
+        check_error(run(anvil, model, "-O", opt), code, message, strip=(cases,))
+
+
 @pytest.mark.parametrize("label,equation,x_shape,y_shape", [
     ("empty_output", "bij,hjk->bik", (4, 0, 3), (5, 3, 2)),   # found by make fuzz: 4 x 1 x 2 elements written
     ("empty_contraction", "ij,jk->ik", (3, 0), (0, 2)),       # an empty sum: zeros

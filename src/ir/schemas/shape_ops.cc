@@ -299,6 +299,7 @@ void infer_slice(InferContext& ctx) {
     ends = ctx.attr_ints("ends");
     axes = ctx.attr_ints("axes");
   } else {
+    if (!ctx.has_input(1) || !ctx.has_input(2)) ctx.fail("needs its inputs 'starts' and 'ends'");
     starts = ctx.known_values(1);
     ends = ctx.known_values(2);
     axes = ctx.has_input(3) ? ctx.known_values(3) : std::vector<int64_t>{};

@@ -70,12 +70,14 @@ class PixelChannelSlice : public PixelChannelKernel {
 
   std::vector<TensorType> prepare(const PrepareContext& ctx) override {
     ANVIL_PREPARE_CHECK(ctx, ctx.opset() >= 10 && ctx.num_inputs() >= 3, ErrorKind::kUnsupported, "Slice-1");
+    // starts and ends omitted (empty names): the reference kernel says so
+    ANVIL_PREPARE_CHECK(ctx, ctx.has_input(1) && ctx.has_input(2), ErrorKind::kUnsupported, "no starts or ends");
     for (size_t i = 1; i < ctx.num_inputs(); ++i)
       ANVIL_PREPARE_CHECK(ctx, !ctx.has_input(i) || ctx.constant(i), ErrorKind::kUnsupported, "run-time bounds");
     const std::vector<int64_t> starts = tensor_to_ints(*ctx.constant(1)), ends = tensor_to_ints(*ctx.constant(2));
     const std::vector<int64_t> axes = ctx.has_input(3) ? tensor_to_ints(*ctx.constant(3)) : std::vector<int64_t>{0};
     const std::vector<int64_t> steps = ctx.has_input(4) ? tensor_to_ints(*ctx.constant(4)) : std::vector<int64_t>{1};
-    ANVIL_PREPARE_CHECK(ctx, starts.size() == 1 && axes.size() == 1 && steps.size() == 1 && steps[0] == 1,
+    ANVIL_PREPARE_CHECK(ctx, starts.size() == 1 && ends.size() == 1 && axes.size() == 1 && steps.size() == 1 && steps[0] == 1,
                         ErrorKind::kUnsupported, "not one range of one axis");
     ANVIL_PREPARE_CHECK(ctx, axes[0] == 1 || axes[0] == -3, ErrorKind::kUnsupported, "not the channels");
     TensorType out = take_nhwc(ctx);
