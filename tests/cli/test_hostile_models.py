@@ -416,6 +416,26 @@ def test_slice_without_its_bounds(anvil, cases, label, starts, ends, code, messa
         check_error(run(anvil, model, "-O", opt), code, message, strip=(cases,))
 
 
+@pytest.mark.parametrize("shape", [(3, 0), (2, 3)])
+def test_reduce_ignores_an_axes_attribute_from_opset_18(anvil, cases, shape):
+    """From opset 18 a Reduce's axes are an input; a stray `axes` attribute is not ONNX's. The schema ignored it (all
+    axes reduced) while the kernel laid its loops out by it: over [3, 0] it divided by the empty kept axis (found by
+    make fuzz; UBSan: division by zero). Both now reduce every axis, as numpy does."""
+    graph = helper.make_graph([helper.make_node("ReduceLogSum", ["x"], ["y"], axes=[-2])], "g",
+                              [float_info("x", shape)], [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    model = save(graph, cases / f"reduce_log_sum_{shape[1]}.onnx", opset=18)
+    x = np.arange(1, 1 + int(np.prod(shape)), dtype=np.float32).reshape(shape)
+    np.save(cases / f"reduce_log_sum_{shape[1]}_x.npy", x)
+    out = cases / f"reduce_log_sum_{shape[1]}_out"
+    result = run(anvil, model, "-i", f"x={cases / f'reduce_log_sum_{shape[1]}_x.npy'}", "-o", str(out))
+    assert result.returncode == 0, result.stderr
+    with np.errstate(divide="ignore"):
+        want = np.log(np.sum(x, keepdims=True))
+    got = read_tensor_pb(out / "y.pb")
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
 @pytest.mark.parametrize("label,equation,x_shape,y_shape", [
     ("empty_output", "bij,hjk->bik", (4, 0, 3), (5, 3, 2)),   # found by make fuzz: 4 x 1 x 2 elements written
     ("empty_contraction", "ij,jk->ik", (3, 0), (0, 2)),       # an empty sum: zeros

@@ -31,8 +31,10 @@ int64_t normalize_axis(const PrepareContext& ctx, int64_t axis, int64_t rank) {
 }
 
 std::vector<bool> reduced_axes(const PrepareContext& ctx, int64_t rank) {
-  std::vector<int64_t> axes = ctx.attrs().get_ints("axes");
   const bool axes_input = ctx.node().op_type == "ReduceSum" ? ctx.opset() >= 13 : ctx.opset() >= 18;
+  // From those opsets an `axes` attribute is not ONNX's; the schemas ignore
+  // it (schemas/shape_ops.cc, axes_of), and so must the output's shape here.
+  std::vector<int64_t> axes = axes_input ? std::vector<int64_t>{} : ctx.attrs().get_ints("axes");
   if (axes_input && ctx.has_input(1)) {
     ANVIL_PREPARE_CHECK(ctx, ctx.input_dtype(1) == DType::kInt64, ErrorKind::kInvalidModel,
                         "axes must be int64, got {}", dtype_name(ctx.input_dtype(1)));
