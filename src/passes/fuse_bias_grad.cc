@@ -43,11 +43,7 @@ class FuseBiasGrad : public Pass {
           product->output(0) != g || !sums_rows(reduce))
         continue;
       if (!g->type.has_shape() || g->type.rank() != 2 || g->dtype() != DType::kFloat32) continue;
-      ir::Value* sums = reduce.output(0);
-      if (product->outputs.size() < 2) product->outputs.resize(2, nullptr);  // keeps a third (fuse_head_grad)
-      product->outputs[1] = sums;
-      sums->producer = product;
-      reduce.dead = true;
+      absorb(*product, reduce, 1);  // keeps a third output (fuse_head_grad)
       changed = true;
     }
     return changed;

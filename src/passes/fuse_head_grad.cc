@@ -69,11 +69,7 @@ class FuseHeadGrad : public Pass {
       if (gemm.dead || !is_op(&gemm, "Gemm") || gemm.outputs.size() != 1) continue;
       ir::Node* grad = gated_product_of(graph, gemm);
       if (!grad) continue;
-      ir::Value* product = gemm.output(0);
-      if (grad->outputs.size() < 3) grad->outputs.resize(3, nullptr);
-      grad->outputs[2] = product;
-      product->producer = grad;
-      gemm.dead = true;
+      absorb(*grad, gemm, 2);
       changed = true;
     }
     return changed;

@@ -144,9 +144,10 @@ ir::Node* add_attention(ir::Graph& graph, std::vector<ir::Value*> inputs, ir::Va
   return att;
 }
 
-void absorb(ir::Node& fused, ir::Node& next) {
+void absorb(ir::Node& fused, ir::Node& next, size_t index) {
   ir::Value* y = next.output(0);
-  fused.outputs[0] = y;
+  if (fused.outputs.size() <= index) fused.outputs.resize(index + 1, nullptr);
+  fused.outputs[index] = y;
   y->producer = &fused;
   next.dead = true;
 }

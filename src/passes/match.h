@@ -56,8 +56,9 @@ void set_activation(ir::Node& fused, const FusedActivation& act);
 // What set_activation wrote on `fused` (an empty name: none).
 FusedActivation activation_of(const ir::Node& fused);
 
-// Moves `next`'s output onto `fused` (which now computes it) and kills `next`.
-void absorb(ir::Node& fused, ir::Node& next);
+// Moves `next`'s output onto `fused` as its output `index` (which it now
+// computes; outputs before it stay, or are absent) and kills `next`.
+void absorb(ir::Node& fused, ir::Node& next, size_t index = 0);
 // An ONNX Attention node (opset 23, its first version, whatever the model's)
 // over `inputs` writing `y`, with `heads` query and key/value heads and the
 // scale given: what the attention fusions make.
