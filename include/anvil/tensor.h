@@ -94,8 +94,18 @@ class Tensor {
 
   void* raw() { return data_; }
   const void* raw() const { return data_; }
-  template <typename T> T* data() { return static_cast<T*>(data_); }
-  template <typename T> const T* data() const { return static_cast<const T*>(data_); }
+  // The elements as T. Sanitizer builds (ANVIL_CHECK_ELEMENT_SIZES) abort when
+  // T's size is neither 1 (byte access) nor the dtype's element size: an
+  // overread inside the planner's arena is one allocation to ASan, so a kernel
+  // reading int64 from an int32 slot would otherwise go unnoticed.
+  template <typename T> T* data() {
+    check_element_size<T>();
+    return static_cast<T*>(data_);
+  }
+  template <typename T> const T* data() const {
+    check_element_size<T>();
+    return static_cast<const T*>(data_);
+  }
 
   // How many tensors share this one's bytes (itself, its copies and views);
   // 0 for a view of memory the tensor does not own.
@@ -108,6 +118,12 @@ class Tensor {
 
  private:
   Tensor(DType dtype, Shape shape, bool zeroed);
+  template <typename T> void check_element_size() const {
+#ifdef ANVIL_CHECK_ELEMENT_SIZES
+    if (sizeof(T) != 1 && data_ != nullptr && sizeof(T) != dtype_size(dtype_)) element_size_mismatch(sizeof(T));
+#endif
+  }
+  [[noreturn]] void element_size_mismatch(size_t read_as) const;
   DType dtype_ = DType::kUndefined;
   Shape shape_;
   std::shared_ptr<void> owner_;

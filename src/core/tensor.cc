@@ -1,6 +1,7 @@
 #include "anvil/tensor.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -224,6 +225,12 @@ Tensor Tensor::clone() const {
   if (dtype_ == DType::kString) std::copy(data<std::string>(), data<std::string>() + numel(), t.data<std::string>());
   else if (nbytes()) std::memcpy(t.data_, data_, nbytes());
   return t;
+}
+
+void Tensor::element_size_mismatch(size_t read_as) const {
+  std::fprintf(stderr, "anvil: internal error: a %s tensor of shape %s read as elements of %zu bytes\n",
+               dtype_name(dtype_), shape_str(shape_).c_str(), read_as);
+  std::abort();
 }
 
 Tensor Tensor::reshaped(Shape shape) const {

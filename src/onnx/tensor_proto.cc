@@ -91,7 +91,7 @@ void copy_bits_field(const google::protobuf::RepeatedField<int32_t>& field, Tens
   Dst* out = t.data<Dst>();
   for (int i = 0; i < field.size(); ++i) {
     uint16_t bits = static_cast<uint16_t>(field.Get(i));
-    std::memcpy(&out[i], &bits, sizeof(Dst));
+    std::memcpy(static_cast<void*>(&out[i]), &bits, sizeof(Dst));  // Half, BFloat16: just their 16 bits
   }
 }
 

@@ -94,6 +94,7 @@ std::optional<FusedActivation> fusable_activation(const ir::Node& act) {
     } else if (!clip_bound(act.input(1), lowest, &f.alpha) || !clip_bound(act.input(2), highest, &f.beta)) {
       return std::nullopt;
     }
+    if (!(f.alpha <= f.beta)) return std::nullopt;  // min > max or NaN: Clip's own kernel gives ONNX's answer
   } else {
     return std::nullopt;
   }

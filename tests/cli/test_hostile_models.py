@@ -679,3 +679,55 @@ def test_inputs_giving_one_dim_param_two_sizes_fail_in_one_line(anvil, cases):
     np.save(cases / "b3.npy", np.ones((3, 1), np.float32))
     result = run(anvil, model, "-i", f"a={cases / 'a3.npy'}", "-i", f"b={cases / 'b3.npy'}")
     assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.parametrize("label,lo,hi", [("min_above_max", 1.0, -1.0), ("max_nan", 0.0, float("nan"))])
+@pytest.mark.parametrize("opt", ["0", "3"])
+def test_conv_clip_with_crossed_bounds(anvil, cases, label, lo, hi, opt):
+    """A Clip whose min is above its max (or NaN) is not a oneDNN clip post-op: oneDNN refuses the post-op, which
+    ended a Conv + Clip fused by the pass (and a com.anvil FusedConv found by make fuzz) in an internal error. The
+    pass now leaves such a Clip to its own kernel, which matches ONNX Runtime: min above max gives max everywhere,
+    a NaN max clips nothing above."""
+    import onnxruntime as ort
+
+    w = np.linspace(-1, 1, 2 * 2 * 3 * 3, dtype=np.float32).reshape(2, 2, 3, 3)
+    inits = [numpy_helper.from_array(w, "w"), numpy_helper.from_array(np.array(lo, np.float32), "lo"),
+             numpy_helper.from_array(np.array(hi, np.float32), "hi")]
+    graph = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+                               helper.make_node("Clip", ["c", "lo", "hi"], ["y"])], "g",
+                              [float_info("x", (1, 2, 5, 5))], [float_info("y", (1, 2, 5, 5))], inits)
+    model = save(graph, cases / f"conv_clip_{label}.onnx")
+    x = np.linspace(-3, 3, 50, dtype=np.float32).reshape(1, 2, 5, 5)
+    np.save(cases / "conv_clip_x.npy", x)
+    out = cases / f"conv_clip_{label}_{opt}_out"
+    result = run(anvil, model, "-O", opt, "-i", f"x={cases / 'conv_clip_x.npy'}", "-o", str(out))
+    assert result.returncode == 0, result.stderr
+    want = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_allclose(read_tensor_pb(out / "y.pb"), want, rtol=1e-6, atol=1e-6)
+
+
+def test_fused_conv_clip_with_crossed_bounds_from_a_file(anvil, cases):
+    """A com.anvil FusedConv holding such a Clip (found by make fuzz: max NaN) ended in an internal error; oneDNN's
+    kernel now declines it, and another runs it with Clip's meaning (as ONNX Runtime's Conv + Clip gives it)."""
+    import onnxruntime as ort
+
+    w = np.linspace(-1, 1, 2 * 2 * 3 * 3, dtype=np.float32).reshape(2, 2, 3, 3)
+    fused = helper.make_graph([helper.make_node("FusedConv", ["x", "w"], ["y"], domain="com.anvil", pads=[1, 1, 1, 1],
+                                                activation="Clip", activation_alpha=0.0,
+                                                activation_beta=float("nan"))],
+                              "g", [float_info("x", (1, 2, 5, 5))], [float_info("y", (1, 2, 5, 5))],
+                              [numpy_helper.from_array(w, "w")])
+    model = save_model(fused, cases / "fused_conv_clip_nan.onnx", check=False, extra_opsets=[("com.anvil", 2)])
+    x = np.linspace(-3, 3, 50, dtype=np.float32).reshape(1, 2, 5, 5)
+    np.save(cases / "fused_conv_clip_x.npy", x)
+    out = cases / "fused_conv_clip_nan_out"
+    result = run(anvil, model, "-i", f"x={cases / 'fused_conv_clip_x.npy'}", "-o", str(out))
+    assert result.returncode == 0, result.stderr
+    inits = [numpy_helper.from_array(w, "w"), numpy_helper.from_array(np.array(0, np.float32), "lo"),
+             numpy_helper.from_array(np.array(np.nan, np.float32), "hi")]
+    plain = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+                               helper.make_node("Clip", ["c", "lo", "hi"], ["y"])], "g",
+                              [float_info("x", (1, 2, 5, 5))], [float_info("y", (1, 2, 5, 5))], inits)
+    reference = save(plain, cases / "conv_clip_nan_plain.onnx")
+    want = ort.InferenceSession(str(reference), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_allclose(read_tensor_pb(out / "y.pb"), want, rtol=1e-6, atol=1e-6)

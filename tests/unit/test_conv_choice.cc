@@ -294,7 +294,9 @@ TEST(VecKernels, FirstConvolutionsReadTheImageAsItArrives) {
       EXPECT_NE(dw_line.find("jit_dw"), std::string::npos) << dw_line;
       EXPECT_NE(dw_line.find("aBcd16b"), std::string::npos) << dw_line;
       for (const std::string& line : s.describe_plan({{"x", in}}))  // only the result's, to plain for the Neg
-        if (line.find("Reorder") != std::string::npos) EXPECT_NE(line.find("'dw:out/plain'"), std::string::npos) << line;
+        if (line.find("Reorder") != std::string::npos) {
+          EXPECT_NE(line.find("'dw:out/plain'"), std::string::npos) << line;
+        }
     }
     Tensor mid = testing::conv2d_by_hand(in, w, &bias, testing::ConvByHand::padded(1, 2));
     for (int64_t i = 0; i < mid.numel(); ++i) mid.data<float>()[i] = std::max(0.f, mid.data<float>()[i]);
@@ -328,8 +330,9 @@ TEST(VecKernels, GroupedConvolutionsKeepTheNhwcTheyArriveIn) {
     EXPECT_NE(pw1_line.find(" acdb "), std::string::npos) << pw1_line;
     EXPECT_NE(grouped_line.find(" acdb "), std::string::npos) << grouped_line;
     for (const std::string& line : s.describe_plan({{"x", in}}))  // the input's into NHWC, the result's to plain
-      if (line.find("Reorder") != std::string::npos)
+      if (line.find("Reorder") != std::string::npos) {
         EXPECT_TRUE(line.find("'x/") != std::string::npos || line.find("'pw2:out/plain'") != std::string::npos) << line;
+      }
   }
   const Tensor mid = testing::conv2d_by_hand(in, w1, &b1, testing::ConvByHand::padded(0));
   testing::ConvByHand geometry = testing::ConvByHand::padded(1);

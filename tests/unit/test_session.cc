@@ -160,3 +160,16 @@ TEST(Session, ForkedChildCanRun) {
 
 }  // namespace
 }  // namespace anvil
+
+// Sanitizer builds check each typed read of a tensor's elements: the arena is
+// one allocation to ASan, so a kernel reading a slot as a wider type would
+// otherwise overread its neighbours unreported.
+#ifdef ANVIL_CHECK_ELEMENT_SIZES
+TEST(Tensor, SanitizerBuildsRefuseReadsAsAnotherElementSize) {
+  anvil::Tensor t(anvil::DType::kInt32, {4});
+  EXPECT_NE(t.data<int32_t>(), nullptr);
+  EXPECT_NE(t.data<float>(), nullptr);          // same size: a bit cast
+  EXPECT_NE(t.data<unsigned char>(), nullptr);  // bytes
+  EXPECT_DEATH(t.data<int64_t>(), "int32 tensor of shape \\[4\\] read as elements of 8 bytes");
+}
+#endif

@@ -361,13 +361,20 @@ void infer_topk(InferContext& ctx) {
   ctx.set_output(1, Type::tensor(DType::kInt64));
   SymShape x = ctx.dims(0);
   int64_t axis = ctx.axis(ctx.attr_int("axis"), static_cast<int64_t>(x.size()));
-  auto k = ctx.opset() >= 10 ? ctx.values(1) : std::optional<SymValues>(SymValues{SymInt::of(ctx.attr_int("k"))});
-  if (k && k->size() == 1 && (*k)[0].is_number()) {
-    const int64_t n = *(*k)[0].number;
+  // K: an input from opset 10, an attribute before; unknown until run time when
+  // the input is not a constant.
+  std::optional<SymInt> k;
+  if (ctx.opset() < 10) {
+    k = SymInt::of(ctx.attr_int("k"));
+  } else if (auto values = ctx.values(1); values && values->size() == 1) {
+    k = (*values)[0];
+  }
+  if (k && k->is_number()) {
+    const int64_t n = *k->number;
     if (n < 0 || (x[axis].is_known() && n > x[axis].value))
       ctx.fail_input("k = {} is out of range for axis {} of {}", n, axis, dims_str(x));
   }
-  x[axis] = k && k->size() == 1 ? (*k)[0].as_dim() : Dim::unknown();
+  x[axis] = k ? k->as_dim() : Dim::unknown();
   ctx.set_output(0, Type::tensor(ctx.dtype(0), x));
   ctx.set_output(1, Type::tensor(DType::kInt64, x));
 }

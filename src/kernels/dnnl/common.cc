@@ -70,7 +70,7 @@ bool append_activation(dnnl::post_ops& ops, const std::string& act, float alpha,
   if (act == "Relu") ops.append_eltwise(1.f, alg::eltwise_relu, 0.f, 0.f);
   else if (act == "LeakyRelu") ops.append_eltwise(1.f, alg::eltwise_relu, alpha, 0.f);
   else if (act == "Elu") ops.append_eltwise(1.f, alg::eltwise_elu, alpha, 0.f);
-  else if (act == "Clip") ops.append_eltwise(1.f, alg::eltwise_clip_v2, alpha, beta);
+  else if (act == "Clip" && alpha <= beta) ops.append_eltwise(1.f, alg::eltwise_clip_v2, alpha, beta);
   else if (act == "Sigmoid") ops.append_eltwise(1.f, alg::eltwise_logistic, 0.f, 0.f);
   else if (act == "Tanh") ops.append_eltwise(1.f, alg::eltwise_tanh, 0.f, 0.f);
   else if (act == "HardSwish") ops.append_eltwise(1.f, alg::eltwise_hardswish, 0.f, 0.f);

@@ -35,7 +35,8 @@ dnnl::memory wrap(const dnnl::memory::desc& desc, const void* data);
 std::string impl_name(const dnnl::primitive_desc_base& pd);
 
 // Appends an ONNX activation (as the fusion pass names it) as eltwise post-ops;
-// false when oneDNN has no equivalent.
+// false when oneDNN has no equivalent (or refuses its parameters: a Clip whose
+// min is above its max, or NaN).
 bool append_activation(dnnl::post_ops& ops, const std::string& activation, float alpha, float beta);
 
 // Primitive attributes with a user-managed scratchpad.
