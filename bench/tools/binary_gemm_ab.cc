@@ -190,9 +190,9 @@ int main(int argc, char** argv) {
   }
 #endif
   long m = 25000, k = 1024, n = 1024;
-  if (argc == 4 && !(anvil::bench_tools::parse(argv[1], 1, 1 << 20, m) &&
+  if ((argc != 1 && argc != 4) || (argc == 4 && !(anvil::bench_tools::parse(argv[1], 1, 1 << 20, m) &&
                      anvil::bench_tools::parse(argv[2], 8, 1 << 20, k) &&
-                     anvil::bench_tools::parse(argv[3], 64, 1 << 16, n) && k % 8 == 0 && n % 64 == 0)) {
+                     anvil::bench_tools::parse(argv[3], 64, 1 << 16, n) && k % 8 == 0 && n % 64 == 0))) {
     std::fprintf(stderr, "usage: anvil_binary_gemm_ab [M K N] (K a multiple of 8, N of 64)\n");
     return 1;
   }
