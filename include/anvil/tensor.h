@@ -97,7 +97,8 @@ class Tensor {
   // The elements as T. Sanitizer builds (ANVIL_CHECK_ELEMENT_SIZES) abort when
   // T's size is neither 1 (byte access) nor the dtype's element size: an
   // overread inside the planner's arena is one allocation to ASan, so a kernel
-  // reading int64 from an int32 slot would otherwise go unnoticed.
+  // reading int64 from an int32 slot would otherwise go unnoticed. (A macro
+  // of the whole build: do not mix objects built with and without it.)
   template <typename T> T* data() {
     check_element_size<T>();
     return static_cast<T*>(data_);

@@ -148,6 +148,28 @@ def test_max_unpool_of_a_scalar(anvil, cases, declared):
     check_error(run(anvil, model, *extra), code, r"must be \[N, C, D1, \.\.\.\]", strip=(cases,))
 
 
+@pytest.mark.parametrize("indices", ["omitted", "float"])
+def test_max_unpool_without_int64_indices(anvil, cases, indices):
+    """MaxUnpool's indices I are required and int64. Omitted (an empty name, found by make fuzz) the kernel read a
+    null input (UBSan: reference binding to null); as float32 it read them as int64, past their end. The schema
+    refuses both in one line (the kernel checks again, for types known only at run time)."""
+    if indices == "omitted":
+        inputs, i_info = ["x", ""], []
+    else:
+        inputs = ["x", "i"]
+        i_info = [helper.make_tensor_value_info("i", TensorProto.FLOAT, (1, 1, 2, 2))]
+    graph = helper.make_graph([helper.make_node("MaxUnpool", inputs, ["y"], kernel_shape=[2, 2], strides=[2, 2])],
+                              "g", [float_info("x", (1, 1, 2, 2))] + i_info, [float_info("y", (1, 1, 4, 4))])
+    model = save(graph, cases / f"unpool_indices_{indices}.onnx", opset=11)
+    np.save(cases / "unpool_x.npy", np.ones((1, 1, 2, 2), np.float32))
+    np.save(cases / "unpool_i_float.npy", np.arange(4, dtype=np.float32).reshape(1, 1, 2, 2))
+    extra = ["--input", f"x={cases / 'unpool_x.npy'}"]
+    if indices != "omitted":
+        extra.append(f"i={cases / 'unpool_i_float.npy'}")
+    check_error(run(anvil, model, *extra), EXIT_INVALID_MODEL, r"MaxUnpool",
+                r"input 1 is required but missing|indices I must be int64, got float32", strip=(cases,))
+
+
 @pytest.mark.parametrize("op,indices", [("ScatterElements", [0, 3]), ("ScatterND", [[0], [3]])])
 def test_scatter_updates_of_another_type(anvil, cases, op, indices):
     """float32 updates into float64 data: the kernels read the updates as the data's type (8 bytes each from a

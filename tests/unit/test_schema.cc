@@ -379,7 +379,7 @@ TEST(Schema, MaxUnpoolChecksXWithOutputShape) {
   for (bool scalar : {true, false}) {
     auto g = graph17();
     ir::Value* x = sym_input(*g, "x", scalar ? ir::SymShape{} : ir::SymShape{Dim::known(1), Dim::known(1)});
-    ir::Value* idx = sym_input(*g, "i", {Dim::known(1), Dim::known(1), Dim::known(2), Dim::known(2)});
+    ir::Value* idx = sym_input(*g, "i", {Dim::known(1), Dim::known(1), Dim::known(2), Dim::known(2)}, DType::kInt64);
     ir::Node* n = add(*g, "MaxUnpool", {x, idx, g->add_constant("shape", ints({1, 1, 5, 5}))});
     n->attrs.set("kernel_shape", std::vector<int64_t>{2, 2});
     try {
@@ -392,7 +392,7 @@ TEST(Schema, MaxUnpoolChecksXWithOutputShape) {
   }
   auto g = graph17();  // a proper X: output_shape gives the output
   ir::Value* x = sym_input(*g, "x", {Dim::known(1), Dim::known(1), Dim::known(2), Dim::known(2)});
-  ir::Value* idx = sym_input(*g, "i", {Dim::known(1), Dim::known(1), Dim::known(2), Dim::known(2)});
+  ir::Value* idx = sym_input(*g, "i", {Dim::known(1), Dim::known(1), Dim::known(2), Dim::known(2)}, DType::kInt64);
   ir::Node* n = add(*g, "MaxUnpool", {x, idx, g->add_constant("shape", ints({1, 1, 5, 5}))});
   n->attrs.set("kernel_shape", std::vector<int64_t>{2, 2});
   ir::infer_types(*g);

@@ -384,6 +384,8 @@ void infer_topk(InferContext& ctx) {
 // kernel relies on it).
 void infer_max_unpool(InferContext& ctx) {
   ctx.set_output(0, Type::tensor(ctx.dtype(0)));
+  if (ctx.dtype(1) != DType::kInt64)  // also fails when I is omitted
+    ctx.fail("its indices I must be int64, got {}", dtype_name(ctx.dtype(1)));
   size_t n = 0;  // spatial axes
   if (ctx.input(0).has_shape()) {
     const SymShape& x = ctx.dims(0);

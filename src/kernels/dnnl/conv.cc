@@ -270,9 +270,10 @@ class DnnlConv : public DnnlConvBase {
                             ErrorKind::kUnsupported, "residual input must match the output {}", shape_str(y));
         ops.append_sum(1.f);
       }
-      ANVIL_PREPARE_CHECK(ctx, du::append_activation(ops, act, ctx.attrs().get_float("activation_alpha", 0.f),
-                                                     ctx.attrs().get_float("activation_beta", 0.f)),
-                          ErrorKind::kUnsupported, "activation {} has no oneDNN post-op", act);
+      const float alpha = ctx.attrs().get_float("activation_alpha", 0.f);
+      const float beta = ctx.attrs().get_float("activation_beta", 0.f);
+      ANVIL_PREPARE_CHECK(ctx, du::append_activation(ops, act, alpha, beta), ErrorKind::kUnsupported,
+                          "activation {} (alpha {}, beta {}) has no oneDNN post-op", act, alpha, beta);
       attr.set_post_ops(ops);
     }
 
@@ -633,9 +634,10 @@ dnnl::convolution_forward::primitive_desc conv_depthwise_pd(const ir::Attributes
   dnnl::post_ops ops;
   auto activation = [&](const std::string& prefix) {
     const std::string act = attrs.get_string(prefix + "activation", "");
-    ANVIL_CHECK(du::append_activation(ops, act, attrs.get_float(prefix + "activation_alpha", 0.f),
-                                      attrs.get_float(prefix + "activation_beta", 0.f)),
-                ErrorKind::kUnsupported, "activation {} has no oneDNN post-op", act);
+    const float alpha = attrs.get_float(prefix + "activation_alpha", 0.f);
+    const float beta = attrs.get_float(prefix + "activation_beta", 0.f);
+    ANVIL_CHECK(du::append_activation(ops, act, alpha, beta), ErrorKind::kUnsupported,
+                "activation {} (alpha {}, beta {}) has no oneDNN post-op", act, alpha, beta);
   };
   activation("");
   const memory::data_type f32 = memory::data_type::f32;

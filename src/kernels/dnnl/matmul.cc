@@ -243,7 +243,7 @@ class DnnlMatMulBase : public Kernel {
   // The fused activation (FusedMatMul, FusedGemm): oneDNN's post-op, or Anvil's GEMM's epilogue.
   void set_activation(const PrepareContext& ctx, const std::string& act, float alpha, float beta) {
     ANVIL_PREPARE_CHECK(ctx, du::append_activation(post_ops_, act, alpha, beta), ErrorKind::kUnsupported,
-                        "activation '{}' has no oneDNN post-op", act);
+                        "activation '{}' (alpha {}, beta {}) has no oneDNN post-op", act, alpha, beta);
     activation_ = act;
     epilogue_.alpha = alpha;
     epilogue_.beta = beta;

@@ -387,6 +387,8 @@ class MaxUnpoolKernel : public Kernel {
   explicit MaxUnpoolKernel(const ir::Node&) {}
 
   std::vector<TensorType> prepare(const PrepareContext& ctx) override {
+    ANVIL_PREPARE_CHECK(ctx, ctx.has_input(1) && ctx.input_dtype(1) == DType::kInt64, ErrorKind::kInvalidModel,
+                        "its indices I must be given, as int64");
     const Shape& x = ctx.input_shape(0);
     // The schema checks these where X's shape is known when the model loads; here it always is.
     ANVIL_PREPARE_CHECK(ctx, x.size() >= 3, ErrorKind::kInvalidArgument, "X {} must be [N, C, D1, ...]",
