@@ -222,6 +222,16 @@ class GraphImporter {
     return sub;
   }
 
+  // Only control flow runs subgraphs. Elsewhere a graph attribute would make
+  // the node look like control flow to the planner, which then skips the
+  // schema's checks of its shapes, which its kernel relies on.
+  static void check_takes_subgraphs(const onnx::NodeProto& n, const onnx::AttributeProto& a) {
+    const std::string& op = n.op_type();
+    const bool control_flow = op == "If" || op == "Loop" || op == "Scan" || op == "SequenceMap";
+    ANVIL_CHECK(control_flow && normalize_domain(n.domain()).empty(), ErrorKind::kInvalidModel,
+                "node {}: {} takes no graph attribute, but has '{}'", node_label(n), op, a.name());
+  }
+
   ir::AttrValue convert_attribute(const onnx::AttributeProto& a, const onnx::NodeProto& n, ir::Graph& graph,
                                   ir::Node* node) {
     using A = onnx::AttributeProto;
@@ -233,7 +243,9 @@ class GraphImporter {
       case A::FLOATS: return std::vector<float>(a.floats().begin(), a.floats().end());
       case A::STRINGS: return std::vector<std::string>(a.strings().begin(), a.strings().end());
       case A::TENSOR: return tensor_from_proto(a.t(), base_dir_);
-      case A::GRAPH: return subgraph(a.g(), graph, node);
+      case A::GRAPH:
+        check_takes_subgraphs(n, a);
+        return subgraph(a.g(), graph, node);
       case A::TYPE_PROTO: {
         std::optional<ir::Type> type = type_from_onnx(a.tp());
         ANVIL_CHECK(type.has_value(), ErrorKind::kUnsupported, "node {}: attribute '{}' names a type Anvil does not carry",
@@ -241,6 +253,7 @@ class GraphImporter {
         return *type;
       }
       case A::GRAPHS: {
+        check_takes_subgraphs(n, a);
         std::vector<ir::GraphPtr> graphs;
         for (const auto& g : a.graphs()) graphs.push_back(subgraph(g, graph, node));
         return graphs;

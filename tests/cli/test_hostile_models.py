@@ -753,3 +753,19 @@ def test_fused_conv_clip_with_crossed_bounds_from_a_file(anvil, cases):
     reference = save(plain, cases / "conv_clip_nan_plain.onnx")
     want = ort.InferenceSession(str(reference), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     np.testing.assert_allclose(read_tensor_pb(out / "y.pb"), want, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("kind", ["graph", "graphs"])
+def test_graph_attribute_on_an_op_without_subgraphs(anvil, cases, kind):
+    """A Conv carrying a Scan's body (found by make fuzz, X a scalar and W unshaped) looked like control flow to the
+    planner, which then skipped the schema's shape checks at run time; its kernel indexed X's missing dims (SIGSEGV
+    in a release build). Only If, Loop, Scan and SequenceMap may hold graph attributes; others are refused."""
+    body = helper.make_graph([helper.make_node("Identity", ["a"], ["b"])], "body", [float_info("a", ())],
+                             [float_info("b", ())])
+    conv = helper.make_node("Conv", ["x", "w"], ["y"])
+    conv.attribute.append(helper.make_attribute("body", body if kind == "graph" else [body, body]))
+    graph = helper.make_graph([conv], "g", [float_info("x", ()), helper.make_tensor_value_info("w", TensorProto.FLOAT,
+                                                                                                None)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    model = save(graph, cases / f"conv_with_{kind}.onnx", opset=9)
+    check_error(run(anvil, model), EXIT_INVALID_MODEL, r"Conv takes no graph attribute, but has 'body'", strip=(cases,))

@@ -178,8 +178,11 @@ class DnnlConvBase : public Kernel {
 
  protected:
   void check_inputs(const PrepareContext& ctx) {
-    // The schema checked ranks, channels, group and bias shape.
+    // The schema checked ranks, channels, group and bias shape; the ranks again
+    // here, as the geometry below indexes them.
     const Shape& x = ctx.input_shape(0);
+    ANVIL_PREPARE_CHECK(ctx, x.size() >= 3 && ctx.input_shape(1).size() == x.size(), ErrorKind::kInvalidArgument,
+                        "X {} and W {} must have the same rank >= 3", shape_str(x), shape_str(ctx.input_shape(1)));
     ANVIL_PREPARE_CHECK(ctx, x.size() <= 5, ErrorKind::kUnsupported, "input X has {} spatial dimensions; at most 3 are supported",
                         x.size() - 2);
     group_ = ctx.attrs().get_int("group", 1);
