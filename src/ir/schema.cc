@@ -194,6 +194,29 @@ Type merge(const Node& node, const Value& v, const Type& declared, const Type& i
   return Type::tensor(dtype, std::move(dims));
 }
 
+// The ops that take sequences or optionals as inputs. Every other op reads
+// tensors: a sequence (which holds no bytes of its own) fed to one would
+// reach its kernel with the schema's shape checks skipped (dims() of a
+// sequence is unknown).
+bool takes_sequences(const Node& node) {
+  static const char* const kOps[] = {"ConcatFromSequence", "Identity", "Optional", "OptionalGetElement",
+                                     "OptionalHasElement", "SequenceAt", "SequenceConstruct", "SequenceEmpty",
+                                     "SequenceErase", "SequenceInsert", "SequenceLength", "SequenceMap",
+                                     "SplitToSequence", "If", "Loop", "Scan"};
+  return node.domain.empty() &&
+         std::any_of(std::begin(kOps), std::end(kOps), [&](const char* op) { return node.op_type == op; });
+}
+
+void check_tensor_inputs(const Node& node, const std::vector<const Type*>& inputs, ErrorKind kind) {
+  if (takes_sequences(node)) return;
+  for (size_t i = 0; i < inputs.size() && i < node.num_explicit_inputs(); ++i) {
+    const Type* t = inputs[i];
+    if (t && t->defined() && !t->is_tensor())
+      fail(kind, "{}: input {} is a {}, but the op takes tensors", node.describe(), i,
+           t->kind() == TypeKind::kSequence ? "sequence" : "optional");
+  }
+}
+
 void check_input_dtypes(const Node& node, const OpSchema& schema, const std::vector<const Type*>& inputs) {
   const auto& masks = schema.input_masks();
   if (masks.empty()) return;
@@ -335,6 +358,7 @@ class FactInferencer {
       values.push_back(it == facts_.values.end() ? std::nullopt : std::optional<SymValues>(it->second));
     }
     try {
+      check_tensor_inputs(node, inputs, ErrorKind::kInvalidModel);
       check_input_dtypes(node, *schema, inputs);
       check_shared_dtypes(node, *schema, inputs);
       check_required_attrs(node, *schema);
@@ -380,6 +404,7 @@ std::optional<NodeInference> infer_node_outputs(const Node& node, const std::vec
     values.push_back(c ? values_of(*c) : std::nullopt);
   }
   // (import saw the declared types; a mismatch here comes from values the caller filled, e.g. a sequence's)
+  check_tensor_inputs(node, types, ErrorKind::kInvalidArgument);
   check_shared_dtypes(node, *schema, types, ErrorKind::kInvalidArgument);
   InferContext ctx(node, *schema, std::move(types), std::move(values));
   ctx.set_input_error_kind(ErrorKind::kInvalidArgument);

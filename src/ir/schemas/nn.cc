@@ -231,6 +231,8 @@ void infer_squeeze_excite(InferContext& ctx) {
 // x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point, B) -> y_zero_point's type.
 void infer_integer_conv(InferContext& ctx) {
   const bool q = ctx.node().op_type == "QLinearConv";
+  if (q)  // the scales are required (the kernel reads them); the zero points may be omitted
+    for (size_t i : {size_t{1}, size_t{4}, size_t{6}}) ctx.input(i);
   const DType out = q ? ctx.dtype(7) : DType::kInt32;
   ctx.set_output(0, Type::tensor(out));
   ctx.set_output(0, Type::tensor(out, conv_dims(ctx, q ? 3 : 1, q ? 8 : -1)));
@@ -366,8 +368,9 @@ void infer_topk(InferContext& ctx) {
   std::optional<SymInt> k;
   if (ctx.opset() < 10) {
     k = SymInt::of(ctx.attr_int("k"));
-  } else if (auto values = ctx.values(1); values && values->size() == 1) {
-    k = (*values)[0];
+  } else {
+    ctx.input(1);  // K is required: fails when omitted
+    if (auto values = ctx.values(1); values && values->size() == 1) k = (*values)[0];
   }
   if (k && k->is_number()) {
     const int64_t n = *k->number;
@@ -384,8 +387,6 @@ void infer_topk(InferContext& ctx) {
 // kernel relies on it).
 void infer_max_unpool(InferContext& ctx) {
   ctx.set_output(0, Type::tensor(ctx.dtype(0)));
-  if (ctx.dtype(1) != DType::kInt64)  // also fails when I is omitted
-    ctx.fail("its indices I must be int64, got {}", dtype_name(ctx.dtype(1)));
   size_t n = 0;  // spatial axes
   if (ctx.input(0).has_shape()) {
     const SymShape& x = ctx.dims(0);
@@ -394,6 +395,8 @@ void infer_max_unpool(InferContext& ctx) {
     const size_t kernel = ctx.attr_ints("kernel_shape").size();
     if (kernel != n) ctx.fail("kernel_shape has {} entries for {} spatial dimensions", kernel, n);
   }
+  if (ctx.dtype(1) != DType::kInt64)  // also fails when I is omitted
+    ctx.fail("its indices I must be int64, got {}", dtype_name(ctx.dtype(1)));
   if (ctx.has_input(2)) {
     if (auto shape = values_as_dims(ctx, 2)) ctx.set_output(0, Type::tensor(ctx.dtype(0), *shape));
     return;

@@ -12,6 +12,7 @@ void infer_window(InferContext& ctx) {
   ctx.set_output(0, Type::tensor(dtype, SymShape{Dim::unknown()}));
   if (dtype == DType::kUndefined || dtype == DType::kBool)
     ctx.fail("output_datatype {} is not a numeric type", ctx.attr_int("output_datatype"));
+  ctx.input(0);  // size is required: fails when omitted
   const auto& size = ctx.values(0);
   if (!size || size->size() != 1) return;
   const SymInt& n = (*size)[0];
