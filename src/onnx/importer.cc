@@ -222,14 +222,20 @@ class GraphImporter {
     return sub;
   }
 
-  // Only control flow runs subgraphs. Elsewhere a graph attribute would make
-  // the node look like control flow to the planner, which then skips the
-  // schema's checks of its shapes, which its kernel relies on.
+  // Only control flow runs subgraphs, each under its one name (If's two
+  // branches, the others' body). Elsewhere a graph attribute would make the
+  // node look like control flow to the planner, which then skips the
+  // schema's checks of its shapes, which its kernel relies on; a stray one on
+  // control flow would become a body no kernel runs.
   static void check_takes_subgraphs(const onnx::NodeProto& n, const onnx::AttributeProto& a) {
     const std::string& op = n.op_type();
     const bool control_flow = op == "If" || op == "Loop" || op == "Scan" || op == "SequenceMap";
     ANVIL_CHECK(control_flow && normalize_domain(n.domain()).empty(), ErrorKind::kInvalidModel,
                 "node {}: {} takes no graph attribute, but has '{}'", node_label(n), op, a.name());
+    const bool expected = op == "If" ? a.name() == "then_branch" || a.name() == "else_branch" : a.name() == "body";
+    ANVIL_CHECK(expected && a.type() == onnx::AttributeProto::GRAPH, ErrorKind::kInvalidModel,
+                "node {}: {} takes no graph attribute '{}'{}", node_label(n), op, a.name(),
+                expected ? " holding several graphs" : "");
   }
 
   ir::AttrValue convert_attribute(const onnx::AttributeProto& a, const onnx::NodeProto& n, ir::Graph& graph,

@@ -806,3 +806,30 @@ def test_sequence_fed_to_a_tensor_op(anvil, cases):
     result = run(anvil, model)
     check_error(result, result.returncode, "Relu", "input 0 is a sequence, but the op takes tensors", strip=(cases,))
     assert result.returncode in (EXIT_INVALID_MODEL, EXIT_INVALID_ARGUMENT), result.returncode
+
+
+@pytest.mark.parametrize("case", ["if_third_graph", "loop_body_as_graphs"])
+def test_control_flow_with_a_stray_graph(anvil, cases, case):
+    """Control flow takes its graphs under their own names, one graph each (If's then_branch and else_branch, the
+    others' body); any other graph attribute is refused, not imported as a subgraph no kernel runs."""
+    def branch(name):
+        return helper.make_graph([helper.make_node("Identity", ["x"], ["o"])], name, [], [float_info("o", (2,))])
+    if case == "if_third_graph":
+        node = helper.make_node("If", ["c"], ["y"], then_branch=branch("t"), else_branch=branch("e"))
+        node.attribute.append(helper.make_attribute("extra", branch("z")))
+        inputs = [helper.make_tensor_value_info("c", TensorProto.BOOL, ()), float_info("x", (2,))]
+        pattern = r"If takes no graph attribute 'extra'"
+    else:
+        body = helper.make_graph([helper.make_node("Identity", ["v"], ["v_out"]),
+                                  helper.make_node("Identity", ["cond"], ["cond_out"])], "body",
+                                 [helper.make_tensor_value_info("i", TensorProto.INT64, ()),
+                                  helper.make_tensor_value_info("cond", TensorProto.BOOL, ()), float_info("v", (2,))],
+                                 [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, ()),
+                                  float_info("v_out", (2,))])
+        node = helper.make_node("Loop", ["", "", "x"], ["y"])
+        node.attribute.append(helper.make_attribute("body", [body]))
+        inputs = [float_info("x", (2,))]
+        pattern = r"Loop takes no graph attribute 'body' holding several graphs"
+    graph = helper.make_graph([node], "g", inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    model = save(graph, cases / f"{case}.onnx")
+    check_error(run(anvil, model), EXIT_INVALID_MODEL, pattern, strip=(cases,))
