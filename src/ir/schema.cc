@@ -201,10 +201,10 @@ Type merge(const Node& node, const Value& v, const Type& declared, const Type& i
 bool takes_sequences(const Node& node) {
   static const char* const kOps[] = {"ConcatFromSequence", "Identity", "Optional", "OptionalGetElement",
                                      "OptionalHasElement", "SequenceAt", "SequenceConstruct", "SequenceEmpty",
-                                     "SequenceErase", "SequenceInsert", "SequenceLength", "SequenceMap",
-                                     "SplitToSequence", "If", "Loop", "Scan"};
+                                     "SequenceErase", "SequenceInsert", "SequenceLength", "SplitToSequence"};
   return node.domain.empty() &&
-         std::any_of(std::begin(kOps), std::end(kOps), [&](const char* op) { return node.op_type == op; });
+         (is_control_flow_op(node.op_type) ||
+          std::any_of(std::begin(kOps), std::end(kOps), [&](const char* op) { return node.op_type == op; }));
 }
 
 void check_tensor_inputs(const Node& node, const std::vector<const Type*>& inputs, ErrorKind kind) {
@@ -391,6 +391,10 @@ const Type& InferredFacts::type_of(const Value* v) const {
 }
 
 InferredFacts infer_run_time_facts(const Graph& graph) { return FactInferencer().run(graph); }
+
+bool is_control_flow_op(const std::string& op_type) {
+  return op_type == "If" || op_type == "Loop" || op_type == "Scan" || op_type == "SequenceMap";
+}
 
 std::optional<NodeInference> infer_node_outputs(const Node& node, const std::vector<Type>& inputs,
                                                 const std::vector<const Tensor*>& constants) {

@@ -235,6 +235,10 @@ struct NodeInference {
   std::vector<bool> values_read;             // inputs whose values the output types depend on
 };
 
+// The ONNX control-flow ops (If, Loop, Scan, SequenceMap): the only ones that
+// hold subgraphs, and with the sequence ops the only ones given sequences.
+bool is_control_flow_op(const std::string& op_type);
+
 // The output types the node's schema computes for these inputs (an undefined
 // Type for an omitted one) and the values of `constants` (nullptr: not known).
 // Inputs that do not fit fail with kInvalidArgument. nullopt: no schema.

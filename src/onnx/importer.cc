@@ -16,6 +16,7 @@
 
 #include "anvil/model_info.h"
 #include "core/check.h"
+#include "ir/schema.h"
 #include "onnx/anvil_domain.h"
 #include "onnx/tensor_proto.h"
 #include "onnx/validate.h"
@@ -229,8 +230,7 @@ class GraphImporter {
   // control flow would become a body no kernel runs.
   static void check_takes_subgraphs(const onnx::NodeProto& n, const onnx::AttributeProto& a) {
     const std::string& op = n.op_type();
-    const bool control_flow = op == "If" || op == "Loop" || op == "Scan" || op == "SequenceMap";
-    ANVIL_CHECK(control_flow && normalize_domain(n.domain()).empty(), ErrorKind::kInvalidModel,
+    ANVIL_CHECK(ir::is_control_flow_op(op) && normalize_domain(n.domain()).empty(), ErrorKind::kInvalidModel,
                 "node {}: {} takes no graph attribute, but has '{}'", node_label(n), op, a.name());
     const bool expected = op == "If" ? a.name() == "then_branch" || a.name() == "else_branch" : a.name() == "body";
     ANVIL_CHECK(expected && a.type() == onnx::AttributeProto::GRAPH, ErrorKind::kInvalidModel,
