@@ -62,5 +62,6 @@ std::unique_ptr<Pass> make_fuse_layer_norm();
 std::unique_ptr<Pass> make_fuse_masked_softmax();
 std::unique_ptr<Pass> make_fuse_elementwise_chain();
 std::unique_ptr<Pass> make_fuse_conv_depthwise(FusionAdvisor advisor);
+std::unique_ptr<Pass> make_fuse_two_class_gate_grad(FusionAdvisor advisor);
 
 }  // namespace anvil::passes

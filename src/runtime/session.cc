@@ -98,8 +98,10 @@ size_t product_weight_bytes(const ir::Graph& graph) {
 // kernels at the thread count each run gets.
 passes::FusionAdvisor fusion_advisor(int threads) {
   return [threads](const ir::Node& fused) {
-    return fused.domain == "anvil" && fused.op_type == "FusedConvDepthwise" &&
-           kernels::conv_depthwise_fusion_pays(fused, threads);
+    if (fused.domain != "anvil") return false;
+    if (fused.op_type == "FusedConvDepthwise") return kernels::conv_depthwise_fusion_pays(fused, threads);
+    if (fused.op_type == "TwoClassReluGrad") return kernels::two_class_gate_fusion_pays(fused);
+    return false;
   };
 }
 

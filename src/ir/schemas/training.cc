@@ -56,6 +56,54 @@ void infer_gemm_relu_grad(InferContext& ctx) {
   ctx.set_output(2, matrix ? Type::tensor(y.dtype(), SymShape{k, y.dims()[1]}) : Type::tensor(y.dtype()));
 }
 
+// Two dims that cannot both hold: both known and different.
+bool conflict(const Dim& a, const Dim& b) { return a.is_known() && b.is_known() && a.value != b.value; }
+
+Dim bytes_for_bits(const Dim& bits) { return bits.is_known() ? Dim::known((bits.value + 7) / 8) : Dim::unknown(); }
+
+// anvil.TwoClassReluGrad(dZ [N, 2], W, H [N, J]), W [2, J] (transB 0) or
+// [J, 2]: u [N], w [J], the gate [H > 0] packed by rows [N, ceil(J / 8)]
+// and by columns [J, ceil(N / 8)] (uint8), then optionally the gated
+// gradient's column sums [1, J] and dZ^T H [2, J] (passes/fuse_two_class_gate_grad.cc).
+void infer_two_class_relu_grad(InferContext& ctx) {
+  if (ctx.rank(0) != 2 || ctx.rank(1) != 2 || ctx.rank(2) != 2) ctx.fail("expects dZ, W and H of rank 2");
+  const SymShape &dz = ctx.dims(0), &h = ctx.dims(2);
+  const bool trans_b = ctx.attr_int("transB") != 0;
+  const Dim w_classes = ctx.dims(1)[trans_b ? 1 : 0], w_width = ctx.dims(1)[trans_b ? 0 : 1];
+  if (conflict(dz[1], Dim::known(2)) || conflict(w_classes, Dim::known(2)))
+    ctx.fail("takes two classes: dZ {} and W {}", dims_str(dz), dims_str(ctx.dims(1)));
+  if (conflict(dz[0], h[0]) || conflict(w_width, h[1]))
+    ctx.fail("dZ {}, W {} and H {} do not match", dims_str(dz), dims_str(ctx.dims(1)), dims_str(h));
+  const Dim n = dz[0].is_known() ? dz[0] : h[0], width = h[1];
+  const DType f = DType::kFloat32;
+  ctx.set_output(0, Type::tensor(f, SymShape{n}));
+  if (ctx.num_outputs() > 1) ctx.set_output(1, Type::tensor(f, SymShape{width}));
+  if (ctx.num_outputs() > 2) ctx.set_output(2, Type::tensor(DType::kUInt8, SymShape{n, bytes_for_bits(width)}));
+  if (ctx.num_outputs() > 3) ctx.set_output(3, Type::tensor(DType::kUInt8, SymShape{width, bytes_for_bits(n)}));
+  if (ctx.num_outputs() > 4) ctx.set_output(4, Type::tensor(f, SymShape{Dim::known(1), width}));
+  if (ctx.num_outputs() > 5) ctx.set_output(5, Type::tensor(f, SymShape{Dim::known(2), width}));
+}
+
+// anvil.BitGemm(B, T, row_scale [M], k_scale [K], gate): B uint8 [M,
+// ceil(K / 8)] (bits), T [K, C] (transB 0) or [C, K], gate [M, C]
+// (optional): Y [M, C], optionally its column sums [1, C].
+void infer_bit_gemm(InferContext& ctx) {
+  if (ctx.rank(0) != 2 || ctx.rank(1) != 2 || ctx.rank(2) != 1 || ctx.rank(3) != 1)
+    ctx.fail("expects B and T of rank 2, row_scale and k_scale of rank 1");
+  const SymShape &b = ctx.dims(0), &t = ctx.dims(1);
+  const Dim m = ctx.dims(2)[0], k = ctx.dims(3)[0];
+  const bool trans_b = ctx.attr_int("transB") != 0;
+  const Dim t_k = t[trans_b ? 1 : 0], cols = t[trans_b ? 0 : 1];
+  if (conflict(b[0], m) || conflict(b[1], bytes_for_bits(k)) || conflict(t_k, k))
+    ctx.fail("B {}, T {}, row_scale [{}] and k_scale [{}] do not match", dims_str(b), dims_str(t), m.str(), k.str());
+  if (ctx.has_input(4)) {
+    if (ctx.rank(4) != 2 || conflict(ctx.dims(4)[0], m) || conflict(ctx.dims(4)[1], cols))
+      ctx.fail("gate {} does not match the product [{},{}]", dims_str(ctx.dims(4)), m.str(), cols.str());
+  }
+  ctx.set_output(0, Type::tensor(DType::kFloat32, SymShape{m, cols}));
+  if (ctx.num_outputs() > 1) ctx.set_output(1, Type::tensor(DType::kFloat32, SymShape{Dim::known(1), cols}));
+}
+
 struct Registrations {
   Registrations() {
     auto& r = SchemaRegistry::global();
@@ -74,6 +122,16 @@ struct Registrations {
               .attr("transA", int64_t{0})
               .attr("transB", int64_t{0})
               .infer(infer_gemm_relu_grad));
+    // A two-class head's gradient into the ReLU layer below it, kept as
+    // its factors, and the products by its 0/1 gate (passes/fuse_two_class_gate_grad.cc).
+    r.add(OpSchema("TwoClassReluGrad", "anvil")
+              .inputs({dtype_bit(DType::kFloat32)})
+              .attr("transB", int64_t{0})
+              .infer(infer_two_class_relu_grad));
+    r.add(OpSchema("BitGemm", "anvil")
+              .inputs({dtype_bit(DType::kUInt8), dtype_bit(DType::kFloat32)})
+              .attr("transB", int64_t{0})
+              .infer(infer_bit_gemm));
     // The convolution gradients take the forward Conv's attributes; X and W
     // give the output shapes (dX like X, dW like W, dB like W's first axis).
     r.add(OpSchema("TrainingDropout", "anvil").inputs({kFloats, dtype_bit(DType::kInt64)}).infer(infer_training_dropout));

@@ -152,6 +152,51 @@ struct WinogradKernels {
                       int64_t ow, int rows, int cols, bool relu);
 };
 
+// A product by a 0/1 matrix, done by table lookups rather than
+// multiplications (anvil.BitGemm, kernels/vec/bit_gemm.cc drives it): one
+// block of Y = diag(row_scale) B diag(k_scale) T, zeroed where gate <= 0.
+// K is cut into chunks of kBitChunk rows of T; a table holds the 16 sums of
+// each chunk's rows (scaled by k_scale) over the block's columns, and each
+// row of Y adds, per chunk, the entry its four bits of B pick: one vector
+// add and one load stand for four multiply-adds. The sums are float32 sums
+// in another order than a GEMM's.
+constexpr int64_t kBitChunk = 4;           // rows of T a table entry sums
+constexpr int64_t kBitColumns = 32;        // columns of Y a block spans (at most)
+constexpr int64_t kBitGroupChunks = 256;   // chunks whose tables are held at once
+constexpr int64_t kBitTableFloats = kBitGroupChunks * 16 * kBitColumns;  // 512 KiB: they stay in L2
+
+struct BitGemmBlock {
+  // B: bit k % 8 of byte k / 8 of row r (row_bytes = ceil(k / 8) bytes apart)
+  // is B[r, k]; bits at k and past are zero.
+  const uint8_t* bits = nullptr;
+  int64_t row_bytes = 0;
+  // T[k, j] at t[k * t_k_stride + j * t_j_stride], for k < k_size.
+  const float* t = nullptr;
+  int64_t t_k_stride = 0, t_j_stride = 0, k_size = 0;
+  const float* k_scale = nullptr;    // [k_size]
+  const float* row_scale = nullptr;  // one per row of B and Y
+  const float* gate = nullptr;       // [rows of Y, gate_ld] at Y's column 0; null: none
+  int64_t gate_ld = 0;
+  float* y = nullptr;  // Y's row 0, column 0
+  int64_t ldy = 0;
+  int64_t r0 = 0, rows = 0;  // the block's rows
+  int64_t j0 = 0, cols = 0;  // its columns, cols <= kBitColumns
+  // The block's column sums of Y (after the gate) written here, cols
+  // floats; null: none.
+  float* column_sums = nullptr;
+  float* tables = nullptr;  // scratch of kBitTableFloats floats, 64-byte aligned
+};
+
+struct BitGemmKernels {
+  void (*block)(const BitGemmBlock& b);
+  // One row of a two-class head's gradient (anvil.TwoClassReluGrad): bit j
+  // of bits is h[j] > 0 for j < n (ceil(n / 8) bytes, the last one's high
+  // bits zero); gate_sums[j] += u where h[j] > 0; head[j] += a h[j] and
+  // head[n + j] += b h[j]. gate_sums and head may be null.
+  void (*gate_row)(const float* h, int64_t n, float u, float a, float b, uint8_t* bits, float* gate_sums,
+                   float* head);
+};
+
 struct VecKernels {
   // o[j] = c[j * sc] ? x[j * sx] : y[j * sy] for j < n, on 4-byte elements;
   // each stride is 0 (a broadcast value) or 1.
@@ -218,6 +263,7 @@ struct VecKernels {
                              int64_t x_pixel, float* dx, int64_t channels, const PoolWindow& w, bool relu_gate,
                              int64_t oh_begin, int64_t oh_end);
   WinogradKernels winograd;
+  BitGemmKernels bit_gemm;
 };
 
 const VecKernels& vec_kernels();                 // for vector_isa()

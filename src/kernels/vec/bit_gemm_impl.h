@@ -1,0 +1,165 @@
+// Products by a 0/1 matrix by table lookups (vec_kernels.h, BitGemmBlock),
+// and the row pass of a two-class head's gradient that makes those 0/1
+// matrices. Included like vec_kernels_impl.h: inside an anonymous namespace,
+// once per ISA, builtins only.
+//
+// The vectors are GCC's generic ones of 16 floats: one zmm on AVX-512, two
+// ymm on AVX2, four xmm on SSE4.1. Measured with bench/tools/binary_gemm_ab:
+// 1.54x oneDNN's float32 GEMM on the shapes of issue 9's MLP with AVX-512;
+// the same code built for AVX2 runs at 0.68x oneDNN's AVX2 GEMM, which is
+// why the pass asks the kernels first (kernels/fusion_advice.h).
+
+typedef float bit_v16 __attribute__((vector_size(64)));
+typedef int32_t bit_v16i __attribute__((vector_size(64)));
+constexpr int kBitVectors = kBitColumns / 16;  // vectors a table entry spans
+
+// Row k of T, scaled by k_scale[k], over the block's columns (zeros past them).
+inline void bit_scaled_row(const BitGemmBlock& b, int64_t k, bit_v16* r) {
+  float row[kBitColumns];
+  const float* src = b.t + k * b.t_k_stride + b.j0 * b.t_j_stride;
+  if (b.t_j_stride == 1 && b.cols == kBitColumns) {
+    __builtin_memcpy(row, src, sizeof(row));
+  } else {
+    for (int64_t j = 0; j < kBitColumns; ++j) row[j] = j < b.cols ? src[j * b.t_j_stride] : 0.f;
+  }
+  const float s = b.k_scale[k];
+  for (int v = 0; v < kBitVectors; ++v) {
+    __builtin_memcpy(&r[v], row + 16 * v, sizeof(bit_v16));
+    r[v] *= s;
+  }
+}
+
+// The tables of chunks [c0, c0 + nc): entry s of chunk c0 + c at
+// tab[((c << 4) | s) * kBitVectors], the sum of the rows whose bits s sets.
+// Rows past k_size are zero (B's bits there are zero too).
+inline void bit_gemm_tables(const BitGemmBlock& b, int64_t c0, int64_t nc, bit_v16* tab) {
+  for (int64_t c = 0; c < nc; ++c) {
+    bit_v16* e = tab + (c << 4) * kBitVectors;
+    for (int v = 0; v < kBitVectors; ++v) e[v] = bit_v16{};
+    for (int bit = 0; bit < kBitChunk; ++bit) {
+      const int64_t k = (c0 + c) * kBitChunk + bit;
+      bit_v16 r[kBitVectors] = {};
+      if (k < b.k_size) bit_scaled_row(b, k, r);
+      const int half = 1 << bit;  // entries [half, 2 half) are entries [0, half) plus this row
+      for (int s = 0; s < half; ++s)
+        for (int v = 0; v < kBitVectors; ++v) e[(half + s) * kBitVectors + v] = e[s * kBitVectors + v] + r[v];
+    }
+  }
+}
+
+inline void bit_load_cols(const float* p, int64_t cols, bit_v16* out) {
+  if (cols == kBitColumns) {
+    __builtin_memcpy(out, p, sizeof(bit_v16) * kBitVectors);
+    return;
+  }
+  float tmp[kBitColumns] = {};
+  __builtin_memcpy(tmp, p, static_cast<size_t>(cols) * sizeof(float));
+  __builtin_memcpy(out, tmp, sizeof(tmp));
+}
+
+inline void bit_store_cols(const bit_v16* in, int64_t cols, float* p) {
+  __builtin_memcpy(p, in, static_cast<size_t>(cols) * sizeof(float));
+}
+
+// Rows of the block over chunks [c0, c0 + nc) (nc even: two chunks a byte),
+// added to what earlier groups stored unless `first`; the last group applies
+// the row scale and the gate and adds the column sums.
+inline void bit_gemm_rows(const BitGemmBlock& b, int64_t c0, int64_t nc, const bit_v16* tab, bool first, bool last,
+                          bit_v16* column_sums) {
+  const int64_t bytes = nc / 2;
+  for (int64_t r = b.r0; r < b.r0 + b.rows; ++r) {
+    const uint8_t* rb = b.bits + r * b.row_bytes + c0 / 2;
+    bit_v16 acc[4][kBitVectors] = {};  // four partial sums, so that the adds do not wait on each other
+    int64_t i = 0;
+    for (; i + 2 <= bytes; i += 2)
+      for (int a = 0; a < 2; ++a) {
+        const unsigned byte = rb[i + a];
+        const bit_v16* lo = tab + (((i + a) * 2 << 4) | (byte & 15u)) * kBitVectors;
+        const bit_v16* hi = tab + (((i + a) * 2 + 1) << 4 | (byte >> 4)) * kBitVectors;
+        for (int v = 0; v < kBitVectors; ++v) {
+          acc[2 * a][v] += lo[v];
+          acc[2 * a + 1][v] += hi[v];
+        }
+      }
+    for (; i < bytes; ++i) {
+      const unsigned byte = rb[i];
+      const bit_v16* lo = tab + ((i * 2 << 4) | (byte & 15u)) * kBitVectors;
+      const bit_v16* hi = tab + ((i * 2 + 1) << 4 | (byte >> 4)) * kBitVectors;
+      for (int v = 0; v < kBitVectors; ++v) acc[0][v] += lo[v] + hi[v];
+    }
+    bit_v16 sum[kBitVectors];
+    for (int v = 0; v < kBitVectors; ++v) sum[v] = (acc[0][v] + acc[1][v]) + (acc[2][v] + acc[3][v]);
+    float* out = b.y + r * b.ldy + b.j0;
+    if (!first) {
+      bit_v16 old[kBitVectors];
+      bit_load_cols(out, b.cols, old);
+      for (int v = 0; v < kBitVectors; ++v) sum[v] += old[v];
+    }
+    if (last) {
+      const float s = b.row_scale[r];
+      for (int v = 0; v < kBitVectors; ++v) sum[v] *= s;
+      if (b.gate) {
+        bit_v16 g[kBitVectors];
+        bit_load_cols(b.gate + r * b.gate_ld + b.j0, b.cols, g);
+        for (int v = 0; v < kBitVectors; ++v) sum[v] = (bit_v16)((bit_v16i)sum[v] & (g[v] > 0.f));  // NaN: 0
+      }
+      if (column_sums)
+        for (int v = 0; v < kBitVectors; ++v) column_sums[v] += sum[v];
+    }
+    bit_store_cols(sum, b.cols, out);
+  }
+}
+
+inline void bit_gemm_block_impl(const BitGemmBlock& b) {
+  auto* tab = reinterpret_cast<bit_v16*>(b.tables);
+  const int64_t chunks = b.row_bytes * 2;
+  bit_v16 column_sums[kBitVectors] = {};
+  for (int64_t c0 = 0; c0 < chunks; c0 += kBitGroupChunks) {
+    const int64_t nc = chunks - c0 < kBitGroupChunks ? chunks - c0 : kBitGroupChunks;
+    bit_gemm_tables(b, c0, nc, tab);
+    bit_gemm_rows(b, c0, nc, tab, c0 == 0, c0 + nc == chunks, b.column_sums ? column_sums : nullptr);
+  }
+  if (chunks == 0) {  // K = 0: Y is zero
+    for (int64_t r = b.r0; r < b.r0 + b.rows; ++r) __builtin_memset(b.y + r * b.ldy + b.j0, 0, b.cols * sizeof(float));
+  }
+  if (b.column_sums) bit_store_cols(column_sums, b.cols, b.column_sums);
+}
+
+// Eight bits of [h > 0], bit i from h[i].
+inline unsigned bit_positive_byte(const float* h) {
+#if defined(__AVX__)
+  return static_cast<unsigned>(_mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(h), _mm256_setzero_ps(), _CMP_GT_OQ)));
+#else
+  const __m128 z = _mm_setzero_ps();
+  return static_cast<unsigned>(_mm_movemask_ps(_mm_cmpgt_ps(_mm_loadu_ps(h), z)) |
+                               _mm_movemask_ps(_mm_cmpgt_ps(_mm_loadu_ps(h + 4), z)) << 4);
+#endif
+}
+
+inline void gate_row_impl(const float* h, int64_t n, float u, float a, float b, uint8_t* bits, float* gate_sums,
+                          float* head) {
+  int64_t j = 0;
+#if defined(__AVX512F__)
+  for (; j + 16 <= n; j += 16) {
+    const __mmask16 m = _mm512_cmp_ps_mask(_mm512_loadu_ps(h + j), _mm512_setzero_ps(), _CMP_GT_OQ);
+    __builtin_memcpy(bits + j / 8, &m, 2);
+  }
+#endif
+  for (; j + 8 <= n; j += 8) bits[j / 8] = static_cast<uint8_t>(bit_positive_byte(h + j));
+  if (j < n) {
+    unsigned byte = 0;
+    for (int64_t i = j; i < n; ++i) byte |= (h[i] > 0.f ? 1u : 0u) << (i - j);
+    bits[j / 8] = static_cast<uint8_t>(byte);
+  }
+  if (gate_sums) {
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) gate_sums[i] += h[i] > 0.f ? u : 0.f;
+  }
+  if (head) {
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) {
+      head[i] += a * h[i];
+      head[n + i] += b * h[i];
+    }
+  }
+}
