@@ -17,7 +17,7 @@ bool conv_depthwise_fusion_pays(const ir::Node& fused, int threads);
 // beats the float32 GEMMs it replaces: on AVX-512, where the table lookups
 // ran 1.54x oneDNN's GEMM, not on AVX2, where they ran 0.68x
 // (bench/tools/binary_gemm_ab). ANVIL_FUSE_TWO_CLASS_GATE=0 says no, =1 yes
-// on every ISA (tests).
+// on every ISA (tests); other values leave the choice to the ISA.
 bool two_class_gate_fusion_pays(const ir::Node& fused);
 
 }  // namespace anvil::kernels

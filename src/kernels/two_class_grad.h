@@ -21,9 +21,12 @@ inline TwoClassDims check_two_class_relu_grad(const PrepareContext& ctx, bool tr
   const Shape w_expected = trans_b ? Shape{d.width, 2} : Shape{2, d.width};
   ANVIL_PREPARE_CHECK(ctx, dz == (Shape{d.rows, 2}) && w == w_expected, ErrorKind::kInvalidModel,
                       "dZ {}, W {} and H {} do not match", shape_str(dz), shape_str(w), shape_str(h));
-  ANVIL_PREPARE_CHECK(ctx, ctx.node().outputs.size() >= 3 && ctx.node().output(0) && ctx.node().output(1) &&
+  const size_t outputs = ctx.node().outputs.size();
+  ANVIL_PREPARE_CHECK(ctx, outputs >= 3 && outputs <= 6 && ctx.node().output(0) && ctx.node().output(1) &&
                                ctx.node().output(2),
-                      ErrorKind::kInvalidModel, "writes u, w and the gate's bits by rows: outputs 0 to 2");
+                      ErrorKind::kInvalidModel,
+                      "writes u, w and the gate's bits by rows (outputs 0 to 2), then up to 3 optional ones; got {} "
+                      "outputs", outputs);
   return d;
 }
 
@@ -44,6 +47,10 @@ inline BitGemmDims check_bit_gemm(const PrepareContext& ctx, bool trans_b) {
                       shape_str(t), shape_str(rs), shape_str(ks));
   ANVIL_PREPARE_CHECK(ctx, !d.gated || ctx.input_shape(4) == (Shape{d.m, d.cols}), ErrorKind::kInvalidModel,
                       "gate {} does not match the product [{},{}]", shape_str(ctx.input_shape(4)), d.m, d.cols);
+  const size_t outputs = ctx.node().outputs.size();
+  ANVIL_PREPARE_CHECK(ctx, outputs >= 1 && outputs <= 2 && ctx.node().output(0), ErrorKind::kInvalidModel,
+                      "writes Y (output 0) and optionally its column sums; got {} outputs{}", outputs,
+                      outputs >= 1 && !ctx.node().output(0) ? ", Y omitted" : "");
   d.sums = ctx.node().output(1) != nullptr;
   return d;
 }

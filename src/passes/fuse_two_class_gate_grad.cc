@@ -26,9 +26,13 @@
 //
 // The rows of dZ must sum to zero by construction: dZ = (Softmax(s) -
 // OneHot(labels, 2, [0, 1])) * scale, scale one value per row (the loss's
-// reduction), as the autodiff writes it (train/gradients/softmax_loss.cc).
-// u = (dZ[:, 0] - dZ[:, 1]) / 2 absorbs their rounding; the difference from
-// the unfused graph is of the order of the softmax's own rounding.
+// reduction), as the autodiff writes it (train/gradients/softmax_loss.cc),
+// beside a SoftmaxCrossEntropyLoss(s, labels) that refuses a label outside
+// [0, 2) when it runs (OneHot would give that row zeros). u = (dZ[:, 0] -
+// dZ[:, 1]) / 2 absorbs their rounding; the difference from the unfused
+// graph is of the order of the softmax's own rounding.
+#include <map>
+
 #include "passes/match.h"
 #include "passes/pipeline.h"
 
@@ -54,8 +58,24 @@ bool has_values(const ir::Value* v, DType dtype, const std::vector<double>& valu
   return true;
 }
 
-// Softmax(s) - OneHot(labels, 2, [0, 1]) over the last axis of [N, 2]: rows that sum to 1 - 1.
-bool is_softmax_minus_one_hot(const ir::Value* v) {
+using Consumers = std::map<const ir::Value*, std::vector<ir::Node*>>;
+
+// A SoftmaxCrossEntropyLoss over `scores` and `labels` that checks each label
+// when it runs (no class weights, no ignore_index): OneHot leaves the row of
+// a label outside [-2, 2) all zeros, and that row of dZ would not sum to zero.
+bool labels_checked_by_loss(const Consumers& consumers, const ir::Value* scores, const ir::Value* labels) {
+  const auto found = consumers.find(labels);
+  if (found == consumers.end()) return false;
+  for (const ir::Node* loss : found->second)
+    if (is_op(loss, "SoftmaxCrossEntropyLoss") && loss->input(0) == scores && loss->input(1) == labels &&
+        !loss->input(2) && !loss->attrs.has("ignore_index"))
+      return true;
+  return false;
+}
+
+// Softmax(s) - OneHot(labels, 2, [0, 1]) over the last axis of [N, 2], the
+// labels checked by the loss: rows that sum to 1 - 1.
+bool is_softmax_minus_one_hot(const Consumers& consumers, const ir::Value* v) {
   const ir::Node* sub = producer_op(v, "Sub");
   if (!sub) return false;
   const ir::Node* softmax = producer_op(sub->input(0), "Softmax");
@@ -64,7 +84,8 @@ bool is_softmax_minus_one_hot(const ir::Value* v) {
   const int64_t axis = softmax->attrs.get_int("axis", -1), hot_axis = one_hot->attrs.get_int("axis", -1);
   return (axis == -1 || axis == 1) && (hot_axis == -1 || hot_axis == 1) &&
          is_known(softmax->output(0)->type.dims()[1], 2) && has_values(one_hot->input(1), DType::kInt64, {2}) &&
-         has_values(one_hot->input(2), DType::kFloat32, {0, 1});
+         has_values(one_hot->input(2), DType::kFloat32, {0, 1}) &&
+         labels_checked_by_loss(consumers, softmax->input(0), one_hot->input(0));
 }
 
 // One value for every row of a [N, 2] product: a scalar, [1] or [N, 1].
@@ -77,23 +98,23 @@ bool is_row_constant(const ir::Value* v) {
 }
 
 // dZ's rows sum to zero by construction (see the top of the file).
-bool rows_sum_to_zero(const ir::Value* dz) {
-  if (is_softmax_minus_one_hot(dz)) return true;
+bool rows_sum_to_zero(const Consumers& consumers, const ir::Value* dz) {
+  if (is_softmax_minus_one_hot(consumers, dz)) return true;
   const ir::Node* mul = producer_op(dz, "Mul");
   if (!mul) return false;
   for (int i = 0; i < 2; ++i)
-    if (is_softmax_minus_one_hot(mul->input(i)) && is_row_constant(mul->input(1 - i))) return true;
+    if (is_softmax_minus_one_hot(consumers, mul->input(i)) && is_row_constant(mul->input(1 - i))) return true;
   return false;
 }
 
 // The gradient into the layer below a two-class head.
-bool is_two_class_head(const ir::Node& grad) {
+bool is_two_class_head(const Consumers& consumers, const ir::Node& grad) {
   if (!is_anvil_op(&grad, "GemmReluGrad") || grad.attrs.get_int("transA", 0) != 0) return false;
   const ir::Value *dz = grad.input(0), *w = grad.input(1), *dz2 = grad.output(0);
   if (!is_float32_matrix(dz) || !is_known(dz->type.dims()[1], 2) || !is_float32_matrix(w) || !dz2 ||
       dz2->is_graph_output)
     return false;
-  return rows_sum_to_zero(dz);
+  return rows_sum_to_zero(consumers, dz);
 }
 
 enum class Reader { kNone, kInputGrad, kWeightGrad };
@@ -125,7 +146,7 @@ class FuseTwoClassGateGrad : public Pass {
     const auto consumers = graph.consumers();
     for (const auto& node : graph.nodes()) {
       ir::Node& head = *node;
-      if (head.dead || !is_two_class_head(head)) continue;
+      if (head.dead || !is_two_class_head(consumers, head)) continue;
       const auto found = consumers.find(head.output(0));
       if (found == consumers.end() || found->second.empty()) continue;
       std::vector<ir::Node*> readers = found->second;

@@ -31,17 +31,31 @@ Tensor random_tensor(Shape shape, std::mt19937& rng, float lo, float hi) {
 double at(const Tensor& t, int64_t i) { return t.data<float>()[i]; }
 
 // What makes the graph no longer the pattern, or which form of it.
-enum class Variant { kPattern, kThreeClasses, kOneHotOfTwos, kScalePerColumn, kGradientReadElsewhere };
+enum class Variant {
+  kPattern,
+  kPerRowScale,  // reduction "none": a scale [N, 1], first operand of the Mul
+  kThreeClasses,
+  kOneHotOfTwos,
+  kScalePerColumn,
+  kGradientReadElsewhere,
+  kNoLoss,  // no SoftmaxCrossEntropyLoss checks the labels
+};
 
 struct Dims {
   int64_t n, width, below;  // batch, the head's inputs, the layer below's inputs
   bool trans_head = false, trans_below = false;
+  bool trans_dw = false;  // the weight gradient reads h1 transposed (transB 1)
 };
+
+// The loss's scale of row r: 1 / n (the mean), or (1 + r % 3) / n per row.
+double row_scale(const Dims& d, Variant v, int64_t r) {
+  return (v == Variant::kPerRowScale ? 1.0 + static_cast<double>(r % 3) : 1.0) / static_cast<double>(d.n);
+}
 
 // The backward graph the autodiff writes for ... -> Linear(below, width) ->
 // ReLU (h1 before it, h2 after) -> Linear(width, classes) -> softmax
-// cross-entropy (mean): outputs dz1 (into the layer below's ReLU), db1, dw2,
-// db2, dw3 [, a second reader's value].
+// cross-entropy: outputs dz1 (into the layer below's ReLU), db1, dw2, db2,
+// dw3, the loss [, a second reader's value].
 std::unique_ptr<ir::Graph> head_graph(const Dims& d, Variant v = Variant::kPattern) {
   const int64_t classes = v == Variant::kThreeClasses ? 3 : 2;
   auto g = std::make_unique<ir::Graph>();
@@ -53,6 +67,7 @@ std::unique_ptr<ir::Graph> head_graph(const Dims& d, Variant v = Variant::kPatte
   ir::Value* h2 = g->add_input("h2", DType::kFloat32, {d.n, d.width});
   ir::Value* w2 = g->add_input("w2", DType::kFloat32, d.trans_below ? Shape{d.below, d.width} : Shape{d.width, d.below});
   ir::Value* h1 = g->add_input("h1", DType::kFloat32, {d.n, d.below});
+  ir::Value* h1t = d.trans_dw ? g->add_input("h1t", DType::kFloat32, {d.below, d.n}) : nullptr;
   auto node = [&](const char* op, std::vector<ir::Value*> in, ir::Attributes a = {}) {
     ir::Node* n = g->add_node(op, std::move(in), 1);
     n->attrs = std::move(a);
@@ -76,13 +91,23 @@ std::unique_ptr<ir::Graph> head_graph(const Dims& d, Variant v = Variant::kPatte
                                    g->add_constant("values", testing::f32({2}, {0.f, on}))},
                         testing::attrs({{"axis", int64_t{-1}}}));
   const float mean = 1.f / static_cast<float>(d.n);
-  Tensor scale = v == Variant::kScalePerColumn ? testing::f32({1, 2}, {mean, 2 * mean}) : testing::f32({}, {mean});
-  ir::Value* dz = node("Mul", {node("Sub", {probs, hot}), g->add_constant("scale", scale)});
+  Tensor scale = testing::f32({}, {mean});
+  if (v == Variant::kScalePerColumn) scale = testing::f32({1, 2}, {mean, 2 * mean});
+  if (v == Variant::kPerRowScale) {
+    scale = Tensor(DType::kFloat32, {d.n, 1});
+    for (int64_t r = 0; r < d.n; ++r) scale.data<float>()[r] = static_cast<float>(row_scale(d, v, r));
+  }
+  ir::Value* diff = node("Sub", {probs, hot});
+  ir::Value* scale_value = g->add_constant("scale", scale);
+  ir::Value* dz = v == Variant::kPerRowScale ? node("Mul", {scale_value, diff}) : node("Mul", {diff, scale_value});
   ir::Value* dz2 = relu_grad(product(dz, w3, d.trans_head), h2);
   ir::Value* dz1 = relu_grad(product(dz2, w2, d.trans_below), h1);
-  for (ir::Value* out : {dz1, column_sums(dz1), node("Gemm", {dz2, h1}, testing::attrs({{"transA", int64_t{1}}})),
-                         column_sums(dz2), node("Gemm", {dz, h2}, testing::attrs({{"transA", int64_t{1}}}))})
+  ir::Value* dw2 = d.trans_dw ? node("Gemm", {dz2, h1t}, testing::attrs({{"transA", int64_t{1}}, {"transB", int64_t{1}}}))
+                              : node("Gemm", {dz2, h1}, testing::attrs({{"transA", int64_t{1}}}));
+  for (ir::Value* out :
+       {dz1, column_sums(dz1), dw2, column_sums(dz2), node("Gemm", {dz, h2}, testing::attrs({{"transA", int64_t{1}}}))})
     g->add_output(out);
+  if (v != Variant::kNoLoss) g->add_output(node("SoftmaxCrossEntropyLoss", {s, labels}));
   if (v == Variant::kGradientReadElsewhere) g->add_output(node("ReduceMax", {dz2}));
   ir::infer_types(*g);
   return g;
@@ -90,8 +115,15 @@ std::unique_ptr<ir::Graph> head_graph(const Dims& d, Variant v = Variant::kPatte
 
 struct Inputs {
   Tensor s, labels, w3, h2, w2, h1;
-  std::map<std::string, Tensor> feeds() const {
-    return {{"s", s}, {"labels", labels}, {"w3", w3}, {"h2", h2}, {"w2", w2}, {"h1", h1}};
+  std::map<std::string, Tensor> feeds(const Dims& d) const {
+    std::map<std::string, Tensor> f{{"s", s}, {"labels", labels}, {"w3", w3}, {"h2", h2}, {"w2", w2}, {"h1", h1}};
+    if (d.trans_dw) {
+      Tensor t(DType::kFloat32, {d.below, d.n});
+      for (int64_t r = 0; r < d.n; ++r)
+        for (int64_t k = 0; k < d.below; ++k) t.data<float>()[k * d.n + r] = h1.data<float>()[r * d.below + k];
+      f.emplace("h1t", t);
+    }
+    return f;
   }
 };
 
@@ -108,15 +140,15 @@ Inputs make_inputs(const Dims& d, uint32_t seed) {
 }
 
 // The five gradients by their unfused formulas, in double.
-std::vector<Matrix> expected_gradients(const Dims& d, const Inputs& in) {
+std::vector<Matrix> expected_gradients(const Dims& d, const Inputs& in, Variant v = Variant::kPattern) {
   const int64_t n = d.n, width = d.width, below = d.below;
   Matrix dz(static_cast<size_t>(n * 2));
   for (int64_t r = 0; r < n; ++r) {
     const double a = at(in.s, 2 * r), b = at(in.s, 2 * r + 1), m = std::max(a, b);
     const double ea = std::exp(a - m), eb = std::exp(b - m);
     const int64_t label = in.labels.data<int64_t>()[r];
-    dz[static_cast<size_t>(2 * r)] = (ea / (ea + eb) - (label == 0)) / static_cast<double>(n);
-    dz[static_cast<size_t>(2 * r + 1)] = (eb / (ea + eb) - (label == 1)) / static_cast<double>(n);
+    dz[static_cast<size_t>(2 * r)] = (ea / (ea + eb) - (label == 0)) * row_scale(d, v, r);
+    dz[static_cast<size_t>(2 * r + 1)] = (eb / (ea + eb) - (label == 1)) * row_scale(d, v, r);
   }
   auto w3 = [&](int64_t c, int64_t j) { return at(in.w3, d.trans_head ? j * 2 + c : c * width + j); };
   auto w2 = [&](int64_t j, int64_t k) { return at(in.w2, d.trans_below ? k * width + j : j * below + k); };
@@ -194,7 +226,8 @@ TEST(TwoClassGrad, LookalikesStay) {
   for (const auto& [v, what] : {std::pair{Variant::kThreeClasses, "three classes"},
                                 {Variant::kOneHotOfTwos, "a one-hot of 0 and 2: rows do not sum to zero"},
                                 {Variant::kScalePerColumn, "a scale per column"},
-                                {Variant::kGradientReadElsewhere, "the gradient read by another node"}}) {
+                                {Variant::kGradientReadElsewhere, "the gradient read by another node"},
+                                {Variant::kNoLoss, "no loss node to check the labels"}}) {
     auto g = head_graph({70, 45, 37}, v);
     passes::optimize(*g, 3, runtime::reference_evaluator(), kAlways);
     EXPECT_EQ(testing::count_live_ops(*g, "TwoClassReluGrad"), 0u) << what;
@@ -202,29 +235,72 @@ TEST(TwoClassGrad, LookalikesStay) {
   }
 }
 
+// The plan of `session` for `feeds` names `op`.
+bool plan_has(const Session& session, const std::map<std::string, Tensor>& feeds, const std::string& op) {
+  for (const std::string& line : session.describe_plan(feeds))
+    if (line.find(op) != std::string::npos) return true;
+  return false;
+}
+
 // Fused (the pass forced on at whatever ISA runs) and unfused against the
 // formulas: ragged shapes (70 rows: not whole bytes of a column's bits nor
-// blocks of 64; 45 columns: a partial vector block), both weight layouts,
-// and 4,100 rows: two row blocks of the input gradient, and five table
-// groups of the weight gradient's 4,100-long sums.
+// blocks of 64; 45 columns: a partial vector block; 5 rows and 6 columns:
+// less than a byte), both weight layouts of each product, a scale per row
+// (reduction "none"), 128 rows (whole blocks), and 4,100 rows: two row
+// blocks of the input gradient, and five table groups of the weight
+// gradient's 4,100-long sums.
 TEST(TwoClassGrad, GradientsMatchTheUnfusedFormulas) {
   const ScopedEnv force("ANVIL_FUSE_TWO_CLASS_GATE", "1");
   const int saved = omp_get_max_threads();
   omp_set_num_threads(2);
-  for (const Dims& d : {Dims{70, 45, 37}, Dims{70, 45, 37, true, true}, Dims{4100, 40, 33, false, true}}) {
+  const std::pair<Dims, Variant> cases[] = {
+      {Dims{70, 45, 37}, Variant::kPattern},
+      {Dims{70, 45, 37, true, true, true}, Variant::kPattern},
+      {Dims{70, 45, 37, true, false}, Variant::kPerRowScale},
+      {Dims{5, 6, 7, false, true, true}, Variant::kPerRowScale},
+      {Dims{128, 24, 9}, Variant::kPattern},  // (at 16 columns or fewer the weight gradient joins the GemmReluGrad: passes/fuse_head_grad.cc)
+      {Dims{4100, 40, 33, false, true}, Variant::kPattern},
+  };
+  for (const auto& [d, v] : cases) {
     const Inputs in = make_inputs(d, static_cast<uint32_t>(d.n + d.trans_head));
-    const std::vector<Matrix> want = expected_gradients(d, in);
+    const std::vector<Matrix> want = expected_gradients(d, in, v);
     for (int level : {0, 3}) {
       SessionOptions options;
       options.optimization_level = level;
       options.num_threads = 2;
-      Session session = Session::from_graph(head_graph(d), options);
-      expect_close(session.run(in.feeds()), want,
-                   std::to_string(d.n) + " rows, transB " + std::to_string(d.trans_head) + ", level " +
-                       std::to_string(level));
+      Session session = Session::from_graph(head_graph(d, v), options);
+      const std::string what = std::to_string(d.n) + " rows, " + std::to_string(d.width) + " columns, transB " +
+                               std::to_string(d.trans_head) + std::to_string(d.trans_below) +
+                               std::to_string(d.trans_dw) + ", level " + std::to_string(level);
+      EXPECT_EQ(plan_has(session, in.feeds(d), "BitGemm"), level == 3) << what;
+      expect_close(session.run(in.feeds(d)), want, what);
     }
   }
   omp_set_num_threads(saved);
+}
+
+// ANVIL_FUSE_TWO_CLASS_GATE=0 keeps the GEMMs; a label the loss refuses
+// (OneHot would give its row zeros, which do not sum to zero) stops the
+// fused step with the loss's message.
+TEST(TwoClassGrad, SwitchedOffAndLabelsOutOfRange) {
+  const Dims d{70, 45, 37};
+  Inputs in = make_inputs(d, 3);
+  {
+    const ScopedEnv off("ANVIL_FUSE_TWO_CLASS_GATE", "0");
+    const Session session = Session::from_graph(head_graph(d), {});
+    EXPECT_FALSE(plan_has(session, in.feeds(d), "TwoClassReluGrad"));
+    EXPECT_TRUE(plan_has(session, in.feeds(d), "GemmReluGrad"));
+  }
+  const ScopedEnv on("ANVIL_FUSE_TWO_CLASS_GATE", "1");
+  const Session session = Session::from_graph(head_graph(d), {});
+  ASSERT_TRUE(plan_has(session, in.feeds(d), "TwoClassReluGrad"));
+  in.labels.data<int64_t>()[3] = 2;
+  try {
+    session.run(in.feeds(d));
+    ADD_FAILURE() << "label 2 of two classes taken";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("not a class index"), std::string::npos) << e.what();
+  }
 }
 
 // The ISA routines on their own, each ISA the CPU has: a block of the table
@@ -337,7 +413,7 @@ TEST(TwoClassGrad, KernelsWriteTheFactors) {
       EXPECT_NEAR(out[5].data<float>()[j], head0, 1e-5) << name;
       EXPECT_NEAR(out[5].data<float>()[width + j], head1, 1e-5) << name;
     }
-    // Shapes that do not fit: one clear error, not a read past the tensors.
+    // Shapes and outputs that do not fit: one clear error, not a read past the tensors.
     testing::KernelOptions bit = options;
     bit.num_outputs = 1;
     const Tensor bits(DType::kUInt8, {4, 2}), t(DType::kFloat32, {13, 5}), rs(DType::kFloat32, {4});
@@ -349,6 +425,21 @@ TEST(TwoClassGrad, KernelsWriteTheFactors) {
       } catch (const Error& e) {
         EXPECT_NE(std::string(e.what()).find("do not match"), std::string::npos) << e.what();
       }
+    }
+    bit.num_outputs = 3;  // the schema gives no third output; the kernel's own check says so
+    try {
+      testing::run_kernel("BitGemm", {bits, t, rs, Tensor(DType::kFloat32, {13})}, {}, bit);
+      ADD_FAILURE() << name << ": three outputs taken";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("got 3 outputs"), std::string::npos) << e.what();
+    }
+    testing::KernelOptions two = options;
+    two.num_outputs = 2;
+    try {
+      testing::run_kernel("TwoClassReluGrad", {dz, w, h}, {}, two);
+      ADD_FAILURE() << name << ": two outputs taken";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("got 2 outputs"), std::string::npos) << e.what();
     }
     EXPECT_THROW(testing::run_kernel("TwoClassReluGrad", {random_tensor({n, 3}, rng, 0, 1), w, h}, {}, options), Error)
         << name;

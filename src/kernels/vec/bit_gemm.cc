@@ -7,7 +7,7 @@
 //     packed into bits by rows and by columns, and optionally the gradient's
 //     column sums (a bias's gradient) and dZ^T H (the head's weight gradient).
 //   anvil.BitGemm(B, T, row_scale, k_scale, gate): Y = diag(row_scale) B
-//     diag(k_scale) T for B 0/1, zeroed where gate <= 0, optionally with its
+//     diag(k_scale) T for B 0/1, zeroed where gate <= 0 or NaN, optionally with its
 //     column sums. The layer below's input gradient is G (diag(w) W2) scaled
 //     by u and gated by its ReLU, its weight gradient G^T (diag(u) H1) scaled
 //     by w: table lookups instead of multiplications (vec_kernels.h).

@@ -154,7 +154,7 @@ struct WinogradKernels {
 
 // A product by a 0/1 matrix, done by table lookups rather than
 // multiplications (anvil.BitGemm, kernels/vec/bit_gemm.cc drives it): one
-// block of Y = diag(row_scale) B diag(k_scale) T, zeroed where gate <= 0.
+// block of Y = diag(row_scale) B diag(k_scale) T, zeroed where gate <= 0 or NaN.
 // K is cut into chunks of kBitChunk rows of T; a table holds the 16 sums of
 // each chunk's rows (scaled by k_scale) over the block's columns, and each
 // row of Y adds, per chunk, the entry its four bits of B pick: one vector
@@ -167,7 +167,7 @@ constexpr int64_t kBitTableFloats = kBitGroupChunks * 16 * kBitColumns;  // 512 
 
 struct BitGemmBlock {
   // B: bit k % 8 of byte k / 8 of row r (row_bytes = ceil(k / 8) bytes apart)
-  // is B[r, k]; bits at k and past are zero.
+  // is B[r, k]; bits at k_size and past are ignored.
   const uint8_t* bits = nullptr;
   int64_t row_bytes = 0;
   // T[k, j] at t[k * t_k_stride + j * t_j_stride], for k < k_size.
