@@ -341,6 +341,7 @@ TEST(TwoClassGrad, VectorRoutinesAtEveryIsa) {
       b.cols = std::min<int64_t>(kernels::vec::kBitColumns, cols - j0);
       b.column_sums = sums.data() + j0;
       b.tables = aligned;
+      b.group_chunks = j0 == 0 ? kernels::vec::kBitGroupChunks : 128;  // 260 chunks: two groups, or three
       kernels.block(b);
     }
     for (int64_t j = 0; j < cols; ++j) {

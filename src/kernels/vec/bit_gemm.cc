@@ -163,6 +163,12 @@ class VecBitGemm : public Kernel {
     row_blocks_ = std::max<int64_t>(1, ceil_div(m_, kBitRowBlock));
     block_rows_ = ceil_div(m_, row_blocks_);
     col_blocks_ = ceil_div(cols_, vec::kBitColumns);
+    // One group where the tables of all of K fit; else groups of half that:
+    // on the weight gradient (1024 x 25,000 x 1024) 116 ms against 127 with
+    // the 512 KiB groups, whose tables share L2 with the bits and the rows
+    // of Y each group adds to (bench/tools/binary_gemm_ab, AVX-512, 2 threads).
+    const int64_t chunks = 2 * ceil_div(k_, 8);
+    group_chunks_ = chunks <= vec::kBitGroupChunks ? vec::kBitGroupChunks : vec::kBitGroupChunks / 2;
     return ctx.output_types();
   }
 
@@ -191,6 +197,7 @@ class VecBitGemm : public Kernel {
     base.gate_ld = cols_;
     base.y = ctx.out(0).data<float>();
     base.ldy = cols_;
+    base.group_chunks = group_chunks_;
     const int64_t tasks = m_ == 0 ? 0 : row_blocks_ * col_blocks_;
     const auto block_fn = vec::vec_kernels().bit_gemm.block;
 #pragma omp parallel if (threads_ > 1 && tasks > 1)
@@ -224,7 +231,7 @@ class VecBitGemm : public Kernel {
  private:
   bool trans_b_, gated_ = false, sums_ = false;
   int threads_ = 1;
-  int64_t m_ = 0, k_ = 0, cols_ = 0, row_blocks_ = 1, block_rows_ = 0, col_blocks_ = 0;
+  int64_t m_ = 0, k_ = 0, cols_ = 0, row_blocks_ = 1, block_rows_ = 0, col_blocks_ = 0, group_chunks_ = 0;
 };
 
 static Registrar two_class_relu_grad("TwoClassReluGrad", Backend::kVec, factory_of<VecTwoClassReluGrad>(), "anvil",

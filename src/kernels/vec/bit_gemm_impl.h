@@ -114,8 +114,9 @@ inline void bit_gemm_block_impl(const BitGemmBlock& b) {
   auto* tab = reinterpret_cast<bit_v16*>(b.tables);
   const int64_t chunks = b.row_bytes * 2;
   bit_v16 column_sums[kBitVectors] = {};
-  for (int64_t c0 = 0; c0 < chunks; c0 += kBitGroupChunks) {
-    const int64_t nc = chunks - c0 < kBitGroupChunks ? chunks - c0 : kBitGroupChunks;
+  const int64_t group = b.group_chunks;
+  for (int64_t c0 = 0; c0 < chunks; c0 += group) {
+    const int64_t nc = chunks - c0 < group ? chunks - c0 : group;
     bit_gemm_tables(b, c0, nc, tab);
     bit_gemm_rows(b, c0, nc, tab, c0 == 0, c0 + nc == chunks, b.column_sums ? column_sums : nullptr);
   }

@@ -162,7 +162,7 @@ struct WinogradKernels {
 // in another order than a GEMM's.
 constexpr int64_t kBitChunk = 4;           // rows of T a table entry sums
 constexpr int64_t kBitColumns = 32;        // columns of Y a block spans (at most)
-constexpr int64_t kBitGroupChunks = 256;   // chunks whose tables are held at once
+constexpr int64_t kBitGroupChunks = 256;   // chunks whose tables are held at once, at most
 constexpr int64_t kBitTableFloats = kBitGroupChunks * 16 * kBitColumns;  // 512 KiB: they stay in L2
 
 struct BitGemmBlock {
@@ -185,6 +185,9 @@ struct BitGemmBlock {
   // floats; null: none.
   float* column_sums = nullptr;
   float* tables = nullptr;  // scratch of kBitTableFloats floats, 64-byte aligned
+  // Chunks tabulated at once (even, at most kBitGroupChunks): Y's rows are
+  // added to once per group after the first.
+  int64_t group_chunks = kBitGroupChunks;
 };
 
 struct BitGemmKernels {
