@@ -19,6 +19,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "anvil/cpu.h"
 #include "kernels/fusion_advice.h"
 #include "kernels/ref/common.h"
 #include "kernels/registry.h"
@@ -245,7 +246,9 @@ bool two_class_gate_fusion_pays(const ir::Node&) {
   const char* v = std::getenv("ANVIL_FUSE_TWO_CLASS_GATE");
   if (v && std::strcmp(v, "0") == 0) return false;
   if (v && std::strcmp(v, "1") == 0) return true;
-  return vector_isa() == VectorIsa::kAvx512;
+  constexpr size_t kTablesFitL2 = size_t{1} << 20;
+  return vector_isa() == VectorIsa::kAvx512 ||
+         (vector_isa() == VectorIsa::kAvx2 && cpu_info().l2_bytes >= kTablesFitL2);
 }
 
 }  // namespace anvil::kernels

@@ -3,15 +3,23 @@
 // matrices. Included like vec_kernels_impl.h: inside an anonymous namespace,
 // once per ISA, builtins only.
 //
-// The vectors are GCC's generic ones of 16 floats: one zmm on AVX-512, two
-// ymm on AVX2, four xmm on SSE4.1. Measured with bench/tools/binary_gemm_ab:
-// 1.54x oneDNN's float32 GEMM on the shapes of issue 9's MLP with AVX-512;
-// the same code built for AVX2 runs at 0.68x oneDNN's AVX2 GEMM, which is
-// why the pass asks the kernels first (kernels/fusion_advice.h).
-
-typedef float bit_v16 __attribute__((vector_size(64)));
-typedef int32_t bit_v16i __attribute__((vector_size(64)));
-constexpr int kBitVectors = kBitColumns / 16;  // vectors a table entry spans
+// The vectors are the ISA's own width (GCC's generic vectors wider than
+// that went through the stack on AVX2: bench/tools/binary_gemm_ab's
+// portable build ran 0.68x oneDNN's AVX2 GEMM; at the ISA's width the
+// input gradient of issue 9's MLP took 176 ms against 256 for Anvil's AVX2
+// GEMM on the same shape). Eight partial sums in
+// flight: four rows of two zmm, two of four ymm, or one of eight xmm.
+#if defined(__AVX512F__)
+constexpr int kBitLanes = 16;
+#elif defined(__AVX__)
+constexpr int kBitLanes = 8;
+#else
+constexpr int kBitLanes = 4;
+#endif
+typedef float bit_v16 __attribute__((vector_size(kBitLanes * 4)));
+typedef int32_t bit_v16i __attribute__((vector_size(kBitLanes * 4)));
+constexpr int kBitVectors = kBitColumns / kBitLanes;  // vectors a table entry spans
+constexpr int kBitSums = 8 / kBitVectors;             // partial sums of a row (4, 2 or 1)
 
 // Row k of T, scaled by k_scale[k], over the block's columns (zeros past them).
 inline void bit_scaled_row(const BitGemmBlock& b, int64_t k, bit_v16* r) {
@@ -24,7 +32,7 @@ inline void bit_scaled_row(const BitGemmBlock& b, int64_t k, bit_v16* r) {
   }
   const float s = b.k_scale[k];
   for (int v = 0; v < kBitVectors; ++v) {
-    __builtin_memcpy(&r[v], row + 16 * v, sizeof(bit_v16));
+    __builtin_memcpy(&r[v], row + kBitLanes * v, sizeof(bit_v16));
     r[v] *= s;
   }
 }
@@ -69,26 +77,26 @@ inline void bit_gemm_rows(const BitGemmBlock& b, int64_t c0, int64_t nc, const b
   const int64_t bytes = nc / 2;
   for (int64_t r = b.r0; r < b.r0 + b.rows; ++r) {
     const uint8_t* rb = b.bits + r * b.row_bytes + c0 / 2;
-    bit_v16 acc[4][kBitVectors] = {};  // four partial sums, so that the adds do not wait on each other
+    bit_v16 acc[kBitSums][kBitVectors] = {};  // partial sums, so that the adds do not wait on each other
+    auto add = [&](int sum, int64_t chunk, unsigned code) {
+      const bit_v16* e = tab + ((chunk << 4) | code) * kBitVectors;
+      for (int v = 0; v < kBitVectors; ++v) acc[sum][v] += e[v];
+    };
     int64_t i = 0;
-    for (; i + 2 <= bytes; i += 2)
+    for (; i + 2 <= bytes; i += 2)  // chunk c of these four into partial sum c % kBitSums
       for (int a = 0; a < 2; ++a) {
         const unsigned byte = rb[i + a];
-        const bit_v16* lo = tab + (((i + a) * 2 << 4) | (byte & 15u)) * kBitVectors;
-        const bit_v16* hi = tab + (((i + a) * 2 + 1) << 4 | (byte >> 4)) * kBitVectors;
-        for (int v = 0; v < kBitVectors; ++v) {
-          acc[2 * a][v] += lo[v];
-          acc[2 * a + 1][v] += hi[v];
-        }
+        add((2 * a) % kBitSums, (i + a) * 2, byte & 15u);
+        add((2 * a + 1) % kBitSums, (i + a) * 2 + 1, byte >> 4);
       }
     for (; i < bytes; ++i) {
-      const unsigned byte = rb[i];
-      const bit_v16* lo = tab + ((i * 2 << 4) | (byte & 15u)) * kBitVectors;
-      const bit_v16* hi = tab + ((i * 2 + 1) << 4 | (byte >> 4)) * kBitVectors;
-      for (int v = 0; v < kBitVectors; ++v) acc[0][v] += lo[v] + hi[v];
+      add(0, i * 2, rb[i] & 15u);
+      add(0, i * 2 + 1, rb[i] >> 4);
     }
+    for (int a = 1; a < kBitSums; ++a)
+      for (int v = 0; v < kBitVectors; ++v) acc[0][v] += acc[a][v];
     bit_v16 sum[kBitVectors];
-    for (int v = 0; v < kBitVectors; ++v) sum[v] = (acc[0][v] + acc[1][v]) + (acc[2][v] + acc[3][v]);
+    for (int v = 0; v < kBitVectors; ++v) sum[v] = acc[0][v];
     float* out = b.y + r * b.ldy + b.j0;
     if (!first) {
       bit_v16 old[kBitVectors];
