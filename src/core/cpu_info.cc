@@ -2,6 +2,8 @@
 #include <cpuid.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <set>
@@ -51,6 +53,24 @@ size_t parse_size(const std::string& s) {
   return unit == 'K' ? n << 10 : unit == 'M' ? n << 20 : n;
 }
 
+// The CPUs of a sysfs list such as "0-3,8-11" (0 when empty or malformed).
+int count_cpus_in_list(const std::string& list) {
+  int count = 0;
+  size_t pos = 0;
+  while (pos < list.size()) {
+    const size_t end = std::min(list.find(',', pos), list.size());
+    const std::string range = list.substr(pos, end - pos);
+    const size_t dash = range.find('-');
+    char* stop = nullptr;
+    const long first = std::strtol(range.c_str(), &stop, 10);
+    const long last = dash == std::string::npos ? first : std::strtol(range.c_str() + dash + 1, &stop, 10);
+    if (stop == range.c_str() || first < 0 || last < first || last - first > 65536) return 0;
+    count += static_cast<int>(last - first + 1);
+    pos = end + 1;
+  }
+  return count;
+}
+
 void read_caches(CpuInfo& info) {
   for (int i = 0; i < 8; ++i) {
     std::string dir = "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(i) + "/";
@@ -59,7 +79,10 @@ void read_caches(CpuInfo& info) {
     std::string type = read_line(dir + "type");
     size_t size = parse_size(read_line(dir + "size"));
     if (level == "1" && type == "Data") info.l1d_bytes = size;
-    if (level == "2") info.l2_bytes = size;
+    if (level == "2") {
+      info.l2_bytes = size;
+      info.l2_shared_by = std::max(1, count_cpus_in_list(read_line(dir + "shared_cpu_list")));
+    }
     if (level == "3") info.l3_bytes = size;
   }
 }

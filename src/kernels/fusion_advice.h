@@ -15,10 +15,11 @@ bool conv_depthwise_fusion_pays(const ir::Node& fused, int threads);
 // Whether a two-class head's gradient kept as its factors (anvil.TwoClassReluGrad
 // and the anvil.BitGemm products by its 0/1 gate, kernels/vec/bit_gemm.cc)
 // beats the float32 GEMMs it replaces: on AVX-512 (anvil train 1.18x the
-// samples/s on issue 9's MLP), and on AVX2 where the L2 holds 1 MiB or more
-// (1.23x with ANVIL_MAX_ISA=avx2 on that Xeon's 2 MiB L2): a group's 512 KiB
-// of tables must stay in L2 beside the bits and Y's rows. Not where the L2
-// is smaller (a Zen 3's 512 KiB: not measured). ANVIL_FUSE_TWO_CLASS_GATE=0
+// samples/s on issue 9's MLP), and on AVX2 where each logical CPU's share of
+// its L2 is 1 MiB or more (1.23x with ANVIL_MAX_ISA=avx2 on that Xeon's 2 MiB
+// L2 a core): a group's tables (512 KiB; 256 KiB where K takes several
+// groups) must stay in L2 beside the bits and Y's rows. Not where the share
+// is smaller (a Zen 3's 512 KiB, halved by SMT: not measured). ANVIL_FUSE_TWO_CLASS_GATE=0
 // says no, =1 yes on every ISA (tests); other values leave the choice to the CPU.
 bool two_class_gate_fusion_pays(const ir::Node& fused);
 

@@ -247,8 +247,8 @@ bool plan_has(const Session& session, const std::map<std::string, Tensor>& feeds
 // blocks of 64; 45 columns: a partial vector block; 5 rows and 6 columns:
 // less than a byte), both weight layouts of each product, a scale per row
 // (reduction "none"), 128 rows (whole blocks), and 4,100 rows: two row
-// blocks of the input gradient, and five table groups of the weight
-// gradient's 4,100-long sums.
+// blocks of the input gradient, and nine table groups of the weight
+// gradient's 4,100-long sums (the last of 2 chunks, one byte).
 TEST(TwoClassGrad, GradientsMatchTheUnfusedFormulas) {
   const ScopedEnv force("ANVIL_FUSE_TWO_CLASS_GATE", "1");
   const int saved = omp_get_max_threads();
@@ -277,6 +277,31 @@ TEST(TwoClassGrad, GradientsMatchTheUnfusedFormulas) {
     }
   }
   omp_set_num_threads(saved);
+}
+
+// Forty shapes drawn at random (a fixed seed): 1 to 150 rows, 1 to 70
+// columns of the head's input, 1 to 40 below, either layout of each
+// product, either scale; fused against the formulas. Where the head's
+// input has 16 columns or fewer the weight gradient joins the GemmReluGrad
+// (passes/fuse_head_grad.cc) and the gate is not taken: checked all the same.
+TEST(TwoClassGrad, RandomShapes) {
+  const ScopedEnv force("ANVIL_FUSE_TWO_CLASS_GATE", "1");
+  std::mt19937 rng(2026);
+  int fused = 0;
+  for (int trial = 0; trial < 40; ++trial) {
+    const Dims d{1 + static_cast<int64_t>(rng() % 150), 1 + static_cast<int64_t>(rng() % 70),
+                 1 + static_cast<int64_t>(rng() % 40), rng() % 2 == 0, rng() % 2 == 0, rng() % 2 == 0};
+    const Variant v = rng() % 2 ? Variant::kPattern : Variant::kPerRowScale;
+    const Inputs in = make_inputs(d, static_cast<uint32_t>(trial));
+    SessionOptions options;
+    options.num_threads = 2;
+    Session session = Session::from_graph(head_graph(d, v), options);
+    fused += plan_has(session, in.feeds(d), "BitGemm");
+    expect_close(session.run(in.feeds(d)), expected_gradients(d, in, v),
+                 "trial " + std::to_string(trial) + ": " + std::to_string(d.n) + " x " + std::to_string(d.width) +
+                     " x " + std::to_string(d.below));
+  }
+  EXPECT_GE(fused, 20) << "the gate taken in too few of the shapes";
 }
 
 // ANVIL_FUSE_TWO_CLASS_GATE=0 keeps the GEMMs; a label the loss refuses
@@ -308,10 +333,10 @@ TEST(TwoClassGrad, SwitchedOffAndLabelsOutOfRange) {
 // table group, T read transposed, a gate with NaN) and the gate's row pass.
 TEST(TwoClassGrad, VectorRoutinesAtEveryIsa) {
   std::mt19937 rng(5);
-  const int64_t m = 9, k = 1037, cols = 45, row_bytes = (k + 7) / 8;
+  const int64_t m = 9, k = 1045, cols = 45, row_bytes = (k + 7) / 8;  // 131 bytes: the last group's bytes odd
   std::vector<uint8_t> bits(static_cast<size_t>(m * row_bytes));
   for (auto& b : bits) b = static_cast<uint8_t>(rng());
-  for (int64_t r = 0; r < m; ++r) bits[static_cast<size_t>(r * row_bytes + row_bytes - 1)] &= 0x1f;  // k = 1037: 5 bits
+  for (int64_t r = 0; r < m; ++r) bits[static_cast<size_t>(r * row_bytes + row_bytes - 1)] &= 0x1f;  // k = 1045: 5 bits
   const Tensor t = random_tensor({cols, k}, rng, -1.f, 1.f);  // read transposed: T[q, j] = t[j, q]
   const Tensor row_scale = random_tensor({m}, rng, -2.f, 2.f), k_scale = random_tensor({k}, rng, -2.f, 2.f);
   Tensor gate = random_tensor({m, cols}, rng, -1.f, 1.f);
@@ -341,7 +366,7 @@ TEST(TwoClassGrad, VectorRoutinesAtEveryIsa) {
       b.cols = std::min<int64_t>(kernels::vec::kBitColumns, cols - j0);
       b.column_sums = sums.data() + j0;
       b.tables = aligned;
-      b.group_chunks = j0 == 0 ? kernels::vec::kBitGroupChunks : 128;  // 260 chunks: two groups, or three
+      b.group_chunks = j0 == 0 ? kernels::vec::kBitGroupChunks : 128;  // 262 chunks: two groups, or three
       kernels.block(b);
     }
     for (int64_t j = 0; j < cols; ++j) {

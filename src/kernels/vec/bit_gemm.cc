@@ -246,9 +246,12 @@ bool two_class_gate_fusion_pays(const ir::Node&) {
   const char* v = std::getenv("ANVIL_FUSE_TWO_CLASS_GATE");
   if (v && std::strcmp(v, "0") == 0) return false;
   if (v && std::strcmp(v, "1") == 0) return true;
+  // Each thread's share of its L2 (a core's, or a cluster's split between
+  // its cores; SMT siblings split it too) must hold a group's 512 KiB of tables.
   constexpr size_t kTablesFitL2 = size_t{1} << 20;
+  const CpuInfo& cpu = cpu_info();
   return vector_isa() == VectorIsa::kAvx512 ||
-         (vector_isa() == VectorIsa::kAvx2 && cpu_info().l2_bytes >= kTablesFitL2);
+         (vector_isa() == VectorIsa::kAvx2 && cpu.l2_bytes / static_cast<size_t>(cpu.l2_shared_by) >= kTablesFitL2);
 }
 
 }  // namespace anvil::kernels

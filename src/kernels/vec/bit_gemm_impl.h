@@ -122,7 +122,9 @@ inline void bit_gemm_block_impl(const BitGemmBlock& b) {
   auto* tab = reinterpret_cast<bit_v16*>(b.tables);
   const int64_t chunks = b.row_bytes * 2;
   bit_v16 column_sums[kBitVectors] = {};
-  const int64_t group = b.group_chunks;
+  // Even and at most the scratch's kBitGroupChunks (c0 / 2 must start a byte).
+  const int64_t group = b.group_chunks >= 2 && b.group_chunks <= kBitGroupChunks ? b.group_chunks & ~int64_t{1}
+                                                                                  : kBitGroupChunks;
   for (int64_t c0 = 0; c0 < chunks; c0 += group) {
     const int64_t nc = chunks - c0 < group ? chunks - c0 : group;
     bit_gemm_tables(b, c0, nc, tab);
