@@ -16,9 +16,9 @@
 // adds looked-up table entries instead of multiplying
 // (kernels/vec/bit_gemm.cc): about half of the arithmetic of a step of
 // issue 9's MLP. dZ2 itself (100 MB at batch 25,000 and width 1,024) is no
-// longer written. Taken only where the advisor says it pays (AVX-512, or AVX2 with an L2 of
-// 1 MiB or more), and
-// only when every reader of dZ2 is one of those products:
+// longer written. Taken only where the advisor says it pays (AVX-512, or
+// AVX2 where each logical CPU's share of its L2 is 1 MiB or more), and only
+// when every reader of dZ2 is one of those products:
 //
 //   anvil.GemmReluGrad(dZ2, W2, H1) [transA 0, no third output]
 //       -> BitGemm(G by rows, W2, u, w, H1) [W2's transB], its outputs kept
