@@ -22,10 +22,6 @@ namespace anvil::passes {
 
 namespace {
 
-bool is_float32_matrix(const ir::Value* v) {
-  return v && v->dtype() == DType::kFloat32 && v->type.has_shape() && v->type.rank() == 2;
-}
-
 // The product feeding `relu_grad` when it can take the mask as its epilogue.
 ir::Node* fusable_product(const ir::Graph& graph, const ir::Node& relu_grad) {
   const ir::Value* dy = relu_grad.input(0);

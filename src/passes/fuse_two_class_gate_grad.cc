@@ -43,10 +43,6 @@ namespace {
 
 bool is_known(const ir::Dim& d, int64_t v) { return d.is_known() && d.value == v; }
 
-bool is_float32_matrix(const ir::Value* v) {
-  return v && v->dtype() == DType::kFloat32 && v->type.has_shape() && v->type.rank() == 2;
-}
-
 // A constant of exactly these values.
 bool has_values(const ir::Value* v, DType dtype, const std::vector<double>& values) {
   if (!v || !v->is_constant() || v->constant->dtype() != dtype || v->constant->numel() != static_cast<int64_t>(values.size()))

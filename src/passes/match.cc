@@ -54,6 +54,10 @@ ir::Value* other_operand(const ir::Node& n, const ir::Value* v) {
 
 bool is_float_constant(const ir::Value* v) { return v && v->is_constant() && v->constant->dtype() == DType::kFloat32; }
 
+bool is_float32_matrix(const ir::Value* v) {
+  return v && v->dtype() == DType::kFloat32 && v->type.has_shape() && v->type.rank() == 2;
+}
+
 namespace {
 
 // A Clip bound (opset 11+: an optional constant input); false when not constant.

@@ -31,6 +31,8 @@ bool is_scalar(const ir::Value* v, double expected, double rel_tol = 1e-4);
 ir::Value* other_operand(const ir::Node& n, const ir::Value* v);
 // `v` is a float32 constant.
 bool is_float_constant(const ir::Value* v);
+// `v` is a float32 matrix (rank 2, dims possibly symbolic).
+bool is_float32_matrix(const ir::Value* v);
 // Every value is `v` (true for none).
 bool all_equal_to(const std::vector<int64_t>& values, int64_t v);
 // A live 2-D convolution with explicit pads (or none), dense, constant

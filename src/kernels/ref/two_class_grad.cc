@@ -5,6 +5,7 @@
 
 #include "kernels/ref/common.h"
 #include "kernels/registry.h"
+#include "kernels/thread_share.h"
 #include "kernels/two_class_grad.h"
 
 namespace anvil::kernels {
@@ -17,7 +18,7 @@ class RefTwoClassReluGrad : public Kernel {
   explicit RefTwoClassReluGrad(const ir::Node& node) : trans_b_(node.attrs.get_int("transB", 0) != 0) {}
 
   std::vector<TensorType> prepare(const PrepareContext& ctx) override {
-    dims_ = check_two_class_relu_grad(ctx, trans_b_);
+    dims_ = check_two_class_relu_grad(ctx);
     return ctx.output_types();
   }
 

@@ -50,7 +50,7 @@ class VecTwoClassReluGrad : public Kernel {
   explicit VecTwoClassReluGrad(const ir::Node& node) : trans_b_(node.attrs.get_int("transB", 0) != 0) {}
 
   std::vector<TensorType> prepare(const PrepareContext& ctx) override {
-    const TwoClassDims d = check_two_class_relu_grad(ctx, trans_b_);
+    const TwoClassDims d = check_two_class_relu_grad(ctx);
     rows_ = d.rows;
     width_ = d.width;
     threads_ = std::max(1, ctx.num_threads());

@@ -3,50 +3,54 @@
 // matrices. Included like vec_kernels_impl.h: inside an anonymous namespace,
 // once per ISA, builtins only.
 //
-// The vectors are the ISA's own width (GCC's generic vectors wider than
-// that went through the stack on AVX2: bench/tools/binary_gemm_ab's
-// portable build ran 0.68x oneDNN's AVX2 GEMM; at the ISA's width the
-// input gradient of issue 9's MLP took 176 ms against 256 for Anvil's AVX2
-// GEMM on the same shape). Eight partial sums in
-// flight: four rows of two zmm, two of four ymm, or one of eight xmm.
-#if defined(__AVX512F__)
-constexpr int kBitLanes = 16;
-#elif defined(__AVX__)
-constexpr int kBitLanes = 8;
-#else
-constexpr int kBitLanes = 4;
-#endif
-typedef float bit_v16 __attribute__((vector_size(kBitLanes * 4)));
-typedef int32_t bit_v16i __attribute__((vector_size(kBitLanes * 4)));
-constexpr int kBitVectors = kBitColumns / kBitLanes;  // vectors a table entry spans
+// The vectors are vec_kernels_impl.h's VF, the ISA's own width (GCC's
+// generic vectors wider than that went through the stack on AVX2:
+// bench/tools/binary_gemm_ab's portable build ran 0.68x oneDNN's AVX2 GEMM;
+// at the ISA's width the input gradient of issue 9's MLP took 176 ms
+// against 256 for Anvil's AVX2 GEMM on the same shape). Eight partial sums
+// in flight: four rows of two zmm, two of four ymm, or one of eight xmm.
+constexpr int kBitVectors = kBitColumns / kWidth;  // vectors a table entry spans
 constexpr int kBitSums = 8 / kBitVectors;             // partial sums of a row (4, 2 or 1)
 
-// Row k of T, scaled by k_scale[k], over the block's columns (zeros past them).
-inline void bit_scaled_row(const BitGemmBlock& b, int64_t k, bit_v16* r) {
-  float row[kBitColumns];
-  const float* src = b.t + k * b.t_k_stride + b.j0 * b.t_j_stride;
-  if (b.t_j_stride == 1 && b.cols == kBitColumns) {
-    __builtin_memcpy(row, src, sizeof(row));
-  } else {
-    for (int64_t j = 0; j < kBitColumns; ++j) row[j] = j < b.cols ? src[j * b.t_j_stride] : 0.f;
-  }
-  const float s = b.k_scale[k];
+// The block's `cols` floats from p as its vectors, zeros past them; and stored back.
+inline void bit_load_cols(const float* p, int64_t cols, VF* out) {
   for (int v = 0; v < kBitVectors; ++v) {
-    __builtin_memcpy(&r[v], row + kBitLanes * v, sizeof(bit_v16));
-    r[v] *= s;
+    const int64_t n = cols - v * kWidth;
+    out[v] = n >= kWidth ? load(p + v * kWidth) : n > 0 ? load_part(p + v * kWidth, n, 0.f) : VF{};
   }
+}
+
+inline void bit_store_cols(const VF* in, int64_t cols, float* p) {
+  for (int v = 0; v < kBitVectors; ++v) {
+    const int64_t n = cols - v * kWidth;
+    if (n >= kWidth) store(p + v * kWidth, in[v]);
+    else if (n > 0) store_part(p + v * kWidth, in[v], n);
+  }
+}
+
+// Row k of T, scaled by k_scale[k], over the block's columns (zeros past them).
+inline void bit_scaled_row(const BitGemmBlock& b, int64_t k, VF* r) {
+  const float* src = b.t + k * b.t_k_stride + b.j0 * b.t_j_stride;
+  if (b.t_j_stride == 1) {
+    bit_load_cols(src, b.cols, r);
+  } else {  // T read transposed: a column of its storage
+    float row[kBitColumns];
+    for (int64_t j = 0; j < kBitColumns; ++j) row[j] = j < b.cols ? src[j * b.t_j_stride] : 0.f;
+    bit_load_cols(row, kBitColumns, r);
+  }
+  for (int v = 0; v < kBitVectors; ++v) r[v] *= b.k_scale[k];
 }
 
 // The tables of chunks [c0, c0 + nc): entry s of chunk c0 + c at
 // tab[((c << 4) | s) * kBitVectors], the sum of the rows whose bits s sets.
 // Rows past k_size are zero (B's bits there are zero too).
-inline void bit_gemm_tables(const BitGemmBlock& b, int64_t c0, int64_t nc, bit_v16* tab) {
+inline void bit_gemm_tables(const BitGemmBlock& b, int64_t c0, int64_t nc, VF* tab) {
   for (int64_t c = 0; c < nc; ++c) {
-    bit_v16* e = tab + (c << 4) * kBitVectors;
-    for (int v = 0; v < kBitVectors; ++v) e[v] = bit_v16{};
+    VF* e = tab + (c << 4) * kBitVectors;
+    for (int v = 0; v < kBitVectors; ++v) e[v] = VF{};
     for (int bit = 0; bit < kBitChunk; ++bit) {
       const int64_t k = (c0 + c) * kBitChunk + bit;
-      bit_v16 r[kBitVectors] = {};
+      VF r[kBitVectors] = {};
       if (k < b.k_size) bit_scaled_row(b, k, r);
       const int half = 1 << bit;  // entries [half, 2 half) are entries [0, half) plus this row
       for (int s = 0; s < half; ++s)
@@ -55,31 +59,17 @@ inline void bit_gemm_tables(const BitGemmBlock& b, int64_t c0, int64_t nc, bit_v
   }
 }
 
-inline void bit_load_cols(const float* p, int64_t cols, bit_v16* out) {
-  if (cols == kBitColumns) {
-    __builtin_memcpy(out, p, sizeof(bit_v16) * kBitVectors);
-    return;
-  }
-  float tmp[kBitColumns] = {};
-  __builtin_memcpy(tmp, p, static_cast<size_t>(cols) * sizeof(float));
-  __builtin_memcpy(out, tmp, sizeof(tmp));
-}
-
-inline void bit_store_cols(const bit_v16* in, int64_t cols, float* p) {
-  __builtin_memcpy(p, in, static_cast<size_t>(cols) * sizeof(float));
-}
-
 // Rows of the block over chunks [c0, c0 + nc) (nc even: two chunks a byte),
 // added to what earlier groups stored unless `first`; the last group applies
 // the row scale and the gate and adds the column sums.
-inline void bit_gemm_rows(const BitGemmBlock& b, int64_t c0, int64_t nc, const bit_v16* tab, bool first, bool last,
-                          bit_v16* column_sums) {
+inline void bit_gemm_rows(const BitGemmBlock& b, int64_t c0, int64_t nc, const VF* tab, bool first, bool last,
+                          VF* column_sums) {
   const int64_t bytes = nc / 2;
   for (int64_t r = b.r0; r < b.r0 + b.rows; ++r) {
     const uint8_t* rb = b.bits + r * b.row_bytes + c0 / 2;
-    bit_v16 acc[kBitSums][kBitVectors] = {};  // partial sums, so that the adds do not wait on each other
+    VF acc[kBitSums][kBitVectors] = {};  // partial sums, so that the adds do not wait on each other
     auto add = [&](int sum, int64_t chunk, unsigned code) {
-      const bit_v16* e = tab + ((chunk << 4) | code) * kBitVectors;
+      const VF* e = tab + ((chunk << 4) | code) * kBitVectors;
       for (int v = 0; v < kBitVectors; ++v) acc[sum][v] += e[v];
     };
     int64_t i = 0;
@@ -95,11 +85,11 @@ inline void bit_gemm_rows(const BitGemmBlock& b, int64_t c0, int64_t nc, const b
     }
     for (int a = 1; a < kBitSums; ++a)
       for (int v = 0; v < kBitVectors; ++v) acc[0][v] += acc[a][v];
-    bit_v16 sum[kBitVectors];
+    VF sum[kBitVectors];
     for (int v = 0; v < kBitVectors; ++v) sum[v] = acc[0][v];
     float* out = b.y + r * b.ldy + b.j0;
     if (!first) {
-      bit_v16 old[kBitVectors];
+      VF old[kBitVectors];
       bit_load_cols(out, b.cols, old);
       for (int v = 0; v < kBitVectors; ++v) sum[v] += old[v];
     }
@@ -107,9 +97,9 @@ inline void bit_gemm_rows(const BitGemmBlock& b, int64_t c0, int64_t nc, const b
       const float s = b.row_scale[r];
       for (int v = 0; v < kBitVectors; ++v) sum[v] *= s;
       if (b.gate) {
-        bit_v16 g[kBitVectors];
+        VF g[kBitVectors];
         bit_load_cols(b.gate + r * b.gate_ld + b.j0, b.cols, g);
-        for (int v = 0; v < kBitVectors; ++v) sum[v] = (bit_v16)((bit_v16i)sum[v] & (g[v] > 0.f));  // NaN: 0
+        for (int v = 0; v < kBitVectors; ++v) sum[v] = (VF)((VI)sum[v] & (g[v] > 0.f));  // NaN: 0
       }
       if (column_sums)
         for (int v = 0; v < kBitVectors; ++v) column_sums[v] += sum[v];
@@ -119,9 +109,9 @@ inline void bit_gemm_rows(const BitGemmBlock& b, int64_t c0, int64_t nc, const b
 }
 
 inline void bit_gemm_block_impl(const BitGemmBlock& b) {
-  auto* tab = reinterpret_cast<bit_v16*>(b.tables);
+  auto* tab = reinterpret_cast<VF*>(b.tables);
   const int64_t chunks = b.row_bytes * 2;
-  bit_v16 column_sums[kBitVectors] = {};
+  VF column_sums[kBitVectors] = {};
   // Even and at most the scratch's kBitGroupChunks (c0 / 2 must start a byte).
   const int64_t group = b.group_chunks >= 2 && b.group_chunks <= kBitGroupChunks ? b.group_chunks & ~int64_t{1}
                                                                                   : kBitGroupChunks;
