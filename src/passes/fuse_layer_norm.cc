@@ -25,20 +25,9 @@ struct LayerNorm {
   std::vector<ir::Node*> nodes;
 };
 
-// The axes a ReduceMean averages over (attribute, or constant input from opset 18).
-std::optional<std::vector<int64_t>> reduce_axes(const ir::Node& n) {
-  if (n.attrs.get_int("keepdims", 1) != 1) return std::nullopt;
-  if (n.opset < 18) return n.attrs.get_ints("axes");
-  const ir::Value* axes = n.input(1);
-  if (!axes || !axes->is_constant()) return std::nullopt;
-  std::vector<int64_t> out;
-  for (int64_t i = 0; i < axes->constant->numel(); ++i)
-    out.push_back(static_cast<int64_t>(element_as_double(*axes->constant, i)));
-  return out;
-}
-
 // The reduction covers exactly the trailing axes from some axis on; returns it.
 std::optional<int64_t> trailing_axis(const ir::Node& mean, int rank) {
+  if (mean.attrs.get_int("keepdims", 1) != 1) return std::nullopt;
   std::optional<std::vector<int64_t>> axes = reduce_axes(mean);
   if (!axes || axes->empty()) return std::nullopt;
   std::vector<bool> seen(static_cast<size_t>(rank), false);

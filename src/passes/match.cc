@@ -157,6 +157,18 @@ void absorb(ir::Node& fused, ir::Node& next, size_t index) {
   next.dead = true;
 }
 
+std::optional<std::vector<int64_t>> reduce_axes(const ir::Node& n) {
+  const int axes_input_from = n.op_type == "ReduceSum" ? 13 : 18;
+  if (n.opset < axes_input_from) return n.attrs.get_ints("axes");
+  const ir::Value* axes = n.input(1);
+  if (!axes) return std::vector<int64_t>{};
+  if (!axes->is_constant()) return std::nullopt;
+  std::vector<int64_t> out;
+  for (int64_t i = 0; i < axes->constant->numel(); ++i)
+    out.push_back(static_cast<int64_t>(element_as_double(*axes->constant, i)));
+  return out;
+}
+
 std::optional<std::vector<int64_t>> constant_pads(const ir::Node& pad) {
   const ir::Value* x = pad.input(0);
   const std::string mode = pad.attrs.get_string("mode", "constant");

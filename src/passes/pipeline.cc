@@ -54,6 +54,9 @@ std::vector<std::unique_ptr<Pass>> passes_for_level(int level, const ConstantEva
     passes.push_back(make_fold_pad());
     passes.push_back(make_fuse_conv_batchnorm());
     passes.push_back(make_fuse_layer_norm());
+    // After fuse_layer_norm (an instance norm's means over the plane are its) and
+    // before fuse_squeeze_excite, which takes the pools.
+    passes.push_back(make_global_pool_from_reduce_mean());
     passes.push_back(make_fuse_gelu());  // before the fusions that take it as a post-op
     passes.push_back(make_fuse_swish());  // likewise
     passes.push_back(make_fuse_conv_activation());

@@ -44,6 +44,7 @@ std::unique_ptr<Pass> make_fuse_qkv_attention();
 std::unique_ptr<Pass> make_eliminate_common_subexpressions();
 std::unique_ptr<Pass> make_dead_code();
 std::unique_ptr<Pass> make_fold_pad();
+std::unique_ptr<Pass> make_global_pool_from_reduce_mean();
 std::unique_ptr<Pass> make_fuse_conv_batchnorm();
 std::unique_ptr<Pass> make_fuse_conv_activation();
 std::unique_ptr<Pass> make_fuse_batchnorm_activation();

@@ -1426,6 +1426,7 @@ struct SqueezeExciteOptions {
   int rank = 4;                    // 3: a 1-D block (Conv1d), not taken
   int64_t reduced = 3;             // the reduction's channels
   bool x_shape_unknown = false;    // x's type without a shape (a dynamic producer's)
+  bool pool_by_mean = false;       // ReduceMean over the plane, keepdims (timm's x.mean((2, 3), keepdim=True))
 };
 
 std::unique_ptr<ir::Graph> squeeze_excite_graph(const SqueezeExciteOptions& o = {}) {
@@ -1435,7 +1436,9 @@ std::unique_ptr<ir::Graph> squeeze_excite_graph(const SqueezeExciteOptions& o = 
   const Shape unit = o.rank == 4 ? Shape{1, 1} : Shape{1};
   ir::Value* x = g->add_input("x", DType::kFloat32, xs);
   if (o.x_shape_unknown) x->type = ir::Type::tensor(DType::kFloat32);
-  ir::Value* pooled = g->add_node("GlobalAveragePool", {x}, 1, "pool")->output(0);
+  ir::Node* pool = g->add_node(o.pool_by_mean ? "ReduceMean" : "GlobalAveragePool", {x}, 1, "pool");
+  if (o.pool_by_mean) pool->attrs.set("axes", std::vector<int64_t>{2, 3});
+  ir::Value* pooled = pool->output(0);
   if (o.pooled_is_output) g->add_output(pooled);
   Shape w1s = {o.reduced, 8 / o.reduce_group, o.reduce_kernel, o.reduce_kernel}, w2s = {8, o.reduced};
   if (o.rank == 3) w1s = {o.reduced, 8, 1};
@@ -1458,13 +1461,16 @@ std::unique_ptr<ir::Graph> squeeze_excite_graph(const SqueezeExciteOptions& o = 
 }
 
 TEST(Passes, SqueezeExciteBecomesOneNode) {
-  auto g = squeeze_excite_graph();
-  passes::optimize(*g, 2, runtime::reference_evaluator());
-  EXPECT_EQ(count_ops(*g, "SqueezeExcite"), 1u);
-  EXPECT_EQ(count_ops(*g, "GlobalAveragePool") + count_ops(*g, "Conv") + count_ops(*g, "FusedConv") +
-                count_ops(*g, "Relu") + count_ops(*g, "HardSigmoid"),
-            0u);
-  EXPECT_EQ(count_ops(*g, "Mul"), 1u);  // the gates' Mul stays
+  for (bool by_mean : {false, true}) {
+    SCOPED_TRACE(by_mean ? "pooled by ReduceMean" : "pooled by GlobalAveragePool");
+    auto g = squeeze_excite_graph({.pool_by_mean = by_mean});
+    passes::optimize(*g, 2, runtime::reference_evaluator());
+    EXPECT_EQ(count_ops(*g, "SqueezeExcite"), 1u);
+    EXPECT_EQ(count_ops(*g, "GlobalAveragePool") + count_ops(*g, "ReduceMean") + count_ops(*g, "Conv") +
+                  count_ops(*g, "FusedConv") + count_ops(*g, "Relu") + count_ops(*g, "HardSigmoid"),
+              0u);
+    EXPECT_EQ(count_ops(*g, "Mul"), 1u);  // the gates' Mul stays
+  }
 
   // The block by hand: each channel's mean, the reduction, the gates.
   const Tensor x = ramp({2, 8, 3, 4}, -1.f, 0.013f);
@@ -1509,6 +1515,81 @@ TEST(Passes, SqueezeExciteLookalikesStay) {
     passes::optimize(*g, 2, runtime::reference_evaluator());
     EXPECT_EQ(count_ops(*g, "SqueezeExcite"), 0u);
     EXPECT_EQ(count_ops(*g, "GlobalAveragePool"), 1u);
+  }
+}
+
+// x [2, 3, 4, 5] -> ReduceMean(axes, keepdims) -> y, at `opset` (axes an
+// input from 18 on: a constant, or a graph input when axes_are_input).
+struct SpatialMeanOptions {
+  std::vector<int64_t> axes = {2, 3};
+  int64_t keepdims = 0;
+  int opset = 13;
+  bool axes_are_input = false;
+  bool width_symbolic = false;  // x's last dim a symbol
+  bool rank3 = false;           // x [2, 3, 20]: a sequence's hidden axis, say
+};
+
+std::unique_ptr<ir::Graph> spatial_mean_graph(const SpatialMeanOptions& o) {
+  auto g = std::make_unique<ir::Graph>();
+  g->opsets[""] = o.opset;
+  ir::Value* x = g->add_input("x", DType::kFloat32, o.rank3 ? Shape{2, 3, 20} : Shape{2, 3, 4, 5});
+  if (o.width_symbolic)
+    x->type = ir::Type::tensor(DType::kFloat32, {ir::Dim::known(2), ir::Dim::known(3), ir::Dim::known(4),
+                                                 ir::Dim::named("w")});
+  std::vector<ir::Value*> inputs = {x};
+  if (o.opset >= 18) {
+    const int64_t n = static_cast<int64_t>(o.axes.size());
+    inputs.push_back(o.axes_are_input ? g->add_input("axes", DType::kInt64, {n}) : g->add_constant("axes", ints({n}, o.axes)));
+  }
+  ir::Node* mean = g->add_node("ReduceMean", inputs, 1, "mean");
+  if (o.opset < 18) mean->attrs.set("axes", o.axes);
+  mean->attrs.set("keepdims", o.keepdims);
+  g->add_output(mean->output(0));
+  ir::infer_types(*g);
+  return g;
+}
+
+TEST(Passes, SpatialReduceMeanBecomesGlobalAveragePool) {
+  const std::pair<const char*, SpatialMeanOptions> cases[] = {
+      {"keepdims 0", {}},
+      {"keepdims 1", {.keepdims = 1}},
+      {"negative axes, out of order", {.axes = {-1, -2}}},
+      {"axes as a constant input (opset 18)", {.opset = 18}},
+  };
+  const Tensor x = ramp({2, 3, 4, 5}, -1.f, 0.029f);
+  for (const auto& [what, o] : cases) {
+    SCOPED_TRACE(what);
+    auto g = spatial_mean_graph(o);
+    passes::optimize(*g, 2, runtime::reference_evaluator());
+    EXPECT_EQ(count_ops(*g, "ReduceMean"), 0u);
+    EXPECT_EQ(count_ops(*g, "GlobalAveragePool"), 1u);
+    EXPECT_EQ(count_ops(*g, "Flatten"), o.keepdims ? 0u : 1u);
+    Session s = Session::from_graph(spatial_mean_graph(o));
+    const Tensor y = s.run({{"x", x}})[0];
+    EXPECT_EQ(y.shape(), o.keepdims ? Shape({2, 3, 1, 1}) : Shape({2, 3}));
+    for (int64_t plane = 0; plane < 6; ++plane) {
+      double sum = 0;
+      for (int64_t p = 0; p < 20; ++p) sum += x.data<float>()[plane * 20 + p];
+      EXPECT_NEAR(y.data<float>()[plane], sum / 20, 1e-6) << plane;
+    }
+  }
+}
+
+TEST(Passes, ReduceMeanLookalikesStay) {
+  const std::pair<const char*, SpatialMeanOptions> cases[] = {
+      {"the channels too", {.axes = {1, 2, 3}}},
+      {"one spatial axis", {.axes = {3}}},
+      {"the batch and the plane", {.axes = {0, 2, 3}}},
+      {"axes a graph input", {.opset = 18, .axes_are_input = true}},
+      {"a plane of a symbolic width", {.width_symbolic = true}},
+      {"rank 3", {.axes = {2}, .rank3 = true}},
+  };
+  for (const auto& [what, o] : cases) {
+    SCOPED_TRACE(what);
+    auto g = spatial_mean_graph(o);
+    passes::optimize(*g, 2, runtime::reference_evaluator());
+    EXPECT_EQ(count_ops(*g, "ReduceMean"), 1u);
+    EXPECT_EQ(count_ops(*g, "GlobalAveragePool"), 0u);
   }
 }
 
