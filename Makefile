@@ -33,15 +33,18 @@ test-fast: build
 	cd $(BUILD) && ctest --output-on-failure -L unit
 
 # Slow suites, not part of `make test` (docs/testing.md gives their run times).
-# Unit tests and the CLI suite (bad inputs, hostile files, training) under
-# ASan + UBSan; the concurrency tests under TSan (OpenMP
-# teams of one thread: Debian's libgomp is not TSan-instrumented).
-SANITIZE_CMAKE = -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DANVIL_PYTHON=$(abspath $(VENV))/bin/python
+# Unit tests, the CLI suite (bad inputs, hostile files, training), both
+# backend conformance suites and the model tests (each at every ISA cap)
+# under ASan + UBSan, the models and the current suite shared with build/;
+# the concurrency tests under TSan (OpenMP teams of one thread: Debian's
+# libgomp is not TSan-instrumented).
+SANITIZE_CMAKE = -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DANVIL_PYTHON=$(abspath $(VENV))/bin/python \
+  -DANVIL_MODEL_CACHE=$(abspath build)/models -DANVIL_ONNX_SUITE_DIR=$(abspath build)/onnx-suite
 test-asan: setup
 	cmake -S . -B build-asan $(SANITIZE_CMAKE) -DANVIL_SANITIZE=address
 	cmake --build build-asan -j $(JOBS) --target anvil_unit_tests anvil_cli
 	cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
-	  ctest --output-on-failure --no-tests=error -L '^(asan|cli)$$'
+	  ctest --output-on-failure --no-tests=error -L '^(asan|cli|conformance|models)$$'
 
 test-tsan: setup
 	cmake -S . -B build-tsan $(SANITIZE_CMAKE) -DANVIL_SANITIZE=thread
