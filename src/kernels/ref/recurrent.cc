@@ -4,24 +4,23 @@
 // custom activations with their alphas and betas, and both layouts.
 //
 // Per direction, the input projection X * W^T (+ biases) is computed for all
-// steps at once; each step then adds H * R^T and applies the cell. Gates are
-// laid out as ONNX stores them: RNN [i], GRU [z, r, h], LSTM [i, o, f, c].
+// steps at once; each step then adds H * R^T and applies the cell. The node's
+// checks and options are recurrent_spec's; vec/recurrent.cc runs the nodes
+// with the default activations faster.
 #include <cmath>
 #include <strings.h>
 
 #include <algorithm>
 #include <cstring>
 
+#include "kernels/recurrent_spec.h"
 #include "kernels/ref/common.h"
 #include "kernels/registry.h"
 
 namespace anvil::kernels {
 namespace {
 
-enum class Cell { kRnn, kGru, kLstm };
-
-int gate_count(Cell c) { return c == Cell::kRnn ? 1 : c == Cell::kGru ? 3 : 4; }
-size_t activations_per_direction(Cell c) { return c == Cell::kRnn ? 1 : c == Cell::kGru ? 2 : 3; }
+using Cell = RecurrentCell;
 
 // One activation function of the `activations` attribute, with its alpha and beta.
 struct Activation {
@@ -101,45 +100,20 @@ class RecurrentKernel : public Kernel {
   explicit RecurrentKernel(Cell cell) : cell_(cell) {}
 
   std::vector<TensorType> prepare(const PrepareContext& ctx) override {
-    for (size_t i : {0u, 1u, 2u})
-      ANVIL_PREPARE_CHECK(ctx, ctx.input_dtype(i) == DType::kFloat32, ErrorKind::kUnsupported,
-                          "input {} is {}; recurrent layers run in float32", i, dtype_name(ctx.input_dtype(i)));
-    const std::string direction = ctx.attrs().get_string("direction", "forward");
-    ANVIL_PREPARE_CHECK(ctx, direction == "forward" || direction == "reverse" || direction == "bidirectional",
-                        ErrorKind::kInvalidModel, "direction '{}' is not forward, reverse or bidirectional", direction);
-    reverse_only_ = direction == "reverse";
-    dirs_ = direction == "bidirectional" ? 2 : 1;
-    layout_ = ctx.attrs().get_int("layout", 0);
-    ANVIL_PREPARE_CHECK(ctx, layout_ == 0 || layout_ == 1, ErrorKind::kInvalidModel, "layout must be 0 or 1");
-    const Shape& x = ctx.input_shape(0);
-    ANVIL_PREPARE_CHECK(ctx, x.size() == 3, ErrorKind::kInvalidArgument, "X must have rank 3, got {}", shape_str(x));
-    seq_ = layout_ ? x[1] : x[0];
-    batch_ = layout_ ? x[0] : x[1];
-    input_ = x[2];
-    const int64_t gates = gate_count(cell_);
-    const Shape& w = ctx.input_shape(1);
-    const Shape& r = ctx.input_shape(2);
-    hidden_ = ctx.attrs().get_int("hidden_size", w.size() == 3 ? w[1] / gates : 0);
-    ANVIL_PREPARE_CHECK(ctx, hidden_ > 0, ErrorKind::kInvalidModel, "hidden_size must be > 0");
-    ANVIL_PREPARE_CHECK(ctx, w == (Shape{dirs_, gates * hidden_, input_}), ErrorKind::kInvalidArgument,
-                        "W is {}, expected [{},{},{}]", shape_str(w), dirs_, gates * hidden_, input_);
-    ANVIL_PREPARE_CHECK(ctx, r == (Shape{dirs_, gates * hidden_, hidden_}), ErrorKind::kInvalidArgument,
-                        "R is {}, expected [{},{},{}]", shape_str(r), dirs_, gates * hidden_, hidden_);
-    check_optional(ctx, 3, {dirs_, 2 * gates * hidden_}, "B");
-    if (ctx.has_input(4)) {
-      ANVIL_PREPARE_CHECK(ctx, ctx.input_dtype(4) == DType::kInt32 && ctx.input_shape(4) == Shape{batch_},
-                          ErrorKind::kInvalidArgument, "sequence_lens must be int32 [{}]", batch_);
-    }
-    Shape state = layout_ ? Shape{batch_, dirs_, hidden_} : Shape{dirs_, batch_, hidden_};
-    check_optional(ctx, 5, state, "initial_h");
-    if (cell_ == Cell::kLstm) {
-      check_optional(ctx, 6, state, "initial_c");
-      check_optional(ctx, 7, {dirs_, 3 * hidden_}, "P");
-      input_forget_ = ctx.attrs().get_int("input_forget", 0) != 0;
-    }
-    if (cell_ == Cell::kGru) linear_before_reset_ = ctx.attrs().get_int("linear_before_reset", 0) != 0;
-    clip_ = ctx.attrs().has("clip") ? ctx.attrs().get_float("clip", 0) : -1;
-    prepare_activations(ctx);
+    const RecurrentSpec spec = recurrent_spec(ctx, cell_);
+    reverse_only_ = spec.reverse_only;
+    dirs_ = spec.dirs;
+    layout_ = spec.layout;
+    seq_ = spec.seq;
+    batch_ = spec.batch;
+    input_ = spec.input;
+    hidden_ = spec.hidden;
+    input_forget_ = spec.input_forget;
+    linear_before_reset_ = spec.linear_before_reset;
+    clip_ = spec.clip;
+    acts_ = parse_activations(ctx, spec.activations);
+    per_dir_ = spec.activations_per_direction();
+    gates_ = spec.gates();
     return ctx.output_types();  // Y, Y_h (and Y_c)
   }
 
@@ -148,32 +122,6 @@ class RecurrentKernel : public Kernel {
   }
 
  private:
-  void check_optional(const PrepareContext& ctx, size_t i, const Shape& want, const char* what) const {
-    if (!ctx.has_input(i)) return;
-    ANVIL_PREPARE_CHECK(ctx, ctx.input_dtype(i) == DType::kFloat32 && ctx.input_shape(i) == want,
-                        ErrorKind::kInvalidArgument, "{} is {} {}, expected float32 {}", what,
-                        dtype_name(ctx.input_dtype(i)), shape_str(ctx.input_shape(i)), shape_str(want));
-  }
-
-  void prepare_activations(const PrepareContext& ctx) {
-    const size_t per_dir = activations_per_direction(cell_);
-    std::vector<std::string> names;
-    if (ctx.attrs().has("activations")) {
-      const auto& all = ctx.attrs().all().at("activations");
-      if (const auto* list = std::get_if<std::vector<std::string>>(&all)) names = *list;
-    }
-    if (names.empty()) {
-      static const char* kDefaults[] = {"Sigmoid", "Tanh", "Tanh"};
-      for (int64_t d = 0; d < dirs_; ++d)
-        for (size_t i = 0; i < per_dir; ++i) names.push_back(cell_ == Cell::kRnn ? "Tanh" : kDefaults[i]);
-    }
-    if (names.size() == per_dir && dirs_ == 2) names.insert(names.end(), names.begin(), names.end());
-    ANVIL_PREPARE_CHECK(ctx, names.size() == per_dir * static_cast<size_t>(dirs_), ErrorKind::kInvalidModel,
-                        "activations lists {} functions; {} directions need {}", names.size(), dirs_,
-                        per_dir * static_cast<size_t>(dirs_));
-    acts_ = parse_activations(ctx, names);
-  }
-
   // Index of element (t, b) in X, Y and the states, by layout.
   int64_t x_row(int64_t t, int64_t b) const { return layout_ ? b * seq_ + t : t * batch_ + b; }
   // nullptr when the model does not ask for Y.
@@ -189,7 +137,7 @@ class RecurrentKernel : public Kernel {
 
   void run_direction(const RunContext& ctx, int64_t d) const {
     const bool reverse = reverse_only_ || d == 1;
-    const int64_t gates = gate_count(cell_), gh = gates * hidden_, H = hidden_;
+    const int64_t gh = gates_ * hidden_, H = hidden_;
     const float* x = ctx.in(0).data<float>();
     const float* w = ctx.in(1).data<float>() + d * gh * input_;
     const float* r = ctx.in(2).data<float>() + d * gh * H;
@@ -199,7 +147,7 @@ class RecurrentKernel : public Kernel {
     const float* c0 = cell_ == Cell::kLstm && ctx.inputs.size() > 6 && ctx.inputs[6] ? ctx.in(6).data<float>() : nullptr;
     const float* peep = cell_ == Cell::kLstm && ctx.inputs.size() > 7 && ctx.inputs[7] ? ctx.in(7).data<float>() + d * 3 * H
                                                                                        : nullptr;
-    const Activation* act = &acts_[static_cast<size_t>(d) * activations_per_direction(cell_)];
+    const Activation* act = &acts_[static_cast<size_t>(d) * per_dir_];
 
     // X rows in memory order, projected: xw[row, :] = X[row] * W^T + Wb (+ Rb, except GRU's h gate).
     std::vector<float> xw(static_cast<size_t>(seq_ * batch_ * gh));
@@ -302,7 +250,8 @@ class RecurrentKernel : public Kernel {
 
   Cell cell_;
   bool reverse_only_ = false, input_forget_ = false, linear_before_reset_ = false;
-  int64_t dirs_ = 1, layout_ = 0, seq_ = 0, batch_ = 0, input_ = 0, hidden_ = 0;
+  int64_t dirs_ = 1, layout_ = 0, seq_ = 0, batch_ = 0, input_ = 0, hidden_ = 0, gates_ = 1;
+  size_t per_dir_ = 1;
   float clip_ = -1;
   std::vector<Activation> acts_;
 };

@@ -200,6 +200,29 @@ struct BitGemmKernels {
                    float* head);
 };
 
+// The cells of ONNX's recurrent ops with their default activations
+// (vec/recurrent.cc drives them), over `units` hidden units of one batch
+// row: xw is the input's projection with the biases, q = H_{t-1} R^T, both
+// laid out per gate, `units` floats apart, in ONNX's gate order; the
+// activations' inputs are clipped to [-clip, clip] where clip >= 0.
+struct RecurrentKernels {
+  // RNN: h = tanh(xw + q).
+  void (*rnn_cell)(const float* xw, const float* q, int64_t units, float clip, float* h);
+  // LSTM, gates [i, o, f, c]: c (in place) = f c + i tanh(c~), h = o tanh(c),
+  // with f = 1 - i under input_forget; peepholes p (i, o, f: p, p + p_ld,
+  // p + 2 p_ld) or null.
+  void (*lstm_cell)(const float* xw, const float* q, int64_t units, float clip, bool input_forget, const float* p,
+                    int64_t p_ld, float* c, float* h);
+  // GRU, gates [z, r, h]: z = sigmoid, and r = sigmoid, or r * h_prev where
+  // h_prev is given (no linear_before_reset: R_h then multiplies it).
+  void (*gru_gates)(const float* xw, const float* q, int64_t units, float clip, const float* h_prev, float* z,
+                    float* r);
+  // GRU's new state: h = (1 - z) tanh(xw_h + a) + z h_prev, a = r (q_h + rb_h)
+  // with linear_before_reset (r given), else q_h + rb_h; rb_h may be null.
+  void (*gru_output)(const float* xw_h, const float* q_h, const float* rb_h, const float* r, const float* z,
+                     const float* h_prev, int64_t units, float clip, float* h);
+};
+
 struct VecKernels {
   // o[j] = c[j * sc] ? x[j * sx] : y[j * sy] for j < n, on 4-byte elements;
   // each stride is 0 (a broadcast value) or 1.
@@ -267,6 +290,7 @@ struct VecKernels {
                              int64_t oh_begin, int64_t oh_end);
   WinogradKernels winograd;
   BitGemmKernels bit_gemm;
+  RecurrentKernels recurrent;
 };
 
 const VecKernels& vec_kernels();                 // for vector_isa()

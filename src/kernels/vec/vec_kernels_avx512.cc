@@ -13,6 +13,7 @@ namespace {
 #include "kernels/vec/pool_impl.h"
 #include "kernels/vec/winograd_impl.h"
 #include "kernels/vec/bit_gemm_impl.h"
+#include "kernels/vec/recurrent_impl.h"
 }  // namespace
 
 extern const VecKernels kVecKernelsAvx512 = {select32_impl, transpose32_impl, reduce_rows_impl, sum_columns_impl,
@@ -23,6 +24,7 @@ extern const VecKernels kVecKernelsAvx512 = {select32_impl, transpose32_impl, re
                                            gemm_gather_conv_a_impl, transpose32_impl, gemm_epilogue_impl},
                                           max_pool_rows_impl, max_pool_grad_rows_impl,
                                              {winograd_input_tile_impl, winograd_output_tile_impl},
-                                          {bit_gemm_block_impl, gate_row_impl}};
+                                          {bit_gemm_block_impl, gate_row_impl},
+                                          {rnn_cell_impl, lstm_cell_impl, gru_gates_impl, gru_output_impl}};
 
 }  // namespace anvil::kernels::vec
