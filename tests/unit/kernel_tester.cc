@@ -49,7 +49,7 @@ KernelResult run_kernel_full(const std::string& op, const std::vector<Tensor>& i
   weights.set_model_weight_bytes(options.model_weight_bytes);
   kernels::PrepareContext pctx(node, types, constants, options.num_threads,
                                options.model_weight_bytes ? &weights : nullptr);
-  if (!options.incoming_layouts.empty()) pctx.allow_blocked_layouts(true, true, options.incoming_layouts);
+  if (!options.incoming_layouts.empty()) pctx.allow_blocked_layouts(true, options.blocked_outputs, options.incoming_layouts);
   auto entries = kernels::Registry::global().select(node, types);
   const kernels::KernelEntry* entry = nullptr;
   for (const auto* e : entries)

@@ -46,6 +46,9 @@ struct KernelOptions {
   // arrives in incoming_layouts[i] (the inputs given are laid out so); the
   // outputs come back in whatever layout the kernel returns.
   std::vector<kernels::Layout> incoming_layouts;
+  // With incoming_layouts: whether the outputs may take layouts of their own
+  // (false: as a graph output's, plain).
+  bool blocked_outputs = true;
 };
 
 struct KernelResult {

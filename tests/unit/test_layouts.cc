@@ -653,5 +653,51 @@ TEST(Layouts, NhwcKernelsMatchTheReferenceKernels) {
   }
 }
 
+// `x` (plain) as laid out by `md`, and back.
+Tensor relaid(const Tensor& x, const dnnl::memory::desc& from, const dnnl::memory::desc& to) {
+  kernels::dnnl_util::PackedWeights p = kernels::dnnl_util::pack(from, x.raw(), to);
+  Tensor y(DType::kFloat32, x.shape());
+  std::memcpy(y.raw(), p.storage.raw(), y.nbytes());
+  return y;
+}
+
+// DepthToSpace reading pixel layouts (pixels:depth_to_space): NHWC and the
+// ISA's channel blocks; DCR and CRD; output channels that fill the blocks
+// (16), that do not (8 on AVX-512: the output is plain then) and one (the
+// super-resolution net's, whose NHWC is its plain layout); writing the
+// input's format where the plan lets it and plain where not (a graph
+// output); against the reference kernel on plain data.
+TEST(Layouts, DepthToSpaceReadsPixelLayouts) {
+  namespace du = kernels::dnnl_util;
+  const std::pair<Shape, int64_t> shapes[] = {{{1, 64, 3, 5}, 2}, {{2, 32, 2, 3}, 2}, {{1, 9, 4, 3}, 3}, {{2, 12, 3, 5}, 2}};
+  for (du::Format format : {&du::nhwc_desc, &du::blocked_desc})
+    for (const auto& [shape, block] : shapes)
+      for (const char* mode : {"DCR", "CRD"})
+        for (bool blocked_out : {true, false}) {
+          const dnnl::memory::desc x_md = format(shape);
+          if (!du::pixel_layout(x_md)) continue;  // channels that do not fill the blocks
+          SCOPED_TRACE(fmt::format("{} {} {}, blocksize {}, blocked output {}", format == &du::nhwc_desc ? "NHWC" : "blocks",
+                                   shape_str(shape), mode, block, blocked_out));
+          const Tensor x = random_tensor(shape, 51);
+          ir::Attributes a;
+          a.set("blocksize", block);
+          a.set("mode", std::string(mode));
+          testing::KernelOptions ref, own;
+          own.backend = kernels::Backend::kDnnl;
+          own.incoming_layouts = {du::layout_of(x_md, shape, DType::kFloat32)};
+          own.blocked_outputs = blocked_out;
+          const Tensor want = testing::run_kernel("DepthToSpace", {x}, a, ref)[0];
+          const testing::KernelResult got =
+              testing::run_kernel_full("DepthToSpace", {relaid(x, du::plain_desc(shape, DType::kFloat32), x_md)}, a, own);
+          EXPECT_EQ(got.impl, "pixels:depth_to_space");
+          const Shape& ys = want.shape();
+          const dnnl::memory::desc y_md = format(ys);
+          const bool laid_out = blocked_out && du::pixel_layout(y_md).has_value();
+          const Tensor y = laid_out ? relaid(got.outputs[0], y_md, du::plain_desc(ys, DType::kFloat32)) : got.outputs[0];
+          ASSERT_EQ(y.shape(), ys);
+          for (int64_t i = 0; i < y.numel(); ++i) ASSERT_EQ(y.data<float>()[i], want.data<float>()[i]) << i;
+        }
+}
+
 }  // namespace
 }  // namespace anvil
