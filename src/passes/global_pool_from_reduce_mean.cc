@@ -24,7 +24,8 @@ namespace {
 // hidden]), whose means are a normalization's.
 bool averages_spatial_axes(const ir::Node& mean) {
   const ir::Value* x = mean.input(0);
-  if (!x || x->dtype() != DType::kFloat32 || !x->type.has_shape() || x->type.rank() < 4) return false;
+  if (!x || x->dtype() != DType::kFloat32 || !x->type.has_shape() || x->type.rank() < 4 || x->type.rank() > 5)
+    return false;
   const int rank = x->type.rank();
   const ir::SymShape& dims = x->type.dims();
   for (size_t i = 2; i < dims.size(); ++i)

@@ -158,8 +158,7 @@ void absorb(ir::Node& fused, ir::Node& next, size_t index) {
 }
 
 std::optional<std::vector<int64_t>> reduce_axes(const ir::Node& n) {
-  const int axes_input_from = n.op_type == "ReduceSum" ? 13 : 18;
-  if (n.opset < axes_input_from) return n.attrs.get_ints("axes");
+  if (n.opset < 18) return n.attrs.get_ints("axes");
   const ir::Value* axes = n.input(1);
   if (!axes) return std::vector<int64_t>{};
   if (!axes->is_constant()) return std::nullopt;

@@ -67,8 +67,9 @@ void absorb(ir::Node& fused, ir::Node& next, size_t index = 0);
 ir::Node* add_attention(ir::Graph& graph, std::vector<ir::Value*> inputs, ir::Value* y, const std::string& name,
                         int64_t heads, double scale);
 
-// The axes a reduction (ReduceMean, ...) names: its attribute, or its
-// constant input from opset 18 (13 for ReduceSum); empty when it names none
+// The axes a ReduceMean (or another reduction whose axes became an input at
+// opset 18: not ReduceSum's, at 13) names: its attribute, or its constant
+// input from opset 18; empty when it names none
 // (every axis, or none with noop_with_empty_axes); nullopt when the input
 // is not a constant. As written: negative axes are not normalized.
 std::optional<std::vector<int64_t>> reduce_axes(const ir::Node& n);

@@ -1555,6 +1555,7 @@ TEST(Passes, SpatialReduceMeanBecomesGlobalAveragePool) {
       {"keepdims 1", {.keepdims = 1}},
       {"negative axes, out of order", {.axes = {-1, -2}}},
       {"axes as a constant input (opset 18)", {.opset = 18}},
+      {"keepdims 1, axes as an input", {.keepdims = 1, .opset = 18}},
   };
   const Tensor x = ramp({2, 3, 4, 5}, -1.f, 0.029f);
   for (const auto& [what, o] : cases) {

@@ -11,6 +11,9 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include "anvil/session.h"
 #include "ir/graph.h"
 
@@ -28,6 +31,8 @@ struct Case {
   bool linear_before_reset = true;
   float clip = -1;  // < 0: none
   int threads = 2;
+  bool zero_length = false;  // with lens: batch item 0's sequence is empty
+  bool no_y = false;         // Y not asked for (only the final states)
   const char* what = "";
 };
 
@@ -67,6 +72,7 @@ Inputs make_inputs(const Case& c) {
   in.h0 = values(dirs * c.batch * c.hidden, 6, 0.8f);
   in.c0 = values(dirs * c.batch * c.hidden, 7, 0.8f);
   for (int64_t b = 0; b < c.batch; ++b) in.lens.push_back(static_cast<int32_t>(c.seq - b % c.seq));
+  if (c.zero_length) in.lens[0] = 0;
   return in;
 }
 
@@ -94,7 +100,9 @@ std::unique_ptr<ir::Graph> recurrent_graph(const Case& c, const Inputs& in) {
   if (c.input_forget) n->attrs.set("input_forget", int64_t{1});
   if (c.cell == Cell::kGru) n->attrs.set("linear_before_reset", int64_t{c.linear_before_reset});
   if (c.clip >= 0) n->attrs.set("clip", c.clip);
-  for (ir::Value* out : n->outputs) g->add_output(out);
+  if (c.no_y) n->outputs[0] = nullptr;
+  for (ir::Value* out : n->outputs)
+    if (out) g->add_output(out);
   return g;
 }
 
@@ -206,7 +214,8 @@ void check(const Case& c) {
   bool vectorized = false;
   for (const std::string& line : session.describe_plan(feeds)) vectorized |= line.find(":recurrent") != std::string::npos;
   ASSERT_TRUE(vectorized) << "the node did not run on the vectorized kernel";
-  const std::vector<Tensor> out = session.run(feeds);
+  std::vector<Tensor> out = session.run(feeds);
+  if (c.no_y) out.insert(out.begin(), Tensor());
   const Expected e = expected(c, in);
   const int64_t H = c.hidden;
   // Y and the states in layout 0's order from either layout.
@@ -218,7 +227,7 @@ void check(const Case& c) {
     return s.data<float>()[(c.layout ? b * dirs + d : d * c.batch + b) * H + j];
   };
   constexpr double kTolerance = 2e-5;
-  for (int64_t t = 0; t < c.seq; ++t)
+  for (int64_t t = 0; t < (c.no_y ? 0 : c.seq); ++t)
     for (int64_t d = 0; d < dirs; ++d)
       for (int64_t b = 0; b < c.batch; ++b)
         for (int64_t j = 0; j < H; ++j)
@@ -240,7 +249,14 @@ TEST(VecRecurrent, LstmMatchesTheEquations) {
                              .what = "bidirectional, sequence_lens, initial states"},
                         Case{.layout = 1, .peepholes = true, .threads = 3, .what = "layout 1, peepholes, three threads"},
                         Case{.input_forget = true, .clip = 0.7f, .what = "input_forget, clip"},
-                        Case{.hidden = 5, .batch = 1, .bias = false, .what = "5 units, batch 1, no bias"}})
+                        Case{.hidden = 5, .batch = 1, .bias = false, .what = "5 units, batch 1, no bias"},
+                        Case{.hidden = 21, .direction = "bidirectional", .lens = true, .initial = true,
+                             .peepholes = true, .threads = 4, .zero_length = true,
+                             .what = "bidirectional on four threads: two groups a direction and barriers; "
+                                     "each direction's peepholes; an empty sequence"},
+                        Case{.hidden = 300, .input = 800, .seq = 3, .batch = 13, .lens = true,
+                             .what = "K past a k-block, 13 rows (two row tiles), 300 units in uneven groups"},
+                        Case{.initial = true, .no_y = true, .what = "Y not asked for"}})
     check(c);
 }
 
@@ -250,14 +266,18 @@ TEST(VecRecurrent, GruMatchesTheEquations) {
         Case{.cell = Cell::kGru, .linear_before_reset = false, .what = "without linear_before_reset: two phases a step"},
         Case{.cell = Cell::kGru, .direction = "bidirectional", .lens = true, .initial = true, .linear_before_reset = false,
              .threads = 3, .what = "bidirectional, sequence_lens, initial state, two phases, three threads"},
-        Case{.cell = Cell::kGru, .layout = 1, .clip = 0.5f, .threads = 1, .what = "layout 1, clip, one thread"}})
+        Case{.cell = Cell::kGru, .layout = 1, .clip = 0.5f, .threads = 1, .what = "layout 1, clip, one thread"},
+        Case{.cell = Cell::kGru, .hidden = 21, .direction = "bidirectional", .lens = true, .linear_before_reset = false,
+             .clip = 0.6f, .threads = 4, .zero_length = true,
+             .what = "two phases, clip, bidirectional on four threads, an empty sequence"}})
     check(c);
 }
 
 TEST(VecRecurrent, RnnMatchesTheEquations) {
   for (const Case& c : {Case{.cell = Cell::kRnn, .what = "forward"},
                         Case{.cell = Cell::kRnn, .hidden = 48, .direction = "bidirectional", .layout = 1, .lens = true,
-                             .initial = true, .what = "bidirectional, layout 1, sequence_lens"}})
+                             .initial = true, .what = "bidirectional, layout 1, sequence_lens"},
+                        Case{.cell = Cell::kRnn, .clip = 0.4f, .threads = 3, .what = "clip, three threads"}})
     check(c);
 }
 
@@ -266,11 +286,26 @@ TEST(VecRecurrent, RnnMatchesTheEquations) {
 TEST(VecRecurrent, OtherActivationsAndRunTimeWeightsStayOnTheReference) {
   Case c;
   const Inputs in = make_inputs(c);
-  auto g = recurrent_graph(c, in);
-  g->nodes()[0]->attrs.set("activations", std::vector<std::string>{"HardSigmoid", "Tanh", "Tanh"});
-  Session session = Session::from_graph(std::move(g));
-  std::map<std::string, Tensor> feeds = {{"x", tensor_of({c.seq, c.batch, c.input}, in.x)}};
-  for (const std::string& line : session.describe_plan(feeds)) EXPECT_EQ(line.find(":recurrent"), std::string::npos);
+  for (bool run_time_weights : {false, true}) {
+    SCOPED_TRACE(run_time_weights ? "W a graph input" : "HardSigmoid gates");
+    auto g = recurrent_graph(c, in);
+    ir::Node& n = *g->nodes()[0];
+    std::map<std::string, Tensor> feeds = {{"x", tensor_of({c.seq, c.batch, c.input}, in.x)}};
+    if (run_time_weights) {
+      n.inputs[1] = g->add_input("w_in", DType::kFloat32, n.inputs[1]->constant->shape());
+      feeds["w_in"] = tensor_of(n.inputs[1]->type.shape_or_minus_one(), in.w);
+    } else {
+      n.attrs.set("activations", std::vector<std::string>{"HardSigmoid", "Tanh", "Tanh"});
+    }
+    Session session = Session::from_graph(std::move(g));
+    const std::vector<std::string> plan = session.describe_plan(feeds);
+    bool on_reference = false;
+    for (const std::string& line : plan) {
+      EXPECT_EQ(line.find(":recurrent"), std::string::npos) << line;
+      on_reference |= line.find("LSTM") != std::string::npos && line.find(" ref ") != std::string::npos;
+    }
+    EXPECT_TRUE(on_reference) << fmt::format("{}", fmt::join(plan, "\n"));
+  }
 }
 
 }  // namespace

@@ -636,6 +636,13 @@ void packed_gemm(const GemmKernels& g, const GemmArgs& p) {
                   [&](int64_t r0, int64_t r1, int64_t p0, int64_t p1) { gemm_part(g, p, r0, r1, p0, p1); });
 }
 
+void packed_gemm_on_this_thread(const GemmKernels& g, const GemmArgs& p) {
+  ANVIL_CHECK(!p.column_sums && p.ldv == 0, ErrorKind::kInternal, "packed_gemm_on_this_thread: plain C, no sums");
+  if (p.m == 0 || p.n == 0) return;
+  if (p.k == 0) return empty_product(g, p.c, p.ldc, p.m, p.n, p.bias, p.residual, p.epilogue);
+  gemm_part(g, p, 0, p.m, 0, ceil_div(p.n, g.nr));
+}
+
 // Products packed per run keep k-blocks of at most this many rows: their
 // packing budget, the split of K between threads and B's buffer sized for
 // the L2 were tuned with them. Only prepacked products take AVX-512's

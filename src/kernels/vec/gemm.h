@@ -87,6 +87,11 @@ struct GemmArgs : GemmOutput {
 
 // Runs the product on the calling thread's OpenMP team size.
 void packed_gemm(const GemmKernels& g, const GemmArgs& args);
+// The same on the calling thread alone, opening no parallel region: for
+// kernels that split their work between the team's threads themselves
+// (vec/recurrent.cc), where a nested region would start a team per thread
+// wherever nested parallelism is enabled.
+void packed_gemm_on_this_thread(const GemmKernels& g, const GemmArgs& args);
 
 // Row tile `tile`'s share (of `row_tiles` tiles splitting them evenly) of
 // the 64-byte lines holding `floats` packed floats from `block` on (null:

@@ -30,6 +30,7 @@
 #include "kernels/registry.h"
 #include "kernels/thread_share.h"
 #include "kernels/vec/gemm.h"
+#include "kernels/weight_cache.h"
 
 namespace anvil::kernels {
 namespace {
@@ -147,32 +148,43 @@ class VecRecurrent : public Kernel {
     plan_scratch();
   }
 
-  // [k, gates * units] of the units' rows of m ([gates * H, k], direction
-  // d's block), gates [g0, g1), packed for the GEMM.
-  Tensor pack_columns(const vec::GemmKernels& gk, const float* m, int64_t k, const Group& g, int64_t g0,
+  // [k, gates * units] of the units' rows of direction g.dir's block of
+  // `source` ([dirs, gates * H, k]), gates [g0, g1), packed for the GEMM;
+  // shared through the session's weight cache, so that the plans of other
+  // sequence lengths take the same copy (the cache keeps the original too:
+  // no unpack).
+  Tensor pack_columns(const PrepareContext& ctx, const Tensor& source, int64_t k, const Group& g, int64_t g0,
                       int64_t g1) const {
+    const vec::GemmKernels& gk = vec::vec_kernels().gemm;
     const int64_t H = s_.hidden, n = (g1 - g0) * g.units;
-    std::vector<float> b(static_cast<size_t>(k * n));
-    for (int64_t gate = g0; gate < g1; ++gate)
-      for (int64_t u = 0; u < g.units; ++u) {
-        const float* row = m + (gate * H + g.first + u) * k;
-        const int64_t col = (gate - g0) * g.units + u;
-        for (int64_t i = 0; i < k; ++i) b[static_cast<size_t>(i * n + col)] = row[i];
-      }
-    return vec::pack_gemm_b(gk, b.data(), k, n, n, 1);
+    auto pack = [&] {
+      const float* m = source.data<float>() + g.dir * s_.gates() * H * k;
+      std::vector<float> b(static_cast<size_t>(k * n));
+      for (int64_t gate = g0; gate < g1; ++gate)
+        for (int64_t u = 0; u < g.units; ++u) {
+          const float* row = m + (gate * H + g.first + u) * k;
+          const int64_t col = (gate - g0) * g.units + u;
+          for (int64_t i = 0; i < k; ++i) b[static_cast<size_t>(i * n + col)] = row[i];
+        }
+      return vec::pack_gemm_b(gk, b.data(), k, n, n, 1);
+    };
+    WeightCache* cache = ctx.weight_cache();
+    if (!cache) return pack();
+    const std::string key = fmt::format("anvil-recurrent dir {} units {}+{} gates {}-{} {}", g.dir, g.first, g.units,
+                                        g0, g1, vec::gemm_layout_key(gk, k, n, n, 1));
+    return cache->get(source, key, pack);
   }
 
   void pack_group(const PrepareContext& ctx, Group& g) const {
-    const vec::GemmKernels& gk = vec::vec_kernels().gemm;
     const int64_t H = s_.hidden, gates = s_.gates(), gh = gates * H;
-    const float* w = ctx.constant(1)->data<float>() + g.dir * gh * s_.input;
-    const float* r = ctx.constant(2)->data<float>() + g.dir * gh * H;
-    g.w_packed = pack_columns(gk, w, s_.input, g, 0, gates);
+    const Tensor& w = *ctx.constant(1);
+    const Tensor& r = *ctx.constant(2);
+    g.w_packed = pack_columns(ctx, w, s_.input, g, 0, gates);
     if (two_phases()) {
-      g.r_packed = pack_columns(gk, r, H, g, 0, 2);
-      g.rh_packed = pack_columns(gk, r, H, g, 2, 3);
+      g.r_packed = pack_columns(ctx, r, H, g, 0, 2);
+      g.rh_packed = pack_columns(ctx, r, H, g, 2, 3);
     } else {
-      g.r_packed = pack_columns(gk, r, H, g, 0, gates);
+      g.r_packed = pack_columns(ctx, r, H, g, 0, gates);
     }
     g.bias.assign(static_cast<size_t>(gates * g.units), 0.f);
     const Tensor* b = ctx.has_input(3) ? ctx.constant(3) : nullptr;
@@ -267,7 +279,7 @@ class VecRecurrent : public Kernel {
       a.m = s_.seq * s_.batch;
       a.c = xw;
       a.ldc = n;
-      vec::packed_gemm(gk, a);
+      vec::packed_gemm_on_this_thread(gk, a);
       return;
     }
     for (int64_t b = 0; b < s_.batch; ++b) {  // [batch, seq, input]: batch item b's steps, rows batch apart
@@ -275,7 +287,7 @@ class VecRecurrent : public Kernel {
       a.m = s_.seq;
       a.c = xw + b * n;
       a.ldc = s_.batch * n;
-      vec::packed_gemm(gk, a);
+      vec::packed_gemm_on_this_thread(gk, a);
     }
   }
 
@@ -291,7 +303,7 @@ class VecRecurrent : public Kernel {
     m.c = q;
     m.ldc = n;
     m.prefetch_b = prefetch_r_;
-    vec::packed_gemm(vec::vec_kernels().gemm, m);
+    vec::packed_gemm_on_this_thread(vec::vec_kernels().gemm, m);
   }
 
   bool past_end(const int32_t* lens, int64_t b, int64_t t) const { return lens && t >= lens[b]; }
