@@ -204,6 +204,47 @@ PY
   touch "$corpus/.cnn-ops"
 fi
 
+# Recurrent layers with constant weights (Anvil's vectorized kernel: the
+# backend suites feed W and R as inputs, which the reference kernel takes),
+# a ReduceMean over the plane and a DepthToSpace after a convolution (the
+# layouts they now keep), once.
+if [ ! -e "$corpus/.recurrent" ]; then
+  "${ANVIL_PYTHON:-python3}" - "$corpus/models" <<'PY'
+import os, sys
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper, TensorProto as T
+rng = np.random.default_rng(0)
+def f32(name, a): return numpy_helper.from_array(np.asarray(a, np.float32), name)
+def save(name, nodes, inputs, inits, outputs=("y",), opset=14):
+    g = helper.make_graph(nodes, name, [helper.make_tensor_value_info(n, t, s) for n, t, s in inputs],
+                          [helper.make_tensor_value_info(o, T.FLOAT, None) for o in outputs], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 8
+    onnx.save(m, os.path.join(sys.argv[1], name + ".onnx"))
+H, I = 5, 3
+save("lstm_bidirectional", [helper.make_node("LSTM", ["x", "W", "R", "B", "", "h0", "c0", "P"], ["y", "yh", "yc"],
+                                             hidden_size=H, direction="bidirectional", clip=3.0)],
+     [("x", T.FLOAT, [4, 2, I]), ("h0", T.FLOAT, [2, 2, H]), ("c0", T.FLOAT, [2, 2, H])],
+     [f32("W", rng.standard_normal((2, 4 * H, I))), f32("R", rng.standard_normal((2, 4 * H, H))),
+      f32("B", rng.standard_normal((2, 8 * H))), f32("P", rng.standard_normal((2, 3 * H)))], ("y", "yh", "yc"))
+save("gru_lengths", [helper.make_node("GRU", ["x", "W", "R", "B", "lens"], ["y", "yh"], hidden_size=H,
+                                      linear_before_reset=0, layout=1)],
+     [("x", T.FLOAT, [2, 4, I]), ("lens", T.INT32, [2])],
+     [f32("W", rng.standard_normal((1, 3 * H, I))), f32("R", rng.standard_normal((1, 3 * H, H))),
+      f32("B", rng.standard_normal((1, 6 * H)))], ("y", "yh"))
+save("rnn_reverse", [helper.make_node("RNN", ["x", "W", "R"], ["y"], hidden_size=H, direction="reverse")],
+     [("x", T.FLOAT, [3, 1, I])], [f32("W", rng.standard_normal((1, H, I))), f32("R", rng.standard_normal((1, H, H)))])
+save("mean_pool", [helper.make_node("Conv", ["x", "W"], ["c"]), helper.make_node("ReduceMean", ["c"], ["y"], axes=[2, 3],
+                                                                                 keepdims=0)],
+     [("x", T.FLOAT, [1, 4, 5, 5])], [f32("W", rng.standard_normal((16, 4, 1, 1)))], opset=13)
+save("pixel_shuffle", [helper.make_node("Conv", ["x", "W"], ["c"], pads=[1, 1, 1, 1]),
+                       helper.make_node("DepthToSpace", ["c"], ["y"], blocksize=2, mode="CRD")],
+     [("x", T.FLOAT, [1, 4, 5, 5])], [f32("W", rng.standard_normal((32, 4, 3, 3)))], opset=13)
+PY
+  touch "$corpus/.recurrent"
+fi
+
 # nn.MultiheadAttention's sequence-first export at batch 1 (ViT's), which
 # fuse_sequence_first_attention rewrites, once.
 if [ ! -e "$corpus/.mha-sequence-first" ]; then
