@@ -666,10 +666,18 @@ Tensor relaid(const Tensor& x, const dnnl::memory::desc& from, const dnnl::memor
 // (16), that do not (8 on AVX-512: the output is plain then) and one (the
 // super-resolution net's, whose NHWC is its plain layout); writing the
 // input's format where the plan lets it and plain where not (a graph
-// output); against the reference kernel on plain data.
+// output); against the reference kernel on plain data. (The output's
+// reported layout is taken as the input's format where that fills: the
+// tester returns no layouts.)
 TEST(Layouts, DepthToSpaceReadsPixelLayouts) {
   namespace du = kernels::dnnl_util;
-  const std::pair<Shape, int64_t> shapes[] = {{{1, 64, 3, 5}, 2}, {{2, 32, 2, 3}, 2}, {{1, 9, 4, 3}, 3}, {{2, 12, 3, 5}, 2}};
+  // 16, 8, 1 and 3 output channels; batch 2 with blocks filled; one channel
+  // from blocks (b 4); blocksize 1 and 5; CRD taps across a block boundary
+  // (144 = 16 x 9 channels, b 3); a tensor large enough to split between threads.
+  const std::pair<Shape, int64_t> shapes[] = {{{1, 64, 3, 5}, 2},  {{2, 32, 2, 3}, 2}, {{1, 9, 4, 3}, 3},
+                                              {{2, 12, 3, 5}, 2},  {{2, 64, 3, 5}, 2}, {{1, 16, 6, 7}, 4},
+                                              {{1, 16, 3, 3}, 1},  {{1, 25, 3, 3}, 5}, {{1, 144, 2, 3}, 3},
+                                              {{2, 64, 24, 24}, 2}};
   for (du::Format format : {&du::nhwc_desc, &du::blocked_desc})
     for (const auto& [shape, block] : shapes)
       for (const char* mode : {"DCR", "CRD"})
