@@ -188,10 +188,10 @@ struct PixelAddressing {
 // plan lets it, else is plain. Each output value's place in its input
 // pixel is worked out once (plan_sources): DCR's channels then copy as runs
 // a pixel holds together, one channel's taps as runs of b, and CRD's
-// channels (b b apart) one by one. Upsamplers (PyTorch's PixelShuffle between convolutions) and the
-// super-resolution net end on it; on plain data it took a reorder before
-// and after the reference's strided copy (conv 64 -> 256, PixelShuffle(2),
-// conv at 96 x 96: 0.53 + 0.91 + 0.48 ms of 11.5).
+// channels (b b apart) one by one. Upsamplers (PixelShuffle between
+// convolutions) and the super-resolution net use it; on plain data it took
+// a reorder before and after the reference's strided copy (conv 64 -> 256,
+// PixelShuffle(2), conv at 96 x 96: 0.53 + 0.91 + 0.48 ms of 11.5).
 class PixelDepthToSpace : public Kernel {
  public:
   explicit PixelDepthToSpace(const ir::Node&) {}

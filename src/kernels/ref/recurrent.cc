@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "core/checked.h"
 #include "kernels/recurrent_spec.h"
 #include "kernels/ref/common.h"
 #include "kernels/registry.h"
@@ -150,7 +151,7 @@ class RecurrentKernel : public Kernel {
     const Activation* act = &acts_[static_cast<size_t>(d) * per_dir_];
 
     // X rows in memory order, projected: xw[row, :] = X[row] * W^T + Wb (+ Rb, except GRU's h gate).
-    std::vector<float> xw(static_cast<size_t>(seq_ * batch_ * gh));
+    std::vector<float> xw(static_cast<size_t>(checked_mul(seq_ * batch_, gh, "recurrent projection")));
     matmul_nt(x, w, xw.data(), seq_ * batch_, gh, input_, false);
     if (bias) {
       for (int64_t row = 0; row < seq_ * batch_; ++row)

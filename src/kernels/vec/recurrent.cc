@@ -26,6 +26,7 @@
 #include <cstring>
 
 #include "anvil/cpu.h"
+#include "core/checked.h"
 #include "kernels/recurrent_spec.h"
 #include "kernels/registry.h"
 #include "kernels/thread_share.h"
@@ -58,7 +59,6 @@ class VecRecurrent : public Kernel {
  public:
   explicit VecRecurrent(Cell cell) : cell_(cell) {}
 
-  bool reads_input_packed_only(size_t) const override { return false; }
   size_t scratch_bytes() const override { return static_cast<size_t>(scratch_floats_) * sizeof(float); }
   std::string impl_name() const override { return std::string(vec::vec_impl_name()) + ":recurrent"; }
 
@@ -202,26 +202,30 @@ class VecRecurrent : public Kernel {
 
   // Per group its projection, q, and GRU's z and r; per direction two
   // state buffers (this step's and the next's), the cell state and GRU's r * h.
+  // The sizes come from the model's shapes: checked, as a file's counts are.
   void plan_scratch() {
-    const int64_t rows = s_.seq * s_.batch, H = s_.hidden;
+    constexpr const char* kWhat = "recurrent scratch";
+    const int64_t rows = checked_mul(s_.seq, s_.batch, kWhat), H = s_.hidden;
     int64_t at = 0;
     auto take = [&](int64_t floats) {
       const int64_t here = at;
-      at += aligned(floats);
+      at = checked_add(at, aligned(floats), kWhat);
       return here;
     };
     for (Group& g : groups_) {
       const int64_t n = s_.gates() * g.units;
-      g.xw = take(rows * n);
-      g.q = take(s_.batch * n);
+      g.xw = take(checked_mul(rows, n, kWhat));
+      g.q = take(checked_mul(s_.batch, n, kWhat));
       if (cell_ == Cell::kGru) {
-        g.z = take(s_.batch * g.units);
-        g.r = take(s_.batch * g.units);
+        g.z = take(checked_mul(s_.batch, g.units, kWhat));
+        g.r = take(checked_mul(s_.batch, g.units, kWhat));
       }
     }
     states_ = at;
-    state_floats_ = aligned(s_.batch * H);
-    scratch_floats_ = at + s_.dirs * 4 * state_floats_;  // h (two), c, r * h per direction
+    state_floats_ = aligned(checked_mul(s_.batch, H, kWhat));
+    // h (two), c, r * h per direction
+    scratch_floats_ = checked_add(at, checked_mul(s_.dirs * 4, state_floats_, kWhat), kWhat);
+    checked_mul(scratch_floats_, static_cast<int64_t>(sizeof(float)), kWhat);  // scratch_bytes
   }
 
   // ------------------------------------------------------------ run
