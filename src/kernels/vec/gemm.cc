@@ -643,6 +643,12 @@ void packed_gemm_on_this_thread(const GemmKernels& g, const GemmArgs& p) {
   gemm_part(g, p, 0, p.m, 0, ceil_div(p.n, g.nr));
 }
 
+void packed_gemm_panels_on_this_thread(const GemmKernels& g, const GemmArgs& p, int64_t p0, int64_t p1) {
+  ANVIL_CHECK(!p.column_sums && p.ldv == 0 && p.k > 0 && 0 <= p0 && p0 <= p1 && p1 <= ceil_div(p.n, g.nr),
+              ErrorKind::kInternal, "packed_gemm_panels_on_this_thread: plain C, K > 0, panels in range");
+  gemm_part(g, p, 0, p.m, p0, p1);
+}
+
 // Products packed per run keep k-blocks of at most this many rows: their
 // packing budget, the split of K between threads and B's buffer sized for
 // the L2 were tuned with them. Only prepacked products take AVX-512's

@@ -92,6 +92,9 @@ void packed_gemm(const GemmKernels& g, const GemmArgs& args);
 // (vec/recurrent.cc), where a nested region would start a team per thread
 // wherever nested parallelism is enabled.
 void packed_gemm_on_this_thread(const GemmKernels& g, const GemmArgs& args);
+// The same for C's columns in B's panels [p0, p1) only (g.nr columns each;
+// K > 0): a caller that orders the panels itself.
+void packed_gemm_panels_on_this_thread(const GemmKernels& g, const GemmArgs& args, int64_t p0, int64_t p1);
 
 // Row tile `tile`'s share (of `row_tiles` tiles splitting them evenly) of
 // the 64-byte lines holding `floats` packed floats from `block` on (null:

@@ -10,13 +10,14 @@
 // thread where a bidirectional node has two): a group's columns of W^T and
 // R^T (each gate's columns of its units, side by side) are packed once, so
 // each step a thread multiplies H_{t-1} by its own part of R^T, which stays
-// in its L2 where it fits, and updates its units' states; one barrier per
-// step (two for GRU without linear_before_reset, whose R_h multiplies r *
-// H_{t-1} across every unit) makes the new state visible to all. Where a
-// direction is one group (one thread, or a thread per direction) it runs
-// start to end without barriers. The input's projection X W^T + biases is
-// one product per group for all steps, before the first. One parallel
-// region runs the whole node.
+// in its L2 where it fits (and mostly where it is a little larger: the
+// steps read it back and forth, multiply_state), and updates its units'
+// states; one barrier per step (two for GRU without linear_before_reset,
+// whose R_h multiplies r * H_{t-1} across every unit) makes the new state
+// visible to all. Where a direction is one group (one thread, or a thread
+// per direction) it runs start to end without barriers. The input's
+// projection X W^T + biases is one product per group for all steps, before
+// the first. One parallel region runs the whole node.
 //
 // Why: the reference kernel's scalar products ran LSTM and GRU layers
 // 8-30x slower than ONNX Runtime (docs/benchmarks.md, "Recurrent layers").
@@ -25,7 +26,6 @@
 #include <algorithm>
 #include <cstring>
 
-#include "anvil/cpu.h"
 #include "core/checked.h"
 #include "kernels/recurrent_spec.h"
 #include "kernels/registry.h"
@@ -138,13 +138,6 @@ class VecRecurrent : public Kernel {
         pack_group(ctx, g);
         groups_.push_back(std::move(g));
       }
-    // The products ask for R's next panel where a group's R^T outgrows the
-    // L2 (and comes from L3 every step): LSTM 512 at batch 1 on one thread
-    // (4 MB) ran 0.85-0.89 of its time so; where it fits the requests cost
-    // 4% (LSTM 256, 1 MB a direction) to 25% (GRU 512 on two threads, 1.5
-    // MB each, 2 MiB L2s).
-    const int64_t r_bytes = s_.hidden * s_.gates() * groups_.front().units * static_cast<int64_t>(sizeof(float));
-    prefetch_r_ = r_bytes > static_cast<int64_t>(cpu_info().l2_bytes);
     plan_scratch();
   }
 
@@ -295,8 +288,20 @@ class VecRecurrent : public Kernel {
     }
   }
 
-  // q = A B for the batch's rows of A (rows `hidden` apart).
-  void multiply_state(const float* a, const Tensor& b_packed, int64_t n, float* q) const {
+  // q = A B for the batch's rows of A (rows `hidden` apart), a panel of B
+  // (R^T's columns) at a time, first to last on even steps and last to
+  // first on odd ones. A group's R^T is read whole every step; where it is
+  // a little larger than the L2, reading it in the same order every step
+  // missed the L2 for nearly all of it (each line is evicted just before
+  // its turn comes again), while back and forth each step starts with the
+  // lines the last one read last, still there: LSTM 512 at batch 1 (4 MiB
+  // of R^T on one thread, 2 MiB on each of two) ran 0.78-0.80 of its time,
+  // GRU 512 0.75 at one thread, with or without ANVIL_MAX_ISA=avx2, on a 2
+  // MiB L2. A panel at a time, the recency order is the panels' on every
+  // ISA, whatever its k-blocks; and prefetching the next panel (which
+  // these products did where R^T outgrew the L2) is left to that order.
+  void multiply_state(const float* a, const Tensor& b_packed, int64_t n, float* q, int64_t step) const {
+    const vec::GemmKernels& gk = vec::vec_kernels().gemm;
     vec::GemmArgs m;
     m.a = a;
     m.lda = s_.hidden;
@@ -306,8 +311,12 @@ class VecRecurrent : public Kernel {
     m.b_packed = b_packed.data<float>();
     m.c = q;
     m.ldc = n;
-    m.prefetch_b = prefetch_r_;
-    vec::packed_gemm_on_this_thread(vec::vec_kernels().gemm, m);
+    m.prefetch_b = false;
+    const int64_t panels = ceil_div(n, int64_t{gk.nr});
+    for (int64_t i = 0; i < panels; ++i) {
+      const int64_t panel = step % 2 == 0 ? i : panels - 1 - i;
+      vec::packed_gemm_panels_on_this_thread(gk, m, panel, panel + 1);
+    }
   }
 
   bool past_end(const int32_t* lens, int64_t b, int64_t t) const { return lens && t >= lens[b]; }
@@ -329,7 +338,7 @@ class VecRecurrent : public Kernel {
     const float* h = h_at(scratch, g.dir, step);
     float* h_next = h_at(scratch, g.dir, step + 1);
     float* q = scratch + g.q;
-    multiply_state(h, g.r_packed, n, q);
+    multiply_state(h, g.r_packed, n, q, step);
     const int32_t* lens = ctx.inputs.size() > 4 && ctx.inputs[4] ? ctx.in(4).data<int32_t>() : nullptr;
     const float* p = cell_ == Cell::kLstm ? input_or_null(ctx, 7) : nullptr;
     for (int64_t b = 0; b < s_.batch; ++b) {
@@ -366,7 +375,7 @@ class VecRecurrent : public Kernel {
     const vec::RecurrentKernels& k = vec::vec_kernels().recurrent;
     const int64_t H = s_.hidden, U = g.units, t = time_of(g.dir, step);
     float* q = scratch + g.q;
-    multiply_state(rh_of(scratch, g.dir), g.rh_packed, U, q);
+    multiply_state(rh_of(scratch, g.dir), g.rh_packed, U, q, step);
     const int32_t* lens = ctx.inputs.size() > 4 && ctx.inputs[4] ? ctx.in(4).data<int32_t>() : nullptr;
     const float* h = h_at(scratch, g.dir, step);
     float* h_next = h_at(scratch, g.dir, step + 1);
@@ -397,7 +406,6 @@ class VecRecurrent : public Kernel {
   RecurrentSpec s_;
   std::vector<Group> groups_;
   bool whole_directions_ = false;  // one group per direction: no barriers (run)
-  bool prefetch_r_ = false;        // the per-step products prefetch R's next panel
   int64_t states_ = 0, state_floats_ = 0, scratch_floats_ = 0;
 };
 
