@@ -707,5 +707,147 @@ TEST(Layouts, DepthToSpaceReadsPixelLayouts) {
         }
 }
 
+
+// Resize on pixel layouts (pixels:resize, and pixels:resize_copy where every
+// output pixel copies one): NHWC, the ISA's channel blocks and plain NCHW
+// (arriving so, and with no layouts allowed); nearest x2 as YOLO upsamples,
+// nearest with floor, linear with half_pixel and align_corners, cubic with
+// exclude_outside, antialiased downsampling, a crop reaching outside the
+// input (extrapolation_value), Upsample-9; the output in the input's format
+// or plain; against the reference kernel on plain data. The taps both take
+// from resize_spec are checked by the ONNX backend suite's resize cases,
+// which run this kernel on 4-D float32 data.
+TEST(Layouts, ResizeReadsPixelLayouts) {
+  namespace du = kernels::dnnl_util;
+  struct Case {
+    Shape shape;
+    std::vector<float> scales;
+    std::vector<int64_t> sizes;
+    ir::Attributes attrs;
+    std::vector<float> roi;
+    int opset = 13;
+    const char* impl = "pixels:resize";
+  };
+  auto with = [](std::initializer_list<std::pair<const char*, ir::AttrValue>> list) { return testing::attrs(list); };
+  const std::string floor = "floor", linear = "linear", cubic = "cubic";
+  const Case cases[] = {
+      {{1, 32, 5, 7}, {1, 1, 2, 2}, {}, {}, {}, 13, "pixels:resize_copy"},
+      {{2, 64, 24, 24}, {1, 1, 2, 2}, {}, {}, {}, 13, "pixels:resize_copy"},
+      {{2, 16, 4, 3}, {1, 1, 2, 3}, {}, with({{"coordinate_transformation_mode", std::string("asymmetric")}, {"nearest_mode", floor}}), {}, 13, "pixels:resize_copy"},
+      {{1, 16, 6, 5}, {}, {1, 16, 9, 8}, with({{"mode", linear}}), {}},
+      {{1, 48, 5, 5}, {1, 1, 1.5f, 0.5f}, {}, with({{"mode", linear}, {"coordinate_transformation_mode", std::string("align_corners")}}), {}},
+      {{1, 16, 7, 9}, {1, 1, 0.5f, 0.4f}, {}, with({{"mode", linear}, {"antialias", int64_t{1}}}), {}, 18},
+      {{1, 16, 4, 4}, {1, 1, 2, 2}, {}, with({{"mode", cubic}, {"exclude_outside", int64_t{1}}, {"cubic_coeff_a", -0.5f}}), {}},
+      {{1, 16, 4, 5}, {}, {1, 16, 5, 6}, with({{"mode", linear}, {"coordinate_transformation_mode", std::string("tf_crop_and_resize")}, {"extrapolation_value", 7.5f}}), {0, 0, -0.2f, 0.1f, 1, 1, 1.3f, 0.8f}},
+      {{1, 16, 3, 4}, {1, 1, 2, 2}, {}, {}, {}, 9, "pixels:resize_copy"},  // Upsample: asymmetric, floor
+  };
+  enum class Arrives { kNhwc, kBlocks, kPlain, kNoLayouts };
+  for (const Case& c : cases)
+    for (Arrives arrives : {Arrives::kNhwc, Arrives::kBlocks, Arrives::kPlain, Arrives::kNoLayouts})
+      for (bool blocked_out : {true, false}) {
+        const du::Format format = arrives == Arrives::kNhwc ? &du::nhwc_desc : arrives == Arrives::kBlocks ? &du::blocked_desc : nullptr;
+        const dnnl::memory::desc plain_md = du::plain_desc(c.shape, DType::kFloat32);
+        const dnnl::memory::desc x_md = format ? format(c.shape) : plain_md;
+        if (!du::pixel_layout(x_md) && format) continue;  // channels that do not fill the blocks
+        const bool upsample = c.opset == 9;
+        SCOPED_TRACE(fmt::format("{} {}, arriving as {}, blocked output {}", upsample ? "Upsample" : "Resize", shape_str(c.shape),
+                                 static_cast<int>(arrives), blocked_out));
+        const Tensor x = random_tensor(c.shape, 52);
+        const Tensor scales = c.scales.empty() ? Tensor() : testing::f32({static_cast<int64_t>(c.scales.size())}, c.scales);
+        const Tensor sizes = c.sizes.empty() ? Tensor() : testing::i64({static_cast<int64_t>(c.sizes.size())}, c.sizes);
+        const Tensor roi = c.roi.empty() ? Tensor() : testing::f32({static_cast<int64_t>(c.roi.size())}, c.roi);
+        testing::KernelOptions ref, own;
+        ref.opset = own.opset = c.opset;
+        ref.constant_inputs = own.constant_inputs = upsample ? std::vector<bool>{false, true} : std::vector<bool>{false, true, true, true};
+        own.backend = kernels::Backend::kDnnl;
+        if (arrives != Arrives::kNoLayouts) own.incoming_layouts = {format ? du::layout_of(x_md, c.shape, DType::kFloat32) : nullptr};
+        own.blocked_outputs = blocked_out;
+        const char* op = upsample ? "Upsample" : "Resize";
+        auto inputs = [&](const Tensor& data) {
+          return upsample ? std::vector<Tensor>{data, scales} : std::vector<Tensor>{data, roi, scales, sizes};
+        };
+        const Tensor want = testing::run_kernel(op, inputs(x), c.attrs, ref)[0];
+        const testing::KernelResult got = testing::run_kernel_full(op, inputs(relaid(x, plain_md, x_md)), c.attrs, own);
+        EXPECT_EQ(got.impl, c.impl);
+        const Shape& ys = want.shape();
+        const dnnl::memory::desc y_md = format ? format(ys) : du::plain_desc(ys, DType::kFloat32);
+        const bool laid_out = format && blocked_out && arrives != Arrives::kNoLayouts && du::pixel_layout(y_md).has_value();
+        const Tensor y = laid_out ? relaid(got.outputs[0], y_md, du::plain_desc(ys, DType::kFloat32)) : got.outputs[0];
+        ASSERT_EQ(y.shape(), ys);
+        for (int64_t i = 0; i < y.numel(); ++i)
+          ASSERT_NEAR(y.data<float>()[i], want.data<float>()[i], 1e-5f * (1 + std::fabs(want.data<float>()[i]))) << i;
+      }
+}
+
+// What the pixel-layout Resize leaves to the reference kernel: resizing the
+// channels or the batch, and other ranks.
+TEST(Layouts, ResizeLeavesOtherAxesToTheReference) {
+  testing::KernelOptions own;
+  own.backend = kernels::Backend::kDnnl;
+  own.opset = 13;
+  own.constant_inputs = {false, true, true};
+  const Tensor x = random_tensor({1, 4, 3, 3}, 53);
+  for (const std::vector<float>& s : {std::vector<float>{1, 2, 1, 1}, std::vector<float>{2, 1, 1, 1}}) {
+    try {
+      testing::run_kernel("Resize", {x, Tensor(), testing::f32({4}, s)}, {}, own);
+      ADD_FAILURE() << "took a resize of the channels or the batch";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kUnsupported) << e.what();
+      EXPECT_NE(std::string(e.what()).find("resizes the batch or the channels"), std::string::npos) << e.what();
+    }
+  }
+  try {
+    testing::run_kernel("Resize", {random_tensor({2, 3, 4}, 54), Tensor(), testing::f32({3}, {1, 1, 2})}, {}, own);
+    ADD_FAILURE() << "took a 3-D tensor";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kUnsupported) << e.what();
+    EXPECT_NE(std::string(e.what()).find("not a float32 image"), std::string::npos) << e.what();
+  }
+}
+
+
+// A Concat whose float32 images arrive in different pixel formats (YOLO's
+// upsampled maps in channel blocks beside NHWC ones) concatenates in the
+// format that carries the most bytes, the other inputs read in it (the
+// planner reorders them), rather than in plain data; where that format
+// would pad an input's channel blocks, in plain data. Against the inputs
+// concatenated by hand.
+TEST(Layouts, ConcatOfMixedFormatsTakesTheLargestInputsFormat) {
+  namespace du = kernels::dnnl_util;
+  const int64_t block = du::channel_block({1, 16, 4, 5});
+  struct Case {
+    Shape a, b;            // a arrives in NHWC, b in channel blocks
+    du::Format expected;  // the format both are read in and the output written in; null: plain
+  };
+  const Case cases[] = {
+      {{1, 2 * block, 4, 5}, {1, block, 4, 5}, &du::nhwc_desc},     // NHWC carries more
+      {{1, block, 4, 5}, {1, 3 * block, 4, 5}, &du::blocked_desc},  // the blocks carry more
+      {{1, 4, 4, 5}, {1, block, 4, 5}, nullptr},                    // the blocks, which would pad 4 channels
+  };
+  for (const Case& c : cases) {
+    const du::Format expected = c.expected;
+    SCOPED_TRACE(fmt::format("{} in NHWC, {} in blocks", shape_str(c.a), shape_str(c.b)));
+    const Tensor a = random_tensor(c.a, 55), b = random_tensor(c.b, 56);
+    testing::KernelOptions own;
+    own.backend = kernels::Backend::kDnnl;
+    own.incoming_layouts = {du::layout_of(du::nhwc_desc(c.a), c.a, DType::kFloat32),
+                            du::layout_of(du::blocked_desc(c.b), c.b, DType::kFloat32)};
+    // The inputs as the kernel reads them (the planner's reorders): in the expected format, or plain.
+    auto as_read = [&](const Tensor& t) {
+      return expected ? relaid(t, du::plain_desc(t.shape(), DType::kFloat32), expected(t.shape())) : t;
+    };
+    const testing::KernelResult got = testing::run_kernel_full(
+        "Concat", {as_read(a), as_read(b)}, testing::attrs({{"axis", int64_t{1}}}), own);
+    const Shape ys{1, c.a[1] + c.b[1], 4, 5};
+    const Tensor y = expected ? relaid(got.outputs[0], expected(ys), du::plain_desc(ys, DType::kFloat32)) : got.outputs[0];
+    ASSERT_EQ(y.shape(), ys);
+    for (int64_t ch = 0; ch < ys[1]; ++ch)
+      for (int64_t p = 0; p < 20; ++p) {
+        const float want = ch < c.a[1] ? a.data<float>()[ch * 20 + p] : b.data<float>()[(ch - c.a[1]) * 20 + p];
+        ASSERT_EQ(y.data<float>()[ch * 20 + p], want) << "channel " << ch << " pixel " << p;
+      }
+  }
+}
+
 }  // namespace
 }  // namespace anvil

@@ -320,5 +320,22 @@ TEST(Resize, LinearHalfPixelAndNearestAsymmetric) {
   expect_near(run_kernel("Resize", {x, Tensor(), Tensor(), i64({2}, {1, 3})}, corners, o)[0], {1.f, 2.f, 3.f});
 }
 
+// An axis empty in the input cannot give a non-empty output (its taps would
+// read before the input's start): one clear error, not a read out of bounds.
+TEST(Resize, EmptyAxisToNonEmptyIsRefused) {
+  testing::KernelOptions o = opset(13);
+  o.constant_inputs = {false, false, false, true};
+  try {
+    run_kernel("Resize", {Tensor(DType::kFloat32, {1, 0}), Tensor(), Tensor(), i64({2}, {1, 2})}, {}, o);
+    ADD_FAILURE() << "resized an empty axis to 2";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kInvalidArgument) << e.what();
+    EXPECT_NE(std::string(e.what()).find("axis 1 is empty in the input but 2 long"), std::string::npos) << e.what();
+  }
+  // Empty to empty is fine.
+  EXPECT_EQ(run_kernel("Resize", {Tensor(DType::kFloat32, {1, 0}), Tensor(), Tensor(), i64({2}, {2, 0})}, {}, o)[0].shape(),
+            (Shape{2, 0}));
+}
+
 }  // namespace
 }  // namespace anvil

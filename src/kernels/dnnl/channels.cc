@@ -153,34 +153,6 @@ void copy_runs(const float* in, int64_t stride, float* out, int64_t width, int64
   }
 }
 
-// Where element (n, c, h, w) of a 4-D float tensor lies: in a pixel layout
-// (NHWC, or channel blocks: du::PixelLayout) or plain NCHW.
-struct PixelAddressing {
-  int64_t block = 1;        // channels a pixel holds together (1: plain)
-  int64_t blocks = 1;       // blocks per batch item
-  int64_t plane = 0;        // floats from one block's plane to the next
-  int64_t pixel = 1;        // floats from one pixel to the next
-  int64_t width = 0;        // pixels a row
-
-  static PixelAddressing of(const std::optional<du::PixelLayout>& layout, const Shape& shape) {
-    PixelAddressing a;
-    a.width = shape[3];
-    if (layout) {
-      a.block = layout->channels;
-      a.blocks = shape[1] / layout->channels;
-      a.plane = layout->plane;
-      a.pixel = layout->pixel;
-    } else {  // NCHW: a block of one channel per plane
-      a.blocks = shape[1];
-      a.plane = shape[2] * shape[3];
-    }
-    return a;
-  }
-  int64_t at(int64_t n, int64_t c, int64_t h, int64_t w) const {
-    return (n * blocks + c / block) * plane + (h * width + w) * pixel + c % block;
-  }
-};
-
 // DepthToSpace with blocksize b from a pixel layout: output pixel (h b + i,
 // w b + j) holds input pixel (h, w)'s channels (i b + j) C' + c (DCR) or c b
 // b + i b + j (CRD, PyTorch's PixelShuffle), c < C'. The output keeps the
@@ -218,7 +190,7 @@ class PixelDepthToSpace : public Kernel {
     batch_ = x[0];
     height_ = x[2];
     width_ = x[3];
-    in_ = PixelAddressing::of(xp, x);
+    in_ = du::PixelAddressing::of(xp, x);
     TensorType out = ctx.output_type(0);
     out_channels_ = out.shape[1];
     std::optional<du::PixelLayout> yp;
@@ -227,7 +199,7 @@ class PixelDepthToSpace : public Kernel {
       yp = du::pixel_layout(y_md);  // none where C' does not fill the blocks: plain then
       if (yp) out.layout = du::layout_of(y_md, out.shape, DType::kFloat32);  // null where it is plain's order
     }
-    out_ = PixelAddressing::of(yp, out.shape);
+    out_ = du::PixelAddressing::of(yp, out.shape);
     plan_sources(out.shape);
     return {out};
   }
@@ -297,7 +269,7 @@ class PixelDepthToSpace : public Kernel {
   Layout in_layout_;
   bool dcr_ = true;
   int64_t block_ = 1, batch_ = 0, out_channels_ = 0, height_ = 0, width_ = 0;
-  PixelAddressing in_, out_;
+  du::PixelAddressing in_, out_;
   std::vector<int64_t> sources_;
   std::vector<uint8_t> kinds_;
 };

@@ -174,6 +174,34 @@ struct PixelLayout {
 };
 std::optional<PixelLayout> pixel_layout(const dnnl::memory::desc& md);
 
+// Where element (n, c, h, w) of a 4-D float tensor lies: in a pixel layout
+// (NHWC, or channel blocks: PixelLayout) or plain NCHW.
+struct PixelAddressing {
+  int64_t block = 1;        // channels a pixel holds together (1: plain)
+  int64_t blocks = 1;       // blocks per batch item
+  int64_t plane = 0;        // floats from one block's plane to the next
+  int64_t pixel = 1;        // floats from one pixel to the next
+  int64_t width = 0;        // pixels a row
+
+  static PixelAddressing of(const std::optional<PixelLayout>& layout, const Shape& shape) {
+    PixelAddressing a;
+    a.width = shape[3];
+    if (layout) {
+      a.block = layout->channels;
+      a.blocks = shape[1] / layout->channels;
+      a.plane = layout->plane;
+      a.pixel = layout->pixel;
+    } else {  // NCHW: a block of one channel per plane
+      a.blocks = shape[1];
+      a.plane = shape[2] * shape[3];
+    }
+    return a;
+  }
+  int64_t at(int64_t n, int64_t c, int64_t h, int64_t w) const {
+    return (n * blocks + c / block) * plane + (h * width + w) * pixel + c % block;
+  }
+};
+
 // Base of the kernels that run one oneDNN primitive: keeps the primitive, its
 // scratchpad and its name; run() in the subclass only binds pointers.
 class PrimitiveKernel : public Kernel {

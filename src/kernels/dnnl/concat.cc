@@ -38,12 +38,16 @@ class DnnlConcat : public du::PrimitiveKernel {
       srcs_.push_back(du::plain_desc(s, d));
     }
     dst_ = du::plain_desc(out, d);
+    in_layouts_.clear();
     if (keeps_incoming_layout(ctx)) {
       // Every input arrives in one blocked format: concatenate in it, without reorders.
-      for (size_t i = 0; i < srcs_.size(); ++i) {
-        in_layouts_.push_back(ctx.incoming_layout(i));
-        srcs_[i] = du::desc_of({d, ctx.input_shape(i), in_layouts_[i]});
-      }
+      for (size_t i = 0; i < srcs_.size(); ++i) in_layouts_.push_back(ctx.incoming_layout(i));
+    } else if (const du::Format format = d == DType::kFloat32 ? pixel_format(ctx) : nullptr) {
+      for (size_t i = 0; i < srcs_.size(); ++i)
+        in_layouts_.push_back(du::layout_of(format(ctx.input_shape(i)), ctx.input_shape(i), d));
+    }
+    if (!in_layouts_.empty()) {
+      for (size_t i = 0; i < srcs_.size(); ++i) srcs_[i] = du::desc_of({d, ctx.input_shape(i), in_layouts_[i]});
       if (ctx.blocked_outputs_allowed()) dst_ = memory::desc(du::dims(out), du::data_type(d), memory::format_tag::any);
     }
     dnnl::concat::primitive_desc pd = [&] {
@@ -175,6 +179,34 @@ class DnnlConcat : public du::PrimitiveKernel {
     for (size_t i = 1; i < ctx.num_inputs(); ++i)
       if (!ctx.incoming_layout(i) || ctx.incoming_layout(i)->name() != ctx.incoming_layout(0)->name()) return false;
     return true;
+  }
+
+  // Where float32 images arrive in different formats (YOLO's upsampled
+  // maps in channel blocks beside NHWC ones from the backbone): the pixel
+  // format (NHWC or channel blocks) that the most input bytes arrive in,
+  // where it holds every input unpadded; the other inputs are reordered to
+  // it, where in plain data every blocked input was reordered, and the
+  // output back again for its readers. Null: none arrives in one, or it
+  // does not hold them all.
+  static du::Format pixel_format(const PrepareContext& ctx) {
+    if (!ctx.blocked_inputs_allowed()) return nullptr;
+    du::Format best = nullptr;
+    int64_t best_bytes = 0;
+    for (size_t i = 0; i < ctx.num_inputs(); ++i) {
+      const du::Format f = du::format_of(ctx.incoming_layout(i), ctx.input_shape(i));
+      if (!f) continue;
+      int64_t bytes = 0;
+      for (size_t j = 0; j < ctx.num_inputs(); ++j)
+        if (du::format_of(ctx.incoming_layout(j), ctx.input_shape(j)) == f) bytes += shape_numel(ctx.input_shape(j));
+      if (bytes > best_bytes) {
+        best = f;
+        best_bytes = bytes;
+      }
+    }
+    for (size_t i = 0; best && i < ctx.num_inputs(); ++i)
+      if (!du::pixel_layout(best(ctx.input_shape(i))) || !du::layout_of(best(ctx.input_shape(i)), ctx.input_shape(i), DType::kFloat32))
+        return nullptr;
+    return best;
   }
 
   std::vector<memory::desc> srcs_;

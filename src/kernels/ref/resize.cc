@@ -4,234 +4,32 @@
 // tf_half_pixel_for_nn, tf_crop_and_resize) and nearest rounding modes.
 //
 // Interpolation is separable: for each axis whose size or mapping changes,
-// one pass resamples along that axis with per-output-index taps (input index,
-// weight) computed once in prepare(). A tap list marked `outside` (only
-// tf_crop_and_resize) yields extrapolation_value. Weights of later passes sum
-// to one, so extrapolated lines stay extrapolated.
+// one pass in double resamples along that axis with the per-output-index
+// taps that resize_spec worked out in prepare(). A tap list marked `outside`
+// (only tf_crop_and_resize) yields extrapolation_value. Weights of later
+// passes sum to one, so extrapolated lines stay extrapolated.
 #include <algorithm>
-#include <array>
 #include <cmath>
 #include <limits>
-#include <string>
 #include <type_traits>
 
-#include "core/checked.h"
 #include "kernels/ref/common.h"
 #include "kernels/registry.h"
+#include "kernels/resize_spec.h"
 
 namespace anvil::kernels {
 
 namespace {
 
-struct Tap {
-  int64_t index;
-  double weight;
-};
-
-// How one output index of an axis is computed from the input axis.
-struct Sample {
-  std::vector<Tap> taps;
-  bool outside = false;  // tf_crop_and_resize: outside the input, extrapolation_value
-};
-
-struct AxisPlan {
-  size_t axis;
-  int64_t in, out;
-  std::vector<Sample> samples;
-};
-
-struct Options {
-  std::string mode = "nearest";          // nearest, linear, cubic
-  bool antialias = false;                // linear/cubic: widen the filter by 1 / scale when downsampling
-  std::string transform = "half_pixel";  // coordinate_transformation_mode
-  std::string nearest = "round_prefer_floor";
-  double cubic_a = -0.75;
-  bool exclude_outside = false;
-  float extrapolation = 0.f;
-};
-
-// The input coordinate of output index x_out. `out` is the unrounded output
-// length in * scale (ONNX's reference, and ONNX Runtime, use it when scales are given).
-double source_coordinate(const Options& o, double x_out, double scale, int64_t in, double out, int64_t out_int,
-                         double roi_start, double roi_end) {
-  const std::string& t = o.transform;
-  if (t == "half_pixel") return (x_out + 0.5) / scale - 0.5;
-  if (t == "half_pixel_symmetric") {  // opset 19: the rounding of the output size split evenly at both ends
-    const double offset = static_cast<double>(in) / 2 * (1 - static_cast<double>(out_int) / out);
-    return offset + (x_out + 0.5) / scale - 0.5;
-  }
-  if (t == "pytorch_half_pixel") return out > 1 ? (x_out + 0.5) / scale - 0.5 : 0.0;
-  if (t == "align_corners") return out == 1 ? 0.0 : x_out * static_cast<double>(in - 1) / (out - 1);
-  if (t == "asymmetric") return x_out / scale;
-  if (t == "tf_half_pixel_for_nn") return (x_out + 0.5) / scale;
-  // tf_crop_and_resize
-  const double span = (roi_end - roi_start) * static_cast<double>(in - 1);
-  return out > 1 ? roi_start * static_cast<double>(in - 1) + x_out * span / (out - 1)
-                 : 0.5 * (roi_start + roi_end) * static_cast<double>(in - 1);
-}
-
-int64_t nearest_index(const Options& o, double x) {
-  const double f = std::floor(x);
-  if (o.nearest == "floor") return static_cast<int64_t>(f);
-  if (o.nearest == "ceil") return static_cast<int64_t>(std::ceil(x));
-  const double frac = x - f;
-  if (frac == 0.5) return static_cast<int64_t>(o.nearest == "round_prefer_ceil" ? f + 1 : f);
-  return static_cast<int64_t>(std::round(x));
-}
-
-// Keys' cubic convolution weights for the 4 taps around x (offsets -1..2).
-std::array<double, 4> cubic_weights(double r, double a) {
-  auto far = [a](double d) { return ((a * d - 5 * a) * d + 8 * a) * d - 4 * a; };  // 1 < d < 2
-  auto near = [a](double d) { return ((a + 2) * d - (a + 3)) * d * d + 1; };      // d <= 1
-  return {far(r + 1), near(r), near(1 - r), far(2 - r)};
-}
-
-// Antialiased linear and cubic (opset 18): the filter stretched by 1 / scale
-// when downsampling, its taps the n integers nearest x (the lower on ties,
-// edge-padded), weights normalized; exclude_outside drops taps off the input.
-Sample antialiased_sample(const Options& o, double x, int64_t in, double scale) {
-  const double s = std::max(std::min(scale, 1.0), 1e-9);  // the filter spans at most 2e9 input samples
-  const double ratio = x == std::floor(x) ? 1.0 : x - std::floor(x);  // in (0, 1]
-  const auto left = static_cast<int64_t>(std::ceil(x)) - 1;           // the largest integer below x
-  const bool linear = o.mode == "linear";
-  const auto start = static_cast<int64_t>(std::floor((linear ? -1.0 : -2.0) / s)) + 1;
-  const int64_t n = 2 - 2 * start;  // taps left + start ... left + start + n - 1
-  auto weight = [&](double d) {
-    d = std::fabs(d);
-    if (linear) return std::clamp(1 - d, 0.0, 1.0);
-    const double a = o.cubic_a;
-    if (d <= 1) return ((a + 2) * d - (a + 3)) * d * d + 1;
-    if (d < 2) return ((a * d - 5 * a) * d + 8 * a) * d - 4 * a;
-    return 0.0;
-  };
-  Sample out;
-  double total = 0;
-  for (int64_t j = 0; j < n; ++j) {
-    const int64_t i = left + start + j;
-    if (o.exclude_outside && (i < 0 || i >= in)) continue;
-    const double w = weight(s * (static_cast<double>(start + j) - ratio));  // x = left + ratio
-    out.taps.push_back({std::clamp<int64_t>(i, 0, in - 1), w});
-    total += w;
-  }
-  if (total != 0)
-    for (Tap& t : out.taps) t.weight /= total;
-  return out;
-}
-
-Sample make_sample(const Options& o, double x, int64_t in, bool crop, double scale) {
-  Sample s;
-  if (crop && !(x >= 0 && x <= static_cast<double>(in - 1))) {  // NaN (from the roi) too
-    s.outside = true;
-    return s;
-  }
-  // Far beyond the input every tap reads the edge: bound x so no integer conversion overflows.
-  x = std::clamp(x, -1e12, 1e12);
-  if (o.antialias && o.mode != "nearest") return antialiased_sample(o, x, in, scale);
-  auto clamp = [in](int64_t i) { return std::clamp<int64_t>(i, 0, in - 1); };
-  if (o.mode == "nearest") {
-    s.taps.push_back({clamp(nearest_index(o, x)), 1.0});
-  } else if (o.mode == "linear") {
-    const double f = std::floor(x), r = x - f;
-    const auto i0 = static_cast<int64_t>(f);
-    s.taps.push_back({clamp(i0), 1 - r});
-    s.taps.push_back({clamp(i0 + 1), r});
-  } else {
-    const double f = std::floor(x);
-    const auto i0 = static_cast<int64_t>(f);
-    const std::array<double, 4> w = cubic_weights(x - f, o.cubic_a);
-    double total = 0;
-    for (int k = 0; k < 4; ++k) {
-      const int64_t i = i0 - 1 + k;
-      if (o.exclude_outside && (i < 0 || i >= in)) continue;
-      s.taps.push_back({clamp(i), w[static_cast<size_t>(k)]});
-      total += w[static_cast<size_t>(k)];
-    }
-    if (o.exclude_outside && total != 0)
-      for (Tap& t : s.taps) t.weight /= total;
-  }
-  return s;
-}
-
 class ResizeKernel : public Kernel {
  public:
-  ResizeKernel(const ir::Node& node, bool upsample) : upsample_(upsample) {
-    const ir::Attributes& a = node.attrs;
-    opt_.mode = a.get_string("mode", "nearest");
-    if (upsample || node.opset < 11) {  // Upsample and Resize-10: asymmetric coordinates, floor for nearest
-      opt_.transform = "asymmetric";
-      opt_.nearest = "floor";
-    } else {
-      opt_.transform = a.get_string("coordinate_transformation_mode", "half_pixel");
-      opt_.nearest = a.get_string("nearest_mode", "round_prefer_floor");
-      opt_.cubic_a = a.get_float("cubic_coeff_a", -0.75f);
-      opt_.exclude_outside = a.get_int("exclude_outside", 0) != 0;
-      opt_.extrapolation = a.get_float("extrapolation_value", 0.f);
-      opt_.antialias = a.get_int("antialias", 0) != 0;
-    }
-  }
+  ResizeKernel(const ir::Node& node, bool upsample) : upsample_(upsample), opt_(resize_options(node, upsample)) {}
 
   std::vector<TensorType> prepare(const PrepareContext& ctx) override {
-    check_options(ctx);
-    const Shape& x = ctx.input_shape(0);
-    const size_t rank = x.size();
-    // Opset 18's `axes`: scales, sizes and roi name those axes only.
-    axes_.clear();
-    for (int64_t a : ctx.attrs().get_ints("axes")) axes_.push_back(static_cast<size_t>(normalize_axis(ctx, a, static_cast<int64_t>(rank))));
-    if (axes_.empty())
-      for (size_t d = 0; d < rank; ++d) axes_.push_back(d);
-    std::vector<double> scales(rank, 1.0), roi_start(rank, 0.0), roi_end(rank, 1.0);
-    const bool crop = opt_.transform == "tf_crop_and_resize";
-    if (crop) read_roi(ctx, roi_start, roi_end);
-    // The output length before rounding; tf_crop_and_resize scales the roi's extent.
-    std::vector<double> length(rank);
-    Shape out;
-    if (!upsample_ && ctx.opset() >= 11 && ctx.has_input(3)) {  // sizes: the schema's output shape
-      out = ctx.output_shape(0);
-      for (size_t d = 0; d < rank; ++d) {
-        scales[d] = x[d] ? static_cast<double>(out[d]) / static_cast<double>(x[d]) : 1;
-        length[d] = static_cast<double>(out[d]);
-      }
-      // keep_aspect_ratio_policy: one scale for every axis, the smallest or largest sizes / input.
-      const std::string policy = ctx.attrs().get_string("keep_aspect_ratio_policy", "stretch");
-      if (policy != "stretch") {
-        const std::vector<int64_t> sizes = tensor_to_ints(ctx.require_constant(3, "sizes"));
-        double scale = policy == "not_larger" ? INFINITY : 0.0;
-        for (size_t i = 0; i < axes_.size() && i < sizes.size(); ++i) {
-          const double r = static_cast<double>(sizes[i]) / static_cast<double>(x[axes_[i]]);
-          scale = policy == "not_larger" ? std::min(scale, r) : std::max(scale, r);
-        }
-        for (size_t a : axes_) {
-          scales[a] = scale;
-          length[a] = scale * static_cast<double>(x[a]);
-        }
-      }
-    } else {  // scales are floats: read here
-      scales = read_scales(ctx, rank);
-      for (size_t d = 0; d < rank; ++d) {
-        length[d] = static_cast<double>(x[d]) * scales[d] * (crop ? roi_end[d] - roi_start[d] : 1.0);
-        const double size = std::floor(length[d]);
-        ANVIL_PREPARE_CHECK(ctx, size >= 0 && size < 9.0e18, ErrorKind::kInvalidArgument,
-                            "scale {} of axis {} gives no valid size", scales[d], d);
-        out.push_back(static_cast<int64_t>(size));
-      }
-    }
-    check_allocation(shape_nbytes(out, ctx.input_dtype(0)), ctx.node().describe() + ": the resized output");
-    plans_.clear();
-    for (size_t d = 0; d < rank; ++d) {
-      AxisPlan p{d, x[d], out[d], {}};
-      bool identity = x[d] == out[d];
-      for (int64_t i = 0; i < out[d]; ++i) {
-        const double c =
-            source_coordinate(opt_, static_cast<double>(i), scales[d], x[d], length[d], out[d], roi_start[d], roi_end[d]);
-        p.samples.push_back(make_sample(opt_, c, x[d], crop, scales[d]));
-        const Sample& s = p.samples.back();
-        identity = identity && !s.outside && s.taps.size() >= 1 &&
-                   std::all_of(s.taps.begin(), s.taps.end(), [&](const Tap& t) { return t.index == i || t.weight == 0; });
-      }
-      if (!identity) plans_.push_back(std::move(p));
-    }
-    in_shape_ = x;
-    return {TensorType(ctx.input_dtype(0), out)};
+    ResizeSpec spec = resize_spec(ctx, opt_, upsample_);
+    plans_ = std::move(spec.axes);
+    in_shape_ = ctx.input_shape(0);
+    return {TensorType(ctx.input_dtype(0), spec.out)};
   }
 
   void run(const RunContext& ctx) const override {
@@ -242,81 +40,25 @@ class ResizeKernel : public Kernel {
   }
 
  private:
-  void check_options(const PrepareContext& ctx) const {
-    ANVIL_PREPARE_CHECK(ctx, opt_.mode == "nearest" || opt_.mode == "linear" || opt_.mode == "cubic",
-                        ErrorKind::kInvalidModel, "mode '{}' is not nearest, linear or cubic", opt_.mode);
-    ANVIL_PREPARE_CHECK(ctx, !upsample_ || opt_.mode != "cubic", ErrorKind::kInvalidModel,
-                        "Upsample has no cubic mode");
-    const std::string& t = opt_.transform;
-    ANVIL_PREPARE_CHECK(ctx, t == "half_pixel" || t == "half_pixel_symmetric" || t == "pytorch_half_pixel" || t == "align_corners" ||
-                                 t == "asymmetric" || t == "tf_half_pixel_for_nn" || t == "tf_crop_and_resize",
-                        ErrorKind::kInvalidModel, "coordinate_transformation_mode '{}' is not known", t);
-    const std::string& n = opt_.nearest;
-    ANVIL_PREPARE_CHECK(ctx, n == "round_prefer_floor" || n == "round_prefer_ceil" || n == "floor" || n == "ceil",
-                        ErrorKind::kInvalidModel, "nearest_mode '{}' is not known", n);
-    const std::string policy = ctx.attrs().get_string("keep_aspect_ratio_policy", "stretch");
-    ANVIL_PREPARE_CHECK(ctx, policy == "stretch" || policy == "not_larger" || policy == "not_smaller",
-                        ErrorKind::kInvalidModel, "keep_aspect_ratio_policy '{}' is not known", policy);
-  }
-
-  // Scales from the attribute (Upsample-7), input 1 (Upsample-9, Resize-10) or input 2.
-  std::vector<double> read_scales(const PrepareContext& ctx, size_t rank) const {
-    std::vector<float> v;
-    if (upsample_ && ctx.opset() < 9) {
-      v = ctx.attrs().get_floats("scales");
-    } else {
-      const size_t at = upsample_ || ctx.opset() < 11 ? 1 : 2;
-      ANVIL_PREPARE_CHECK(ctx, ctx.has_input(at), ErrorKind::kInvalidModel, "one of scales and sizes is required");
-      const Tensor& t = ctx.require_constant(at, "scales");
-      ANVIL_PREPARE_CHECK(ctx, t.dtype() == DType::kFloat32, ErrorKind::kInvalidModel, "scales must be float32");
-      v.assign(t.data<float>(), t.data<float>() + t.numel());
-    }
-    ANVIL_PREPARE_CHECK(ctx, v.size() == axes_.size(), ErrorKind::kInvalidArgument,
-                        "{} scales for {} axes", v.size(), axes_.size());
-    std::vector<double> out(rank, 1.0);
-    for (size_t i = 0; i < v.size(); ++i) {
-      ANVIL_PREPARE_CHECK(ctx, v[i] > 0 && std::isfinite(v[i]), ErrorKind::kInvalidArgument,
-                          "scale {} must be positive", v[i]);
-      out[axes_[i]] = v[i];
-    }
-    return out;
-  }
-
-  // The roi's starts and ends for axes_ (the other axes keep 0 and 1).
-  void read_roi(const PrepareContext& ctx, std::vector<double>& start, std::vector<double>& end) const {
-    ANVIL_PREPARE_CHECK(ctx, ctx.has_input(1), ErrorKind::kInvalidModel, "tf_crop_and_resize needs roi");
-    const Tensor& roi = ctx.require_constant(1, "roi");
-    const size_t n = axes_.size();
-    ANVIL_PREPARE_CHECK(ctx, roi.numel() == static_cast<int64_t>(2 * n), ErrorKind::kInvalidArgument,
-                        "roi has {} values for {} axes", roi.numel(), n);
-    ANVIL_PREPARE_CHECK(ctx, dtype_in(roi.dtype(), kFloats | kHalfs), ErrorKind::kInvalidModel,
-                        "roi is {}, not a float type", dtype_name(roi.dtype()));
-    // (ONNX's T2 takes float16 too, which was read as float32, past the roi's end)
-    for (size_t i = 0; i < n; ++i) {
-      start[axes_[i]] = element_as_double(roi, static_cast<int64_t>(i));
-      end[axes_[i]] = element_as_double(roi, static_cast<int64_t>(i + n));
-    }
-  }
-
   template <typename T>
   void compute(const RunContext& ctx) const {
     std::vector<double> cur(ctx.in(0).data<T>(), ctx.in(0).data<T>() + ctx.in(0).numel());
     std::vector<double> next;
     Shape shape = in_shape_;
-    for (const AxisPlan& p : plans_) {
+    for (const ResizeAxis& p : plans_) {
       const int64_t outer = shape_numel(Shape(shape.begin(), shape.begin() + static_cast<std::ptrdiff_t>(p.axis)));
       const int64_t inner = shape_numel(Shape(shape.begin() + static_cast<std::ptrdiff_t>(p.axis) + 1, shape.end()));
       next.assign(static_cast<size_t>(outer * p.out * inner), 0.0);
 #pragma omp parallel for if (outer * p.out * inner > 32768)
       for (int64_t o = 0; o < outer; ++o)
         for (int64_t i = 0; i < p.out; ++i) {
-          const Sample& s = p.samples[static_cast<size_t>(i)];
+          const ResizeSample& s = p.samples[static_cast<size_t>(i)];
           double* dst = next.data() + (o * p.out + i) * inner;
           if (s.outside) {
             std::fill(dst, dst + inner, static_cast<double>(opt_.extrapolation));
             continue;
           }
-          for (const Tap& t : s.taps) {
+          for (const ResizeTap& t : s.taps) {
             const double* src = cur.data() + (o * p.in + t.index) * inner;
             for (int64_t j = 0; j < inner; ++j) dst[j] += t.weight * src[j];
           }
@@ -345,9 +87,8 @@ class ResizeKernel : public Kernel {
   }
 
   bool upsample_;
-  Options opt_;
-  std::vector<size_t> axes_;
-  std::vector<AxisPlan> plans_;
+  ResizeOptions opt_;
+  std::vector<ResizeAxis> plans_;
   Shape in_shape_;
 };
 
