@@ -25,38 +25,6 @@ struct LayerNorm {
   std::vector<ir::Node*> nodes;
 };
 
-// The reduction covers exactly the trailing axes from some axis on; returns it.
-std::optional<int64_t> trailing_axis(const ir::Node& mean, int rank) {
-  if (mean.attrs.get_int("keepdims", 1) != 1) return std::nullopt;
-  std::optional<std::vector<int64_t>> axes = reduce_axes(mean);
-  if (!axes || axes->empty()) return std::nullopt;
-  std::vector<bool> seen(static_cast<size_t>(rank), false);
-  for (int64_t a : *axes) {
-    const int64_t p = a < 0 ? a + rank : a;
-    if (p < 0 || p >= rank || seen[static_cast<size_t>(p)]) return std::nullopt;
-    seen[static_cast<size_t>(p)] = true;
-  }
-  const int64_t first = rank - static_cast<int64_t>(axes->size());
-  for (int64_t i = first; i < rank; ++i)
-    if (!seen[static_cast<size_t>(i)]) return std::nullopt;
-  return first;
-}
-
-// A float constant shaped like the normalized dims (leading 1s allowed): it
-// broadcasts one value per normalized element, as LayerNormalization's scale does.
-bool per_element(const ir::Value* v, const ir::SymShape& x, int64_t axis, int64_t size) {
-  if (!is_float_constant(v) || v->constant->numel() != size) return false;
-  const Shape& s = v->constant->shape();
-  const size_t normalized = x.size() - static_cast<size_t>(axis);
-  if (s.size() > x.size()) return false;
-  for (size_t i = 0; i < s.size(); ++i) {
-    const size_t from_end = s.size() - i;  // 1 for the last dim
-    const int64_t want = from_end <= normalized ? x[x.size() - from_end].value : 1;
-    if (s[i] != want) return false;
-  }
-  return true;
-}
-
 bool match(const ir::Graph& g, ir::Node* mean, LayerNorm& m) {
   m.x = mean->input(0);
   const ir::Type& xt = m.x->type;

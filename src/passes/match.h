@@ -73,6 +73,14 @@ ir::Node* add_attention(ir::Graph& graph, std::vector<ir::Value*> inputs, ir::Va
 // (every axis, or none with noop_with_empty_axes); nullopt when the input
 // is not a constant. As written: negative axes are not normalized.
 std::optional<std::vector<int64_t>> reduce_axes(const ir::Node& n);
+// The first of the trailing axes a reduction with keepdims covers exactly
+// (from some axis to the last of `rank`), as a positive index; nullopt for
+// any other set of axes.
+std::optional<int64_t> trailing_axis(const ir::Node& reduction, int rank);
+// A float constant shaped like x's normalized dims from `axis` on, `size`
+// values (leading 1s allowed): it broadcasts one value per normalized
+// element, as LayerNormalization's and RMSNormalization's scales do.
+bool per_element(const ir::Value* v, const ir::SymShape& x, int64_t axis, int64_t size);
 
 // A Pad's constant pads, begin then end for each axis of its input (the
 // attribute before opset 11, the input from then on), when they are two per

@@ -54,6 +54,7 @@ std::vector<std::unique_ptr<Pass>> passes_for_level(int level, const ConstantEva
     passes.push_back(make_fold_pad());
     passes.push_back(make_fuse_conv_batchnorm());
     passes.push_back(make_fuse_layer_norm());
+    passes.push_back(make_fuse_rms_norm());  // after it: a LayerNorm's variance is a mean of squares too
     // After fuse_layer_norm (an instance norm's means over the plane are its) and
     // before fuse_squeeze_excite, which takes the pools.
     passes.push_back(make_global_pool_from_reduce_mean());

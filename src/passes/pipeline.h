@@ -59,6 +59,7 @@ std::unique_ptr<Pass> make_fuse_head_grad();
 std::unique_ptr<Pass> make_fuse_attention();
 std::unique_ptr<Pass> make_fuse_sequence_first_attention();
 std::unique_ptr<Pass> make_fuse_folded_heads_attention();
+std::unique_ptr<Pass> make_fuse_rms_norm();
 std::unique_ptr<Pass> make_fuse_layer_norm();
 std::unique_ptr<Pass> make_fuse_masked_softmax();
 std::unique_ptr<Pass> make_fuse_elementwise_chain();

@@ -1668,6 +1668,91 @@ TEST(Passes, LayerNormLookalikesAreLeftAlone) {
   EXPECT_EQ(leading_ones->nodes().size(), 1u);
 }
 
+// RMSNorm as PyTorch exports LLaMA's and T5's, over the trailing `axes` of
+// x [2, 3, 8]: the square (Pow or Mul), its mean, + eps, Sqrt, then x times
+// 1 / r (Div), x times Reciprocal(r), or x / r; gamma on either side.
+enum class RmsInverse { kDivOne, kReciprocal, kDivide };
+std::unique_ptr<ir::Graph> rms_norm_graph(std::vector<int64_t> axes, RmsInverse inverse, bool square_by_mul,
+                                          bool gamma_first, Shape gamma_shape = {8}, bool square_read_twice = false) {
+  auto g = std::make_unique<ir::Graph>();
+  g->opsets[""] = 17;
+  ir::Value* x = g->add_input("x", DType::kFloat32, {2, 3, 8});
+  ir::Value* sq = square_by_mul ? mul(*g, x, x) : g->add_node("Pow", {x, scalar_f32(*g, "two", 2.f)}, 1)->output(0);
+  ir::Node* mean = g->add_node("ReduceMean", {sq}, 1);
+  mean->attrs.set("axes", axes);
+  ir::Value* r = g->add_node("Sqrt", {g->add_node("Add", {mean->output(0), scalar_f32(*g, "eps", 1e-3f)}, 1)->output(0)}, 1)
+                     ->output(0);
+  ir::Value* y = nullptr;
+  if (inverse == RmsInverse::kDivide) y = g->add_node("Div", {x, r}, 1)->output(0);
+  else if (inverse == RmsInverse::kReciprocal) y = mul(*g, x, g->add_node("Reciprocal", {r}, 1)->output(0));
+  else y = mul(*g, g->add_node("Div", {scalar_f32(*g, "one", 1.f), r}, 1)->output(0), x);
+  if (!gamma_shape.empty()) {
+    ir::Value* gamma = g->add_constant("gamma", ramp(gamma_shape, 0.5f, 0.25f));
+    y = gamma_first ? mul(*g, gamma, y) : mul(*g, y, gamma);
+  }
+  g->add_output(y);
+  if (square_read_twice) g->add_output(g->add_node("Neg", {sq}, 1)->output(0));
+  ir::infer_types(*g);
+  return g;
+}
+
+// y against x / sqrt(mean(x^2) + 1e-3) [* gamma] in double, rows of `row`.
+void expect_rms_norm_values(std::unique_ptr<ir::Graph> g, int64_t row, bool affine) {
+  Session s = Session::from_graph(std::move(g));
+  Tensor x = ramp({2, 3, 8}, -2.f, 0.37f);
+  for (int64_t i = 0; i < 48; i += 5) x.data<float>()[i] *= 3.f;  // uneven rows
+  Tensor y = s.run({{"x", x}})[0];
+  for (int64_t r = 0; r < 48 / row; ++r) {
+    double ms = 0;
+    for (int64_t i = 0; i < row; ++i) ms += std::pow(x.data<float>()[r * row + i], 2) / double(row);
+    for (int64_t i = 0; i < row; ++i) {
+      double want = x.data<float>()[r * row + i] / std::sqrt(ms + 1e-3);
+      if (affine) want *= 0.5 + 0.25 * double(i % 8);
+      EXPECT_NEAR(y.data<float>()[r * row + i], want, 1e-5 * (1 + std::fabs(want))) << r << "," << i;
+    }
+  }
+}
+
+TEST(Passes, DecomposedRmsNormBecomesOneNode) {
+  for (RmsInverse inverse : {RmsInverse::kDivOne, RmsInverse::kReciprocal, RmsInverse::kDivide})
+    for (bool by_mul : {false, true})
+      for (bool gamma_first : {false, true}) {
+        SCOPED_TRACE(::testing::Message() << "inverse " << static_cast<int>(inverse) << " square by Mul " << by_mul
+                                          << " gamma first " << gamma_first);
+        auto g = rms_norm_graph({-1}, inverse, by_mul, gamma_first);
+        passes::optimize(*g, 2, runtime::reference_evaluator());
+        ASSERT_EQ(g->nodes().size(), 1u);
+        const ir::Node& n = *g->nodes()[0];
+        EXPECT_EQ(n.op_type, "RMSNormalization");
+        EXPECT_EQ(n.attrs.get_int("axis", 0), 2);
+        EXPECT_FLOAT_EQ(n.attrs.get_float("epsilon", 0.f), 1e-3f);
+        expect_rms_norm_values(rms_norm_graph({-1}, inverse, by_mul, gamma_first), 8, true);
+      }
+  // Over the last two axes, without gamma (a scale of ones is made).
+  auto plain = rms_norm_graph({1, 2}, RmsInverse::kDivOne, false, false, {});
+  passes::optimize(*plain, 2, runtime::reference_evaluator());
+  ASSERT_EQ(count_ops(*plain, "RMSNormalization"), 1u);
+  EXPECT_EQ(plain->nodes()[0]->attrs.get_int("axis", 0), 1);
+  expect_rms_norm_values(rms_norm_graph({1, 2}, RmsInverse::kDivOne, false, false, {}), 24, false);
+}
+
+TEST(Passes, RmsNormLookalikesAreLeftAlone) {
+  auto leading = rms_norm_graph({0}, RmsInverse::kDivOne, false, false);  // over the batch, not a row
+  passes::optimize(*leading, 2, runtime::reference_evaluator());
+  EXPECT_EQ(count_ops(*leading, "RMSNormalization"), 0u);
+  EXPECT_EQ(count_ops(*leading, "ReduceMean"), 1u);
+  // The square read elsewhere too: it must stay.
+  auto shared = rms_norm_graph({-1}, RmsInverse::kDivOne, false, false, {8}, true);
+  passes::optimize(*shared, 2, runtime::reference_evaluator());
+  EXPECT_EQ(count_ops(*shared, "RMSNormalization"), 0u);
+  // gamma of 2 values for rows of 8: not one per normalized element, so it stays a Mul.
+  auto halves = rms_norm_graph({-1}, RmsInverse::kDivOne, false, false, {2, 1, 1});
+  passes::optimize(*halves, 2, runtime::reference_evaluator());
+  EXPECT_EQ(count_ops(*halves, "RMSNormalization"), 1u);
+  EXPECT_EQ(count_ops(*halves, "Mul"), 1u);
+  expect_rms_norm_values(rms_norm_graph({-1}, RmsInverse::kDivOne, false, false, {}), 8, false);
+}
+
 TEST(Passes, ResidualJoinsAFusedMatMulReadFromAFile) {
   // anvil optimize writes FusedMatMul with three inputs; a later residual Add must not write past them.
   auto g = std::make_unique<ir::Graph>();

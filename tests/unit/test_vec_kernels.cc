@@ -345,6 +345,28 @@ Tensor bools(Shape shape, uint32_t seed) {
   return t;
 }
 
+// RMSNormalization (opset 23) on the ISA's vectors against the reference's
+// double precision: rows shorter and longer than a vector, with tails, over
+// the last axis, the last two and the whole tensor, a scale per element and
+// one in all, and a row of one.
+TEST(VecKernels, RmsNormalizationMatchesTheReference) {
+  struct Case {
+    Shape x;
+    int64_t axis;
+    Shape scale;
+  };
+  const Case cases[] = {{{3, 37}, -1, {37}}, {{2, 4, 16}, 1, {4, 16}}, {{2, 3, 100}, -1, {1}},
+                        {{5, 1}, -1, {1}},   {{4, 9}, 0, {4, 9}},       {{64, 512}, -1, {512}}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(shape_str(c.x));
+    expect_same_as_ref("RMSNormalization", {random_f32(c.x, 7), random_f32(c.scale, 8)},
+                       attrs({{"axis", c.axis}, {"epsilon", 1e-3f}}), 2e-6f, vec_backend(23));
+  }
+  EXPECT_EQ(testing::run_kernel_full("RMSNormalization", {random_f32({2, 8}, 9), random_f32({8}, 10)}, {},
+                                     vec_backend(23)).impl,
+            kernels::vec::vec_impl_name());
+}
+
 TEST(VecKernels, WhereBroadcastsAsTheReference) {
   const std::vector<std::array<Shape, 3>> cases = {
       {Shape{1, 1, 8, 8}, Shape{2, 3, 8, 8}, Shape{}},      // a causal mask over heads, a scalar fill

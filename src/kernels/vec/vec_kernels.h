@@ -248,6 +248,9 @@ struct VecKernels {
   // One row of n: y = softmax(x + mask) (or its log); mask may be null, or a
   // single value broadcast over the row when mask_stride is 0.
   void (*softmax_row)(const float* x, const float* mask, int mask_stride, int64_t n, float* y, bool log);
+  // One row of n: y = x / sqrt(mean(x^2) + eps) * scale (n values; one,
+  // broadcast, with one_scale). y may be x.
+  void (*rms_norm_row)(const float* x, int64_t n, const float* scale, bool one_scale, float eps, float* y);
   // The exps of one query's attention scores, in place: s[j] = exp(t[j] -
   // max t), t = s * scale + mask (mask null: none), for j < n, zeros from n
   // to len; returns 1 / their sum. A row with an infinite max (every key

@@ -544,6 +544,34 @@ inline void softmax_row_impl(const float* x, const float* mask, int mask_stride,
   for (int64_t j = 0; j < n; ++j) y[j] *= inv;
 }
 
+// y = x / sqrt(mean(x^2) + eps) * scale over one row; x and y may alias.
+// The squares are summed in float lanes, the lanes and the tail in double.
+inline void rms_norm_row_impl(const float* x, int64_t n, const float* scale, bool one_scale, float eps, float* y) {
+  if (n <= 0) return;
+  VF acc = splat(0.f);
+  int64_t j = 0;
+  for (; j + kWidth <= n; j += kWidth) {
+    const VF v = load(x + j);
+    acc += v * v;
+  }
+  float lanes[kWidth];
+  store(lanes, acc);
+  double sum = 0;
+  for (float l : lanes) sum += static_cast<double>(l);
+  for (int64_t k = j; k < n; ++k) sum += static_cast<double>(x[k]) * static_cast<double>(x[k]);
+  const auto inv = static_cast<float>(1.0 / __builtin_sqrt(sum / static_cast<double>(n) + static_cast<double>(eps)));
+  if (one_scale) {
+    const float f = inv * scale[0];
+    const VF fv = splat(f);
+    for (j = 0; j + kWidth <= n; j += kWidth) store(y + j, load(x + j) * fv);
+    for (; j < n; ++j) y[j] = x[j] * f;
+    return;
+  }
+  const VF iv = splat(inv);
+  for (j = 0; j + kWidth <= n; j += kWidth) store(y + j, load(x + j) * iv * load(scale + j));
+  for (; j < n; ++j) y[j] = x[j] * inv * scale[j];
+}
+
 // The exps of one query's attention scores and the factor that normalizes
 // them (kernels/vec/attention.cc), in place: s[j] = exp(t[j] - max t) with
 // t = s * scale + mask (mask null: none) for j < n, zeros from n to len (the
