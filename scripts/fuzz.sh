@@ -245,6 +245,42 @@ PY
   touch "$corpus/.recurrent"
 fi
 
+# An upsampler between convolutions (the pixel-layout Resize, linear and
+# nearest), a concat of it with a convolution's output, and an RMSNorm
+# written out (fuse_rms_norm), once.
+if [ ! -e "$corpus/.resize-rms" ]; then
+  "${ANVIL_PYTHON:-python3}" - "$corpus/models" <<'PY'
+import os, sys
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper, TensorProto as T
+rng = np.random.default_rng(0)
+def f32(name, a): return numpy_helper.from_array(np.asarray(a, np.float32), name)
+def save(name, nodes, inputs, inits, opset=13):
+    g = helper.make_graph(nodes, name, [helper.make_tensor_value_info(n, t, s) for n, t, s in inputs],
+                          [helper.make_tensor_value_info("y", T.FLOAT, None)], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 8
+    onnx.save(m, os.path.join(sys.argv[1], name + ".onnx"))
+for mode in ("nearest", "linear"):
+    save("upsample_concat_" + mode,
+         [helper.make_node("Conv", ["x", "W"], ["c"], pads=[1, 1, 1, 1]),
+          helper.make_node("Resize", ["c", "", "scales"], ["u"], mode=mode),
+          helper.make_node("Conv", ["skip", "W2"], ["s"]),
+          helper.make_node("Concat", ["u", "s"], ["y"], axis=1)],
+         [("x", T.FLOAT, [1, 4, 3, 4]), ("skip", T.FLOAT, [1, 4, 6, 8])],
+         [f32("W", rng.standard_normal((16, 4, 3, 3))), f32("W2", rng.standard_normal((32, 4, 1, 1))),
+          f32("scales", [1, 1, 2, 2])])
+save("rms_norm", [helper.make_node("Pow", ["x", "two"], ["sq"]), helper.make_node("ReduceMean", ["sq"], ["ms"], axes=[-1]),
+                  helper.make_node("Add", ["ms", "eps"], ["v"]), helper.make_node("Sqrt", ["v"], ["r"]),
+                  helper.make_node("Div", ["one", "r"], ["inv"]), helper.make_node("Mul", ["x", "inv"], ["n"]),
+                  helper.make_node("Mul", ["gamma", "n"], ["y"])],
+     [("x", T.FLOAT, [2, 3, 8])],
+     [f32("two", 2.0), f32("eps", 1e-6), f32("one", 1.0), f32("gamma", rng.standard_normal(8))])
+PY
+  touch "$corpus/.resize-rms"
+fi
+
 # nn.MultiheadAttention's sequence-first export at batch 1 (ViT's), which
 # fuse_sequence_first_attention rewrites, once.
 if [ ! -e "$corpus/.mha-sequence-first" ]; then

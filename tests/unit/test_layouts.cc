@@ -824,29 +824,31 @@ TEST(Layouts, ConcatOfMixedFormatsTakesTheLargestInputsFormat) {
       {{1, block, 4, 5}, {1, 3 * block, 4, 5}, &du::blocked_desc},  // the blocks carry more
       {{1, 4, 4, 5}, {1, block, 4, 5}, nullptr},                    // the blocks, which would pad 4 channels
   };
-  for (const Case& c : cases) {
-    const du::Format expected = c.expected;
-    SCOPED_TRACE(fmt::format("{} in NHWC, {} in blocks", shape_str(c.a), shape_str(c.b)));
-    const Tensor a = random_tensor(c.a, 55), b = random_tensor(c.b, 56);
-    testing::KernelOptions own;
-    own.backend = kernels::Backend::kDnnl;
-    own.incoming_layouts = {du::layout_of(du::nhwc_desc(c.a), c.a, DType::kFloat32),
-                            du::layout_of(du::blocked_desc(c.b), c.b, DType::kFloat32)};
-    // The inputs as the kernel reads them (the planner's reorders): in the expected format, or plain.
-    auto as_read = [&](const Tensor& t) {
-      return expected ? relaid(t, du::plain_desc(t.shape(), DType::kFloat32), expected(t.shape())) : t;
-    };
-    const testing::KernelResult got = testing::run_kernel_full(
-        "Concat", {as_read(a), as_read(b)}, testing::attrs({{"axis", int64_t{1}}}), own);
-    const Shape ys{1, c.a[1] + c.b[1], 4, 5};
-    const Tensor y = expected ? relaid(got.outputs[0], expected(ys), du::plain_desc(ys, DType::kFloat32)) : got.outputs[0];
-    ASSERT_EQ(y.shape(), ys);
-    for (int64_t ch = 0; ch < ys[1]; ++ch)
-      for (int64_t p = 0; p < 20; ++p) {
-        const float want = ch < c.a[1] ? a.data<float>()[ch * 20 + p] : b.data<float>()[(ch - c.a[1]) * 20 + p];
-        ASSERT_EQ(y.data<float>()[ch * 20 + p], want) << "channel " << ch << " pixel " << p;
-      }
-  }
+  for (const Case& c : cases)
+    for (bool blocked_out : {true, false}) {  // false: a graph output, concatenated in plain data
+      const du::Format expected = blocked_out ? c.expected : nullptr;
+      SCOPED_TRACE(fmt::format("{} in NHWC, {} in blocks, blocked output {}", shape_str(c.a), shape_str(c.b), blocked_out));
+      const Tensor a = random_tensor(c.a, 55), b = random_tensor(c.b, 56);
+      testing::KernelOptions own;
+      own.backend = kernels::Backend::kDnnl;
+      own.incoming_layouts = {du::layout_of(du::nhwc_desc(c.a), c.a, DType::kFloat32),
+                              du::layout_of(du::blocked_desc(c.b), c.b, DType::kFloat32)};
+      own.blocked_outputs = blocked_out;
+      // The inputs as the kernel reads them (the planner's reorders): in the expected format, or plain.
+      auto as_read = [&](const Tensor& t) {
+        return expected ? relaid(t, du::plain_desc(t.shape(), DType::kFloat32), expected(t.shape())) : t;
+      };
+      const testing::KernelResult got = testing::run_kernel_full(
+          "Concat", {as_read(a), as_read(b)}, testing::attrs({{"axis", int64_t{1}}}), own);
+      const Shape ys{1, c.a[1] + c.b[1], 4, 5};
+      const Tensor y = expected ? relaid(got.outputs[0], expected(ys), du::plain_desc(ys, DType::kFloat32)) : got.outputs[0];
+      ASSERT_EQ(y.shape(), ys);
+      for (int64_t ch = 0; ch < ys[1]; ++ch)
+        for (int64_t p = 0; p < 20; ++p) {
+          const float want = ch < c.a[1] ? a.data<float>()[ch * 20 + p] : b.data<float>()[(ch - c.a[1]) * 20 + p];
+          ASSERT_EQ(y.data<float>()[ch * 20 + p], want) << "channel " << ch << " pixel " << p;
+        }
+    }
 }
 
 }  // namespace

@@ -187,9 +187,10 @@ class DnnlConcat : public du::PrimitiveKernel {
   // where it holds every input unpadded; the other inputs are reordered to
   // it, where in plain data every blocked input was reordered, and the
   // output back again for its readers. Null: none arrives in one, or it
-  // does not hold them all.
+  // does not hold them all, or the output must be plain (a graph output:
+  // oneDNN's concat from blocks into plain data is its reference loop).
   static du::Format pixel_format(const PrepareContext& ctx) {
-    if (!ctx.blocked_inputs_allowed()) return nullptr;
+    if (!ctx.blocked_inputs_allowed() || !ctx.blocked_outputs_allowed()) return nullptr;
     du::Format best = nullptr;
     int64_t best_bytes = 0;
     for (size_t i = 0; i < ctx.num_inputs(); ++i) {
