@@ -133,6 +133,32 @@ TEST(VecKernels, ConvolutionsOnLargePlanesRunOnWinograd) {
       }
 }
 
+// oneDNN's Winograd takes a convolution only where its transformed weights
+// per output pixel stay within what the rule allows (64 KiB): 512 channels
+// in and out at 14x14 (F(2x2, 3x3) or F(4x4, 3x3): 85 or 192 KiB a pixel)
+// at batch 1 run the direct algorithm; where more pixels share the weights
+// (batch 4: 21 or 48 KiB) Winograd, as 256 channels at batch 1 (21 or 48
+// KiB). AVX-512 only (oneDNN 2.6 has no Winograd below); the plans'
+// choices only: the values of both algorithms are checked above.
+TEST(VecKernels, WinogradWeightsMustPayForThemselves) {
+  if (vector_isa() != VectorIsa::kAvx512) GTEST_SKIP() << "oneDNN's Winograd is AVX-512's";
+  struct Case {
+    int64_t channels, batch;
+    bool winograd;
+  };
+  for (const Case& c : {Case{512, 1, false}, Case{512, 4, true}, Case{256, 1, true}}) {
+    SCOPED_TRACE(::testing::Message() << c.channels << " channels, batch " << c.batch);
+    auto g = std::make_unique<ir::Graph>();
+    g->opsets[""] = 17;
+    ir::Value* x = g->add_input("x", DType::kFloat32, {c.batch, c.channels, 14, 14});
+    ir::Node* conv = conv3x3(*g, "conv", {x, g->add_constant("w", random_f32({c.channels, c.channels, 3, 3}, 27))});
+    g->add_output(g->add_node("Neg", {conv->output(0)}, 1)->output(0));  // "conv" writes no graph output
+    Session s = Session::from_graph(std::move(g));
+    const std::string line = plan_line(s, random_f32({c.batch, c.channels, 14, 14}, 28), "conv");
+    EXPECT_EQ(line.find("wino") != std::string::npos, c.winograd) << line;
+  }
+}
+
 // Padding other than one pixel all round (none; more at the end than the
 // start, and the reverse), at batch 1 and 3, on Winograd (oneDNN declines
 // some paddings, two pixels for one: then the direct algorithm runs), values

@@ -344,7 +344,9 @@ class DnnlConv : public DnnlConvBase {
       const std::string pick =
           ctx.choice() >= 0 && static_cast<size_t>(ctx.choice()) < alternatives_.size()
               ? alternatives_[static_cast<size_t>(ctx.choice())]
-              : rule_pick(ctx, w, y, pd, gemm_fits, anvil_winograd_fits, winograd.has_value(), jit_dw.has_value());
+              : rule_pick(ctx, w, y, pd, gemm_fits, anvil_winograd_fits,
+                          winograd && dnnl_winograd_weights_pay(*winograd, y),
+                          jit_dw.has_value());
       const bool anvil = pick == "conv_gemm" || pick == "winograd";
       if (pick == "dnnl_winograd" || (pick == "winograd" && !anvil_winograd_on_pd)) pd = *winograd;
       if (pick == "dnnl_jit_dw") pd = *jit_dw;
@@ -468,6 +470,21 @@ class DnnlConv : public DnnlConvBase {
   // ResNet's 256-channel 3x3s (9.7 MB transformed) fit; its 512-channel ones
   // (39 MB, a node's weights read from memory on every run at batch 1) do not.
   static constexpr int64_t kAnvilWinogradMaxWeightBytes = int64_t{16} << 20;
+
+  // Whether oneDNN's Winograd convolution `pd` (y its output) reads few
+  // enough transformed weights per output pixel to beat the direct
+  // convolution; more, and reading them bounds it, while they take 16/9 or
+  // 36/9 of the original's memory beside the original the session keeps. A
+  // U-Net's 512-channel 3x3s at 16x16 on oneDNN's F(4x4, 3x3) (74 and 147
+  // KiB a pixel) ran 0.85-0.87 of their time on its direct kernel, its 512 ->
+  // 256 one at 32x32 (18 KiB a pixel) 1.7x; ResNet's 256-channel 3x3s at
+  // 14x14 (48 KiB) 0.87 of brgconv's on Winograd. The U-Net's peak RSS
+  // (docs/benchmarks.md): 241 -> 173-178 MiB, 0.86-0.88 of OpenVINO's.
+  static bool dnnl_winograd_weights_pay(const dnnl::convolution_forward::primitive_desc& pd, const Shape& y) {
+    const size_t pixels = static_cast<size_t>(y[0] * y[2] * y[3]);
+    return pd.weights_desc().get_size() <= kDnnlWinogradMaxWeightBytesPerPixel * pixels;
+  }
+  static constexpr size_t kDnnlWinogradMaxWeightBytesPerPixel = size_t{64} << 10;
 
   // A 3x3 window at stride 1 and dilation 1: what either Winograd convolution takes.
   static bool is_3x3_dense(const Shape& w, const SpatialGeometry& g) {
