@@ -367,6 +367,27 @@ TEST(VecKernels, RmsNormalizationMatchesTheReference) {
             kernels::vec::vec_impl_name());
 }
 
+// InstanceNormalization on the ISA's vectors against the reference's double
+// precision: planes shorter than a vector, with tails, longer than a run of
+// the moments' float sums (4096), values far from zero beside their spread
+// (a mean 100 times the deviation), batch 2, a rank-5 input.
+TEST(VecKernels, InstanceNormalizationMatchesTheReference) {
+  const Shape shapes[] = {{2, 3, 5}, {1, 4, 5, 7}, {1, 2, 10001}, {2, 3, 2, 3, 4}, {1, 1, 1}};
+  for (const Shape& x : shapes)
+    for (float offset : {0.f, 100.f}) {
+      SCOPED_TRACE(::testing::Message() << shape_str(x) << " offset " << offset);
+      Tensor in = random_f32(x, 11);
+      for (int64_t i = 0; i < in.numel(); ++i) in.data<float>()[i] += offset;
+      expect_same_as_ref("InstanceNormalization", {in, random_f32({x[1]}, 12), random_f32({x[1]}, 13)},
+                         attrs({{"epsilon", 1e-3f}}), 1e-5f);
+    }
+  EXPECT_EQ(testing::run_kernel_full("InstanceNormalization",
+                                     {random_f32({1, 2, 8}, 14), random_f32({2}, 15), random_f32({2}, 16)}, {},
+                                     vec_backend())
+                .impl,
+            kernels::vec::vec_impl_name());
+}
+
 TEST(VecKernels, WhereBroadcastsAsTheReference) {
   const std::vector<std::array<Shape, 3>> cases = {
       {Shape{1, 1, 8, 8}, Shape{2, 3, 8, 8}, Shape{}},      // a causal mask over heads, a scalar fill

@@ -251,6 +251,9 @@ struct VecKernels {
   // One row of n: y = x / sqrt(mean(x^2) + eps) * scale (n values; one,
   // broadcast, with one_scale). y may be x.
   void (*rms_norm_row)(const float* x, int64_t n, const float* scale, bool one_scale, float eps, float* y);
+  // The mean and the population variance of x[0, n) (n > 0): two passes,
+  // each summed in float lanes over runs and the runs in double.
+  void (*moments_row)(const float* x, int64_t n, double* mean, double* variance);
   // The exps of one query's attention scores, in place: s[j] = exp(t[j] -
   // max t), t = s * scale + mask (mask null: none), for j < n, zeros from n
   // to len; returns 1 / their sum. A row with an infinite max (every key

@@ -17,7 +17,7 @@ namespace {
 }  // namespace
 
 extern const VecKernels kVecKernelsAvx2 = {select32_impl, transpose32_impl, reduce_rows_impl, sum_columns_impl,
-                                          extreme_columns_impl, softmax_row_impl, rms_norm_row_impl,
+                                          extreme_columns_impl, softmax_row_impl, rms_norm_row_impl, moments_row_impl,
                                           attention_exps_impl, chain_block_impl, batch_norm_rows_impl, swish_impl, sigmoid_impl,
                                           dot_rows_impl, add_scaled_rows_impl,
                                           {kGemmMr, kGemmNr, kGemmKc, kWidth, kGemmRowSweepKc, kGemmPackContiguousA, gemm_tile_impl, gemm_tile_packed_a_impl, gemm_pack_a_impl,

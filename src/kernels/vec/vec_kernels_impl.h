@@ -572,6 +572,47 @@ inline void rms_norm_row_impl(const float* x, int64_t n, const float* scale, boo
   for (; j < n; ++j) y[j] = x[j] * inv * scale[j];
 }
 
+// sum over j < n of f(vector at j) in float lanes, a run of kMomentRun
+// floats at a time, the runs added in double; plus tail(j) for the last
+// elements past whole vectors.
+constexpr int64_t kMomentRun = 4096;
+template <typename F, typename Tail>
+inline double sum_in_runs(int64_t n, F f, Tail tail) {
+  double total = 0;
+  int64_t j = 0;
+  for (int64_t run_end = std::min(n, kMomentRun); j + kWidth <= n; run_end = std::min(n, run_end + kMomentRun)) {
+    VF acc = splat(0.f);
+    for (; j + kWidth <= run_end; j += kWidth) acc += f(j);
+    float lanes[kWidth];
+    store(lanes, acc);
+    for (float l : lanes) total += static_cast<double>(l);
+  }
+  for (; j < n; ++j) total += tail(j);
+  return total;
+}
+
+inline void moments_row_impl(const float* x, int64_t n, double* mean_out, double* variance_out) {
+  const double mean = sum_in_runs(n, [&](int64_t j) { return load(x + j); },
+                                  [&](int64_t j) { return static_cast<double>(x[j]); }) /
+                      static_cast<double>(n);
+  // Deviations from the mean rounded to float, m: sum (x - m)^2 = sum (x - mean)^2 + n (mean - m)^2.
+  const auto m = static_cast<float>(mean);
+  const VF mv = splat(m);
+  const double squares = sum_in_runs(
+      n,
+      [&](int64_t j) {
+        const VF d = load(x + j) - mv;
+        return d * d;
+      },
+      [&](int64_t j) {
+        const double d = static_cast<double>(x[j]) - static_cast<double>(m);
+        return d * d;
+      });
+  const double shift = mean - static_cast<double>(m);
+  *mean_out = mean;
+  *variance_out = std::max(0.0, squares / static_cast<double>(n) - shift * shift);
+}
+
 // The exps of one query's attention scores and the factor that normalizes
 // them (kernels/vec/attention.cc), in place: s[j] = exp(t[j] - max t) with
 // t = s * scale + mask (mask null: none) for j < n, zeros from n to len (the
