@@ -5,7 +5,8 @@
 //     FusedGemm, MaskedSoftmax, ElementwiseChain, FusedConvDepthwise, QkvAttention,
 //     FusedBatchNorm, ChannelShuffle, SqueezeExcite.
 //   - ONNX ops newer than the model's opset that the passes create (Gelu-20,
-//     LayerNormalization-17, Attention-23, Swish-24): written as com.anvil nodes of the
+//     LayerNormalization-17, Attention-23, RMSNormalization-23, Swish-24):
+//     written as com.anvil nodes of the
 //     same name, meaning the ONNX op at that version. Raising the model's
 //     opset instead would change the meaning of its other nodes.
 #pragma once

@@ -168,6 +168,39 @@ def test_hardswish_of_an_opset_13_model_reads_back(anvil, tmp_path):
     np.testing.assert_allclose(read_tensor_pb(out / output_file_name("y")), want, rtol=1e-5, atol=1e-6)
 
 
+def test_rms_norm_reads_back(anvil, tmp_path):
+    # RMSNorm written out in an opset-17 model (LLaMA's: Pow, ReduceMean, Add, Sqrt, Div(1, r), Mul, Mul by
+    # gamma): written as a com.anvil RMSNormalization (opset 23), read back by Anvil at levels 0 and 3 with the
+    # values numpy gives, as is the original model.
+    gamma = np.linspace(0.5, 1.5, 8).astype(np.float32)
+    f32 = lambda name, v: numpy_helper.from_array(np.asarray(v, np.float32), name)
+    nodes = [helper.make_node("Pow", ["x", "two"], ["sq"]),
+             helper.make_node("ReduceMean", ["sq"], ["ms"], axes=[-1]),
+             helper.make_node("Add", ["ms", "eps"], ["v"]), helper.make_node("Sqrt", ["v"], ["r"]),
+             helper.make_node("Div", ["one", "r"], ["inv"]), helper.make_node("Mul", ["x", "inv"], ["n"]),
+             helper.make_node("Mul", ["gamma", "n"], ["y"])]
+    graph = helper.make_graph(nodes, "rms", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3, 8])],
+                              [f32("two", 2.0), f32("eps", 1e-5), f32("one", 1.0), f32("gamma", gamma)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(tmp_path / "rms.onnx"))
+    assert_ok(anvil("optimize", tmp_path / "rms.onnx", tmp_path / "opt.onnx", timeout=TIMEOUT_S))
+    opt = onnx.load(str(tmp_path / "opt.onnx"))
+    assert [(n.domain, n.op_type) for n in opt.graph.node] == [("com.anvil", "RMSNormalization")]
+    assert {(o.domain, o.version) for o in opt.opset_import} == {("", 17), ("com.anvil", 2)}
+    x = np.random.default_rng(6).standard_normal((2, 3, 8)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    x64 = x.astype(np.float64)
+    want = x64 / np.sqrt((x64 * x64).mean(-1, keepdims=True) + 1e-5) * gamma
+    for model, level in [("rms.onnx", "0"), ("opt.onnx", "0"), ("opt.onnx", "3")]:
+        out = tmp_path / f"out_{model}_{level}"
+        assert_ok(anvil("run", tmp_path / model, "-i", f"x={tmp_path / 'x.npy'}", "-o", out, "-O", level,
+                        timeout=TIMEOUT_S))
+        np.testing.assert_allclose(read_tensor_pb(out / output_file_name("y")), want, rtol=1e-5, atol=1e-6,
+                                   err_msg=f"{model} -O {level}")
+
+
 def test_attention_on_a_split_reads_back(anvil, tmp_path):
     # Split(x) -> Attention(q, k, v) (opset 23): written as com.anvil QkvAttention over x, read back by Anvil at
     # levels 0 and 3 with the values numpy gives, as is the original model.
