@@ -52,6 +52,7 @@ std::vector<std::unique_ptr<Pass>> passes_for_level(int level, const ConstantEva
   }
   if (level >= 2) {
     passes.push_back(make_fold_pad());
+    passes.push_back(make_conv_transpose_as_depth_to_space());
     passes.push_back(make_fuse_conv_batchnorm());
     passes.push_back(make_fuse_layer_norm());
     passes.push_back(make_fuse_rms_norm());  // after it: a LayerNorm's variance is a mean of squares too

@@ -60,6 +60,7 @@ std::unique_ptr<Pass> make_fuse_attention();
 std::unique_ptr<Pass> make_fuse_sequence_first_attention();
 std::unique_ptr<Pass> make_fuse_folded_heads_attention();
 std::unique_ptr<Pass> make_fuse_rms_norm();
+std::unique_ptr<Pass> make_conv_transpose_as_depth_to_space();
 std::unique_ptr<Pass> make_fuse_layer_norm();
 std::unique_ptr<Pass> make_fuse_masked_softmax();
 std::unique_ptr<Pass> make_fuse_elementwise_chain();

@@ -1753,6 +1753,71 @@ TEST(Passes, RmsNormLookalikesAreLeftAlone) {
   expect_rms_norm_values(rms_norm_graph({-1}, RmsInverse::kDivOne, false, false, {}), 8, false);
 }
 
+// A ConvTranspose over x [2, 3, 4, 5] (C_out 4, kernel and stride `side`,
+// `attrs` besides), with or without bias, then a Neg (its output is not the graph's).
+std::unique_ptr<ir::Graph> conv_transpose_graph(int64_t side, bool bias,
+                                                std::vector<std::pair<const char*, ir::AttrValue>> attrs = {},
+                                                int64_t kernel = 0) {
+  if (kernel == 0) kernel = side;
+  auto g = std::make_unique<ir::Graph>();
+  g->opsets[""] = 13;
+  ir::Value* x = g->add_input("x", DType::kFloat32, {2, 3, 4, 5});
+  std::vector<ir::Value*> in{x, g->add_constant("w", ramp({3, 4, kernel, kernel}, -1.f, 0.037f))};
+  if (bias) in.push_back(g->add_constant("b", ramp({4}, 0.5f, -0.3f)));
+  ir::Node* ct = g->add_node("ConvTranspose", in, 1, "up");
+  ct->attrs.set("strides", std::vector<int64_t>{side, side});
+  for (const auto& [name, v] : attrs) ct->attrs.set(name, v);
+  g->add_output(g->add_node("Neg", {ct->output(0)}, 1)->output(0));
+  ir::infer_types(*g);
+  return g;
+}
+
+TEST(Passes, ConvTransposeOfNonOverlappingPatchesBecomesAConvAndDepthToSpace) {
+  for (int64_t side : {2, 3})
+    for (bool bias : {true, false}) {
+      SCOPED_TRACE(::testing::Message() << "side " << side << " bias " << bias);
+      auto g = conv_transpose_graph(side, bias);
+      passes::optimize(*g, 2, runtime::reference_evaluator());
+      EXPECT_EQ(count_ops(*g, "ConvTranspose"), 0u);
+      EXPECT_EQ(count_ops(*g, "Conv"), 1u);
+      EXPECT_EQ(count_ops(*g, "DepthToSpace"), 1u);
+      // Values against the transposed convolution by hand: each input pixel's patch.
+      Session s = Session::from_graph(conv_transpose_graph(side, bias));
+      const Tensor x = ramp({2, 3, 4, 5}, -2.f, 0.11f), w = ramp({3, 4, side, side}, -1.f, 0.037f);
+      const Tensor y = s.run({{"x", x}})[0];
+      ASSERT_EQ(y.shape(), (Shape{2, 4, 4 * side, 5 * side}));
+      for (int64_t n = 0; n < 2; ++n)
+        for (int64_t o = 0; o < 4; ++o)
+          for (int64_t h = 0; h < 4 * side; ++h)
+            for (int64_t wi = 0; wi < 5 * side; ++wi) {
+              double want = bias ? 0.5 - 0.3 * double(o) : 0.0;
+              for (int64_t c = 0; c < 3; ++c)
+                want += double(x.data<float>()[((n * 3 + c) * 4 + h / side) * 5 + wi / side]) *
+                        double(w.data<float>()[((c * 4 + o) * side + h % side) * side + wi % side]);
+              ASSERT_NEAR(y.data<float>()[((n * 4 + o) * 4 * side + h) * 5 * side + wi], -want, 1e-5) << n << o << h << wi;
+            }
+    }
+}
+
+TEST(Passes, ConvTransposeLookalikesAreLeftAlone) {
+  using Attrs = std::vector<std::pair<const char*, ir::AttrValue>>;
+  const std::pair<const char*, Attrs> cases[] = {
+      {"overlapping patches", {}},  // kernel 4, stride 2 (below)
+      {"padding", {{"pads", std::vector<int64_t>{1, 1, 1, 1}}}},
+      {"output padding", {{"output_padding", std::vector<int64_t>{1, 1}}}},
+      {"dilation", {{"dilations", std::vector<int64_t>{2, 2}}}},
+      {"output shape", {{"output_shape", std::vector<int64_t>{8, 10}}}},
+  };
+  for (const auto& [what, attrs] : cases) {
+    SCOPED_TRACE(what);
+    auto g = std::string(what) == "overlapping patches" ? conv_transpose_graph(2, true, attrs, 4)
+                                                         : conv_transpose_graph(2, true, attrs);
+    passes::optimize(*g, 2, runtime::reference_evaluator());
+    EXPECT_EQ(count_ops(*g, "ConvTranspose"), 1u);
+    EXPECT_EQ(count_ops(*g, "DepthToSpace"), 0u);
+  }
+}
+
 TEST(Passes, ResidualJoinsAFusedMatMulReadFromAFile) {
   // anvil optimize writes FusedMatMul with three inputs; a later residual Add must not write past them.
   auto g = std::make_unique<ir::Graph>();
