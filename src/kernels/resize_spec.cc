@@ -56,12 +56,18 @@ std::array<double, 4> cubic_weights(double r, double a) {
 // Antialiased linear and cubic (opset 18): the filter stretched by 1 / scale
 // when downsampling, its taps the n integers nearest x (the lower on ties,
 // edge-padded), weights normalized; exclude_outside drops taps off the input.
+// The filter's scale s, and the taps each antialiased sample takes (2 - 2 start).
+double antialias_filter_scale(double scale) { return std::max(std::min(scale, 1.0), 1e-9); }
+int64_t antialias_first_tap(const Options& o, double s) {
+  return static_cast<int64_t>(std::floor((o.mode == "linear" ? -1.0 : -2.0) / s)) + 1;
+}
+
 Sample antialiased_sample(const Options& o, double x, int64_t in, double scale) {
-  const double s = std::max(std::min(scale, 1.0), 1e-9);  // the filter spans at most 2e9 input samples
+  const double s = antialias_filter_scale(scale);  // the filter spans at most 2e9 input samples
   const double ratio = x == std::floor(x) ? 1.0 : x - std::floor(x);  // in (0, 1]
   const auto left = static_cast<int64_t>(std::ceil(x)) - 1;           // the largest integer below x
   const bool linear = o.mode == "linear";
-  const auto start = static_cast<int64_t>(std::floor((linear ? -1.0 : -2.0) / s)) + 1;
+  const int64_t start = antialias_first_tap(o, s);
   const int64_t n = 2 - 2 * start;  // taps left + start ... left + start + n - 1
   auto weight = [&](double d) {
     d = std::fabs(d);
@@ -118,6 +124,10 @@ Sample make_sample(const Options& o, double x, int64_t in, bool crop, double sca
   }
   return s;
 }
+
+// The most taps an axis's samples may hold in all (16 bytes each): a
+// hostile scale must not make prepare build billions of them.
+constexpr int64_t kMaxResizeTaps = int64_t{1} << 26;
 
 void check_options(const PrepareContext& ctx, const Options& o, bool upsample) {
   ANVIL_PREPARE_CHECK(ctx, o.mode == "nearest" || o.mode == "linear" || o.mode == "cubic", ErrorKind::kInvalidModel,
@@ -246,7 +256,16 @@ ResizeSpec resize_spec(const PrepareContext& ctx, const ResizeOptions& opt, bool
     ANVIL_PREPARE_CHECK(ctx, x[d] > 0 || out[d] == 0, ErrorKind::kInvalidArgument,
                         "axis {} is empty in the input but {} long in the output: nothing to sample", d, out[d]);
   ResizeSpec spec;
+  spec.out = out;
+  if (shape_numel(out) == 0) return spec;  // nothing to sample (and an axis may be long beside an empty one)
   for (size_t d = 0; d < rank; ++d) {
+    if (opt.antialias && opt.mode != "nearest") {  // a tiny scale widens the filter to many taps per sample
+      const int64_t taps = 2 - 2 * antialias_first_tap(opt, antialias_filter_scale(scales[d]));
+      ANVIL_PREPARE_CHECK(ctx, taps <= kMaxResizeTaps / std::max<int64_t>(out[d], 1), ErrorKind::kInvalidArgument,
+                          "antialiased resampling of axis {} by scale {} takes {} taps for each of {} outputs: more than "
+                          "{} in all",
+                          d, scales[d], taps, out[d], kMaxResizeTaps);
+    }
     ResizeAxis p{d, x[d], out[d], {}};
     bool identity = x[d] == out[d];
     for (int64_t i = 0; i < out[d]; ++i) {
@@ -259,7 +278,6 @@ ResizeSpec resize_spec(const PrepareContext& ctx, const ResizeOptions& opt, bool
     }
     if (!identity) spec.axes.push_back(std::move(p));
   }
-  spec.out = std::move(out);
   return spec;
 }
 

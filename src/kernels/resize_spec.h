@@ -50,7 +50,7 @@ ResizeOptions resize_options(const ir::Node& node, bool upsample);
 
 struct ResizeSpec {
   Shape out;
-  std::vector<ResizeAxis> axes;  // only those that change, in order
+  std::vector<ResizeAxis> axes;  // only those that change, in order; none when `out` is empty
 };
 
 // The output shape and each changing axis's samples; fails the prepare

@@ -31,7 +31,7 @@ struct RmsNorm {
 
 // The square of x: Pow(x, 2) or x * x.
 ir::Value* squared(const ir::Node* n) {
-  if (is_op(n, "Pow") && is_scalar(n->input(1), 2.0)) return n->input(0);
+  if (is_op(n, "Pow") && is_scalar(n->input(1), 2.0, 0.0)) return n->input(0);
   if (is_op(n, "Mul") && n->input(0) == n->input(1)) return n->input(0);
   return nullptr;
 }
@@ -60,7 +60,7 @@ bool match(const ir::Graph& g, ir::Node* mean, RmsNorm& m) {
   if (is_op(next, "Div") && next->input(0) == m.x && next->input(1) == sqrt->output(0)) {  // x / r
     m.last = next;
   } else {
-    const bool inverse = (is_op(next, "Div") && next->input(1) == sqrt->output(0) && is_scalar(next->input(0), 1.0)) ||
+    const bool inverse = (is_op(next, "Div") && next->input(1) == sqrt->output(0) && is_scalar(next->input(0), 1.0, 0.0)) ||
                          is_op(next, "Reciprocal");
     if (!inverse) return false;
     ir::Node* mul = single_consumer(g, next->output(0));

@@ -735,6 +735,7 @@ TEST(Layouts, ResizeReadsPixelLayouts) {
       {{2, 64, 24, 24}, {1, 1, 2, 2}, {}, {}, {}, 13, "pixels:resize_copy"},
       {{2, 16, 4, 3}, {1, 1, 2, 3}, {}, with({{"coordinate_transformation_mode", std::string("asymmetric")}, {"nearest_mode", floor}}), {}, 13, "pixels:resize_copy"},
       {{1, 16, 6, 5}, {}, {1, 16, 9, 8}, with({{"mode", linear}}), {}},
+      {{2, 32, 5, 6}, {1, 1, 2, 1.5f}, {}, with({{"mode", linear}}), {}},  // blending at batch 2
       {{1, 48, 5, 5}, {1, 1, 1.5f, 0.5f}, {}, with({{"mode", linear}, {"coordinate_transformation_mode", std::string("align_corners")}}), {}},
       {{1, 16, 7, 9}, {1, 1, 0.5f, 0.4f}, {}, with({{"mode", linear}, {"antialias", int64_t{1}}}), {}, 18},
       {{1, 16, 4, 4}, {1, 1, 2, 2}, {}, with({{"mode", cubic}, {"exclude_outside", int64_t{1}}, {"cubic_coeff_a", -0.5f}}), {}},

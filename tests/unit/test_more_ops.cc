@@ -335,6 +335,30 @@ TEST(Resize, EmptyAxisToNonEmptyIsRefused) {
   // Empty to empty is fine.
   EXPECT_EQ(run_kernel("Resize", {Tensor(DType::kFloat32, {1, 0}), Tensor(), Tensor(), i64({2}, {2, 0})}, {}, o)[0].shape(),
             (Shape{2, 0}));
+  // An empty output beside an axis scaled to 2^50: no samples are made (it would not finish otherwise).
+  o.constant_inputs = {false, false, true};
+  EXPECT_EQ(run_kernel("Resize", {Tensor(DType::kFloat32, {0, 2}), Tensor(), f32({2}, {1, 562949953421312.f})}, {}, o)[0]
+                .shape(),
+            (Shape{0, int64_t{1} << 50}));
+}
+
+// Antialiased downsampling by a tiny scale of a crop stretched wide (so
+// that outputs remain) would take 2e8 taps per sample: refused with one
+// message.
+TEST(Resize, AntialiasWithTooManyTapsIsRefused) {
+  testing::KernelOptions o = opset(18);
+  o.constant_inputs = {false, true, true};
+  try {
+    run_kernel("Resize", {f32({1, 4}, {1, 2, 3, 4}), f32({4}, {0, 0, 1, 1e9f}), f32({2}, {1, 1e-8f})},
+               attrs({{"mode", std::string("linear")},
+                      {"antialias", int64_t{1}},
+                      {"coordinate_transformation_mode", std::string("tf_crop_and_resize")}}),
+               o);
+    ADD_FAILURE() << "took a filter of 2e8 taps";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kInvalidArgument) << e.what();
+    EXPECT_NE(std::string(e.what()).find("taps for each of"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

@@ -1696,8 +1696,10 @@ std::unique_ptr<ir::Graph> rms_norm_graph(std::vector<int64_t> axes, RmsInverse 
   return g;
 }
 
-// y against x / sqrt(mean(x^2) + 1e-3) [* gamma] in double, rows of `row`.
-void expect_rms_norm_values(std::unique_ptr<ir::Graph> g, int64_t row, bool affine) {
+// y against x / sqrt(mean(x^2) + 1e-3) [* gamma] in double, rows of `row`
+// (gamma: 0.5 + 0.25 i per element i of a row, or with per_item per batch
+// item of 24 values).
+void expect_rms_norm_values(std::unique_ptr<ir::Graph> g, int64_t row, bool affine, bool per_item = false) {
   Session s = Session::from_graph(std::move(g));
   Tensor x = ramp({2, 3, 8}, -2.f, 0.37f);
   for (int64_t i = 0; i < 48; i += 5) x.data<float>()[i] *= 3.f;  // uneven rows
@@ -1707,7 +1709,7 @@ void expect_rms_norm_values(std::unique_ptr<ir::Graph> g, int64_t row, bool affi
     for (int64_t i = 0; i < row; ++i) ms += std::pow(x.data<float>()[r * row + i], 2) / double(row);
     for (int64_t i = 0; i < row; ++i) {
       double want = x.data<float>()[r * row + i] / std::sqrt(ms + 1e-3);
-      if (affine) want *= 0.5 + 0.25 * double(i % 8);
+      if (affine) want *= 0.5 + 0.25 * double(per_item ? (r * row + i) / 24 : i % 8);
       EXPECT_NEAR(y.data<float>()[r * row + i], want, 1e-5 * (1 + std::fabs(want))) << r << "," << i;
     }
   }
@@ -1750,7 +1752,16 @@ TEST(Passes, RmsNormLookalikesAreLeftAlone) {
   passes::optimize(*halves, 2, runtime::reference_evaluator());
   EXPECT_EQ(count_ops(*halves, "RMSNormalization"), 1u);
   EXPECT_EQ(count_ops(*halves, "Mul"), 1u);
-  expect_rms_norm_values(rms_norm_graph({-1}, RmsInverse::kDivOne, false, false, {}), 8, false);
+  expect_rms_norm_values(rms_norm_graph({-1}, RmsInverse::kDivOne, false, false, {2, 1, 1}), 8, true, true);
+  // A square by a power near 2 or a numerator near 1 is not the RMSNorm's.
+  for (const char* near : {"pow", "one"}) {
+    auto g = rms_norm_graph({-1}, RmsInverse::kDivOne, false, false);
+    for (const auto& v : g->values())
+      if (v->is_constant() && v->name == (std::string(near) == "pow" ? "two" : "one"))
+        v->constant->data<float>()[0] += 1e-5f;
+    passes::optimize(*g, 2, runtime::reference_evaluator());
+    EXPECT_EQ(count_ops(*g, "RMSNormalization"), 0u) << near;
+  }
 }
 
 // A ConvTranspose over x [2, 3, 4, 5] (C_out 4, kernel and stride `side`,

@@ -480,6 +480,9 @@ class DnnlConv : public DnnlConvBase {
   // 256 one at 32x32 (18 KiB a pixel) 1.7x; ResNet's 256-channel 3x3s at
   // 14x14 (48 KiB) 0.87 of brgconv's on Winograd. The U-Net's peak RSS
   // (docs/benchmarks.md): 241 -> 173-178 MiB, 0.86-0.88 of OpenVINO's.
+  // rule_pick also gates Anvil's Winograd on AVX-512 by it; where that one
+  // fits (planes of 784+ pixels, at most 16 MiB of weights) oneDNN's weigh
+  // at most 21 KiB a pixel, so this rule never takes it away.
   static bool dnnl_winograd_weights_pay(const dnnl::convolution_forward::primitive_desc& pd, const Shape& y) {
     const size_t pixels = static_cast<size_t>(y[0] * y[2] * y[3]);
     return pd.weights_desc().get_size() <= kDnnlWinogradMaxWeightBytesPerPixel * pixels;

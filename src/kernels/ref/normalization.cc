@@ -367,7 +367,9 @@ class NormKernel : public Kernel {
                                  : p_ == 2 ? std::sqrt(acc) : acc;
         for (int64_t k = 0; k < len_; ++k) {
           const int64_t at = base + k * inner_;
-          double v = norm == 0 ? 0.0 : static_cast<double>(x[at]) / norm;
+          // An all-zero row over a zero norm: 0 for LpNormalization; NaN (0 / 0) for RMSNormalization,
+          // as ONNX's function body and the vectorized kernel give.
+          double v = norm == 0 && !rms_ ? 0.0 : static_cast<double>(x[at]) / norm;
           if (rms_) v *= static_cast<double>(scale[one_scale ? 0 : k]);
           y[at] = static_cast<T>(v);
         }

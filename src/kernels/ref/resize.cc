@@ -42,6 +42,7 @@ class ResizeKernel : public Kernel {
  private:
   template <typename T>
   void compute(const RunContext& ctx) const {
+    if (ctx.out(0).numel() == 0) return;  // resize_spec made no samples
     std::vector<double> cur(ctx.in(0).data<T>(), ctx.in(0).data<T>() + ctx.in(0).numel());
     std::vector<double> next;
     Shape shape = in_shape_;
