@@ -246,8 +246,9 @@ PY
 fi
 
 # An upsampler between convolutions (the pixel-layout Resize, linear and
-# nearest), a concat of it with a convolution's output, and an RMSNorm
-# written out (fuse_rms_norm), once.
+# nearest), a concat of it with a convolution's output, an RMSNorm written
+# out (fuse_rms_norm), a ConvTranspose of 2 x 2 patches
+# (conv_transpose_as_depth_to_space) and an InstanceNormalization, once.
 if [ ! -e "$corpus/.resize-rms" ]; then
   "${ANVIL_PYTHON:-python3}" - "$corpus/models" <<'PY'
 import os, sys
@@ -277,6 +278,10 @@ save("rms_norm", [helper.make_node("Pow", ["x", "two"], ["sq"]), helper.make_nod
                   helper.make_node("Mul", ["gamma", "n"], ["y"])],
      [("x", T.FLOAT, [2, 3, 8])],
      [f32("two", 2.0), f32("eps", 1e-6), f32("one", 1.0), f32("gamma", rng.standard_normal(8))])
+save("conv_transpose_patches", [helper.make_node("ConvTranspose", ["x", "W", "B"], ["y"], strides=[2, 2])],
+     [("x", T.FLOAT, [1, 4, 3, 5])], [f32("W", rng.standard_normal((4, 16, 2, 2))), f32("B", rng.standard_normal(16))])
+save("instance_norm", [helper.make_node("InstanceNormalization", ["x", "s", "b"], ["y"], epsilon=1e-3)],
+     [("x", T.FLOAT, [2, 3, 17])], [f32("s", rng.standard_normal(3)), f32("b", rng.standard_normal(3))])
 PY
   touch "$corpus/.resize-rms"
 fi
