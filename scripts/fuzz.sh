@@ -246,9 +246,8 @@ PY
 fi
 
 # An upsampler between convolutions (the pixel-layout Resize, linear and
-# nearest), a concat of it with a convolution's output, an RMSNorm written
-# out (fuse_rms_norm), a ConvTranspose of 2 x 2 patches
-# (conv_transpose_as_depth_to_space) and an InstanceNormalization, once.
+# nearest), a concat of it with a convolution's output, and an RMSNorm
+# written out (fuse_rms_norm), once.
 if [ ! -e "$corpus/.resize-rms" ]; then
   "${ANVIL_PYTHON:-python3}" - "$corpus/models" <<'PY'
 import os, sys
@@ -278,12 +277,32 @@ save("rms_norm", [helper.make_node("Pow", ["x", "two"], ["sq"]), helper.make_nod
                   helper.make_node("Mul", ["gamma", "n"], ["y"])],
      [("x", T.FLOAT, [2, 3, 8])],
      [f32("two", 2.0), f32("eps", 1e-6), f32("one", 1.0), f32("gamma", rng.standard_normal(8))])
+PY
+  touch "$corpus/.resize-rms"
+fi
+
+# A ConvTranspose of 2 x 2 patches (conv_transpose_as_depth_to_space) and an
+# InstanceNormalization (the vectorized kernel), once.
+if [ ! -e "$corpus/.convt-instnorm" ]; then
+  "${ANVIL_PYTHON:-python3}" - "$corpus/models" <<'PY'
+import os, sys
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper, TensorProto as T
+rng = np.random.default_rng(1)
+def f32(name, a): return numpy_helper.from_array(np.asarray(a, np.float32), name)
+def save(name, nodes, inputs, inits):
+    g = helper.make_graph(nodes, name, [helper.make_tensor_value_info(n, t, s) for n, t, s in inputs],
+                          [helper.make_tensor_value_info("y", T.FLOAT, None)], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    onnx.save(m, os.path.join(sys.argv[1], name + ".onnx"))
 save("conv_transpose_patches", [helper.make_node("ConvTranspose", ["x", "W", "B"], ["y"], strides=[2, 2])],
      [("x", T.FLOAT, [1, 4, 3, 5])], [f32("W", rng.standard_normal((4, 16, 2, 2))), f32("B", rng.standard_normal(16))])
 save("instance_norm", [helper.make_node("InstanceNormalization", ["x", "s", "b"], ["y"], epsilon=1e-3)],
      [("x", T.FLOAT, [2, 3, 17])], [f32("s", rng.standard_normal(3)), f32("b", rng.standard_normal(3))])
 PY
-  touch "$corpus/.resize-rms"
+  touch "$corpus/.convt-instnorm"
 fi
 
 # nn.MultiheadAttention's sequence-first export at batch 1 (ViT's), which

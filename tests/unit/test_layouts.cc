@@ -740,6 +740,8 @@ TEST(Layouts, ResizeReadsPixelLayouts) {
       {{1, 16, 7, 9}, {1, 1, 0.5f, 0.4f}, {}, with({{"mode", linear}, {"antialias", int64_t{1}}}), {}, 18},
       {{1, 16, 4, 4}, {1, 1, 2, 2}, {}, with({{"mode", cubic}, {"exclude_outside", int64_t{1}}, {"cubic_coeff_a", -0.5f}}), {}},
       {{1, 16, 4, 5}, {}, {1, 16, 5, 6}, with({{"mode", linear}, {"coordinate_transformation_mode", std::string("tf_crop_and_resize")}, {"extrapolation_value", 7.5f}}), {0, 0, -0.2f, 0.1f, 1, 1, 1.3f, 0.8f}},
+      // a crop reaching past both ends of the width too (samples outside along each axis)
+      {{1, 16, 4, 5}, {}, {1, 16, 6, 7}, with({{"mode", linear}, {"coordinate_transformation_mode", std::string("tf_crop_and_resize")}, {"extrapolation_value", -3.f}}), {0, 0, -0.3f, -0.4f, 1, 1, 1.2f, 1.5f}},
       {{1, 16, 3, 4}, {1, 1, 2, 2}, {}, {}, {}, 9, "pixels:resize_copy"},  // Upsample: asymmetric, floor
   };
   enum class Arrives { kNhwc, kBlocks, kPlain, kNoLayouts };

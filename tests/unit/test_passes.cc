@@ -1818,6 +1818,7 @@ TEST(Passes, ConvTransposeLookalikesAreLeftAlone) {
       {"output padding", {{"output_padding", std::vector<int64_t>{1, 1}}}},
       {"dilation", {{"dilations", std::vector<int64_t>{2, 2}}}},
       {"output shape", {{"output_shape", std::vector<int64_t>{8, 10}}}},
+      {"auto_pad SAME_UPPER", {{"auto_pad", std::string("SAME_UPPER")}}},
   };
   for (const auto& [what, attrs] : cases) {
     SCOPED_TRACE(what);

@@ -381,6 +381,10 @@ TEST(VecKernels, InstanceNormalizationMatchesTheReference) {
       expect_same_as_ref("InstanceNormalization", {in, random_f32({x[1]}, 12), random_f32({x[1]}, 13)},
                          attrs({{"epsilon", 1e-3f}}), 1e-5f);
     }
+  // An infinity makes its plane NaN, as the reference's; the other plane stays finite.
+  Tensor with_inf = random_f32({1, 2, 40}, 17);
+  with_inf.data<float>()[5] = std::numeric_limits<float>::infinity();
+  expect_same_as_ref("InstanceNormalization", {with_inf, random_f32({2}, 18), random_f32({2}, 19)}, {}, 1e-5f);
   EXPECT_EQ(testing::run_kernel_full("InstanceNormalization",
                                      {random_f32({1, 2, 8}, 14), random_f32({2}, 15), random_f32({2}, 16)}, {},
                                      vec_backend())

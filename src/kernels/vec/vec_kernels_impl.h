@@ -610,7 +610,8 @@ inline void moments_row_impl(const float* x, int64_t n, double* mean_out, double
       });
   const double shift = mean - static_cast<double>(m);
   *mean_out = mean;
-  *variance_out = std::max(0.0, squares / static_cast<double>(n) - shift * shift);
+  const double variance = squares / static_cast<double>(n) - shift * shift;
+  *variance_out = variance < 0 ? 0.0 : variance;  // rounding below zero; a NaN (an infinity in x) stays
 }
 
 // The exps of one query's attention scores and the factor that normalizes
