@@ -93,12 +93,7 @@ class FuseLayerNorm : public Pass {
   static void rewrite(ir::Graph& graph, const LayerNorm& m) {
     ir::Value* y = m.last->output(0);
     for (ir::Node* n : m.nodes) n->dead = true;
-    ir::Value* gamma = m.gamma;
-    if (!gamma) {
-      Tensor ones(DType::kFloat32, {m.size});
-      for (int64_t i = 0; i < m.size; ++i) ones.data<float>()[i] = 1.f;
-      gamma = graph.add_constant(graph.unique_name(m.last->name + "/scale"), ones);
-    }
+    ir::Value* gamma = m.gamma ? m.gamma : ones_constant(graph, m.size, m.last->name + "/scale");
     std::vector<ir::Value*> inputs{m.x, gamma};
     if (m.beta) inputs.push_back(m.beta);
     ir::Node* ln = graph.add_node_with_outputs("LayerNormalization", inputs, {y}, m.last->name);

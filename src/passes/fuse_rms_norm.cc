@@ -94,12 +94,7 @@ class FuseRmsNorm : public Pass {
   static void rewrite(ir::Graph& graph, const RmsNorm& m) {
     ir::Value* y = m.last->output(0);
     for (ir::Node* n : m.nodes) n->dead = true;
-    ir::Value* gamma = m.gamma;
-    if (!gamma) {
-      Tensor ones(DType::kFloat32, {m.size});
-      for (int64_t i = 0; i < m.size; ++i) ones.data<float>()[i] = 1.f;
-      gamma = graph.add_constant(graph.unique_name(m.last->name + "/scale"), ones);
-    }
+    ir::Value* gamma = m.gamma ? m.gamma : ones_constant(graph, m.size, m.last->name + "/scale");
     ir::Node* norm = graph.add_node_with_outputs("RMSNormalization", {m.x, gamma}, {y}, m.last->name);
     norm->opset = 23;  // RMSNormalization's first version, whatever the model's opset
     norm->attrs.set("axis", m.axis);

@@ -197,6 +197,12 @@ bool per_element(const ir::Value* v, const ir::SymShape& x, int64_t axis, int64_
   return true;
 }
 
+ir::Value* ones_constant(ir::Graph& graph, int64_t size, const std::string& base) {
+  Tensor ones(DType::kFloat32, {size});
+  for (int64_t i = 0; i < size; ++i) ones.data<float>()[i] = 1.f;
+  return graph.add_constant(graph.unique_name(base), std::move(ones));
+}
+
 std::optional<std::vector<int64_t>> constant_pads(const ir::Node& pad) {
   const ir::Value* x = pad.input(0);
   const std::string mode = pad.attrs.get_string("mode", "constant");

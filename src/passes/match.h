@@ -81,6 +81,9 @@ std::optional<int64_t> trailing_axis(const ir::Node& reduction, int rank);
 // values (leading 1s allowed): it broadcasts one value per normalized
 // element, as LayerNormalization's and RMSNormalization's scales do.
 bool per_element(const ir::Value* v, const ir::SymShape& x, int64_t axis, int64_t size);
+// A new float32 constant of `size` ones, named after `base`: the scale a
+// normalization written out without one gets.
+ir::Value* ones_constant(ir::Graph& graph, int64_t size, const std::string& base);
 
 // A Pad's constant pads, begin then end for each axis of its input (the
 // attribute before opset 11, the input from then on), when they are two per

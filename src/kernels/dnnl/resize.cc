@@ -4,7 +4,8 @@
 // plain), or plain NCHW. Every output pixel is the weighted sum of its taps'
 // input pixels (resize_spec's samples: one for nearest, 2 x 2 for linear,
 // 4 x 4 for cubic, more for antialiased downsampling), a pixel's channels
-// being a run of contiguous floats there. YOLO's and feature pyramids'
+// being a run of contiguous floats there; a plain output is written a
+// channel's row at a time (run_planes). YOLO's and feature pyramids'
 // nearest x2 upsamplers sit between convolutions: on the reference kernel
 // each took a reorder to plain, a pass in double per axis and a reorder back.
 // Resizes of the batch or channel axes, and other types and ranks, are the
@@ -182,7 +183,7 @@ class PixelResize : public Kernel {
   void run_planes(const float* x, float* y) const {
     const int64_t rows = batch_ * channels_ * out_height_, out_width = out_.width, in_width = in_.width;
     if (rows * out_width == 0) return;
-    const AxisTaps &th = height_taps_, &tw = width_taps_;
+    const AxisTaps& th = height_taps_;
 #pragma omp parallel if (rows * out_width >= kParallelFloats)
     {
       std::vector<float> blended(static_cast<size_t>(in_width));
