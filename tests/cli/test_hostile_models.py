@@ -509,6 +509,25 @@ def test_resize_roi_in_float16(anvil, cases):
     np.testing.assert_allclose(read_tensor_pb(cases / "resize_roi16_out" / "y.pb"), want, rtol=1e-6, atol=1e-5)
 
 
+def test_resize_that_would_sample_without_end(anvil, cases):
+    """Resizes whose sampling would never finish or read before the input: an axis empty in the input but
+    not in the output (sizes), and an antialiased filter of 2e8 taps per output (a crop stretched wide, scale
+    1e-8). One clear line and exit status each, quickly."""
+    empty = helper.make_graph([helper.make_node("Resize", ["x", "", "", "sizes"], ["y"])], "g", [float_info("x", (1, 0))],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              [numpy_helper.from_array(np.array([1, 2], np.int64), "sizes")])
+    check_error(run(anvil, save(empty, cases / "resize_from_empty.onnx")), EXIT_INVALID_ARGUMENT,
+                r"axis 1 is empty in the input but 2 long", strip=(cases,))
+    node = helper.make_node("Resize", ["x", "roi", "scales"], ["y"], mode="linear", antialias=1,
+                            coordinate_transformation_mode="tf_crop_and_resize")
+    wide = helper.make_graph([node], "g", [float_info("x", (1, 4))],
+                             [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                             [numpy_helper.from_array(np.array([0, 0, 1, 1e9], np.float32), "roi"),
+                              numpy_helper.from_array(np.array([1, 1e-8], np.float32), "scales")])
+    check_error(run(anvil, save(wide, cases / "resize_wide_filter.onnx", opset=18)), EXIT_INVALID_ARGUMENT,
+                r"takes \d+ taps for each of \d+ outputs", strip=(cases,))
+
+
 @pytest.mark.parametrize("label,a_shape,w_shape,op,bias", [
     ("gemm_m0", (0, 10), (10, 3), "Gemm", False),      # found by make fuzz: oneDNN divided by zero
     ("gemm_k0_bias", (4, 0), (0, 3), "Gemm", True),

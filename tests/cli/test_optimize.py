@@ -168,6 +168,16 @@ def test_hardswish_of_an_opset_13_model_reads_back(anvil, tmp_path):
     np.testing.assert_allclose(read_tensor_pb(out / output_file_name("y")), want, rtol=1e-5, atol=1e-6)
 
 
+def outputs_at_levels(anvil, tmp_path, original):
+    """Output y, reading x from x.npy, of `original` at -O 0 and of opt.onnx (its `anvil optimize` result) at
+    -O 0 and 3: (description, array) for each."""
+    for model, level in [(original, "0"), ("opt.onnx", "0"), ("opt.onnx", "3")]:
+        out = tmp_path / f"out_{model}_{level}"
+        assert_ok(anvil("run", tmp_path / model, "-i", f"x={tmp_path / 'x.npy'}", "-o", out, "-O", level,
+                        timeout=TIMEOUT_S))
+        yield f"{model} -O {level}", read_tensor_pb(out / output_file_name("y"))
+
+
 def test_rms_norm_reads_back(anvil, tmp_path):
     # RMSNorm written out in an opset-17 model (LLaMA's: Pow, ReduceMean, Add, Sqrt, Div(1, r), Mul, Mul by
     # gamma): written as a com.anvil RMSNormalization (opset 23), read back by Anvil at levels 0 and 3 with the
@@ -193,12 +203,8 @@ def test_rms_norm_reads_back(anvil, tmp_path):
     np.save(tmp_path / "x.npy", x)
     x64 = x.astype(np.float64)
     want = x64 / np.sqrt((x64 * x64).mean(-1, keepdims=True) + 1e-5) * gamma
-    for model, level in [("rms.onnx", "0"), ("opt.onnx", "0"), ("opt.onnx", "3")]:
-        out = tmp_path / f"out_{model}_{level}"
-        assert_ok(anvil("run", tmp_path / model, "-i", f"x={tmp_path / 'x.npy'}", "-o", out, "-O", level,
-                        timeout=TIMEOUT_S))
-        np.testing.assert_allclose(read_tensor_pb(out / output_file_name("y")), want, rtol=1e-5, atol=1e-6,
-                                   err_msg=f"{model} -O {level}")
+    for what, y in outputs_at_levels(anvil, tmp_path, "rms.onnx"):
+        np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-6, err_msg=what)
 
 
 def test_attention_on_a_split_reads_back(anvil, tmp_path):
@@ -224,12 +230,8 @@ def test_attention_on_a_split_reads_back(anvil, tmp_path):
         s = q @ k.T / 2 + np.triu(np.full((5, 5), -np.inf), 1)
         p = np.exp(s - s.max(-1, keepdims=True))
         want[:, 4 * h: 4 * h + 4] = (p / p.sum(-1, keepdims=True)) @ v
-    for model, level in [("qkv.onnx", "0"), ("opt.onnx", "0"), ("opt.onnx", "3")]:
-        out = tmp_path / f"out_{model}_{level}"
-        assert_ok(anvil("run", tmp_path / model, "-i", f"x={tmp_path / 'x.npy'}", "-o", out, "-O", level,
-                        timeout=TIMEOUT_S))
-        np.testing.assert_allclose(read_tensor_pb(out / output_file_name("y"))[0], want, rtol=1e-5, atol=1e-5,
-                                   err_msg=f"{model} -O {level}")
+    for what, y in outputs_at_levels(anvil, tmp_path, "qkv.onnx"):
+        np.testing.assert_allclose(y[0], want, rtol=1e-5, atol=1e-5, err_msg=what)
 
 
 def save_opset13_model(path, nodes, inputs, outputs, inits):

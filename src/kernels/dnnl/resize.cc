@@ -66,9 +66,7 @@ struct AxisTaps {
   }
   // Whether every output index copies one input index.
   bool copies() const {
-    for (size_t i = 0; i + 1 < first.size(); ++i)
-      if (outside[i] || first[i + 1] - first[i] != 1 || weight[static_cast<size_t>(first[i])] != 1.f) return false;
-    return true;
+    return uniform() == 1 && std::all_of(weight.begin(), weight.end(), [](float w) { return w == 1.f; });
   }
 };
 

@@ -637,10 +637,9 @@ void packed_gemm(const GemmKernels& g, const GemmArgs& p) {
 }
 
 void packed_gemm_on_this_thread(const GemmKernels& g, const GemmArgs& p) {
-  ANVIL_CHECK(!p.column_sums && p.ldv == 0, ErrorKind::kInternal, "packed_gemm_on_this_thread: plain C, no sums");
   if (p.m == 0 || p.n == 0) return;
   if (p.k == 0) return empty_product(g, p.c, p.ldc, p.m, p.n, p.bias, p.residual, p.epilogue);
-  gemm_part(g, p, 0, p.m, 0, ceil_div(p.n, g.nr));
+  packed_gemm_panels_on_this_thread(g, p, 0, ceil_div(p.n, g.nr));
 }
 
 void packed_gemm_panels_on_this_thread(const GemmKernels& g, const GemmArgs& p, int64_t p0, int64_t p1) {
