@@ -219,6 +219,32 @@ TEST(VecKernels, PackedGemmShapesAndTails) {
   }
 }
 
+// Each ISA's k-block follows the L2 a thread has (1 MiB or more: the long
+// one), and products run at both, whichever this CPU takes: with the short
+// and long k-blocks of every ISA, K over one block, at one and two blocks.
+TEST(VecKernels, PackedGemmKBlockFollowsTheL2) {
+  for (VectorIsa isa : supported_vector_isas()) {
+    SCOPED_TRACE(vector_isa_name(isa));
+    GemmKernels g = kernels::vec::vec_kernels_for(isa).gemm;
+    const int short_kc = g.kc_small_l2;
+    EXPECT_EQ(kernels::vec::gemm_kc_for_l2(g, 0), short_kc);
+    EXPECT_EQ(kernels::vec::gemm_kc_for_l2(g, 512 * 1024), short_kc);
+    EXPECT_TRUE(g.kc == short_kc || g.kc == g.kc_large_l2);
+    EXPECT_EQ(kernels::vec::gemm_kc_for_l2(g, kernels::vec::kLargeL2Bytes), g.kc_large_l2);
+    EXPECT_GE(g.kc_large_l2, short_kc);
+    if (isa == VectorIsa::kAvx2) {
+      EXPECT_EQ(short_kc, 256);
+      EXPECT_EQ(g.kc_large_l2, 768);
+    }
+    uint32_t seed = 3000;
+    for (int kc : {short_kc, g.kc_large_l2}) {
+      g.kc = kc;
+      SCOPED_TRACE(::testing::Message() << "kc " << kc);
+      for (const Product& p : {Product{37, kc + 5, 70}, Product{130, 2 * kc, 2 * g.nr + 3}}) check_product(g, p, seed += 10);
+    }
+  }
+}
+
 // A's blocks packed per k-block (GemmKernels::pack_contiguous_a, taken with 4+ panels a thread) and read
 // in place, on every ISA whatever its default: several k-blocks with a short last one, a last row tile of
 // a few rows, K = 1, and (on an L2 of up to about 3 MiB) two row blocks at 700 rows.

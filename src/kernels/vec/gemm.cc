@@ -650,8 +650,8 @@ void packed_gemm_panels_on_this_thread(const GemmKernels& g, const GemmArgs& p, 
 
 // Products packed per run keep k-blocks of at most this many rows: their
 // packing budget, the split of K between threads and B's buffer sized for
-// the L2 were tuned with them. Only prepacked products take AVX-512's
-// longer k-blocks (gemm_impl.h).
+// the L2 were tuned with them. Only prepacked products take the longer
+// k-blocks (AVX-512's, and AVX2's on an L2 of 1 MiB or more: gemm_impl.h).
 constexpr int kPerRunKc = 256;
 
 void gemm(const GemmKernels& isa_kernels, const GemmProduct& product) {

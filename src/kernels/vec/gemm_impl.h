@@ -26,7 +26,13 @@ constexpr int kGemmNv = 2;
 #endif
 constexpr int kGemmNr = kGemmNv * kWidth;
 // A B panel's k-block: kGemmKc x kGemmNr floats. Below AVX-512 it stays in
-// L1 (24 KiB on AVX2; tuned on Zen 3). On AVX-512 (Intel Xeon, 2 MiB L2) a
+// L1 (24 KiB on AVX2; tuned on Zen 3, whose L2 is 512 KiB). On an L2 of
+// 1 MiB or more AVX2 takes kGemmKcLargeL2 instead (vec_kernels.cc): on Zen 4
+// (1 MiB) with ANVIL_MAX_ISA=avx2, 768 ran BERT's products at sequence 32
+// in 0.93-0.97 of the time (the fastest of 40 rounds, 4 alternating pairs of
+// `anvil_stream_gemm_ab`) and at 128 in 0.97-0.98: the panel blocks come
+// from L2 either way, and the next one, prefetched, is three times as far
+// ahead of the one being read. On AVX-512 (Intel Xeon, 2 MiB L2) a
 // longer block paid more than keeping it in L1: fewer loads and stores of
 // C's tiles, and a product with K = 768 in one block. BERT-base, alternating
 // pairs against 256: 0.97 of the time at sequence 128 and 32 with 768; 1.10
@@ -34,8 +40,13 @@ constexpr int kGemmNr = kGemmNv * kWidth;
 // 0.99 with 1024; training's MLP level (1.01 the samples/s).
 #if defined(__AVX512F__)
 constexpr int kGemmKc = 768;
+constexpr int kGemmKcLargeL2 = 768;
+#elif defined(__AVX2__)
+constexpr int kGemmKc = 256;
+constexpr int kGemmKcLargeL2 = 768;
 #else
 constexpr int kGemmKc = 256;
+constexpr int kGemmKcLargeL2 = 256;
 #endif
 // The row sweep's k-block (gemm.cc, gemm_part_row_sweep): the tile's A
 // (12 x 512 floats, 24 KiB) in L1 beside the B lines streaming through it;

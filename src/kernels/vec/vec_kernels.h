@@ -9,6 +9,7 @@
 // OpenMP threads and call them per row or tile.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "core/vector_isa.h"
@@ -96,6 +97,10 @@ struct ConvGather {
 // The register-blocked core of the packed GEMM (gemm.h drives it).
 struct GemmKernels {
   int mr, nr, kc;  // tile rows, tile columns (a packed panel's width), k-block of the packing
+  // The k-blocks for an L2 share under kLargeL2Bytes and for one at least
+  // that large: vec_kernels() and vec_kernels_for() set kc to the one this
+  // CPU takes (gemm_impl.h, kGemmKc).
+  int kc_small_l2, kc_large_l2;
   int width;       // floats per vector (nr is a multiple)
   // The k-block of products of many rows swept a row tile at a time across
   // the panels (gemm.cc, gemm_part_row_sweep); 0: this ISA does not.
@@ -299,8 +304,13 @@ struct VecKernels {
   RecurrentKernels recurrent;
 };
 
+// An L2 share (per logical CPU) of this size or more takes GemmKernels::kc_large_l2.
+constexpr size_t kLargeL2Bytes = size_t{1} << 20;
+
 const VecKernels& vec_kernels();                 // for vector_isa()
 const VecKernels& vec_kernels_for(VectorIsa isa);  // tests: each path
+// The GEMM's k-block for an L2 share of l2_bytes (0: unknown, the short one).
+int gemm_kc_for_l2(const GemmKernels& g, size_t l2_bytes);
 
 // "vec:avx2": the implementation name kernels report in plans and profiles.
 const char* vec_impl_name();

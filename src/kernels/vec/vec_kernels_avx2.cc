@@ -20,7 +20,7 @@ extern const VecKernels kVecKernelsAvx2 = {select32_impl, transpose32_impl, redu
                                           extreme_columns_impl, softmax_row_impl, rms_norm_row_impl, moments_row_impl,
                                           attention_exps_impl, chain_block_impl, batch_norm_rows_impl, swish_impl, sigmoid_impl,
                                           dot_rows_impl, add_scaled_rows_impl,
-                                          {kGemmMr, kGemmNr, kGemmKc, kWidth, kGemmRowSweepKc, kGemmPackContiguousA, gemm_tile_impl, gemm_tile_packed_a_impl, gemm_pack_a_impl,
+                                          {kGemmMr, kGemmNr, kGemmKc, kGemmKc, kGemmKcLargeL2, kWidth, kGemmRowSweepKc, kGemmPackContiguousA, gemm_tile_impl, gemm_tile_packed_a_impl, gemm_pack_a_impl,
                                            gemm_gather_conv_a_impl, transpose32_impl, gemm_epilogue_impl},
                                           max_pool_rows_impl, max_pool_grad_rows_impl,
                                            {winograd_input_tile_impl, winograd_output_tile_impl},
