@@ -8,10 +8,12 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <random>
 
+#include "anvil/cpu.h"
 #include "kernels/dnnl/common.h"
 #include "core/vector_isa.h"
 #include "kernel_tester.h"
@@ -228,16 +230,20 @@ TEST(VecKernels, PackedGemmKBlockFollowsTheL2) {
     GemmKernels g = kernels::vec::vec_kernels_for(isa).gemm;
     const int short_kc = g.kc_small_l2;
     EXPECT_EQ(kernels::vec::gemm_kc_for_l2(g, 0), short_kc);
-    EXPECT_EQ(kernels::vec::gemm_kc_for_l2(g, 512 * 1024), short_kc);
-    EXPECT_TRUE(g.kc == short_kc || g.kc == g.kc_large_l2);
-    EXPECT_EQ(kernels::vec::gemm_kc_for_l2(g, kernels::vec::kLargeL2Bytes), g.kc_large_l2);
+    EXPECT_EQ(kernels::vec::gemm_kc_for_l2(g, (size_t{1} << 20) - 1), short_kc);
+    EXPECT_EQ(kernels::vec::gemm_kc_for_l2(g, size_t{1} << 20), g.kc_large_l2);
     EXPECT_GE(g.kc_large_l2, short_kc);
+    // This CPU's table takes the k-block of the L2 share a logical CPU has.
+    const CpuInfo& cpu = cpu_info();
+    EXPECT_EQ(g.kc, kernels::vec::gemm_kc_for_l2(g, cpu.l2_bytes / static_cast<size_t>(std::max(1, cpu.l2_shared_by))));
+    if (isa == vector_isa()) EXPECT_EQ(kernels::vec::vec_kernels().gemm.kc, g.kc);
     if (isa == VectorIsa::kAvx2) {
       EXPECT_EQ(short_kc, 256);
       EXPECT_EQ(g.kc_large_l2, 768);
     }
     uint32_t seed = 3000;
     for (int kc : {short_kc, g.kc_large_l2}) {
+      if (kc == g.kc_large_l2 && kc == short_kc) break;
       g.kc = kc;
       SCOPED_TRACE(::testing::Message() << "kc " << kc);
       for (const Product& p : {Product{37, kc + 5, 70}, Product{130, 2 * kc, 2 * g.nr + 3}}) check_product(g, p, seed += 10);

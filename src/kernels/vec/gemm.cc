@@ -651,7 +651,8 @@ void packed_gemm_panels_on_this_thread(const GemmKernels& g, const GemmArgs& p, 
 // Products packed per run keep k-blocks of at most this many rows: their
 // packing budget, the split of K between threads and B's buffer sized for
 // the L2 were tuned with them. Only prepacked products take the longer
-// k-blocks (AVX-512's, and AVX2's on an L2 of 1 MiB or more: gemm_impl.h).
+// k-blocks (AVX-512's, and AVX2's where a logical CPU's L2 share is 1 MiB or
+// more: gemm_impl.h).
 constexpr int kPerRunKc = 256;
 
 void gemm(const GemmKernels& isa_kernels, const GemmProduct& product) {

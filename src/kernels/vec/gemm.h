@@ -5,8 +5,9 @@
 // place, or on AVX-512 packed a block at a time where a thread's share has
 // 4 panels or more (pack_contiguous_a in GemmKernels). For two operands known only at run time (gemm), each run
 // packs B, and A where its rows are not contiguous. The blocking follows the usual
-// three-level scheme: a k-block of one B panel (in L1 below AVX-512; AVX-512's
-// prepacked k-blocks are longer, 768) across every row tile of an A block
+// three-level scheme: a k-block of one B panel (in L1 below AVX-512; the
+// prepacked k-blocks of AVX-512, and of AVX2 where a logical CPU's share of
+// the L2 is 1 MiB or more, are longer, 768) across every row tile of an A block
 // that stays in L2; threads split the panels (or, when there are few, the
 // rows) so each writes its own part of C. On AVX-512, a product packed per
 // run with thousands of rows turns that around: a row tile's A in L1 across

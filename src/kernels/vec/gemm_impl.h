@@ -26,9 +26,10 @@ constexpr int kGemmNv = 2;
 #endif
 constexpr int kGemmNr = kGemmNv * kWidth;
 // A B panel's k-block: kGemmKc x kGemmNr floats. Below AVX-512 it stays in
-// L1 (24 KiB on AVX2; tuned on Zen 3, whose L2 is 512 KiB). On an L2 of
-// 1 MiB or more AVX2 takes kGemmKcLargeL2 instead (vec_kernels.cc): on Zen 4
-// (1 MiB) with ANVIL_MAX_ISA=avx2, 768 ran BERT's products at sequence 32
+// L1 (24 KiB on AVX2; tuned on Zen 3, whose L2 is 512 KiB). Where a logical
+// CPU's share of the L2 (l2_bytes / l2_shared_by) is 1 MiB or more, AVX2's
+// prepacked products take kGemmKcLargeL2 instead (vec_kernels.cc): on Zen 4
+// (a KVM guest, 1 MiB L2 per vCPU) with ANVIL_MAX_ISA=avx2, 768 ran BERT's products at sequence 32
 // in 0.93-0.97 of the time (the fastest of 40 rounds, 4 alternating pairs of
 // `anvil_stream_gemm_ab`) and at 128 in 0.97-0.98: the panel blocks come
 // from L2 either way, and the next one, prefetched, is three times as far
