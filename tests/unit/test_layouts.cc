@@ -782,6 +782,55 @@ TEST(Layouts, ResizeReadsPixelLayouts) {
       }
 }
 
+// Transpose [0, 2, 3, 1] of an image arriving in NHWC or the ISA's channel
+// blocks (pixels:transpose): y[n, h, w, c] = x[n, c, h, w], by hand; YOLO's
+// 255 channels (NHWC only: blocks would be padded), whole blocks at batch 2.
+// It leaves plain images, padded blocks and other permutations alone.
+TEST(Layouts, TransposeToChannelsLastReadsPixelLayouts) {
+  namespace du = kernels::dnnl_util;
+  for (const Shape& shape : {Shape{1, 255, 5, 7}, Shape{2, 32, 4, 3}, Shape{1, 64, 2, 1}})
+    for (du::Format format : {&du::nhwc_desc, &du::blocked_desc}) {
+      const dnnl::memory::desc x_md = format(shape);
+      if (!du::pixel_layout(x_md)) continue;  // channels that do not fill the blocks
+      SCOPED_TRACE(fmt::format("{} {}", format == &du::nhwc_desc ? "NHWC" : "blocks", shape_str(shape)));
+      const Tensor x = random_tensor(shape, 54);
+      testing::KernelOptions own;
+      own.backend = kernels::Backend::kDnnl;
+      own.incoming_layouts = {du::layout_of(x_md, shape, DType::kFloat32)};
+      const testing::KernelResult got = testing::run_kernel_full(
+          "Transpose", {relaid(x, du::plain_desc(shape, DType::kFloat32), x_md)},
+          testing::attrs({{"perm", std::vector<int64_t>{0, 2, 3, 1}}}), own);
+      EXPECT_EQ(got.impl, "pixels:transpose");
+      const Tensor& y = got.outputs[0];
+      const int64_t c_count = shape[1], h_count = shape[2], w_count = shape[3];
+      ASSERT_EQ(y.shape(), (Shape{shape[0], h_count, w_count, c_count}));
+      for (int64_t n = 0; n < shape[0]; ++n)
+        for (int64_t c = 0; c < c_count; ++c)
+          for (int64_t h = 0; h < h_count; ++h)
+            for (int64_t w = 0; w < w_count; ++w)
+              ASSERT_EQ(y.data<float>()[((n * h_count + h) * w_count + w) * c_count + c],
+                        x.data<float>()[((n * c_count + c) * h_count + h) * w_count + w])
+                  << n << " " << c << " " << h << " " << w;
+    }
+  const Shape shape{1, 16, 3, 3};
+  const Tensor x = random_tensor(shape, 55);
+  const std::pair<const char*, std::vector<int64_t>> declined[] = {{"plain", {0, 2, 3, 1}}, {"NHWC", {0, 3, 1, 2}}};
+  for (const auto& [arrives, perm] : declined) {
+    SCOPED_TRACE(arrives);
+    testing::KernelOptions own;
+    own.backend = kernels::Backend::kDnnl;
+    const dnnl::memory::desc x_md = std::string(arrives) == "NHWC" ? du::nhwc_desc(shape) : du::plain_desc(shape, DType::kFloat32);
+    own.incoming_layouts = {du::layout_of(x_md, shape, DType::kFloat32)};
+    try {
+      testing::run_kernel("Transpose", {relaid(x, du::plain_desc(shape, DType::kFloat32), x_md)},
+                          testing::attrs({{"perm", perm}}), own);
+      ADD_FAILURE() << "took it";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kUnsupported) << e.what();
+    }
+  }
+}
+
 // What the pixel-layout Resize leaves to the reference kernel: resizing the
 // channels or the batch, and other ranks.
 TEST(Layouts, ResizeLeavesOtherAxesToTheReference) {

@@ -1830,6 +1830,74 @@ TEST(Passes, ConvTransposeLookalikesAreLeftAlone) {
   }
 }
 
+// x [2, A * B, 4, 6] (a 1x1 convolution's output in YOLO's heads) viewed
+// as [2, A, B, 4, 6] and permuted by `perm` (YOLO: B last), then a Neg; or
+// with the split read twice, by the Transpose and by a second output.
+std::unique_ptr<ir::Graph> channel_split_graph(std::vector<int64_t> split, std::vector<int64_t> perm = {0, 1, 3, 4, 2},
+                                               bool split_read_twice = false) {
+  auto g = std::make_unique<ir::Graph>();
+  g->opsets[""] = 13;
+  ir::Value* x = g->add_input("x", DType::kFloat32, {2, 15, 4, 6});
+  ir::Value* target = g->add_constant("target", testing::i64({static_cast<int64_t>(split.size())}, split));
+  ir::Node* reshape = g->add_node("Reshape", {x, target}, 1, "view");
+  ir::Node* t = g->add_node("Transpose", {reshape->output(0)}, 1, "permute");
+  t->attrs.set("perm", perm);
+  g->add_output(g->add_node("Neg", {t->output(0)}, 1)->output(0));
+  if (split_read_twice) g->add_output(reshape->output(0));
+  ir::infer_types(*g);
+  return g;
+}
+
+TEST(Passes, ChannelSplitMovedLastBecomesChannelsLastFirst) {
+  for (const std::vector<int64_t>& split : {std::vector<int64_t>{2, 3, 5, 4, 6}, std::vector<int64_t>{0, 5, 3, 4, 6},
+                                            std::vector<int64_t>{-1, 3, 5, 4, 6}}) {
+    SCOPED_TRACE(::testing::Message() << split[0] << "," << split[1] << "," << split[2]);
+    auto g = channel_split_graph(split);
+    passes::optimize(*g, 3, runtime::reference_evaluator());
+    EXPECT_EQ(count_ops(*g, "Transpose"), 2u);
+    EXPECT_EQ(count_ops(*g, "Reshape"), 1u);
+    for (const auto& n : g->nodes())
+      if (!n->dead && n->op_type == "Transpose") {
+        const std::vector<int64_t> p = n->attrs.get_ints("perm");
+        EXPECT_TRUE(p == (std::vector<int64_t>{0, 2, 3, 1}) || p == (std::vector<int64_t>{0, 3, 1, 2, 4}));
+      }
+    auto unchanged = channel_split_graph(split);
+    passes::optimize(*unchanged, 2, runtime::reference_evaluator());  // level 3 only
+    EXPECT_EQ(count_ops(*unchanged, "Transpose"), 1u);
+    // Values by hand: y[n, a, h, w, b] = -x[n, a * B + b, h, w].
+    const int64_t a_count = split[1] == 5 ? 5 : 3, b_count = 15 / a_count;
+    Session s = Session::from_graph(channel_split_graph(split));
+    const Tensor x = ramp({2, 15, 4, 6}, -3.f, 0.0137f);
+    const Tensor y = s.run({{"x", x}})[0];
+    ASSERT_EQ(y.shape(), (Shape{2, a_count, 4, 6, b_count}));
+    for (int64_t n = 0; n < 2; ++n)
+      for (int64_t a = 0; a < a_count; ++a)
+        for (int64_t h = 0; h < 4; ++h)
+          for (int64_t w = 0; w < 6; ++w)
+            for (int64_t b = 0; b < b_count; ++b)
+              ASSERT_EQ(y.data<float>()[(((n * a_count + a) * 4 + h) * 6 + w) * b_count + b],
+                        -x.data<float>()[((n * 15 + a * b_count + b) * 4 + h) * 6 + w])
+                  << n << a << h << w << b;
+  }
+}
+
+TEST(Passes, ChannelSplitLookalikesAreLeftAlone) {
+  const std::tuple<const char*, std::vector<int64_t>, std::vector<int64_t>, bool> cases[] = {
+      {"another permutation", {2, 3, 5, 4, 6}, {0, 1, 3, 2, 4}, false},
+      {"the split's outer part last", {2, 3, 5, 4, 6}, {0, 2, 3, 4, 1}, false},
+      {"a split of the height", {2, 15, 2, 2, 6}, {0, 1, 3, 4, 2}, false},
+      {"the batch folded into the split", {1, 6, 5, 4, 6}, {0, 1, 3, 4, 2}, false},
+      {"the split read twice", {2, 3, 5, 4, 6}, {0, 1, 3, 4, 2}, true},
+  };
+  for (const auto& [what, split, perm, twice] : cases) {
+    SCOPED_TRACE(what);
+    auto g = channel_split_graph(split, perm, twice);
+    passes::optimize(*g, 3, runtime::reference_evaluator());
+    EXPECT_EQ(count_ops(*g, "Transpose"), 1u);
+    EXPECT_EQ(count_ops(*g, "Reshape"), 1u);
+  }
+}
+
 TEST(Passes, ResidualJoinsAFusedMatMulReadFromAFile) {
   // anvil optimize writes FusedMatMul with three inputs; a later residual Add must not write past them.
   auto g = std::make_unique<ir::Graph>();

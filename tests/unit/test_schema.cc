@@ -263,6 +263,45 @@ TEST(Schema, ConvAndPoolComputeKnownSpatialDims) {
   EXPECT_EQ(flat->output(0)->type.str(), "float32[n,64]");
 }
 
+// Resize with constant float scales: floor(x * scale) per axis, a scale of 1
+// keeping a symbolic dim (YOLO's and FPNs' nearest x2 upsamplers; without
+// this nothing after them had a rank). Left unknown: scales that are not
+// constants, tf_crop_and_resize, a scaled symbolic dim, and scales giving
+// no valid length.
+TEST(Schema, ResizeWithConstantScalesGivesItsShape) {
+  auto f32 = [](std::vector<float> v) {
+    Tensor t(DType::kFloat32, {static_cast<int64_t>(v.size())});
+    std::copy(v.begin(), v.end(), t.data<float>());
+    return t;
+  };
+  struct Case {
+    std::vector<float> scales;
+    const char* mode;
+    bool constant;
+    const char* want;
+  };
+  const Case cases[] = {
+      {{1, 1, 2, 2}, "half_pixel", true, "float32[n,16,10,14]"},
+      {{1, 1, 0.5f, 1.5f}, "asymmetric", true, "float32[n,16,2,10]"},  // 2.5 -> 2, 10.5 -> 10
+      {{1, 1, 1.f / 3, 1}, "half_pixel", true, "float32[n,16,1,7]"},
+      {{1, 1, 2, 2}, "half_pixel", false, "float32[...]"},
+      {{1, 1, 2, 2}, "tf_crop_and_resize", true, "float32[...]"},
+      {{2, 1, 2, 2}, "half_pixel", true, "float32[...]"},  // the symbolic batch scaled
+      {{1, 1, 0.1f, 1}, "half_pixel", true, "float32[...]"},  // 0.5 -> no valid length
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(::testing::Message() << c.scales[0] << " " << c.scales[2] << " " << c.scales[3] << " " << c.mode);
+    auto g = graph17();
+    ir::Value* x = sym_input(*g, "x", {Dim::named("n"), Dim::known(16), Dim::known(5), Dim::known(7)});
+    ir::Value* scales = c.constant ? g->add_constant("scales", f32(c.scales)) : sym_input(*g, "scales", {Dim::known(4)});
+    ir::Node* r = add(*g, "Resize", {x, nullptr, scales});
+    r->attrs.set("coordinate_transformation_mode", std::string(c.mode));
+    g->add_output(r->output(0));
+    ir::infer_types(*g);
+    EXPECT_EQ(r->output(0)->type.str(), c.want);
+  }
+}
+
 // Fuzzer finding: a Conv whose kernel_shape attribute is longer than the input's spatial dims.
 TEST(Schema, KernelShapeOfTheWrongRankIsAnInvalidModel) {
   auto g = graph17();

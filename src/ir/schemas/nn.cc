@@ -3,6 +3,8 @@
 // types come from their bodies).
 #include <algorithm>
 #include <climits>
+#include <cmath>
+#include <optional>
 
 #include "ir/schemas/common.h"
 
@@ -417,11 +419,40 @@ void infer_max_unpool(InferContext& ctx) {
   ctx.set_output(0, Type::tensor(ctx.dtype(0), out));
 }
 
-// Resize: the `sizes` input gives the output shape; float scales (and
-// Upsample's) are applied by the kernel, which reads them.
+// Resize's output shape from constant float32 scales (from opset 11, no
+// sizes): each axis's length is floor(x * scale), as the kernel computes it
+// (kernels/resize_spec.cc); a scale of 1 keeps the dim, symbolic or not.
+// Left to the kernel: tf_crop_and_resize (its roi scales the extent), the
+// opset-18 axes, unknown dims under a scale, and scales that give no valid
+// length. Without this, everything after an upsampler had no known rank.
+std::optional<SymShape> resize_shape_from_scales(const InferContext& ctx, const SymShape& x) {
+  const Node& n = ctx.node();
+  if (n.op_type != "Resize" || ctx.opset() < 11 || ctx.has_input(3) || !ctx.has_input(2) || n.attrs.has("axes") ||
+      n.attrs.get_string("coordinate_transformation_mode", "half_pixel") == "tf_crop_and_resize")
+    return std::nullopt;
+  const Value* scales = n.input(2);
+  if (!scales || !scales->constant || scales->constant->dtype() != DType::kFloat32 ||
+      scales->constant->numel() != static_cast<int64_t>(x.size()))
+    return std::nullopt;
+  const float* scale = scales->constant->data<float>();
+  SymShape out = x;
+  for (size_t d = 0; d < x.size(); ++d) {
+    if (scale[d] == 1.f) continue;
+    if (!x[d].is_known() || !(scale[d] > 0.f) || !std::isfinite(scale[d])) return std::nullopt;
+    const double length = std::floor(static_cast<double>(x[d].value) * static_cast<double>(scale[d]));
+    if (length < 1 || length > static_cast<double>(int64_t{1} << 50)) return std::nullopt;
+    out[d] = Dim::known(static_cast<int64_t>(length));
+  }
+  return out;
+}
+
+// Resize: the `sizes` input gives the output shape, or constant scales do
+// (resize_shape_from_scales); other scales (and Upsample's) are applied by
+// the kernel, which reads them.
 void infer_resize(InferContext& ctx) {
   ctx.set_output(0, Type::tensor(ctx.dtype(0)));
   const SymShape& x = ctx.dims(0);
+  if (auto from_scales = resize_shape_from_scales(ctx, x)) return ctx.set_output(0, Type::tensor(ctx.dtype(0), *from_scales));
   if (ctx.node().op_type != "Resize" || ctx.opset() < 11 || !ctx.has_input(3)) return;
   auto sizes = ctx.known_values(3);
   if (!sizes) return;
