@@ -23,4 +23,13 @@ bool conv_depthwise_fusion_pays(const ir::Node& fused, int threads);
 // says no, =1 yes on every ISA (tests); other values leave the choice to the CPU.
 bool two_class_gate_fusion_pays(const ir::Node& fused);
 
+// Whether Transpose [0, 2, 3, 1] of the image `probe` reads (a probe node
+// anvil.ChannelsLastTranspose over it) would read the convolutions' layout as
+// it is (kernels/dnnl/transpose.cc) rather than plain data: float32, rank 4,
+// layouts allowed, and on AVX-512 (whose convolutions write NHWC) or with
+// the channels a whole number of the ISA's blocks (below AVX-512 they write
+// channel blocks, padded ones going to plain). passes/channels_last_before_split.cc
+// asks it.
+bool channels_last_transpose_reads_layout(const ir::Node& probe);
+
 }  // namespace anvil::kernels

@@ -9,8 +9,12 @@
 //
 // The first Transpose reads a convolution's NHWC or channel-block output as
 // it is (dnnl/transpose.cc) where the Reshape needed plain NCHW, a reorder
-// of the whole map; the last moves runs of B contiguous floats. Run at level
-// 3 only, where activations keep the convolutions' layouts.
+// of the whole map; the last moves runs of B contiguous floats. Where the
+// image arrives plain (padded channel blocks, no layouts), the rewrite only
+// adds that last shuffle, so it runs where the advisor says the image
+// arrives in a layout the first Transpose reads (a probe node
+// anvil.ChannelsLastTranspose over x: kernels/fusion_advice.h), at level 3,
+// where activations keep the convolutions' layouts.
 #include "passes/match.h"
 #include "passes/pipeline.h"
 
@@ -19,6 +23,8 @@ namespace anvil::passes {
 namespace {
 
 // The Reshape feeding Transpose `t` when the pair is the pattern above.
+// Dims are compared as surely equal (unknown ones are not), and A and B must
+// be positive (a zero-sized split made by allowzero has no [0, 0, 0, A, B]).
 ir::Node* channel_split(const ir::Graph& graph, const ir::Node& t) {
   if (!is_op(&t, "Transpose") || !t.output(0) || transpose_permutation(t, 5) != std::vector<int64_t>{0, 1, 3, 4, 2})
     return nullptr;
@@ -27,18 +33,29 @@ ir::Node* channel_split(const ir::Graph& graph, const ir::Node& t) {
   const ir::Type &in = reshape->input(0)->type, &split = reshape->output(0)->type;
   if (!in.has_shape() || in.rank() != 4 || !split.has_shape() || split.rank() != 5) return nullptr;
   const ir::SymShape &x = in.dims(), &s = split.dims();
-  if (s[0] != x[0] || s[3] != x[2] || s[4] != x[3]) return nullptr;
-  if (!s[1].is_known() || !s[2].is_known() || !x[1].is_known() || s[1].value * s[2].value != x[1].value) return nullptr;
+  if (!surely_same_dim(s[0], x[0]) || !surely_same_dim(s[3], x[2]) || !surely_same_dim(s[4], x[3])) return nullptr;
+  if (!s[1].is_known() || !s[2].is_known() || !x[1].is_known() || s[1].value < 1 || s[2].value < 1) return nullptr;
+  if (x[1].value % s[2].value != 0 || x[1].value / s[2].value != s[1].value) return nullptr;
   return reshape;
+}
+
+// The advisor's probe: anvil.ChannelsLastTranspose over x (not in the graph).
+ir::Node channels_last_probe(ir::Value* x) {
+  ir::Node probe;
+  probe.op_type = "ChannelsLastTranspose";
+  probe.domain = "anvil";
+  probe.inputs = {x};
+  return probe;
 }
 
 class ChannelsLastBeforeSplit : public Pass {
  public:
+  explicit ChannelsLastBeforeSplit(FusionAdvisor advisor) : advisor_(std::move(advisor)) {}
   std::string name() const override { return "channels_last_before_split"; }
   bool run(ir::Graph& graph) override {
     return rewrite_each_node(graph, [&](ir::Node& t) {
       ir::Node* reshape = channel_split(graph, t);
-      if (!reshape) return false;
+      if (!reshape || !advisor_(channels_last_probe(reshape->input(0)))) return false;
       rewrite(graph, t, *reshape);
       return true;
     });
@@ -69,10 +86,14 @@ class ChannelsLastBeforeSplit : public Pass {
     runs->opset = t.opset;
     runs->attrs.set("perm", std::vector<int64_t>{0, 3, 1, 2, 4});
   }
+
+  FusionAdvisor advisor_;
 };
 
 }  // namespace
 
-std::unique_ptr<Pass> make_channels_last_before_split() { return std::make_unique<ChannelsLastBeforeSplit>(); }
+std::unique_ptr<Pass> make_channels_last_before_split(FusionAdvisor advisor) {
+  return std::make_unique<ChannelsLastBeforeSplit>(std::move(advisor));
+}
 
 }  // namespace anvil::passes

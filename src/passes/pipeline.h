@@ -16,7 +16,8 @@
 //   3: + layouts (the planner keeps the convolutions' blocked layouts between
 //      nodes); late, a Reshape splitting an image's channels with a Transpose
 //      moving the split's inner part last becomes the channels moved last
-//      first, which reads those layouts as they are
+//      first, which reads those layouts as they are (where the advisor says
+//      the image arrives in one)
 //   Late passes run after the others reach a fixed point, so the fusions see
 //   the exporter's shuffles as it wrote them.
 #pragma once
@@ -37,7 +38,7 @@ std::vector<std::unique_ptr<Pass>> late_passes_for_level(int level, const Fusion
 int optimize(ir::Graph& graph, int level, const ConstantEvaluator& evaluator, const FusionAdvisor& advisor = {});
 
 std::unique_ptr<Pass> make_eliminate_identity();
-std::unique_ptr<Pass> make_channels_last_before_split();
+std::unique_ptr<Pass> make_channels_last_before_split(FusionAdvisor advisor);
 std::unique_ptr<Pass> make_fold_shapes();
 // Shapes read before Transposes; with `reshapes` also Shapes of Reshapes as their targets.
 std::unique_ptr<Pass> make_shape_of_shuffle(bool reshapes);

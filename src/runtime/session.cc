@@ -101,6 +101,7 @@ passes::FusionAdvisor fusion_advisor(int threads) {
     if (fused.domain != "anvil") return false;
     if (fused.op_type == "FusedConvDepthwise") return kernels::conv_depthwise_fusion_pays(fused, threads);
     if (fused.op_type == "TwoClassReluGrad") return kernels::two_class_gate_fusion_pays(fused);
+    if (fused.op_type == "ChannelsLastTranspose") return kernels::channels_last_transpose_reads_layout(fused);
     return false;
   };
 }

@@ -1834,10 +1834,12 @@ TEST(Passes, ConvTransposeLookalikesAreLeftAlone) {
 // as [2, A, B, 4, 6] and permuted by `perm` (YOLO: B last), then a Neg; or
 // with the split read twice, by the Transpose and by a second output.
 std::unique_ptr<ir::Graph> channel_split_graph(std::vector<int64_t> split, std::vector<int64_t> perm = {0, 1, 3, 4, 2},
-                                               bool split_read_twice = false) {
+                                               bool split_read_twice = false, bool unknown_hw = false) {
   auto g = std::make_unique<ir::Graph>();
   g->opsets[""] = 13;
   ir::Value* x = g->add_input("x", DType::kFloat32, {2, 15, 4, 6});
+  if (unknown_hw)
+    x->type = ir::Type::tensor(DType::kFloat32, {ir::Dim::known(2), ir::Dim::known(15), ir::Dim::unknown(), ir::Dim::unknown()});
   ir::Value* target = g->add_constant("target", testing::i64({static_cast<int64_t>(split.size())}, split));
   ir::Node* reshape = g->add_node("Reshape", {x, target}, 1, "view");
   ir::Node* t = g->add_node("Transpose", {reshape->output(0)}, 1, "permute");
@@ -1848,12 +1850,18 @@ std::unique_ptr<ir::Graph> channel_split_graph(std::vector<int64_t> split, std::
   return g;
 }
 
+// The advisor of the session, as the pass asks it: yes (or `pays`) to the
+// channels-last probe, no to anything else.
+passes::FusionAdvisor channels_last_advisor(bool pays = true) {
+  return [pays](const ir::Node& probe) { return probe.domain == "anvil" && probe.op_type == "ChannelsLastTranspose" && pays; };
+}
+
 TEST(Passes, ChannelSplitMovedLastBecomesChannelsLastFirst) {
   for (const std::vector<int64_t>& split : {std::vector<int64_t>{2, 3, 5, 4, 6}, std::vector<int64_t>{0, 5, 3, 4, 6},
                                             std::vector<int64_t>{-1, 3, 5, 4, 6}}) {
     SCOPED_TRACE(::testing::Message() << split[0] << "," << split[1] << "," << split[2]);
     auto g = channel_split_graph(split);
-    passes::optimize(*g, 3, runtime::reference_evaluator());
+    passes::optimize(*g, 3, runtime::reference_evaluator(), channels_last_advisor());
     EXPECT_EQ(count_ops(*g, "Transpose"), 2u);
     EXPECT_EQ(count_ops(*g, "Reshape"), 1u);
     for (const auto& n : g->nodes())
@@ -1862,8 +1870,11 @@ TEST(Passes, ChannelSplitMovedLastBecomesChannelsLastFirst) {
         EXPECT_TRUE(p == (std::vector<int64_t>{0, 2, 3, 1}) || p == (std::vector<int64_t>{0, 3, 1, 2, 4}));
       }
     auto unchanged = channel_split_graph(split);
-    passes::optimize(*unchanged, 2, runtime::reference_evaluator());  // level 3 only
+    passes::optimize(*unchanged, 2, runtime::reference_evaluator(), channels_last_advisor());  // level 3 only
     EXPECT_EQ(count_ops(*unchanged, "Transpose"), 1u);
+    auto declined = channel_split_graph(split);
+    passes::optimize(*declined, 3, runtime::reference_evaluator(), channels_last_advisor(false));  // the image arrives plain
+    EXPECT_EQ(count_ops(*declined, "Transpose"), 1u);
     // Values by hand: y[n, a, h, w, b] = -x[n, a * B + b, h, w].
     const int64_t a_count = split[1] == 5 ? 5 : 3, b_count = 15 / a_count;
     Session s = Session::from_graph(channel_split_graph(split));
@@ -1882,17 +1893,20 @@ TEST(Passes, ChannelSplitMovedLastBecomesChannelsLastFirst) {
 }
 
 TEST(Passes, ChannelSplitLookalikesAreLeftAlone) {
-  const std::tuple<const char*, std::vector<int64_t>, std::vector<int64_t>, bool> cases[] = {
-      {"another permutation", {2, 3, 5, 4, 6}, {0, 1, 3, 2, 4}, false},
-      {"the split's outer part last", {2, 3, 5, 4, 6}, {0, 2, 3, 4, 1}, false},
-      {"a split of the height", {2, 15, 2, 2, 6}, {0, 1, 3, 4, 2}, false},
-      {"the batch folded into the split", {1, 6, 5, 4, 6}, {0, 1, 3, 4, 2}, false},
-      {"the split read twice", {2, 3, 5, 4, 6}, {0, 1, 3, 4, 2}, true},
+  const std::tuple<const char*, std::vector<int64_t>, std::vector<int64_t>, bool, bool> cases[] = {
+      {"another permutation", {2, 3, 5, 4, 6}, {0, 1, 3, 2, 4}, false, false},
+      {"the split's outer part last", {2, 3, 5, 4, 6}, {0, 2, 3, 4, 1}, false, false},
+      {"a split of the height", {2, 15, 2, 2, 6}, {0, 1, 3, 4, 2}, false, false},
+      {"the batch folded into the split", {1, 6, 5, 4, 6}, {0, 1, 3, 4, 2}, false, false},
+      {"the split read twice", {2, 3, 5, 4, 6}, {0, 1, 3, 4, 2}, true, false},
+      // [2, 3, 5, ?, ?] from [2, 15, ?, ?]: the view's last two dims are the
+      // input's width, then its height, unknown both, so not surely H, W
+      {"unknown height and width swapped", {0, 3, 5, 0, -1}, {0, 1, 3, 4, 2}, false, true},
   };
-  for (const auto& [what, split, perm, twice] : cases) {
+  for (const auto& [what, split, perm, twice, unknown_hw] : cases) {
     SCOPED_TRACE(what);
-    auto g = channel_split_graph(split, perm, twice);
-    passes::optimize(*g, 3, runtime::reference_evaluator());
+    auto g = channel_split_graph(split, perm, twice, unknown_hw);
+    passes::optimize(*g, 3, runtime::reference_evaluator(), channels_last_advisor());
     EXPECT_EQ(count_ops(*g, "Transpose"), 1u);
     EXPECT_EQ(count_ops(*g, "Reshape"), 1u);
   }

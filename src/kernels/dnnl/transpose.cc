@@ -4,14 +4,16 @@
 // one copy per batch item and from channel blocks one run of a block's
 // channels per pixel and block. Detection and segmentation heads end this
 // way (SSD's and RetinaNet's permute(0, 2, 3, 1), YOLO's heads after
-// passes/split_channels_to_last.cc); the vectorized Transpose needs plain
+// passes/channels_last_before_split.cc); the vectorized Transpose needs plain
 // NCHW, which cost a reorder of the whole map first. Plain inputs, padded
 // channel blocks and other permutations go to the vectorized or reference
 // Transpose.
 #include <cstring>
 #include <optional>
 
+#include "core/vector_isa.h"
 #include "kernels/dnnl/common.h"
+#include "kernels/fusion_advice.h"
 #include "kernels/registry.h"
 
 namespace anvil::kernels {
@@ -52,6 +54,7 @@ class PixelTranspose : public Kernel {
     float* y = ctx.out(0).data<float>();
     const int64_t block = in_.block;
     const auto run_bytes = static_cast<size_t>(block) * sizeof(float);
+    if (batch_ * pixels_ * channels_ == 0) return;
     if (block == channels_ && in_.pixel == channels_) {  // NHWC: already each pixel's channels in order
       std::memcpy(y, x, static_cast<size_t>(batch_ * pixels_ * channels_) * sizeof(float));
       return;
@@ -74,6 +77,15 @@ class PixelTranspose : public Kernel {
 };
 
 }  // namespace
+
+bool channels_last_transpose_reads_layout(const ir::Node& probe) {
+  const ir::Value* x = probe.inputs.empty() ? nullptr : probe.input(0);
+  if (!x || x->dtype() != DType::kFloat32 || !x->type.has_shape() || x->type.rank() != 4) return false;
+  if (!du::blocked_layouts_allowed()) return false;
+  if (vector_isa() == VectorIsa::kAvx512) return true;
+  const ir::Dim& channels = x->type.dims()[1];
+  return channels.is_known() && channels.value > 0 && channels.value % du::channel_block({1, channels.value, 1, 1}) == 0;
+}
 
 static Registrar pixel_transpose("Transpose", Backend::kDnnl,
                                  [](const ir::Node& n) -> std::unique_ptr<Kernel> {
