@@ -305,6 +305,33 @@ PY
   touch "$corpus/.convt-instnorm"
 fi
 
+# YOLO's detection head (a nearest x2 Resize with constant scales, a 1x1
+# convolution, its channels split and the split's inner part moved last),
+# which channels_last_before_split rewrites and dnnl/transpose.cc reads in
+# the convolution's layout. Once.
+if [ ! -e "$corpus/.yolo-head" ]; then
+  "${ANVIL_PYTHON:-python3}" - "$corpus/models" <<'PY'
+import os, sys
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper, TensorProto as T
+rng = np.random.default_rng(2)
+inits = [numpy_helper.from_array(np.asarray([1, 1, 2, 2], np.float32), "scales"),
+         numpy_helper.from_array(rng.standard_normal((32, 8, 1, 1)).astype(np.float32), "W"),
+         numpy_helper.from_array(np.asarray([1, 4, 8, 6, 6], np.int64), "split")]
+nodes = [helper.make_node("Resize", ["x", "", "scales"], ["up"], mode="nearest"),
+         helper.make_node("Conv", ["up", "W"], ["c"]),
+         helper.make_node("Reshape", ["c", "split"], ["r"]),
+         helper.make_node("Transpose", ["r"], ["y"], perm=[0, 1, 3, 4, 2])]
+g = helper.make_graph(nodes, "yolo_head", [helper.make_tensor_value_info("x", T.FLOAT, [1, 8, 3, 3])],
+                      [helper.make_tensor_value_info("y", T.FLOAT, None)], inits)
+m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+m.ir_version = 8
+onnx.save(m, os.path.join(sys.argv[1], "yolo_head.onnx"))
+PY
+  touch "$corpus/.yolo-head"
+fi
+
 # nn.MultiheadAttention's sequence-first export at batch 1 (ViT's), which
 # fuse_sequence_first_attention rewrites, once.
 if [ ! -e "$corpus/.mha-sequence-first" ]; then
