@@ -71,12 +71,8 @@ class ChannelsLastBeforeSplit : public Pass {
     last->attrs.set("perm", std::vector<int64_t>{0, 2, 3, 1});
     last->output(0)->type = ir::Type::tensor(dtype, {xd[0], xd[2], xd[3], xd[1]});
     // 0 copies N, H and W from the input (allowzero is 0 by default).
-    Tensor target(DType::kInt64, {5});
-    const int64_t dims[5] = {0, 0, 0, sd[1].value, sd[2].value};
-    std::copy(dims, dims + 5, target.data<int64_t>());
-    ir::Node* split = graph.add_node(
-        "Reshape", {last->output(0), graph.add_constant(graph.unique_name(t.name + "/split_shape"), std::move(target))},
-        1, graph.unique_name(t.name + "/split"));
+    ir::Value* target = int64_constant(graph, t.name + "/split_shape", {0, 0, 0, sd[1].value, sd[2].value});
+    ir::Node* split = graph.add_node("Reshape", {last->output(0), target}, 1, graph.unique_name(t.name + "/split"));
     split->opset = reshape.opset;
     split->output(0)->type = ir::Type::tensor(dtype, {xd[0], xd[2], xd[3], sd[1], sd[2]});
     ir::Value* y = t.output(0);

@@ -335,11 +335,7 @@ class FuseAttention : public Pass {
   }
 
  private:
-  static ir::Value* int64s(ir::Graph& graph, const std::string& name, int64_t v) {
-    Tensor t(DType::kInt64, {1});
-    *t.data<int64_t>() = v;
-    return graph.add_constant(graph.unique_name(name), t);
-  }
+  static ir::Value* int64s(ir::Graph& graph, const std::string& name, int64_t v) { return int64_constant(graph, name, {v}); }
 
   // Expand(cond, [Sq, Skv]), with Sq and Skv read from Q's and K's shapes at run time.
   static ir::Value* expanded_mask(ir::Graph& graph, const Attention& m) {

@@ -164,10 +164,7 @@ class FuseSequenceFirstAttention : public Pass {
   // Reshape(x, dims) typed `type`, at the model's own Reshape's opset.
   static ir::Value* reshaped(ir::Graph& graph, ir::Value* x, std::vector<int64_t> dims, ir::Type type,
                              const std::string& name, int opset) {
-    Tensor shape(DType::kInt64, {static_cast<int64_t>(dims.size())});
-    std::copy(dims.begin(), dims.end(), shape.data<int64_t>());
-    ir::Node* r = graph.add_node("Reshape", {x, graph.add_constant(graph.unique_name(name + "/shape"), shape)}, 1,
-                                 graph.unique_name(name));
+    ir::Node* r = graph.add_node("Reshape", {x, int64_constant(graph, name + "/shape", dims)}, 1, graph.unique_name(name));
     r->opset = opset;
     r->output(0)->type = std::move(type);
     return r->output(0);

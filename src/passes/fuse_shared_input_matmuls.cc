@@ -148,11 +148,9 @@ class FuseSharedInputMatMuls : public Pass {
     // The Split writes the products' own output values, so their names and consumers stay.
     std::vector<ir::Value*> outputs;
     for (ir::Node* n : nodes) outputs.push_back(n->output(0));
-    Tensor sizes(DType::kInt64, {static_cast<int64_t>(widths.size())});
-    std::copy(widths.begin(), widths.end(), sizes.data<int64_t>());
     std::vector<ir::Value*> split_inputs{product->output(0)};
     const int opset = graph.default_opset();
-    if (opset >= 13) split_inputs.push_back(graph.add_constant(graph.unique_name(first.name + "_split"), std::move(sizes)));
+    if (opset >= 13) split_inputs.push_back(int64_constant(graph, first.name + "_split", widths));
     ir::Node* split = graph.add_node_with_outputs("Split", split_inputs, outputs, graph.unique_name(first.name + "_split"));
     split->attrs.set("axis", last_axis);
     if (opset < 13) split->attrs.set("split", widths);

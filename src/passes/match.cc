@@ -139,6 +139,12 @@ FusedActivation activation_of(const ir::Node& fused) {
           fused.attrs.get_float("activation_beta", 0.f)};
 }
 
+ir::Value* int64_constant(ir::Graph& graph, const std::string& name, const std::vector<int64_t>& values) {
+  Tensor t(DType::kInt64, {static_cast<int64_t>(values.size())});
+  std::copy(values.begin(), values.end(), t.data<int64_t>());
+  return graph.add_constant(graph.unique_name(name), std::move(t));
+}
+
 ir::Node* add_attention(ir::Graph& graph, std::vector<ir::Value*> inputs, ir::Value* y, const std::string& name,
                         int64_t heads, double scale) {
   ir::Node* att = graph.add_node_with_outputs("Attention", std::move(inputs), {y}, name);

@@ -61,6 +61,9 @@ FusedActivation activation_of(const ir::Node& fused);
 // Moves `next`'s output onto `fused` as its output `index` (which it now
 // computes; outputs before it stay, or are absent) and kills `next`.
 void absorb(ir::Node& fused, ir::Node& next, size_t index = 0);
+// A constant int64 vector of `values` (a Reshape's target, Split's sizes,
+// Gather's indices), named graph.unique_name(name).
+ir::Value* int64_constant(ir::Graph& graph, const std::string& name, const std::vector<int64_t>& values);
 // An ONNX Attention node (opset 23, its first version, whatever the model's)
 // over `inputs` writing `y`, with `heads` query and key/value heads and the
 // scale given: what the attention fusions make.

@@ -72,13 +72,11 @@ class ShapeOfShuffle : public Pass {
     ir::Node* inner = graph.add_node("Shape", {&x}, 1, graph.unique_name(shape.name + "/before_transpose"));
     inner->opset = shape.opset;
     inner->output(0)->type = ir::Type::tensor(DType::kInt64, Shape{static_cast<int64_t>(perm.size())});
-    Tensor indices(DType::kInt64, {static_cast<int64_t>(perm.size())});
-    std::copy(perm.begin(), perm.end(), indices.data<int64_t>());
     shape.op_type = "Gather";
     shape.opset = graph.default_opset();
     shape.attrs = {};
     shape.attrs.set("axis", int64_t{0});
-    shape.inputs = {inner->output(0), graph.add_constant(graph.unique_name(shape.name + "/perm"), indices)};
+    shape.inputs = {inner->output(0), int64_constant(graph, shape.name + "/perm", perm)};
   }
 
   bool reshapes_;

@@ -65,9 +65,7 @@ bool make_static_reshape(ir::Graph& graph, ir::Node& n, ir::Value* x, const ir::
   if (n.opset < 5 || !y.is_tensor() || !y.is_static()) return false;  // Reshape's shape is an input from opset 5
   const Shape shape = y.shape_or_minus_one();
   if (std::count(shape.begin(), shape.end(), 0)) return false;
-  Tensor target(DType::kInt64, {static_cast<int64_t>(shape.size())});
-  std::copy(shape.begin(), shape.end(), target.data<int64_t>());
-  ir::Value* target_value = graph.add_constant(graph.unique_name(n.output(0)->name + "_shape"), std::move(target));
+  ir::Value* target_value = int64_constant(graph, n.output(0)->name + "_shape", shape);
   n.op_type = "Reshape";
   n.attrs = {};
   n.inputs = {x, target_value};

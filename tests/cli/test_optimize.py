@@ -111,6 +111,12 @@ def test_optimize_level_0_is_plain_onnx_that_onnxruntime_runs(anvil, tmp_path, i
     np.testing.assert_allclose(got, expected(*inputs, w, b), rtol=1e-4, atol=1e-4)
 
 
+def optimized(anvil, tmp_path, name):
+    """`anvil optimize` of tmp_path/name into tmp_path/opt.onnx, loaded."""
+    assert_ok(anvil("optimize", tmp_path / name, tmp_path / "opt.onnx", timeout=TIMEOUT_S))
+    return onnx.load(str(tmp_path / "opt.onnx"))
+
+
 def save_opset_13_model(path, nodes, inputs, outputs):
     """A float32 graph of `nodes`, its inputs and outputs given as {name: shape}."""
     info = lambda values: [helper.make_tensor_value_info(n, TensorProto.FLOAT, shape) for n, shape in values.items()]
@@ -125,8 +131,7 @@ def test_a_transpose_folded_into_a_matmul_reads_back(anvil, tmp_path):
     # meaning a version-1 reader would miss; read back by Anvil, and a version-1 file still reads.
     nodes = [helper.make_node("Transpose", ["a"], ["at"], perm=[1, 0]), helper.make_node("MatMul", ["at", "b"], ["y"])]
     save_opset_13_model(tmp_path / "t.onnx", nodes, {"a": [5, 3], "b": [5, 4]}, {"y": [3, 4]})
-    assert_ok(anvil("optimize", tmp_path / "t.onnx", tmp_path / "opt.onnx", timeout=TIMEOUT_S))
-    opt = onnx.load(str(tmp_path / "opt.onnx"))
+    opt = optimized(anvil, tmp_path, "t.onnx")
     assert [(n.domain, n.op_type) for n in opt.graph.node] == [("com.anvil", "FusedMatMul")]
     assert {a.name: a.i for a in opt.graph.node[0].attribute}.get("transA") == 1
     assert ("com.anvil", 2) in {(o.domain, o.version) for o in opt.opset_import}
@@ -156,8 +161,7 @@ def test_hardswish_of_an_opset_13_model_reads_back(anvil, tmp_path):
     nodes = [helper.make_node("HardSigmoid", ["x"], ["h"], alpha=1.0 / 6, beta=0.5),
              helper.make_node("Mul", ["x", "h"], ["y"])]
     save_opset_13_model(tmp_path / "hs.onnx", nodes, {"x": [2, 6]}, {"y": [2, 6]})
-    assert_ok(anvil("optimize", tmp_path / "hs.onnx", tmp_path / "opt.onnx", timeout=TIMEOUT_S))
-    opt = onnx.load(str(tmp_path / "opt.onnx"))
+    opt = optimized(anvil, tmp_path, "hs.onnx")
     assert [(n.domain, n.op_type) for n in opt.graph.node] == [("com.anvil", "HardSwish")]
     x = np.linspace(-5, 5, 12, dtype=np.float32).reshape(2, 6)
     np.save(tmp_path / "x.npy", x)
@@ -195,8 +199,7 @@ def test_rms_norm_reads_back(anvil, tmp_path):
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     onnx.save(model, str(tmp_path / "rms.onnx"))
-    assert_ok(anvil("optimize", tmp_path / "rms.onnx", tmp_path / "opt.onnx", timeout=TIMEOUT_S))
-    opt = onnx.load(str(tmp_path / "opt.onnx"))
+    opt = optimized(anvil, tmp_path, "rms.onnx")
     assert [(n.domain, n.op_type) for n in opt.graph.node] == [("com.anvil", "RMSNormalization")]
     assert {(o.domain, o.version) for o in opt.opset_import} == {("", 17), ("com.anvil", 2)}
     x = np.random.default_rng(6).standard_normal((2, 3, 8)).astype(np.float32)
@@ -218,8 +221,7 @@ def test_attention_on_a_split_reads_back(anvil, tmp_path):
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 23)])
     model.ir_version = 10
     onnx.save(model, str(tmp_path / "qkv.onnx"))
-    assert_ok(anvil("optimize", tmp_path / "qkv.onnx", tmp_path / "opt.onnx", timeout=TIMEOUT_S))
-    opt = onnx.load(str(tmp_path / "opt.onnx"))
+    opt = optimized(anvil, tmp_path, "qkv.onnx")
     assert [(n.domain, n.op_type) for n in opt.graph.node] == [("com.anvil", "QkvAttention")]
     assert {a.name: list(a.ints) for a in opt.graph.node[0].attribute if a.ints}["qkv_sizes"] == [8, 8, 8]
     x = np.random.default_rng(5).standard_normal((1, 5, 24)).astype(np.float32)
@@ -257,8 +259,7 @@ def test_a_batch_norm_and_its_relu_read_back_as_one_node(anvil, tmp_path):
              helper.make_node("Relu", ["n"], ["y"])]
     save_opset13_model(tmp_path / "bn.onnx", nodes, [("a", [2, 2, 3, 3]), ("b", [2, 4, 3, 3])], [("y", [2, 6, 3, 3])],
                        inits)
-    assert_ok(anvil("optimize", tmp_path / "bn.onnx", tmp_path / "opt.onnx", timeout=TIMEOUT_S))
-    opt = onnx.load(str(tmp_path / "opt.onnx"))
+    opt = optimized(anvil, tmp_path, "bn.onnx")
     assert [(n.domain, n.op_type) for n in opt.graph.node] == [("", "Concat"), ("com.anvil", "FusedBatchNorm")]
     a, b = rng.standard_normal((2, 2, 3, 3)).astype(np.float32), rng.standard_normal((2, 4, 3, 3)).astype(np.float32)
     np.save(tmp_path / "a.npy", a)
@@ -289,8 +290,7 @@ def test_a_squeeze_excite_block_reads_back_as_one_node(anvil, tmp_path):
              helper.make_node("HardSigmoid", ["e"], ["s"], alpha=1 / 6, beta=0.5),
              helper.make_node("Mul", ["x", "s"], ["y"])]
     save_opset13_model(tmp_path / "se.onnx", nodes, [("x", [2, 8, 5, 4])], [("y", [2, 8, 5, 4])], inits)
-    assert_ok(anvil("optimize", tmp_path / "se.onnx", tmp_path / "opt.onnx", timeout=TIMEOUT_S))
-    opt = onnx.load(str(tmp_path / "opt.onnx"))
+    opt = optimized(anvil, tmp_path, "se.onnx")
     assert [(n.domain, n.op_type) for n in opt.graph.node] == [("com.anvil", "SqueezeExcite"), ("", "Mul")]
     x = rng.standard_normal((2, 8, 5, 4)).astype(np.float32)
     np.save(tmp_path / "x.npy", x)
@@ -314,8 +314,7 @@ def test_a_channel_shuffle_reads_back_as_one_node(anvil, tmp_path):
              helper.make_node("Transpose", ["s"], ["t"], perm=[0, 2, 1, 3, 4]),
              helper.make_node("Reshape", ["t", "merged"], ["y"])]
     save_opset13_model(tmp_path / "shuffle.onnx", nodes, [("x", [2, 6, 4, 5])], [("y", [2, 6, 4, 5])], inits)
-    assert_ok(anvil("optimize", tmp_path / "shuffle.onnx", tmp_path / "opt.onnx", timeout=TIMEOUT_S))
-    opt = onnx.load(str(tmp_path / "opt.onnx"))
+    opt = optimized(anvil, tmp_path, "shuffle.onnx")
     assert [(n.domain, n.op_type) for n in opt.graph.node] == [("com.anvil", "ChannelShuffle")]
     x = np.random.default_rng(17).standard_normal((2, 6, 4, 5)).astype(np.float32)
     np.save(tmp_path / "x.npy", x)
