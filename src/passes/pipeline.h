@@ -6,7 +6,9 @@
 //   2: + fusions — Conv+BatchNorm, GELU, Swish (x * sigmoid(x)), Conv/MatMul
 //      + bias + residual Add + activation (oneDNN post-ops), multi-head
 //      attention, LayerNormalization;
-//      then, once those have settled, transposes folded into the matmuls
+//      then, once those have settled, an InstanceNormalization's affine Mul
+//      and Add folded into its scale and bias (once the identity Reshapes
+//      around it are gone), transposes folded into the matmuls
 //      that read them, products of one input by several weights as one
 //      (a layer's Q, K and V projections), the Softmax of a masked sum (late, so that the
 //      attention fusion sees its Add + Softmax first) and chains of
@@ -52,6 +54,7 @@ std::unique_ptr<Pass> make_dead_code();
 std::unique_ptr<Pass> make_fold_pad();
 std::unique_ptr<Pass> make_global_pool_from_reduce_mean();
 std::unique_ptr<Pass> make_fuse_conv_batchnorm();
+std::unique_ptr<Pass> make_fold_instance_norm_affine();
 std::unique_ptr<Pass> make_fuse_conv_activation();
 std::unique_ptr<Pass> make_fuse_batchnorm_activation();
 std::unique_ptr<Pass> make_fuse_squeeze_excite();

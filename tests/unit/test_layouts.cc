@@ -831,6 +831,84 @@ TEST(Layouts, TransposeToChannelsLastReadsPixelLayouts) {
   }
 }
 
+// InstanceNormalization reading the pixel layout it arrives in
+// (pixels:instance_norm): channels last (NWC, NHWC, NDHWC) and the ISA's
+// channel blocks of each; one image and two, channel groups of 64 and a
+// remainder (80), planes large enough to split between threads; against
+// the normalization by hand in double. Its output keeps the input's layout;
+// where the plan wants it plain (a graph output) it declines.
+TEST(Layouts, InstanceNormReadsPixelLayouts) {
+  namespace du = kernels::dnnl_util;
+  using tag = dnnl::memory::format_tag;
+  const int64_t block = du::channel_block(Shape{1, 16, 1, 1});
+  const auto format_of = [&](size_t rank, bool channels_last) {
+    const tag last[] = {tag::nwc, tag::nhwc, tag::ndhwc};
+    const tag blocks[] = {block == 16 ? tag::nCw16c : tag::nCw8c, block == 16 ? tag::nChw16c : tag::nChw8c,
+                          block == 16 ? tag::nCdhw16c : tag::nCdhw8c};
+    return (channels_last ? last : blocks)[rank - 3];
+  };
+  const Shape shapes[] = {{1, 32, 37}, {2, 48, 5, 7}, {1, 80, 3, 3}, {1, 16, 2, 3, 4}, {1, 256, 300}, {2, 8, 2, 2}};
+  for (const Shape& shape : shapes)
+    for (bool channels_last : {true, false})
+      for (bool blocked_out : {true, false}) {
+        const dnnl::memory::desc plain_md = du::plain_desc(shape, DType::kFloat32);
+        const dnnl::memory::desc x_md(du::dims(shape), dnnl::memory::data_type::f32, format_of(shape.size(), channels_last));
+        if (!du::spatial_pixel_layout(x_md)) continue;  // channels that do not fill the blocks
+        SCOPED_TRACE(fmt::format("{} {}, blocked output {}", channels_last ? "channels last" : "blocks", shape_str(shape),
+                                 blocked_out));
+        const int64_t n_count = shape[0], c_count = shape[1], pixels = shape_numel(shape) / (n_count * c_count);
+        Tensor x = random_tensor(shape, 56);
+        for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = x.data<float>()[i] * 3 + static_cast<float>(i % 5);
+        const Tensor scale = random_tensor({c_count}, 57), bias = random_tensor({c_count}, 58);
+        testing::KernelOptions own;
+        own.backend = kernels::Backend::kDnnl;
+        own.incoming_layouts = {du::layout_of(x_md, shape, DType::kFloat32)};
+        own.blocked_outputs = blocked_out;
+        own.num_threads = 2;
+        const std::vector<Tensor> inputs = {relaid(x, plain_md, x_md), scale, bias};
+        const ir::Attributes attrs = testing::attrs({{"epsilon", 1e-3f}});
+        if (!blocked_out) {  // a plain output: the planner reorders the input for the vectorized kernel
+          try {
+            testing::run_kernel("InstanceNormalization", inputs, attrs, own);
+            ADD_FAILURE() << "wrote a plain output";
+          } catch (const Error& e) {
+            EXPECT_EQ(e.kind(), ErrorKind::kUnsupported) << e.what();
+          }
+          continue;
+        }
+        const testing::KernelResult got = testing::run_kernel_full("InstanceNormalization", inputs, attrs, own);
+        EXPECT_EQ(got.impl, "pixels:instance_norm");
+        const Tensor y = relaid(got.outputs[0], x_md, plain_md);
+        ASSERT_EQ(y.shape(), shape);
+        for (int64_t n = 0; n < n_count; ++n)
+          for (int64_t c = 0; c < c_count; ++c) {
+            const float* xp = x.data<float>() + (n * c_count + c) * pixels;
+            double mean = 0, variance = 0;
+            for (int64_t i = 0; i < pixels; ++i) mean += xp[i];
+            mean /= static_cast<double>(pixels);
+            for (int64_t i = 0; i < pixels; ++i) variance += (xp[i] - mean) * (xp[i] - mean);
+            variance /= static_cast<double>(pixels);
+            const double factor = scale.data<float>()[c] / std::sqrt(variance + 1e-3);
+            for (int64_t i = 0; i < pixels; ++i) {
+              const double want = (xp[i] - mean) * factor + bias.data<float>()[c];
+              ASSERT_NEAR(y.data<float>()[(n * c_count + c) * pixels + i], want, 1e-5 * (1 + std::fabs(want)))
+                  << n << " " << c << " " << i;
+            }
+          }
+      }
+  // A plain input is the vectorized kernel's (vec/normalization.cc).
+  testing::KernelOptions own;
+  own.backend = kernels::Backend::kDnnl;
+  own.incoming_layouts = {nullptr};
+  try {
+    testing::run_kernel("InstanceNormalization", {random_tensor({1, 16, 9}, 59), random_tensor({16}, 60), random_tensor({16}, 61)},
+                        {}, own);
+    ADD_FAILURE() << "took a plain input";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kUnsupported) << e.what();
+  }
+}
+
 // What the pixel-layout Resize leaves to the reference kernel: resizing the
 // channels or the batch, and other ranks.
 TEST(Layouts, ResizeLeavesOtherAxesToTheReference) {

@@ -1764,6 +1764,125 @@ TEST(Passes, RmsNormLookalikesAreLeftAlone) {
   }
 }
 
+// GroupNorm(groups, 4) as PyTorch exports it, over x [2, 4, length]: Reshape to
+// [2, groups, -1], InstanceNormalization (scale ones, bias zeros, eps 1e-3),
+// Reshape back to Shape(x), then Mul by gamma (0.5 + 0.25 c, of
+// `gamma_shape`) and Add of beta (0.1 c - 0.2, [4, 1]) where asked. With
+// `read_twice`, the normalization's output is also the graph's.
+struct GroupNormGraph {
+  int64_t groups = 4, length = 6;
+  Shape gamma_shape{4, 1};
+  bool mul = true, add = true, read_twice = false, gamma_input = false;
+};
+std::unique_ptr<ir::Graph> group_norm_graph(const GroupNormGraph& o) {
+  auto g = std::make_unique<ir::Graph>();
+  g->opsets[""] = 17;
+  ir::Value* x = g->add_input("x", DType::kFloat32, {2, 4, o.length});
+  ir::Value* grouped = g->add_node("Reshape", {x, g->add_constant("target", ints({3}, {2, o.groups, -1}))}, 1)->output(0);
+  Tensor ones(DType::kFloat32, {o.groups}), zeros(DType::kFloat32, {o.groups});
+  std::fill(ones.data<float>(), ones.data<float>() + o.groups, 1.f);
+  std::fill(zeros.data<float>(), zeros.data<float>() + o.groups, 0.f);
+  ir::Node* norm = g->add_node("InstanceNormalization", {grouped, g->add_constant("ones", ones), g->add_constant("zeros", zeros)}, 1);
+  norm->attrs.set("epsilon", 1e-3f);
+  ir::Value* y = g->add_node("Reshape", {norm->output(0), g->add_node("Shape", {x}, 1)->output(0)}, 1)->output(0);
+  if (o.mul) {
+    Tensor gamma(DType::kFloat32, o.gamma_shape);
+    for (int64_t i = 0; i < gamma.numel(); ++i) gamma.data<float>()[i] = 0.5f + 0.25f * static_cast<float>(i);
+    y = mul(*g, y, o.gamma_input ? g->add_input("gamma", DType::kFloat32, o.gamma_shape) : g->add_constant("gamma", gamma));
+  }
+  if (o.add) y = g->add_node("Add", {y, g->add_constant("beta", ramp({4, 1}, -0.2f, 0.1f))}, 1)->output(0);
+  g->add_output(y);
+  if (o.read_twice) g->add_output(norm->output(0));
+  ir::infer_types(*g);
+  return g;
+}
+
+// The first output of `g` against GroupNorm(4, 4) with the affine by hand, in double.
+void expect_group_norm_values(std::unique_ptr<ir::Graph> g, bool mul, bool add) {
+  Session s = Session::from_graph(std::move(g));
+  Tensor x = ramp({2, 4, 6}, -2.f, 0.37f);
+  for (int64_t i = 0; i < 48; i += 5) x.data<float>()[i] *= 3.f;  // uneven planes
+  const Tensor y = s.run({{"x", x}})[0];
+  for (int64_t p = 0; p < 8; ++p) {
+    const float* xp = x.data<float>() + p * 6;
+    double mean = 0, variance = 0;
+    for (int64_t i = 0; i < 6; ++i) mean += xp[i] / 6.0;
+    for (int64_t i = 0; i < 6; ++i) variance += (xp[i] - mean) * (xp[i] - mean) / 6.0;
+    const int64_t c = p % 4;
+    for (int64_t i = 0; i < 6; ++i) {
+      double want = (xp[i] - mean) / std::sqrt(variance + 1e-3);
+      if (mul) want *= 0.5 + 0.25 * static_cast<double>(c);
+      if (add) want += 0.1 * static_cast<double>(c) - 0.2;
+      EXPECT_NEAR(y.data<float>()[p * 6 + i], want, 1e-5 * (1 + std::fabs(want))) << p << "," << i;
+    }
+  }
+}
+
+TEST(Passes, InstanceNormTakesItsPerChannelAffine) {
+  const std::pair<bool, bool> affines[] = {{true, true}, {true, false}, {false, true}};
+  for (const auto& [with_mul, with_add] : affines)
+    for (const Shape& gamma_shape : {Shape{4, 1}, Shape{1, 4, 1}, Shape{1}}) {
+      SCOPED_TRACE(::testing::Message() << "Mul " << with_mul << " Add " << with_add << " gamma rank " << gamma_shape.size());
+      GroupNormGraph o;
+      o.mul = with_mul;
+      o.add = with_add;
+      o.gamma_shape = gamma_shape;
+      auto g = group_norm_graph(o);
+      passes::optimize(*g, 2, runtime::reference_evaluator());
+      ASSERT_EQ(g->nodes().size(), 1u);
+      EXPECT_EQ(g->nodes()[0]->op_type, "InstanceNormalization");
+      if (gamma_shape == Shape{1}) {  // one gamma in all: 0.5
+        auto plain = group_norm_graph(o);
+        Session s = Session::from_graph(std::move(plain));
+        Tensor x = ramp({2, 4, 6}, -2.f, 0.37f);
+        const Tensor y = s.run({{"x", x}})[0];
+        double mean = 0, variance = 0;
+        for (int64_t i = 0; i < 6; ++i) mean += x.data<float>()[i] / 6.0;
+        for (int64_t i = 0; i < 6; ++i) variance += std::pow(x.data<float>()[i] - mean, 2) / 6.0;
+        const double want = (x.data<float>()[0] - mean) / std::sqrt(variance + 1e-3) * (with_mul ? 0.5 : 1.0) - (with_add ? 0.2 : 0.0);
+        EXPECT_NEAR(y.data<float>()[0], want, 1e-5 * (1 + std::fabs(want)));
+        continue;
+      }
+      expect_group_norm_values(group_norm_graph(o), with_mul, with_add);
+    }
+}
+
+TEST(Passes, InstanceNormAffineLookalikesStay) {
+  // Two groups of two channels: the Reshape back stays between, and so do the Mul and the Add.
+  GroupNormGraph grouped;
+  grouped.groups = 2;
+  auto g = group_norm_graph(grouped);
+  passes::optimize(*g, 2, runtime::reference_evaluator());
+  EXPECT_EQ(count_ops(*g, "Mul"), 1u);
+  EXPECT_EQ(count_ops(*g, "Add"), 1u);
+  // gamma along the last axis ([6], [1, 6], and [4] over 4 positions, as
+  // many as the channels): one per position, not per channel.
+  for (const Shape& per_position : {Shape{6}, Shape{1, 6}, Shape{4}}) {
+    GroupNormGraph o;
+    o.gamma_shape = per_position;
+    o.length = per_position.back();
+    o.add = false;
+    auto h = group_norm_graph(o);
+    passes::optimize(*h, 2, runtime::reference_evaluator());
+    EXPECT_EQ(count_ops(*h, "Mul"), 1u) << "gamma rank " << per_position.size();
+  }
+  // gamma from the graph's inputs, not a constant: the Mul stays, the Add after it too.
+  GroupNormGraph input;
+  input.gamma_input = true;
+  auto k = group_norm_graph(input);
+  passes::optimize(*k, 2, runtime::reference_evaluator());
+  EXPECT_EQ(count_ops(*k, "Mul"), 1u);
+  EXPECT_EQ(count_ops(*k, "Add"), 1u);
+  // The normalization's output read elsewhere too (a graph output): both stay.
+  GroupNormGraph twice;
+  twice.read_twice = true;
+  auto t = group_norm_graph(twice);
+  passes::optimize(*t, 2, runtime::reference_evaluator());
+  EXPECT_EQ(count_ops(*t, "Mul"), 1u);
+  EXPECT_EQ(count_ops(*t, "Add"), 1u);
+  expect_group_norm_values(group_norm_graph(twice), true, true);
+}
+
 // A ConvTranspose over x [2, 3, 4, 5] (C_out 4, kernel and stride `side`,
 // `attrs` besides), with or without bias, then a Neg (its output is not the graph's).
 std::unique_ptr<ir::Graph> conv_transpose_graph(int64_t side, bool bias,

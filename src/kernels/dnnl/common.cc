@@ -306,22 +306,38 @@ bool weights_stream(const PrepareContext& ctx) {
   return weights && threshold > 0 && weights->model_weight_bytes() > threshold;
 }
 
-std::optional<PixelLayout> pixel_layout(const dnnl::memory::desc& md) {
+std::optional<PixelLayout> spatial_pixel_layout(const dnnl::memory::desc& md) {
   const dnnl_memory_desc_t& d = md.data;
-  if (d.format_kind != dnnl_blocked || d.ndims != 4 || d.offset0 != 0) return std::nullopt;
-  for (int i = 0; i < 4; ++i)
+  if (d.format_kind != dnnl_blocked || d.ndims < 3 || d.ndims > 5 || d.offset0 != 0) return std::nullopt;
+  for (int i = 0; i < d.ndims; ++i)
     if (d.padded_dims[i] != d.dims[i] || d.padded_offsets[i] != 0) return std::nullopt;
   const auto& b = d.format_desc.blocking;
   const dnnl_dim_t* s = b.strides;
-  const int64_t n = d.dims[0], c = d.dims[1], h = d.dims[2], w = d.dims[3];
-  if (b.inner_nblks == 1 && b.inner_idxs[0] == 1 && c % b.inner_blks[0] == 0) {  // nChw8c, nChw16c
-    const int64_t blk = b.inner_blks[0], plane = h * w * blk;
-    if (s[3] == blk && s[2] == w * blk && s[1] == plane && (n == 1 || s[0] == c / blk * plane))
+  const int last = d.ndims - 1;
+  const int64_t n = d.dims[0], c = d.dims[1];
+  // Whether the spatial dims lie row-major, `inner` floats from one pixel to the next.
+  const auto pixels_row_major = [&](int64_t inner) {
+    int64_t stride = inner;
+    for (int i = last; i >= 2; --i) {
+      if (s[i] != stride) return false;
+      stride *= d.dims[i];
+    }
+    return true;
+  };
+  int64_t pixels = 1;
+  for (int i = 2; i <= last; ++i) pixels *= d.dims[i];
+  if (b.inner_nblks == 1 && b.inner_idxs[0] == 1 && c % b.inner_blks[0] == 0) {  // nCw8c, nChw16c, ...
+    const int64_t blk = b.inner_blks[0], plane = pixels * blk;
+    if (pixels_row_major(blk) && s[1] == plane && (n == 1 || s[0] == c / blk * plane))
       return PixelLayout{blk, blk, n * (c / blk), plane};
-  } else if (b.inner_nblks == 0 && s[1] == 1 && s[3] == c && s[2] == w * c && (n == 1 || s[0] == h * w * c)) {
-    return PixelLayout{c, c, n, h * w * c};  // NHWC
+  } else if (b.inner_nblks == 0 && s[1] == 1 && pixels_row_major(c) && (n == 1 || s[0] == pixels * c)) {
+    return PixelLayout{c, c, n, pixels * c};  // NWC, NHWC, NDHWC
   }
   return std::nullopt;
+}
+
+std::optional<PixelLayout> pixel_layout(const dnnl::memory::desc& md) {
+  return md.data.ndims == 4 ? spatial_pixel_layout(md) : std::nullopt;
 }
 
 }  // namespace anvil::kernels::dnnl_util

@@ -173,6 +173,10 @@ struct PixelLayout {
   bool operator==(const PixelLayout& o) const = default;
 };
 std::optional<PixelLayout> pixel_layout(const dnnl::memory::desc& md);
+// The same for a float tensor of 1-3 spatial dims (rank 3-5), its spatial
+// dims flattened into one run of pixels: NWC, NHWC and NDHWC, and the
+// channel blocks of each. pixel_layout is its 4-D case.
+std::optional<PixelLayout> spatial_pixel_layout(const dnnl::memory::desc& md);
 
 // Where element (n, c, h, w) of a 4-D float tensor lies: in a pixel layout
 // (NHWC, or channel blocks: PixelLayout) or plain NCHW.

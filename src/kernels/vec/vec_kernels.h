@@ -17,7 +17,9 @@
 
 namespace anvil::kernels::vec {
 
-enum class Reduction { kSum, kMean, kMax, kMin, kSumSquare, kL1, kL2, kLogSumExp };
+// kSquaredDeviation, sum_columns' only: the squares of x - shift[j] (the
+// second pass of a variance about the columns' means).
+enum class Reduction { kSum, kMean, kMax, kMin, kSumSquare, kL1, kL2, kLogSumExp, kSquaredDeviation };
 
 // The most columns sum_columns and extreme_columns take at once: their runs
 // and the caller's accumulators stay in L1.
@@ -242,9 +244,10 @@ struct VecKernels {
   // Reductions over leading or middle axes, rows folded into columns, for
   // j < n <= kFoldColumns, rows `ld` floats apart. sum_columns: acc[j] +=
   // the sum over r < rows of the reduction's term of x[r * ld + j] (Sum and
-  // Mean: x; SumSquare and L2: x * x; L1: |x|; LogSumExp: exp(x - shift[j]),
-  // shift null otherwise), added in float over runs of rows and the runs in
-  // double (a run that leaves float's range is added again in double).
+  // Mean: x; SumSquare and L2: x * x; L1: |x|; LogSumExp: exp(x - shift[j]);
+  // SquaredDeviation: (x - shift[j])^2; shift null otherwise), added in
+  // float over runs of rows and the runs in double (a run that leaves
+  // float's range is added again in double).
   // extreme_columns: ext[j] = the max (Max) or min (Min) of ext[j] and the
   // column's values; NaN propagates.
   void (*sum_columns)(Reduction kind, const float* x, int64_t rows, int64_t ld, int64_t n, const float* shift,

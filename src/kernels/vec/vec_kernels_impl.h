@@ -269,6 +269,7 @@ inline double exp_of(double v) { return __builtin_exp(v); }
 template <Reduction K, typename T>
 T column_term(T v, T shift) {
   if constexpr (K == Reduction::kSumSquare) return v * v;
+  else if constexpr (K == Reduction::kSquaredDeviation) return (v - shift) * (v - shift);
   else if constexpr (K == Reduction::kL1) return v < T{} ? -v : v;
   else if constexpr (K == Reduction::kLogSumExp) return exp_of(v - shift);
   else return v;
@@ -280,7 +281,7 @@ T column_term(T v, T shift) {
 template <Reduction K>
 bool float_sum_holds(float sum) {
   if (!__builtin_isfinite(sum)) return false;
-  return K != Reduction::kSumSquare || sum >= 0x1p-60f;
+  return (K != Reduction::kSumSquare && K != Reduction::kSquaredDeviation) || sum >= 0x1p-60f;
 }
 
 // The sum of a row's terms, in float over blocks of kSumBlock values (four
@@ -393,7 +394,9 @@ inline float reduce_row(Reduction kind, const float* x, int64_t n) {
     case Reduction::kMean: return static_cast<float>(sum_row<Reduction::kSum>(x, n) / static_cast<double>(n));  // n = 0: NaN
     case Reduction::kMax: return row_max(x, n);
     case Reduction::kMin: return extreme_row(x, n, kMin, kInfinity);
-    case Reduction::kSumSquare: return static_cast<float>(sum_row<Reduction::kSumSquare>(x, n));
+    case Reduction::kSumSquare:
+    case Reduction::kSquaredDeviation:  // from 0: a row has no shift
+      return static_cast<float>(sum_row<Reduction::kSumSquare>(x, n));
     case Reduction::kL1: return static_cast<float>(sum_row<Reduction::kL1>(x, n));
     case Reduction::kL2: return static_cast<float>(__builtin_sqrt(sum_row<Reduction::kSumSquare>(x, n)));
     case Reduction::kLogSumExp: {
@@ -453,17 +456,21 @@ inline void extreme_columns_impl(Reduction kind, const float* x, int64_t rows, i
 // double add per element held a column sum at half the memory's bandwidth.
 constexpr int64_t kFoldRun = 64;
 
+// The column sums whose terms take the column's shift.
+template <Reduction K>
+constexpr bool kShifted = K == Reduction::kLogSumExp || K == Reduction::kSquaredDeviation;
+
 template <Reduction K>
 void sum_columns_loop(const float* x, int64_t rows, int64_t ld, int64_t n, const float* shift, double* acc) {
   if (n < kWidth) {  // rows narrower than a vector: as partial vectors each cost 4x a loop in double
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t j = 0; j < n; ++j)
-        acc[j] += column_term<K>(static_cast<double>(x[r * ld + j]), K == Reduction::kLogSumExp ? shift[j] : 0.0);
+        acc[j] += column_term<K>(static_cast<double>(x[r * ld + j]), kShifted<K> ? static_cast<double>(shift[j]) : 0.0);
     return;
   }
   float run[kFoldColumns];
   const auto term = [&](const float* p, int64_t j, int64_t c) {
-    return column_term<K>(load_n(p + j, c), K == Reduction::kLogSumExp ? load_n(shift + j, c) : VF{});
+    return column_term<K>(load_n(p + j, c), kShifted<K> ? load_n(shift + j, c) : VF{});
   };
   for (int64_t r0 = 0; r0 < rows; r0 += kFoldRun) {
     const int64_t r1 = r0 + kFoldRun < rows ? r0 + kFoldRun : rows;
@@ -482,7 +489,7 @@ void sum_columns_loop(const float* x, int64_t rows, int64_t ld, int64_t n, const
         acc[j] += static_cast<double>(run[j]);
         continue;
       }
-      const double s = K == Reduction::kLogSumExp ? static_cast<double>(shift[j]) : 0.0;
+      const double s = kShifted<K> ? static_cast<double>(shift[j]) : 0.0;
       for (int64_t i = r0; i < r1; ++i) acc[j] += column_term<K>(static_cast<double>(x[i * ld + j]), s);
     }
   }
@@ -495,6 +502,8 @@ inline void sum_columns_impl(Reduction kind, const float* x, int64_t rows, int64
       return sum_columns_loop<Reduction::kSumSquare>(x, rows, ld, n, shift, acc);
     case Reduction::kL1: return sum_columns_loop<Reduction::kL1>(x, rows, ld, n, shift, acc);
     case Reduction::kLogSumExp: return sum_columns_loop<Reduction::kLogSumExp>(x, rows, ld, n, shift, acc);
+    case Reduction::kSquaredDeviation:
+      return sum_columns_loop<Reduction::kSquaredDeviation>(x, rows, ld, n, shift, acc);
     default: return sum_columns_loop<Reduction::kSum>(x, rows, ld, n, shift, acc);  // Sum, Mean
   }
 }

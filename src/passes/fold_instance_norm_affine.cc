@@ -1,0 +1,108 @@
+// A per-channel Mul and/or Add after an InstanceNormalization folds into its
+// scale and bias:
+//   InstanceNormalization(x, s, b) * g + h  =>  InstanceNormalization(x, s * g, b * g + h)
+// with g and h float32 constants of one value per channel of x (or one in
+// all). PyTorch exports GroupNorm(C, C) (wav2vec2's feature extractor) as an
+// InstanceNormalization with unit scale and zero bias, then the affine as a
+// Mul and an Add: two more passes over the tensor, on plain data where the
+// convolutions around it keep their own layouts. The export reshapes to
+// [N, groups, -1] and back around the normalization; with as many groups as
+// channels both are identities, which simplify_reshapes removes (hence a
+// late pass). With fewer groups the Reshape back stays between the
+// normalization and the Mul, the pattern does not match, and both stay.
+#include <algorithm>
+#include <optional>
+#include <vector>
+
+#include "passes/match.h"
+#include "passes/pipeline.h"
+
+namespace anvil::passes {
+
+namespace {
+
+// The `channels` values of a float32 constant that broadcasts one value per
+// channel (axis 1) of a tensor of `rank` axes: one value in all, or a shape
+// whose dims, aligned from the right, are 1 but the channel axis's.
+std::optional<std::vector<float>> per_channel_values(const ir::Value* v, int rank, int64_t channels) {
+  if (!is_float_constant(v)) return std::nullopt;
+  const Tensor& t = *v->constant;
+  if (t.rank() > rank) return std::nullopt;
+  const int channel_axis = t.rank() - (rank - 1);  // axis 1 of x, aligned from the right
+  for (int i = 0; i < t.rank(); ++i)
+    if (t.dim(i) != 1 && !(i == channel_axis && t.dim(i) == channels)) return std::nullopt;
+  const float* p = t.data<float>();
+  if (t.numel() == 1) return std::vector<float>(static_cast<size_t>(channels), p[0]);
+  return std::vector<float>(p, p + channels);
+}
+
+// A float32 constant of `channels` values in one axis: a scale or bias as
+// InstanceNormalization takes them (the schema checks the rest).
+bool has_channels(const ir::Value* v, int64_t channels) {
+  return is_float_constant(v) && v->constant->rank() == 1 && v->constant->numel() == channels;
+}
+
+// `v`'s only consumer when it is a live default-domain `op` node, else nullptr.
+ir::Node* only_consumer_op(const ir::Graph& graph, const ir::Value* v, const char* op) {
+  if (!v || !used_once(graph, v)) return nullptr;
+  for (const auto& ptr : graph.nodes())
+    if (is_op(ptr.get(), op) && std::find(ptr->inputs.begin(), ptr->inputs.end(), v) != ptr->inputs.end())
+      return ptr.get();
+  return nullptr;
+}
+
+class FoldInstanceNormAffine : public Pass {
+ public:
+  std::string name() const override { return "fold_instance_norm_affine"; }
+  bool run(ir::Graph& graph) override {
+    return rewrite_each_node(graph, [&](ir::Node& norm) {
+      if (!is_op(&norm, "InstanceNormalization")) return false;
+      const ir::Value* x = norm.input(0);
+      if (!x || x->dtype() != DType::kFloat32 || !x->type.has_shape() || x->type.rank() < 3) return false;
+      const int rank = x->type.rank();
+      const int64_t channels = x->type.dims()[1].value;
+      if (channels < 1) return false;
+      if (!has_channels(norm.input(1), channels) || !has_channels(norm.input(2), channels)) return false;
+      const float *scale = norm.input(1)->constant->data<float>(), *bias = norm.input(2)->constant->data<float>();
+      std::vector<float> s(scale, scale + channels), b(bias, bias + channels);
+      ir::Node* last = nullptr;
+      if (ir::Node* mul = only_consumer_op(graph, norm.output(0), "Mul")) {
+        const auto g = per_channel_values(other_operand(*mul, norm.output(0)), rank, channels);
+        if (g) {
+          for (size_t c = 0; c < s.size(); ++c) {
+            s[c] *= (*g)[c];
+            b[c] *= (*g)[c];
+          }
+          last = mul;
+        }
+      }
+      const ir::Value* y = last ? last->output(0) : norm.output(0);
+      if (ir::Node* add = only_consumer_op(graph, y, "Add")) {
+        const auto h = per_channel_values(other_operand(*add, y), rank, channels);
+        if (h) {
+          for (size_t c = 0; c < b.size(); ++c) b[c] += (*h)[c];
+          if (last) absorb(norm, *last);
+          last = add;
+        }
+      }
+      if (!last) return false;
+      absorb(norm, *last);
+      norm.inputs[1] = float_constant(graph, norm.name + "/scale", s);
+      norm.inputs[2] = float_constant(graph, norm.name + "/bias", b);
+      return true;
+    });
+  }
+
+ private:
+  static ir::Value* float_constant(ir::Graph& graph, const std::string& name, const std::vector<float>& values) {
+    Tensor t(DType::kFloat32, {static_cast<int64_t>(values.size())});
+    std::copy(values.begin(), values.end(), t.data<float>());
+    return graph.add_constant(graph.unique_name(name), std::move(t));
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Pass> make_fold_instance_norm_affine() { return std::make_unique<FoldInstanceNormAffine>(); }
+
+}  // namespace anvil::passes
