@@ -1,6 +1,7 @@
 // The oneDNN kernels against the reference kernels on the same random inputs.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 
@@ -125,6 +126,57 @@ TEST(DnnlFusedConv, ResidualAndRelu) {
     Tensor got = run_kernel("FusedConv", in, a, o)[0];
     EXPECT_LE(max_abs_diff(got, expected), 1e-4f) << (backend == Backend::kDnnl ? "dnnl" : "ref");
   }
+}
+
+// FusedConv with a Swish runs the convolution, then the Swish over its output
+// (the whole output in the layout the kernel picked: padded channel blocks
+// included), whatever implementation the rules pick: a 3x3 at stride 1 on
+// a plane of 56 x 56 (a Winograd convolution; its Swish split between
+// threads), a 1x1, a strided 3x3, a depthwise 3x3, 20 output channels
+// (padded blocks below AVX-512); with and without a residual; one thread
+// and two. Against the reference Conv, plus the residual, then x *
+// sigmoid(alpha x), computed here (within 1e-5 of the largest output).
+TEST(DnnlFusedConv, SwishAfterEveryImplementation) {
+  struct Case {
+    Shape x, w;
+    int64_t stride, pad, group;
+  };
+  const Case cases[] = {{{1, 16, 56, 56}, {16, 16, 3, 3}, 1, 1, 1}, {{1, 32, 20, 20}, {16, 32, 1, 1}, 1, 0, 1},
+                        {{1, 16, 15, 15}, {32, 16, 3, 3}, 2, 1, 1}, {{1, 16, 14, 14}, {16, 1, 3, 3}, 1, 1, 16},
+                        {{1, 16, 9, 9}, {20, 16, 3, 3}, 1, 1, 1}};
+  unsigned seed = 30;
+  for (const Case& c : cases)
+    for (bool residual : {false, true})
+      for (int threads : {1, 2}) {
+        SCOPED_TRACE(::testing::Message() << shape_str(c.x) << " * " << shape_str(c.w) << " stride " << c.stride
+                                          << " residual " << residual << " threads " << threads);
+        const ir::Attributes conv = conv_attrs({c.stride, c.stride}, {c.pad, c.pad, c.pad, c.pad}, {1, 1}, c.group);
+        std::vector<Tensor> in = {random_f32(c.x, seed), random_f32(c.w, seed + 1), random_f32({c.w[0]}, seed + 2)};
+        seed += 3;
+        for (int64_t i = 0; i < in[0].numel(); ++i) in[0].data<float>()[i] *= 4.f;  // both tails of the sigmoid
+        KernelOptions conv_opts;
+        conv_opts.constant_inputs = {false, true, true};
+        Tensor expected = run_kernel("Conv", in, conv, conv_opts)[0];
+        if (residual) in.push_back(random_f32(expected.shape(), seed++));
+        const float alpha = 0.75f;
+        for (int64_t i = 0; i < expected.numel(); ++i) {
+          const double v = double(expected.data<float>()[i]) + (residual ? in[3].data<float>()[i] : 0.f);
+          expected.data<float>()[i] = static_cast<float>(v / (1 + std::exp(-alpha * v)));
+        }
+        ir::Attributes a = conv;
+        a.set("activation", std::string("Swish"));
+        a.set("activation_alpha", alpha);
+        a.set("activation_beta", 0.f);
+        KernelOptions o;
+        o.domain = "anvil";
+        o.backend = Backend::kDnnl;
+        o.num_threads = threads;
+        o.constant_inputs = {false, true, true, false};
+        const KernelResult got = run_kernel_full("FusedConv", in, a, o);
+        float largest = 0;  // Winograd's transforms round at the output's scale
+        for (int64_t i = 0; i < expected.numel(); ++i) largest = std::max(largest, std::fabs(expected.data<float>()[i]));
+        EXPECT_LE(max_abs_diff(got.outputs[0], expected), 1e-5f * (1 + largest)) << got.impl;
+      }
 }
 
 // FusedMatMul = MatMul + bias along the last dim + residual, then the activation,
