@@ -12,6 +12,7 @@
 #include "core/vector_isa.h"
 #include "ir/builder.h"
 #include "kernel_tester.h"
+#include "kernels/fusion_advice.h"
 #include "passes/pipeline.h"
 #include "runtime/constant_evaluator.h"
 
@@ -34,18 +35,24 @@ void clip6(Tensor& t) {
 struct Case {
   int64_t batch, cin, cout, h, w, stride;
   bool bias, dw_bias, activations;
+  bool swish = false;
 };
+
+void silu(Tensor& t) {
+  float* p = t.data<float>();
+  for (int64_t i = 0; i < t.numel(); ++i) p[i] = static_cast<float>(p[i] / (1 + std::exp(-double(p[i]))));
+}
 
 // What the fused node must compute: the 1x1 (+ ReLU6), then the depthwise
 // 3x3 with pads 1 (+ ReLU6), each in double.
 Tensor expected(const Case& c, const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& w_dw,
                 const Tensor& b_dw) {
   Tensor mid = conv2d_by_hand(x, w, c.bias ? &b : nullptr, ConvByHand{});
-  if (c.activations) clip6(mid);
+  if (c.activations) c.swish ? silu(mid) : clip6(mid);
   ConvByHand dw = ConvByHand::padded(1, c.stride);
   dw.group = c.cout;
   Tensor y = conv2d_by_hand(mid, w_dw, c.dw_bias ? &b_dw : nullptr, dw);
-  if (c.activations) clip6(y);
+  if (c.activations) c.swish ? silu(y) : clip6(y);
   return y;
 }
 
@@ -53,9 +60,9 @@ ir::Attributes fused_attrs(const Case& c) {
   ir::Attributes a = attrs({{"stride", c.stride}});
   if (c.activations) {
     for (const char* prefix : {"", "depthwise_"}) {
-      a.set(std::string(prefix) + "activation", std::string("Clip"));
-      a.set(std::string(prefix) + "activation_alpha", 0.f);
-      a.set(std::string(prefix) + "activation_beta", 6.f);
+      a.set(std::string(prefix) + "activation", std::string(c.swish ? "Swish" : "Clip"));
+      a.set(std::string(prefix) + "activation_alpha", c.swish ? 1.f : 0.f);
+      a.set(std::string(prefix) + "activation_beta", c.swish ? 0.f : 6.f);
     }
   }
   return a;
@@ -71,6 +78,7 @@ TEST(FusedConvDepthwise, MatchesTheTwoConvolutionsOnEachBackend) {
       {1, 4, 8, 6, 6, 1, true, true, true},     {1, 4, 8, 7, 9, 2, true, false, true},
       {2, 3, 16, 5, 5, 2, false, true, false},  {1, 16, 96, 112, 112, 2, true, true, true},
       {1, 24, 144, 20, 20, 1, true, true, true},  {0, 4, 8, 5, 5, 2, true, true, true},
+      {1, 24, 144, 56, 56, 1, true, true, true, true}, {1, 16, 96, 112, 112, 2, true, true, true, true},
   };
   // oneDNN picks its kernels for the OpenMP team in force (a session sets it to its threads).
   struct OneThread {
@@ -105,6 +113,81 @@ TEST(FusedConvDepthwise, MatchesTheTwoConvolutionsOnEachBackend) {
         EXPECT_EQ(r.impl.rfind("dnnl:jit_1x1:avx512", 0), 0u) << r.impl;  // the one-pass kernel
       }
     }
+  }
+}
+
+// An expansion after a 3x3 convolution, which on AVX-512 writes NHWC
+// (brgconv): x [1, 8, s, s] -> 3x3 Conv (8 -> cin, pads 1) -> the 1x1 (cin
+// -> cout) and its depthwise 3x3, each with ReLU6 or SiLU, in a session of
+// one thread at level 3 (where the advisor fuses them), against the three
+// convolutions in double. oneDNN 2.6.3's one-pass kernel read that NHWC
+// wrongly with the depthwise at stride 1 (off by the output's scale, or
+// garbage): the kernel takes it at stride 2 only. (The SiLU expansions stay
+// apart: the advisor declines them, below.)
+TEST(FusedConvDepthwise, MatchesTheConvolutionsAfterAnNhwcConvolution) {
+  const Case cases[] = {
+      {1, 24, 144, 56, 56, 1, true, true, true},       {1, 16, 96, 30, 30, 2, true, true, true},
+      {1, 24, 144, 56, 56, 1, true, true, true, true}, {1, 16, 96, 30, 30, 2, true, true, true, true},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(::testing::Message() << c.cin << "->" << c.cout << " at " << c.h << "x" << c.w << " stride "
+                                      << c.stride << (c.swish ? " SiLU" : " ReLU6"));
+    const Tensor x = random_f32({1, 8, c.h, c.w}, 6), w0 = random_f32({c.cin, 8, 3, 3}, 7);
+    const Tensor w = random_f32({c.cout, c.cin, 1, 1}, 2), b = random_f32({c.cout}, 3);
+    const Tensor w_dw = random_f32({c.cout, 1, 3, 3}, 4), b_dw = random_f32({c.cout}, 5);
+    auto g = std::make_unique<ir::Graph>();
+    g->opsets[""] = 13;
+    ir::Value* xv = g->add_input("x", DType::kFloat32, {1, 8, c.h, c.w});
+    ir::Node* first = g->add_node("Conv", {xv, g->add_constant("w0", w0)}, 1, "first");
+    first->attrs.set("pads", std::vector<int64_t>(4, 1));
+    const auto activated = [&](ir::Value* v) {
+      if (c.swish) return g->add_node("Mul", {v, g->add_node("Sigmoid", {v}, 1)->output(0)}, 1)->output(0);
+      return g->add_node("Clip", {v, g->add_constant(g->unique_name("lo"), testing::scalar_f32(0.f)),
+                                  g->add_constant(g->unique_name("hi"), testing::scalar_f32(6.f))}, 1)->output(0);
+    };
+    ir::Node* pw = g->add_node("Conv", {first->output(0), g->add_constant("w", w), g->add_constant("b", b)}, 1, "pointwise");
+    ir::Node* dw = g->add_node("Conv", {activated(pw->output(0)), g->add_constant("w_dw", w_dw), g->add_constant("b_dw", b_dw)},
+                               1, "depthwise");
+    dw->attrs.set("group", c.cout);
+    dw->attrs.set("pads", std::vector<int64_t>(4, 1));
+    dw->attrs.set("strides", std::vector<int64_t>{c.stride, c.stride});
+    g->add_output(activated(dw->output(0)));
+    SessionOptions options;
+    options.num_threads = 1;
+    Session session = Session::from_graph(std::move(g), options);
+    const Tensor mid = conv2d_by_hand(x, w0, nullptr, ConvByHand::padded(1, 1));
+    const Tensor want = expected(c, mid, w, b, w_dw, b_dw);
+    const Tensor got = session.run({{"x", x}})[0];
+    ASSERT_EQ(got.shape(), want.shape());
+    // Sums of 72 products, then of 24 or 16 and 9 more, of terms of a few units.
+    EXPECT_LT(testing::max_abs_diff(got, want), 2e-4f);
+  }
+}
+
+// The session's advisor (kernels/fusion_advice.h) declines an expansion
+// with a Swish on either convolution: each convolution then runs its Swish
+// on Anvil's loop, faster than the one-pass kernel's post-ops. MobileNetV2's
+// ReLU6 expansion (16 -> 96 at 112 x 112, stride 2) fuses on AVX-512 at one
+// thread, where oneDNN has that kernel.
+TEST(FusedConvDepthwise, AdvisorDeclinesSwish) {
+  for (int swish_on : {0, 1, 2}) {
+    ir::Graph g;
+    ir::Value* x = g.add_input("x", DType::kFloat32, {1, 16, 112, 112});
+    ir::Node* fused = g.add_node("FusedConvDepthwise", {x, g.add_constant("w", random_f32({96, 16, 1, 1}, 2)),
+                                                        g.add_constant("b", random_f32({96}, 3)),
+                                                        g.add_constant("w_dw", random_f32({96, 1, 3, 3}, 4)),
+                                                        g.add_constant("b_dw", random_f32({96}, 5))}, 1);
+    fused->domain = "anvil";
+    Case c{1, 16, 96, 112, 112, 2, true, true, true};
+    fused->attrs = fused_attrs(c);
+    if (swish_on > 0) {
+      const std::string prefix = swish_on == 1 ? "" : "depthwise_";
+      fused->attrs.set(prefix + "activation", std::string("Swish"));
+      fused->attrs.set(prefix + "activation_alpha", 1.f);
+    }
+    const bool pays = kernels::conv_depthwise_fusion_pays(*fused, 1);
+    if (swish_on > 0) EXPECT_FALSE(pays) << "Swish on " << (swish_on == 1 ? "the 1x1" : "the depthwise");
+    else if (vector_isa() == VectorIsa::kAvx512) EXPECT_TRUE(pays);
   }
 }
 

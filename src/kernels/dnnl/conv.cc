@@ -707,6 +707,13 @@ dnnl::convolution_forward::primitive_desc conv_depthwise_pd(const ir::Attributes
   return dnnl::convolution_forward::primitive_desc(desc, attr, du::engine());
 }
 
+// Whether oneDNN 2.6.3's one-pass kernel (jit_1x1 on AVX-512) computes the
+// node right in NHWC: with the depthwise at stride 1 it does not (24 -> 144
+// channels at 56 x 56, MobileNetV2's and EfficientNet's second block: off by
+// the output's scale, or garbage; tests/unit/test_conv_depthwise.cc), while
+// in nChw16c it does, so there the activations take the channel blocks.
+bool nhwc_fuses_correctly(const ir::Attributes& attrs) { return attrs.get_int("stride", 1) == 2; }
+
 // Whether oneDNN's pd computes the 1x1 and the depthwise in one pass on
 // AVX-512 (jit_1x1's fused kernel). MobileNetV2's first expansion (16 -> 96
 // channels at 112x112, then the depthwise at stride 2), Intel Xeon, one
@@ -749,7 +756,8 @@ class DnnlConvDepthwise : public DnnlConvBase {
       // with the activations in `any`, oneDNN's fused kernel takes nChw16c.
       std::optional<dnnl::convolution_forward::primitive_desc> pd;
       const memory::desc nhwc(du::dims(x), memory::data_type::f32, memory::format_tag::nhwc);
-      if (du::blocked_layouts_allowed() && same_layout(ctx.incoming_layout(0), du::layout_of(nhwc, x, DType::kFloat32)))
+      if (nhwc_fuses_correctly(ctx.attrs()) && du::blocked_layouts_allowed() &&
+          same_layout(ctx.incoming_layout(0), du::layout_of(nhwc, x, DType::kFloat32)))
         pd = pd_if_any([&] { return make_pd(memory::format_tag::nhwc); });
       if (!pd || !fuses_in_one_pass(*pd))
         pd = make_pd(du::blocked_layouts_allowed() ? memory::format_tag::any : memory::format_tag::nchw);
@@ -860,6 +868,11 @@ bool conv_depthwise_fusion_pays(const ir::Node& fused, int threads) {
   static const bool allowed = !env_is("ANVIL_FUSE_DEPTHWISE", "0");
   const Shape x = shape_of(0), w = shape_of(1);
   if (!allowed || x.size() != 4 || w.size() != 4 || shape_numel(x) == 0 || !du::blocked_layouts_allowed()) return false;
+  // A Swish runs faster after each convolution on Anvil's loop (DnnlConv)
+  // than as the one-pass kernel's post-ops: EfficientNet-B0 at one thread,
+  // AMD EPYC Zen 4, 0.96 of its time with its two expansions left apart.
+  for (const char* prefix : {"", "depthwise_"})
+    if (fused.attrs.get_string(std::string(prefix) + "activation", "") == "Swish") return false;
   // oneDNN picks its kernels for the OpenMP team size in force.
   struct TeamSize {
     int saved = omp_get_max_threads();
@@ -868,6 +881,7 @@ bool conv_depthwise_fusion_pays(const ir::Node& fused, int threads) {
   } team(threads);
   bool pays = false;
   for (memory::format_tag layout : {memory::format_tag::nhwc, memory::format_tag::any}) {
+    if (layout == memory::format_tag::nhwc && !nhwc_fuses_correctly(fused.attrs)) continue;
     try {
       pays = pays || fuses_in_one_pass(conv_depthwise_pd(fused.attrs, x, w, fused.input(2) != nullptr,
                                                          fused.input(4) != nullptr, layout));
