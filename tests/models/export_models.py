@@ -151,6 +151,11 @@ MODELS: Dict[str, ModelSpec] = {
         ModelSpec("shufflenet_v2_x1_0", _torchvision("shufflenet_v2_x1_0"), IMAGE),
         # zero Pads before AveragePools (count_include_pad) and 1x7 / 7x1 windows
         ModelSpec("inception_v3", _torchvision("inception_v3"), IMAGE),
+        # SiLU after every convolution (run after it on Anvil's loop), depthwise expansions at
+        # strides 1 and 2, squeeze-and-excitation
+        ModelSpec("efficientnet_b0", _torchvision("efficientnet_b0"), IMAGE),
+        # HardSwish and ReLU, squeeze-and-excitation gated by HardSigmoid
+        ModelSpec("mobilenet_v3_large", _torchvision("mobilenet_v3_large"), IMAGE),
         ModelSpec("super_resolution", _super_resolution, (1, 1, 224, 224)),
     )
 }
