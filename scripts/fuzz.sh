@@ -332,6 +332,40 @@ PY
   touch "$corpus/.yolo-head"
 fi
 
+# GroupNorm(C, C) after a Conv1d as PyTorch exports it (Reshape,
+# InstanceNormalization, Reshape back, the affine Mul and Add: the pixel-layout
+# normalization and fold_instance_norm_affine), and a convolution with a SiLU
+# (its Swish run after it), once.
+if [ ! -e "$corpus/.group-norm-silu" ]; then
+  "${ANVIL_PYTHON:-python3}" - "$corpus/models" <<'PY'
+import os, sys
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper, TensorProto as T
+rng = np.random.default_rng(3)
+def f32(name, a): return numpy_helper.from_array(np.asarray(a, np.float32), name)
+def i64(name, a): return numpy_helper.from_array(np.asarray(a, np.int64), name)
+def save(name, nodes, x_shape, inits):
+    g = helper.make_graph(nodes, name, [helper.make_tensor_value_info("x", T.FLOAT, x_shape)],
+                          [helper.make_tensor_value_info("y", T.FLOAT, None)], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    onnx.save(m, os.path.join(sys.argv[1], name + ".onnx"))
+save("group_norm", [helper.make_node("Conv", ["x", "W"], ["c"], strides=[2]),
+                    helper.make_node("Reshape", ["c", "groups"], ["g"]),
+                    helper.make_node("InstanceNormalization", ["g", "ones", "zeros"], ["n"], epsilon=1e-5),
+                    helper.make_node("Shape", ["c"], ["s"]), helper.make_node("Reshape", ["n", "s"], ["r"]),
+                    helper.make_node("Mul", ["r", "gamma"], ["m"]), helper.make_node("Add", ["m", "beta"], ["y"])],
+     [1, 1, 40], [f32("W", rng.standard_normal((16, 1, 4))), i64("groups", [1, 16, -1]), f32("ones", np.ones(16)),
+                  f32("zeros", np.zeros(16)), f32("gamma", rng.standard_normal((16, 1))),
+                  f32("beta", rng.standard_normal((16, 1)))])
+save("conv_silu", [helper.make_node("Conv", ["x", "W"], ["c"], pads=[1, 1, 1, 1]),
+                   helper.make_node("Sigmoid", ["c"], ["s"]), helper.make_node("Mul", ["c", "s"], ["y"])],
+     [1, 8, 6, 6], [f32("W", rng.standard_normal((16, 8, 3, 3)))])
+PY
+  touch "$corpus/.group-norm-silu"
+fi
+
 # nn.MultiheadAttention's sequence-first export at batch 1 (ViT's), which
 # fuse_sequence_first_attention rewrites, once.
 if [ ! -e "$corpus/.mha-sequence-first" ]; then
