@@ -1,6 +1,7 @@
 #include "kernel_tester.h"
 
 #include <cmath>
+#include <memory>
 #include <cstdlib>
 #include <random>
 #include <stdexcept>
@@ -64,9 +65,21 @@ KernelResult run_kernel_full(const std::string& op, const std::vector<Tensor>& i
   result.impl = kernel->impl_name();
   kernels::RunContext rctx;
   for (const Tensor& t : inputs) rctx.inputs.push_back(t.empty() ? nullptr : &t);
-  // Kernels that allocate their outputs (data-sized, strings) get empty tensors, as in the executor.
-  for (const auto& ot : out_types)
-    result.outputs.push_back(kernel->allocates_outputs() ? Tensor() : Tensor(ot.dtype, ot.shape));
+  result.types = out_types;
+  for (size_t i = 0; i < inputs.size(); ++i) result.input_layouts.push_back(kernel->input_layout(i));
+  // Kernels that allocate their outputs (data-sized, strings) get empty
+  // tensors, as in the executor; a padded layout gets its padded bytes (zeroed).
+  for (const auto& ot : out_types) {
+    const size_t bytes = kernels::type_bytes(ot);
+    if (kernel->allocates_outputs()) {
+      result.outputs.emplace_back();
+    } else if (bytes > shape_nbytes(ot.shape, ot.dtype)) {
+      std::shared_ptr<unsigned char> owner(new unsigned char[bytes](), std::default_delete<unsigned char[]>());
+      result.outputs.push_back(Tensor::adopt(ot.dtype, ot.shape, owner, owner.get()));
+    } else {
+      result.outputs.emplace_back(ot.dtype, ot.shape);
+    }
+  }
   for (Tensor& t : result.outputs) rctx.outputs.push_back(&t);
   std::vector<unsigned char> scratch_storage(kernel->scratch_bytes() + 64);
   void* scratch = scratch_storage.data();

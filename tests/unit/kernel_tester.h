@@ -54,6 +54,8 @@ struct KernelOptions {
 struct KernelResult {
   std::vector<Tensor> outputs;
   std::string impl;
+  std::vector<kernels::TensorType> types;  // the outputs' planned types, layouts included
+  std::vector<kernels::Layout> input_layouts;  // the layouts the kernel reads its inputs in
 };
 
 // Inputs that are empty Tensors are omitted optional inputs. Throws whatever

@@ -120,15 +120,17 @@ TEST(FusedConvDepthwise, MatchesTheTwoConvolutionsOnEachBackend) {
 // (brgconv): x [1, 8, s, s] -> 3x3 Conv (8 -> cin, pads 1) ->
 // anvil.FusedConvDepthwise (cin -> cout, then the depthwise 3x3, each with
 // ReLU6 or SiLU), in a session of one thread at level 3, against the
-// convolutions in double. oneDNN 2.6.3's one-pass kernel read that NHWC
-// wrongly with the depthwise at stride 1 (off by the output's scale, or
-// garbage): the kernel takes NHWC at stride 2 only. (The advisor no longer
-// makes such a node at stride 1 or with a Swish, below; a model may still
-// hold one.)
+// convolutions in double. oneDNN 2.6.3's one-pass kernel computed wrong
+// values from that NHWC on planes of 56 x 56 and up, at either stride (off
+// by up to the ReLU6's 6, or garbage): the kernel reorders it to channel
+// blocks. (The advisor no longer makes such a node at stride 1 or with a
+// Swish, below; a model may still hold one.)
 TEST(FusedConvDepthwise, MatchesTheConvolutionsAfterAnNhwcConvolution) {
   const Case cases[] = {
       {1, 24, 144, 56, 56, 1, true, true, true},       {1, 16, 96, 30, 30, 2, true, true, true},
       {1, 24, 144, 56, 56, 1, true, true, true, true}, {1, 16, 96, 30, 30, 2, true, true, true, true},
+      // MobileNetV2's stride-2 expansions after its first block
+      {1, 24, 144, 56, 56, 2, true, true, true},       {1, 32, 192, 28, 28, 2, true, true, true},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(::testing::Message() << c.cin << "->" << c.cout << " at " << c.h << "x" << c.w << " stride "

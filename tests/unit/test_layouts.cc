@@ -847,18 +847,26 @@ TEST(Layouts, InstanceNormReadsPixelLayouts) {
                           block == 16 ? tag::nCdhw16c : tag::nCdhw8c};
     return (channels_last ? last : blocks)[rank - 3];
   };
-  const Shape shapes[] = {{1, 32, 37}, {2, 48, 5, 7}, {1, 80, 3, 3}, {1, 16, 2, 3, 4}, {1, 256, 300}, {2, 8, 2, 2}};
+  const Shape shapes[] = {{1, 32, 37}, {2, 48, 5, 7}, {1, 80, 3, 3}, {1, 16, 2, 3, 4}, {1, 256, 300}, {2, 8, 2, 2},
+                          {1, 4, 33}};
   for (const Shape& shape : shapes)
     for (bool channels_last : {true, false})
       for (bool blocked_out : {true, false}) {
+        if (!channels_last && shape[1] % block != 0) continue;  // blocks would be padded (below)
         const dnnl::memory::desc plain_md = du::plain_desc(shape, DType::kFloat32);
         const dnnl::memory::desc x_md(du::dims(shape), dnnl::memory::data_type::f32, format_of(shape.size(), channels_last));
-        if (!du::spatial_pixel_layout(x_md)) continue;  // channels that do not fill the blocks
+        const std::optional<du::PixelLayout> px = du::spatial_pixel_layout(x_md);
+        ASSERT_TRUE(px.has_value());
+        const int64_t pixels_of = shape_numel(shape) / (shape[0] * shape[1]);
+        const int64_t runs = channels_last ? shape[1] : block;  // channels a pixel holds together
+        EXPECT_EQ(*px, (du::PixelLayout{runs, runs, shape[0] * (shape[1] / runs), pixels_of * runs}));
         SCOPED_TRACE(fmt::format("{} {}, blocked output {}", channels_last ? "channels last" : "blocks", shape_str(shape),
                                  blocked_out));
         const int64_t n_count = shape[0], c_count = shape[1], pixels = shape_numel(shape) / (n_count * c_count);
         Tensor x = random_tensor(shape, 56);
         for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = x.data<float>()[i] * 3 + static_cast<float>(i % 5);
+        const int64_t plane = shape_numel(shape) / (shape[0] * shape[1]);
+        std::fill(x.data<float>() + plane, x.data<float>() + 2 * plane, 7.25f);  // channel 1: no spread
         const Tensor scale = random_tensor({c_count}, 57), bias = random_tensor({c_count}, 58);
         testing::KernelOptions own;
         own.backend = kernels::Backend::kDnnl;
@@ -896,16 +904,25 @@ TEST(Layouts, InstanceNormReadsPixelLayouts) {
             }
           }
       }
-  // A plain input is the vectorized kernel's (vec/normalization.cc).
-  testing::KernelOptions own;
-  own.backend = kernels::Backend::kDnnl;
-  own.incoming_layouts = {nullptr};
-  try {
-    testing::run_kernel("InstanceNormalization", {random_tensor({1, 16, 9}, 59), random_tensor({16}, 60), random_tensor({16}, 61)},
-                        {}, own);
-    ADD_FAILURE() << "took a plain input";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), ErrorKind::kUnsupported) << e.what();
+  // A plain input is the vectorized kernel's (vec/normalization.cc), and so
+  // is one in padded channel blocks (20 channels).
+  const Shape padded{1, 20, 5, 5};
+  const dnnl::memory::desc padded_md = du::blocked_desc(padded);
+  const std::pair<Shape, kernels::Layout> declined[] = {
+      {{1, 16, 9}, nullptr}, {padded, du::layout_of(padded_md, padded, DType::kFloat32)}};
+  for (const auto& [shape, layout] : declined) {
+    testing::KernelOptions own;
+    own.backend = kernels::Backend::kDnnl;
+    own.incoming_layouts = {layout};
+    Tensor storage(DType::kFloat32, Shape{static_cast<int64_t>(padded_md.get_size() / sizeof(float))});
+    // In padded blocks: a view of the padded bytes, as laid out.
+    const Tensor x = layout ? Tensor::view(DType::kFloat32, shape, storage.raw()) : random_tensor(shape, 59);
+    try {
+      testing::run_kernel("InstanceNormalization", {x, random_tensor({shape[1]}, 60), random_tensor({shape[1]}, 61)}, {}, own);
+      ADD_FAILURE() << "took " << (layout ? "padded blocks" : "a plain input");
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kUnsupported) << e.what();
+    }
   }
 }
 

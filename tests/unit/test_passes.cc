@@ -1772,7 +1772,7 @@ TEST(Passes, RmsNormLookalikesAreLeftAlone) {
 struct GroupNormGraph {
   int64_t groups = 4, length = 6;
   Shape gamma_shape{4, 1};
-  bool mul = true, add = true, read_twice = false, gamma_input = false;
+  bool mul = true, add = true, read_twice = false, gamma_input = false, add_first = false;
 };
 std::unique_ptr<ir::Graph> group_norm_graph(const GroupNormGraph& o) {
   auto g = std::make_unique<ir::Graph>();
@@ -1785,20 +1785,23 @@ std::unique_ptr<ir::Graph> group_norm_graph(const GroupNormGraph& o) {
   ir::Node* norm = g->add_node("InstanceNormalization", {grouped, g->add_constant("ones", ones), g->add_constant("zeros", zeros)}, 1);
   norm->attrs.set("epsilon", 1e-3f);
   ir::Value* y = g->add_node("Reshape", {norm->output(0), g->add_node("Shape", {x}, 1)->output(0)}, 1)->output(0);
+  const auto add_beta = [&] { y = g->add_node("Add", {y, g->add_constant("beta", ramp({4, 1}, -0.2f, 0.1f))}, 1)->output(0); };
+  if (o.add && o.add_first) add_beta();
   if (o.mul) {
     Tensor gamma(DType::kFloat32, o.gamma_shape);
     for (int64_t i = 0; i < gamma.numel(); ++i) gamma.data<float>()[i] = 0.5f + 0.25f * static_cast<float>(i);
     y = mul(*g, y, o.gamma_input ? g->add_input("gamma", DType::kFloat32, o.gamma_shape) : g->add_constant("gamma", gamma));
   }
-  if (o.add) y = g->add_node("Add", {y, g->add_constant("beta", ramp({4, 1}, -0.2f, 0.1f))}, 1)->output(0);
+  if (o.add && !o.add_first) add_beta();
   g->add_output(y);
   if (o.read_twice) g->add_output(norm->output(0));
   ir::infer_types(*g);
   return g;
 }
 
-// The first output of `g` against GroupNorm(4, 4) with the affine by hand, in double.
-void expect_group_norm_values(std::unique_ptr<ir::Graph> g, bool mul, bool add) {
+// The first output of `g` against GroupNorm(4, 4) with the affine by hand, in
+// double (gamma 0.5 + 0.25 c, or 0.5 for all with one_gamma).
+void expect_group_norm_values(std::unique_ptr<ir::Graph> g, bool mul, bool add, bool one_gamma = false) {
   Session s = Session::from_graph(std::move(g));
   Tensor x = ramp({2, 4, 6}, -2.f, 0.37f);
   for (int64_t i = 0; i < 48; i += 5) x.data<float>()[i] *= 3.f;  // uneven planes
@@ -1811,7 +1814,7 @@ void expect_group_norm_values(std::unique_ptr<ir::Graph> g, bool mul, bool add) 
     const int64_t c = p % 4;
     for (int64_t i = 0; i < 6; ++i) {
       double want = (xp[i] - mean) / std::sqrt(variance + 1e-3);
-      if (mul) want *= 0.5 + 0.25 * static_cast<double>(c);
+      if (mul) want *= one_gamma ? 0.5 : 0.5 + 0.25 * static_cast<double>(c);
       if (add) want += 0.1 * static_cast<double>(c) - 0.2;
       EXPECT_NEAR(y.data<float>()[p * 6 + i], want, 1e-5 * (1 + std::fabs(want))) << p << "," << i;
     }
@@ -1831,20 +1834,28 @@ TEST(Passes, InstanceNormTakesItsPerChannelAffine) {
       passes::optimize(*g, 2, runtime::reference_evaluator());
       ASSERT_EQ(g->nodes().size(), 1u);
       EXPECT_EQ(g->nodes()[0]->op_type, "InstanceNormalization");
-      if (gamma_shape == Shape{1}) {  // one gamma in all: 0.5
-        auto plain = group_norm_graph(o);
-        Session s = Session::from_graph(std::move(plain));
-        Tensor x = ramp({2, 4, 6}, -2.f, 0.37f);
-        const Tensor y = s.run({{"x", x}})[0];
-        double mean = 0, variance = 0;
-        for (int64_t i = 0; i < 6; ++i) mean += x.data<float>()[i] / 6.0;
-        for (int64_t i = 0; i < 6; ++i) variance += std::pow(x.data<float>()[i] - mean, 2) / 6.0;
-        const double want = (x.data<float>()[0] - mean) / std::sqrt(variance + 1e-3) * (with_mul ? 0.5 : 1.0) - (with_add ? 0.2 : 0.0);
-        EXPECT_NEAR(y.data<float>()[0], want, 1e-5 * (1 + std::fabs(want)));
-        continue;
-      }
-      expect_group_norm_values(group_norm_graph(o), with_mul, with_add);
+      expect_group_norm_values(group_norm_graph(o), with_mul, with_add, gamma_shape == Shape{1});
     }
+  // The Add before the Mul: both fold, over two rounds, into (x_n + beta) * gamma.
+  GroupNormGraph add_first;
+  add_first.add_first = true;
+  auto g = group_norm_graph(add_first);
+  passes::optimize(*g, 2, runtime::reference_evaluator());
+  ASSERT_EQ(g->nodes().size(), 1u);
+  Session s = Session::from_graph(group_norm_graph(add_first));
+  const Tensor x = ramp({2, 4, 6}, -2.f, 0.37f);
+  const Tensor y = s.run({{"x", x}})[0];
+  for (int64_t p = 0; p < 8; ++p) {
+    const float* xp = x.data<float>() + p * 6;
+    double mean = 0, variance = 0;
+    for (int64_t i = 0; i < 6; ++i) mean += xp[i] / 6.0;
+    for (int64_t i = 0; i < 6; ++i) variance += (xp[i] - mean) * (xp[i] - mean) / 6.0;
+    const double c = static_cast<double>(p % 4);
+    for (int64_t i = 0; i < 6; ++i) {
+      const double want = ((xp[i] - mean) / std::sqrt(variance + 1e-3) + 0.1 * c - 0.2) * (0.5 + 0.25 * c);
+      EXPECT_NEAR(y.data<float>()[p * 6 + i], want, 1e-5 * (1 + std::fabs(want))) << p << "," << i;
+    }
+  }
 }
 
 TEST(Passes, InstanceNormAffineLookalikesStay) {
@@ -1866,6 +1877,13 @@ TEST(Passes, InstanceNormAffineLookalikesStay) {
     passes::optimize(*h, 2, runtime::reference_evaluator());
     EXPECT_EQ(count_ops(*h, "Mul"), 1u) << "gamma rank " << per_position.size();
   }
+  // gamma of one value per batch item ([2, 1, 1]): the Mul stays.
+  GroupNormGraph per_item;
+  per_item.gamma_shape = {2, 1, 1};
+  per_item.add = false;
+  auto items = group_norm_graph(per_item);
+  passes::optimize(*items, 2, runtime::reference_evaluator());
+  EXPECT_EQ(count_ops(*items, "Mul"), 1u);
   // gamma from the graph's inputs, not a constant: the Mul stays, the Add after it too.
   GroupNormGraph input;
   input.gamma_input = true;

@@ -111,7 +111,7 @@ double reduce_double(Reduction kind, const float* x, int64_t n) {
       case Reduction::kSum: case Reduction::kMean: acc += v; break;
       case Reduction::kMax: acc = (v > acc || std::isnan(v)) && !std::isnan(acc) ? v : acc; break;
       case Reduction::kMin: acc = (v < acc || std::isnan(v)) && !std::isnan(acc) ? v : acc; break;
-      case Reduction::kSumSquare: case Reduction::kL2: acc += v * v; break;
+      case Reduction::kSumSquare: case Reduction::kL2: case Reduction::kSquaredDeviation: acc += v * v; break;  // from 0
       case Reduction::kL1: acc += std::abs(v); break;
       case Reduction::kLogSumExp: acc += std::exp(v - shift); break;
     }
@@ -124,7 +124,8 @@ double reduce_double(Reduction kind, const float* x, int64_t n) {
 
 TEST(VecKernels, RowReductionsMatchDoublePrecision) {
   const Reduction kinds[] = {Reduction::kSum, Reduction::kMean, Reduction::kMax, Reduction::kMin,
-                             Reduction::kSumSquare, Reduction::kL1, Reduction::kL2, Reduction::kLogSumExp};
+                             Reduction::kSumSquare, Reduction::kL1, Reduction::kL2, Reduction::kLogSumExp,
+                             Reduction::kSquaredDeviation};
   for (VectorIsa isa : supported_vector_isas()) {
     SCOPED_TRACE(vector_isa_name(isa));
     const VecKernels& k = kernels::vec::vec_kernels_for(isa);
@@ -244,6 +245,39 @@ TEST(VecKernels, ColumnFoldsMatchDoublePrecision) {
                              std::to_string(rows) + " column " + std::to_string(j));
           }
         }
+      }
+  }
+}
+
+// sum_columns' squared deviations from each column's shift (a variance's
+// second pass, the shift the column's mean rounded to float): values of mean
+// 100 and spread 1, and a constant column (deviations of exactly 0), against
+// the sum in double; narrow rows (under a vector) and wide, runs of 64 rows
+// and more.
+TEST(VecKernels, ColumnSquaredDeviationsMatchDoublePrecision) {
+  for (VectorIsa isa : supported_vector_isas()) {
+    SCOPED_TRACE(vector_isa_name(isa));
+    const VecKernels& k = kernels::vec::vec_kernels_for(isa);
+    for (int64_t n : {3, 16, 67, 300})
+      for (int64_t rows : {1, 64, 131}) {
+        const int64_t ld = n + 1;
+        std::vector<float> x = normal_values(static_cast<size_t>(rows * ld), static_cast<uint32_t>(n * rows), 1.f);
+        for (float& v : x) v += 100.f;
+        for (int64_t r = 0; r < rows; ++r) x[r * ld + 1] = 42.5f;  // column 1: constant
+        std::vector<float> shift(static_cast<size_t>(n));
+        std::vector<double> acc(shift.size(), 0.0);
+        for (int64_t j = 0; j < n; ++j) {
+          double mean = 0;
+          for (int64_t r = 0; r < rows; ++r) mean += x[r * ld + j];
+          shift[j] = static_cast<float>(mean / static_cast<double>(rows));
+        }
+        k.sum_columns(Reduction::kSquaredDeviation, x.data(), rows, ld, n, shift.data(), acc.data());
+        for (int64_t j = 0; j < n; ++j) {
+          double want = 0;
+          for (int64_t r = 0; r < rows; ++r) want += std::pow(static_cast<double>(x[r * ld + j]) - shift[j], 2);
+          EXPECT_NEAR(acc[j], want, 2e-5 * (1 + want)) << "n " << n << " rows " << rows << " column " << j;
+        }
+        EXPECT_EQ(acc[1], 0.0) << "n " << n << " rows " << rows;
       }
   }
 }

@@ -391,7 +391,10 @@ class DnnlConv : public DnnlConvBase {
     const Tensor* sum = has_sum_ ? &ctx.in(3) : nullptr;
     if (conv_gemm_ || winograd_) run_on_anvil(ctx, sum);
     else execute(ctx, sum);
-    if (swish_apart_) swish_output(ctx);
+    if (swish_apart_) {
+      du::stream().wait();  // run_on_anvil's last staging reorder, if any, has written
+      swish_output(ctx);
+    }
   }
 
  private:
@@ -707,17 +710,10 @@ dnnl::convolution_forward::primitive_desc conv_depthwise_pd(const ir::Attributes
   return dnnl::convolution_forward::primitive_desc(desc, attr, du::engine());
 }
 
-// Whether oneDNN 2.6.3's one-pass kernel (jit_1x1 on AVX-512) computes the
-// node right in NHWC: with the depthwise at stride 1 it does not (24 -> 144
-// channels at 56 x 56, MobileNetV2's and EfficientNet's second block: off by
-// the output's scale, or garbage; tests/unit/test_conv_depthwise.cc), while
-// in nChw16c it does, so there the activations take the channel blocks.
-bool nhwc_fuses_correctly(const ir::Attributes& attrs) { return attrs.get_int("stride", 1) == 2; }
-
 // Whether oneDNN's pd computes the 1x1 and the depthwise in one pass on
 // AVX-512 (jit_1x1's fused kernel). MobileNetV2's first expansion (16 -> 96
 // channels at 112x112, then the depthwise at stride 2), Intel Xeon, one
-// thread: 0.34 ms fused in NHWC (0.37 in nChw16c), 0.58 as brgconv_1x1 then
+// thread: 0.34 ms fused in NHWC (0.37 in nChw16c, which it now takes), 0.58 as brgconv_1x1 then
 // brdgmm_dw, 0.59 in the model with jit_dw. With AVX2 (the same Xeon capped)
 // jit_1x1:avx2's fused kernel took 0.81 ms against 0.74 apart, and at two
 // threads oneDNN offers only ref_fused_convolution.
@@ -752,15 +748,14 @@ class DnnlConvDepthwise : public DnnlConvBase {
       auto make_pd = [&](memory::format_tag layout) {
         return conv_depthwise_pd(ctx.attrs(), x, w, has_bias, has_dw_bias, layout);
       };
-      // In NHWC where the input arrives so (brgconv's layout on AVX-512):
-      // with the activations in `any`, oneDNN's fused kernel takes nChw16c.
-      std::optional<dnnl::convolution_forward::primitive_desc> pd;
-      const memory::desc nhwc(du::dims(x), memory::data_type::f32, memory::format_tag::nhwc);
-      if (nhwc_fuses_correctly(ctx.attrs()) && du::blocked_layouts_allowed() &&
-          same_layout(ctx.incoming_layout(0), du::layout_of(nhwc, x, DType::kFloat32)))
-        pd = pd_if_any([&] { return make_pd(memory::format_tag::nhwc); });
-      if (!pd || !fuses_in_one_pass(*pd))
-        pd = make_pd(du::blocked_layouts_allowed() ? memory::format_tag::any : memory::format_tag::nchw);
+      // The activations in `any`: oneDNN's one-pass kernel takes nChw16c. In
+      // NHWC, where brgconv leaves them on AVX-512, oneDNN 2.6.3's one-pass
+      // kernel computed wrong values from 56 x 56 planes up at either
+      // stride (EfficientNet-B0's 24 -> 144 at stride 1, and at stride 2
+      // with a convolution before it: off by up to a ReLU6's 6, or garbage;
+      // tests/unit/test_conv_depthwise.cc), so an NHWC input is reordered.
+      std::optional<dnnl::convolution_forward::primitive_desc> pd =
+          make_pd(du::blocked_layouts_allowed() ? memory::format_tag::any : memory::format_tag::nchw);
       const memory::dims dst_dims = pd->dst_desc().dims();
       ANVIL_PREPARE_CHECK(ctx, Shape(dst_dims.begin(), dst_dims.end()) == y,
                           ErrorKind::kUnsupported, "oneDNN's depthwise post-op does not give the output {}",
@@ -873,10 +868,10 @@ bool conv_depthwise_fusion_pays(const ir::Node& fused, int threads) {
   // AMD EPYC Zen 4, 0.96 of its time with its two expansions left apart.
   for (const char* prefix : {"", "depthwise_"})
     if (fused.attrs.get_string(std::string(prefix) + "activation", "") == "Swish") return false;
-  // At stride 1 the one-pass kernel takes channel blocks only
-  // (nhwc_fuses_correctly), and the reorders from and to the NHWC around it
-  // cost more than the fusion saves: MobileNetV2's 24 -> 144 at 56 x 56,
-  // one thread, Zen 4: 0.54 ms with them, 0.49 apart (brgconv_1x1, jit_dw).
+  // At stride 1 the reorders from and to the NHWC around the one-pass
+  // kernel's channel blocks cost more than the fusion saves: MobileNetV2's
+  // 24 -> 144 at 56 x 56, one thread, Zen 4: 0.54 ms with them, 0.49 apart
+  // (brgconv_1x1, jit_dw). At stride 2 MobileNetV2 ran level either way.
   if (fused.attrs.get_int("stride", 1) == 1) return false;
   // oneDNN picks its kernels for the OpenMP team size in force.
   struct TeamSize {
@@ -885,14 +880,11 @@ bool conv_depthwise_fusion_pays(const ir::Node& fused, int threads) {
     ~TeamSize() { omp_set_num_threads(saved); }
   } team(threads);
   bool pays = false;
-  for (memory::format_tag layout : {memory::format_tag::nhwc, memory::format_tag::any}) {
-    if (layout == memory::format_tag::nhwc && !nhwc_fuses_correctly(fused.attrs)) continue;
-    try {
-      pays = pays || fuses_in_one_pass(conv_depthwise_pd(fused.attrs, x, w, fused.input(2) != nullptr,
-                                                         fused.input(4) != nullptr, layout));
-    } catch (const std::exception&) {
-      // no such primitive in this layout, or an activation without a post-op
-    }
+  try {
+    pays = fuses_in_one_pass(conv_depthwise_pd(fused.attrs, x, w, fused.input(2) != nullptr, fused.input(4) != nullptr,
+                                               memory::format_tag::any));
+  } catch (const std::exception&) {
+    // no such primitive, or an activation without a post-op
   }
   return pays;
 }

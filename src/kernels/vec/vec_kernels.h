@@ -17,8 +17,9 @@
 
 namespace anvil::kernels::vec {
 
-// kSquaredDeviation, sum_columns' only: the squares of x - shift[j] (the
-// second pass of a variance about the columns' means).
+// kSquaredDeviation: in sum_columns the squares of x - shift[j] (the second
+// pass of a variance about the columns' means); reduce_rows, which takes no
+// shift, reads it as kSumSquare.
 enum class Reduction { kSum, kMean, kMax, kMin, kSumSquare, kL1, kL2, kLogSumExp, kSquaredDeviation };
 
 // The most columns sum_columns and extreme_columns take at once: their runs

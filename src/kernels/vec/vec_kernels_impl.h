@@ -281,7 +281,9 @@ T column_term(T v, T shift) {
 template <Reduction K>
 bool float_sum_holds(float sum) {
   if (!__builtin_isfinite(sum)) return false;
-  return (K != Reduction::kSumSquare && K != Reduction::kSquaredDeviation) || sum >= 0x1p-60f;
+  // (Squared deviations feed a variance that an epsilon follows: lost tiny
+  // squares do not matter there, and a constant column sums to exactly 0.)
+  return K != Reduction::kSumSquare || sum >= 0x1p-60f;
 }
 
 // The sum of a row's terms, in float over blocks of kSumBlock values (four
