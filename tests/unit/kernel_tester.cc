@@ -1,6 +1,7 @@
 #include "kernel_tester.h"
 
 #include <cmath>
+#include <cstring>
 #include <memory>
 #include <cstdlib>
 #include <random>
@@ -68,14 +69,19 @@ KernelResult run_kernel_full(const std::string& op, const std::vector<Tensor>& i
   result.types = out_types;
   for (size_t i = 0; i < inputs.size(); ++i) result.input_layouts.push_back(kernel->input_layout(i));
   // Kernels that allocate their outputs (data-sized, strings) get empty
-  // tensors, as in the executor; a padded layout gets its padded bytes (zeroed).
+  // tensors, as in the executor. A padded layout gets its padded bytes,
+  // filled with NaN bytes as the executor fills outputs under ANVIL_VERIFY,
+  // so that padding a kernel leaves unwritten shows (it must hold zeros).
   for (const auto& ot : out_types) {
-    const size_t bytes = kernels::type_bytes(ot);
     if (kernel->allocates_outputs()) {
       result.outputs.emplace_back();
-    } else if (bytes > shape_nbytes(ot.shape, ot.dtype)) {
-      std::shared_ptr<unsigned char> owner(new unsigned char[bytes](), std::default_delete<unsigned char[]>());
-      result.outputs.push_back(Tensor::adopt(ot.dtype, ot.shape, owner, owner.get()));
+      continue;
+    }
+    const size_t bytes = kernels::type_bytes(ot);
+    if (bytes > shape_nbytes(ot.shape, ot.dtype)) {
+      auto storage = std::make_shared<Tensor>(DType::kUInt8, Shape{static_cast<int64_t>(bytes)});
+      std::memset(storage->raw(), 0xff, bytes);
+      result.outputs.push_back(Tensor::adopt(ot.dtype, ot.shape, storage, storage->raw()));
     } else {
       result.outputs.emplace_back(ot.dtype, ot.shape);
     }

@@ -12,6 +12,7 @@
 #include "core/vector_isa.h"
 #include "ir/builder.h"
 #include "kernel_tester.h"
+#include "kernels/dnnl/common.h"
 #include "kernels/fusion_advice.h"
 #include "passes/pipeline.h"
 #include "runtime/constant_evaluator.h"
@@ -129,8 +130,9 @@ TEST(FusedConvDepthwise, MatchesTheConvolutionsAfterAnNhwcConvolution) {
   const Case cases[] = {
       {1, 24, 144, 56, 56, 1, true, true, true},       {1, 16, 96, 30, 30, 2, true, true, true},
       {1, 24, 144, 56, 56, 1, true, true, true, true}, {1, 16, 96, 30, 30, 2, true, true, true, true},
-      // MobileNetV2's stride-2 expansions after its first block
+      // MobileNetV2's stride-2 expansions (after its first block, and its first)
       {1, 24, 144, 56, 56, 2, true, true, true},       {1, 32, 192, 28, 28, 2, true, true, true},
+      {1, 16, 96, 112, 112, 2, true, true, true},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(::testing::Message() << c.cin << "->" << c.cout << " at " << c.h << "x" << c.w << " stride "
@@ -158,6 +160,37 @@ TEST(FusedConvDepthwise, MatchesTheConvolutionsAfterAnNhwcConvolution) {
     ASSERT_EQ(got.shape(), want.shape());
     // Sums of 72 products, then of 24 or 16 and 9 more, of terms of a few units.
     EXPECT_LT(testing::max_abs_diff(got, want), 2e-4f);
+  }
+}
+
+// The kernel takes its input in channel blocks where NHWC arrives (a plan
+// reorders it), and on AVX-512 still runs oneDNN's one-pass kernel: the
+// shapes whose NHWC it computed wrongly, at both strides.
+TEST(FusedConvDepthwise, DoesNotReadNhwc) {
+  namespace du = kernels::dnnl_util;
+  struct OneThread {
+    int saved = omp_get_max_threads();
+    OneThread() { omp_set_num_threads(1); }
+    ~OneThread() { omp_set_num_threads(saved); }
+  } one_thread;
+  const Case cases[] = {{1, 24, 144, 56, 56, 1, true, true, true}, {1, 24, 144, 56, 56, 2, true, true, true},
+                        {1, 16, 96, 112, 112, 2, true, true, true}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(::testing::Message() << c.cin << "->" << c.cout << " at " << c.h << " stride " << c.stride);
+    const Shape xs{1, c.cin, c.h, c.w};
+    testing::KernelOptions o;
+    o.backend = kernels::Backend::kDnnl;
+    o.domain = "anvil";
+    o.opset = 1;
+    o.constant_inputs = {false, true, true, true, true};
+    const kernels::Layout nhwc = du::layout_of(du::nhwc_desc(xs), xs, DType::kFloat32);
+    o.incoming_layouts = {nhwc};
+    const testing::KernelResult r = testing::run_kernel_full(
+        "FusedConvDepthwise", {random_f32(xs, 1), random_f32({c.cout, c.cin, 1, 1}, 2), random_f32({c.cout}, 3),
+                               random_f32({c.cout, 1, 3, 3}, 4), random_f32({c.cout}, 5)},
+        fused_attrs(c), o);
+    EXPECT_FALSE(kernels::same_layout(r.input_layouts[0], nhwc)) << r.impl;
+    if (vector_isa() == VectorIsa::kAvx512) EXPECT_EQ(r.impl.rfind("dnnl:jit_1x1:avx512", 0), 0u) << r.impl;
   }
 }
 

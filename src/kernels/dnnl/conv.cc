@@ -391,10 +391,7 @@ class DnnlConv : public DnnlConvBase {
     const Tensor* sum = has_sum_ ? &ctx.in(3) : nullptr;
     if (conv_gemm_ || winograd_) run_on_anvil(ctx, sum);
     else execute(ctx, sum);
-    if (swish_apart_) {
-      du::stream().wait();  // run_on_anvil's last staging reorder, if any, has written
-      swish_output(ctx);
-    }
+    if (swish_apart_) swish_output(ctx);
   }
 
  private:
@@ -651,6 +648,7 @@ class DnnlConv : public DnnlConvBase {
       vec::conv_gemm(vec::vec_kernels().gemm, args);
     }
     io_.dst.finish(dst, ctx.out(0).raw());
+    du::stream().wait();  // as execute(): the output is whole when run() returns
   }
 
   // y = y * sigmoid(alpha * y) over the whole output, padding included
@@ -713,7 +711,7 @@ dnnl::convolution_forward::primitive_desc conv_depthwise_pd(const ir::Attributes
 // Whether oneDNN's pd computes the 1x1 and the depthwise in one pass on
 // AVX-512 (jit_1x1's fused kernel). MobileNetV2's first expansion (16 -> 96
 // channels at 112x112, then the depthwise at stride 2), Intel Xeon, one
-// thread: 0.34 ms fused in NHWC (0.37 in nChw16c, which it now takes), 0.58 as brgconv_1x1 then
+// thread: 0.34 ms fused in NHWC (0.37 in nChw16c, now taken), 0.58 as brgconv_1x1 then
 // brdgmm_dw, 0.59 in the model with jit_dw. With AVX2 (the same Xeon capped)
 // jit_1x1:avx2's fused kernel took 0.81 ms against 0.74 apart, and at two
 // threads oneDNN offers only ref_fused_convolution.
@@ -756,6 +754,9 @@ class DnnlConvDepthwise : public DnnlConvBase {
       // tests/unit/test_conv_depthwise.cc), so an NHWC input is reordered.
       std::optional<dnnl::convolution_forward::primitive_desc> pd =
           make_pd(du::blocked_layouts_allowed() ? memory::format_tag::any : memory::format_tag::nchw);
+      const memory::desc nhwc(du::dims(x), memory::data_type::f32, memory::format_tag::nhwc);
+      ANVIL_PREPARE_CHECK(ctx, !fuses_in_one_pass(*pd) || pd->src_desc() != nhwc, ErrorKind::kUnsupported,
+                          "oneDNN's one-pass kernel would read NHWC, where it computes wrong values");
       const memory::dims dst_dims = pd->dst_desc().dims();
       ANVIL_PREPARE_CHECK(ctx, Shape(dst_dims.begin(), dst_dims.end()) == y,
                           ErrorKind::kUnsupported, "oneDNN's depthwise post-op does not give the output {}",
