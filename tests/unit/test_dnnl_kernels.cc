@@ -9,6 +9,7 @@
 #include "core/vector_isa.h"
 #include "kernel_tester.h"
 #include "kernels/dnnl/common.h"
+#include "relaid.h"
 
 namespace anvil::testing {
 namespace {
@@ -129,14 +130,6 @@ TEST(DnnlFusedConv, ResidualAndRelu) {
     Tensor got = run_kernel("FusedConv", in, a, o)[0];
     EXPECT_LE(max_abs_diff(got, expected), 1e-4f) << (backend == Backend::kDnnl ? "dnnl" : "ref");
   }
-}
-
-// A float32 tensor laid out as `from` (its padded bytes), relaid to `to`.
-Tensor relaid(const Tensor& x, const dnnl::memory::desc& from, const dnnl::memory::desc& to) {
-  kernels::dnnl_util::PackedWeights p = kernels::dnnl_util::pack(from, x.raw(), to);
-  Tensor y(DType::kFloat32, x.shape());
-  std::memcpy(y.raw(), p.storage.raw(), y.nbytes());
-  return y;
 }
 
 // FusedConv with a Swish runs the convolution, then the Swish over its output

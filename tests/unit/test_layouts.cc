@@ -20,6 +20,7 @@
 #include "ir/graph.h"
 #include "kernel_tester.h"
 #include "kernels/dnnl/common.h"
+#include "relaid.h"
 
 namespace anvil {
 namespace {
@@ -653,13 +654,7 @@ TEST(Layouts, NhwcKernelsMatchTheReferenceKernels) {
   }
 }
 
-// `x` (plain) as laid out by `md`, and back.
-Tensor relaid(const Tensor& x, const dnnl::memory::desc& from, const dnnl::memory::desc& to) {
-  kernels::dnnl_util::PackedWeights p = kernels::dnnl_util::pack(from, x.raw(), to);
-  Tensor y(DType::kFloat32, x.shape());
-  std::memcpy(y.raw(), p.storage.raw(), y.nbytes());
-  return y;
-}
+using testing::relaid;
 
 // DepthToSpace reading pixel layouts (pixels:depth_to_space): NHWC and the
 // ISA's channel blocks; DCR and CRD; output channels that fill the blocks

@@ -1787,11 +1787,9 @@ std::unique_ptr<ir::Graph> group_norm_graph(const GroupNormGraph& o) {
   ir::Value* y = g->add_node("Reshape", {norm->output(0), g->add_node("Shape", {x}, 1)->output(0)}, 1)->output(0);
   const auto add_beta = [&] { y = g->add_node("Add", {y, g->add_constant("beta", ramp({4, 1}, -0.2f, 0.1f))}, 1)->output(0); };
   if (o.add && o.add_first) add_beta();
-  if (o.mul) {
-    Tensor gamma(DType::kFloat32, o.gamma_shape);
-    for (int64_t i = 0; i < gamma.numel(); ++i) gamma.data<float>()[i] = 0.5f + 0.25f * static_cast<float>(i);
-    y = mul(*g, y, o.gamma_input ? g->add_input("gamma", DType::kFloat32, o.gamma_shape) : g->add_constant("gamma", gamma));
-  }
+  if (o.mul)
+    y = mul(*g, y, o.gamma_input ? g->add_input("gamma", DType::kFloat32, o.gamma_shape)
+                                 : g->add_constant("gamma", ramp(o.gamma_shape, 0.5f, 0.25f)));
   if (o.add && !o.add_first) add_beta();
   g->add_output(y);
   if (o.read_twice) g->add_output(norm->output(0));
