@@ -10,7 +10,6 @@
 // channels both are identities, which simplify_reshapes removes (hence a
 // late pass). With fewer groups the Reshape back stays between the
 // normalization and the Mul, the pattern does not match, and both stay.
-#include <algorithm>
 #include <optional>
 #include <vector>
 
@@ -42,13 +41,10 @@ bool has_channels(const ir::Value* v, int64_t channels) {
   return is_float_constant(v) && v->constant->rank() == 1 && v->constant->numel() == channels;
 }
 
-// `v`'s only consumer when it is a live default-domain `op` node, else nullptr.
+// `v`'s only consumer (pass.h's single_consumer) when it is an `op` node, else nullptr.
 ir::Node* only_consumer_op(const ir::Graph& graph, const ir::Value* v, const char* op) {
-  if (!v || !used_once(graph, v)) return nullptr;
-  for (const auto& ptr : graph.nodes())
-    if (is_op(ptr.get(), op) && std::find(ptr->inputs.begin(), ptr->inputs.end(), v) != ptr->inputs.end())
-      return ptr.get();
-  return nullptr;
+  ir::Node* next = v ? single_consumer(graph, v) : nullptr;
+  return is_op(next, op) ? next : nullptr;
 }
 
 class FoldInstanceNormAffine : public Pass {

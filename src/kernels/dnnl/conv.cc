@@ -752,21 +752,21 @@ class DnnlConvDepthwise : public DnnlConvBase {
       // stride (EfficientNet-B0's 24 -> 144 at stride 1, and at stride 2
       // with a convolution before it: off by up to a ReLU6's 6, or garbage;
       // tests/unit/test_conv_depthwise.cc), so an NHWC input is reordered.
-      std::optional<dnnl::convolution_forward::primitive_desc> pd =
+      const dnnl::convolution_forward::primitive_desc pd =
           make_pd(du::blocked_layouts_allowed() ? memory::format_tag::any : memory::format_tag::nchw);
       const memory::desc nhwc(du::dims(x), memory::data_type::f32, memory::format_tag::nhwc);
-      ANVIL_PREPARE_CHECK(ctx, !fuses_in_one_pass(*pd) || pd->src_desc() != nhwc, ErrorKind::kUnsupported,
+      ANVIL_PREPARE_CHECK(ctx, !fuses_in_one_pass(pd) || pd.src_desc() != nhwc, ErrorKind::kUnsupported,
                           "oneDNN's one-pass kernel would read NHWC, where it computes wrong values");
-      const memory::dims dst_dims = pd->dst_desc().dims();
+      const memory::dims dst_dims = pd.dst_desc().dims();
       ANVIL_PREPARE_CHECK(ctx, Shape(dst_dims.begin(), dst_dims.end()) == y,
                           ErrorKind::kUnsupported, "oneDNN's depthwise post-op does not give the output {}",
                           shape_str(y));
-      primitive_ = dnnl::convolution_forward(*pd);
-      scratchpad_md_ = pd->scratchpad_desc();
-      finish_prepare(ctx, *pd, du::plain_desc(w, DType::kFloat32));
+      primitive_ = dnnl::convolution_forward(pd);
+      scratchpad_md_ = pd.scratchpad_desc();
+      finish_prepare(ctx, pd, du::plain_desc(w, DType::kFloat32));
       const Shape& w_dw = ctx.input_shape(3);  // [C, 1, 3, 3]: oneDNN's grouped [G, O, I, KH, KW]
       const memory::desc dw_packed =
-          pd->query_md(dnnl::query::exec_arg_md, DNNL_ARG_ATTR_POST_OP_DW | DNNL_ARG_WEIGHTS);
+          pd.query_md(dnnl::query::exec_arg_md, DNNL_ARG_ATTR_POST_OP_DW | DNNL_ARG_WEIGHTS);
       dw_weights_ = du::pack_shared(ctx, *ctx.constant(3),
                                     du::plain_desc({w_dw[0], 1, 1, w_dw[2], w_dw[3]}, DType::kFloat32), dw_packed);
       if (has_dw_bias) dw_bias_desc_ = du::plain_desc(ctx.input_shape(4), DType::kFloat32);
