@@ -8,8 +8,8 @@ folder holds the inputs and the reference outputs:
 
     <cache>/<name>/<name>.onnx
     <cache>/<name>/case_<k>/<input name>.npy      inputs of case k
-    <cache>/<name>/case_<k>/expected/torch.npy    PyTorch eval-mode output
-    <cache>/<name>/case_<k>/expected/ort.npy      ONNX Runtime output
+    <cache>/<name>/case_<k>/expected/torch.npy    PyTorch eval-mode output (the first)
+    <cache>/<name>/case_<k>/expected/ort.npy      ONNX Runtime output (the first)
     <cache>/<name>/meta.json                      recipe stamp, shapes, timings
 
 The folder is rebuilt when the recipe changes (RECIPE_VERSION); writes are
@@ -40,6 +40,13 @@ Models:
   hf_gpt2  Hugging Face's GPT2Model (2 layers, hidden 64, 4 heads, vocab
         1000): Conv1D products as Gemm between views, a causal mask sliced
         by key_length - query_length, the scores cast to their own type.
+  hf_gpt2_step  Hugging Face's GPT2LMHeadModel (the same sizes) taking one
+        decoding step with a cache of past keys and values: inputs input_ids
+        [batch, 1] and past_<layer>_k / _v [batch, 4, past, 16]; outputs the
+        logits [batch, 1, 1000], then each layer's present key and value
+        (the past with the step's own appended). The cases' second number is
+        the past's length. Products of one row, a Concat of the past with the
+        step's keys before the scores.
   hf_distilbert  Hugging Face's DistilBertModel (2 layers, hidden 64, 4
         heads, vocab 1000): queries scaled before the product, padding by
         masked_fill(Expand(mask == 0, scores' shape), finfo.min).
@@ -90,6 +97,7 @@ SHAPES = {
     # Exports of Hugging Face's and torchvision's own modules.
     "hf_bert": [(1, 7), (2, 16), (1, 64)],
     "hf_gpt2": [(1, 5), (3, 12), (2, 32)],
+    "hf_gpt2_step": [(1, 5), (3, 12), (2, 31)],  # (batch, past length)
     "hf_distilbert": [(1, 7), (2, 16), (1, 64)],
     "hf_bart": [(1, 7), (2, 16), (1, 64)],
     "hf_clip": [(1, 7), (2, 16), (1, 64)],
@@ -315,6 +323,36 @@ def _hf_gpt2():
     return _last_hidden_state(transformers.GPT2Model(config), with_mask=False)
 
 
+HF_STEP_LAYERS, HF_STEP_HEADS, HF_STEP_HEAD_DIM = 2, 4, 16
+
+
+def _hf_gpt2_step():
+    import torch.nn as nn
+    import transformers
+
+    config = transformers.GPT2Config(vocab_size=1000, n_positions=128, n_embd=HF_STEP_HEADS * HF_STEP_HEAD_DIM,
+                                     n_layer=HF_STEP_LAYERS, n_head=HF_STEP_HEADS, use_cache=True)
+    model = transformers.GPT2LMHeadModel(config)
+
+    class Step(nn.Module):
+        """One decoding step: the logits, then every layer's present key and value."""
+
+        def __init__(self):
+            super().__init__()
+            self.model = model
+
+        def forward(self, input_ids, *past):
+            pairs = tuple((past[2 * i], past[2 * i + 1]) for i in range(HF_STEP_LAYERS))
+            out = self.model(input_ids=input_ids, past_key_values=pairs, use_cache=True)
+            return (out.logits, *(t for pair in out.past_key_values for t in pair))
+
+    return Step()
+
+
+def _past_names(kind: str) -> list:
+    return [f"{kind}_{layer}_{half}" for layer in range(HF_STEP_LAYERS) for half in "kv"]
+
+
 def _hf_distilbert():
     import transformers
 
@@ -348,24 +386,35 @@ def _vit():
 
 
 BUILDERS = {"bert": _bert, "gpt2": _gpt2, "loop": _loop, "if": _if, "lstm": _lstm, "gru": _gru, "hf_bert": _hf_bert,
-            "hf_gpt2": _hf_gpt2, "hf_distilbert": _hf_distilbert, "hf_bart": _hf_bart,
+            "hf_gpt2": _hf_gpt2, "hf_gpt2_step": _hf_gpt2_step, "hf_distilbert": _hf_distilbert, "hf_bart": _hf_bart,
             "hf_clip": _hf_clip, "vit": _vit}
 INPUTS = {"bert": ["input_ids", "attention_mask"], "gpt2": ["input_ids"], "loop": ["x", "steps"], "if": ["x"],
           "lstm": ["features"], "gru": ["x"], "hf_bert": ["input_ids", "attention_mask"], "hf_gpt2": ["input_ids"],
-          "hf_distilbert": ["input_ids", "attention_mask"], "hf_bart": ["input_ids", "attention_mask"],
+          "hf_gpt2_step": ["input_ids"] + _past_names("past"), "hf_distilbert": ["input_ids", "attention_mask"], "hf_bart": ["input_ids", "attention_mask"],
           "hf_clip": ["input_ids", "attention_mask"], "vit": ["x"]}
 OUTPUTS = {"bert": ["last_hidden_state"], "gpt2": ["logits"], "loop": ["y"], "if": ["y"], "lstm": ["scores"],
            "gru": ["tags"], "hf_bert": ["last_hidden_state"], "hf_gpt2": ["last_hidden_state"],
-           "hf_distilbert": ["last_hidden_state"], "hf_bart": ["last_hidden_state"],
+           "hf_gpt2_step": ["logits"] + _past_names("present"), "hf_distilbert": ["last_hidden_state"], "hf_bart": ["last_hidden_state"],
            "hf_clip": ["last_hidden_state"], "vit": ["scores"]}
-VOCAB = {"bert": 30522, "gpt2": 1000, "hf_bert": 1000, "hf_gpt2": 1000, "hf_distilbert": 1000, "hf_bart": 1000,
+VOCAB = {"bert": 30522, "gpt2": 1000, "hf_bert": 1000, "hf_gpt2": 1000, "hf_gpt2_step": 1000, "hf_distilbert": 1000, "hf_bart": 1000,
          "hf_clip": 1000}
-# Dynamic axes per input and output name.
+# Dynamic axes of every input and output, or per name (a dict of dicts).
 AXES = {"bert": {0: "batch", 1: "sequence"}, "gpt2": {0: "batch", 1: "sequence"}, "loop": {0: "batch"},
         "if": {0: "batch"}, "lstm": {0: "sequence", 1: "batch"}, "gru": {0: "batch", 1: "sequence"},
         "hf_bert": {0: "batch", 1: "sequence"}, "hf_gpt2": {0: "batch", 1: "sequence"},
         "hf_distilbert": {0: "batch", 1: "sequence"}, "hf_bart": {0: "batch", 1: "sequence"},
-        "hf_clip": {0: "batch", 1: "sequence"}, "vit": {0: "batch"}}
+        "hf_clip": {0: "batch", 1: "sequence"}, "vit": {0: "batch"},
+        "hf_gpt2_step": {"input_ids": {0: "batch"}, "logits": {0: "batch"},
+                         **{n: {0: "batch", 2: "past"} for n in _past_names("past")},
+                         **{n: {0: "batch", 2: "present"} for n in _past_names("present")}}}
+
+
+def dynamic_axes(name: str) -> dict:
+    """torch.onnx.export's dynamic_axes for the model's inputs and outputs."""
+    axes = AXES[name]
+    if all(isinstance(v, dict) for v in axes.values()):
+        return axes
+    return {n: axes for n in INPUTS[name] + OUTPUTS[name] if n != "steps"}
 # Multi-head attention nodes `anvil optimize` must make of each (one per layer).
 ATTENTION_LAYERS = {"bert": 12, "gpt2": 4, "hf_bert": 2, "hf_gpt2": 2, "hf_distilbert": 2, "hf_bart": 2, "hf_clip": 2,
                     "vit": 2}
@@ -383,6 +432,10 @@ def make_inputs(name: str, batch: int, seq: int, rng: np.random.Generator) -> di
     if name == "if":
         x = np.abs(rng.standard_normal((batch, 8), dtype=np.float32)) * seq  # seq gives the sign of the sum
         return {"x": x}
+    if name == "hf_gpt2_step":
+        ids = rng.integers(0, VOCAB[name], size=(batch, 1), dtype=np.int64)
+        shape = (batch, HF_STEP_HEADS, seq, HF_STEP_HEAD_DIM)
+        return {"input_ids": ids, **{n: rng.standard_normal(shape, dtype=np.float32) for n in _past_names("past")}}
     ids = rng.integers(0, VOCAB[name], size=(batch, seq), dtype=np.int64)
     if name in ("gpt2", "hf_gpt2"):
         return {"input_ids": ids}
@@ -426,7 +479,7 @@ def export_model(name: str, cache_dir: Path | None = None, force: bool = False) 
         rng = np.random.default_rng(SEED)
         cases = [make_inputs(name, b, s, rng) for b, s in SHAPES[name]]
         example = tuple(torch.from_numpy(np.asarray(cases[0][i])) for i in INPUTS[name])
-        dynamic = {n: AXES[name] for n in INPUTS[name] + OUTPUTS[name] if n != "steps"}
+        dynamic = dynamic_axes(name)
         with export_models.atomic_path(onnx_path) as tmp, warnings.catch_warnings():
             warnings.simplefilter("ignore")
             torch.onnx.export(model, example, str(tmp), input_names=INPUTS[name], output_names=OUTPUTS[name],
@@ -440,7 +493,8 @@ def export_model(name: str, cache_dir: Path | None = None, force: bool = False) 
             for n, array in inputs.items():
                 export_models.save_npy(case / f"{n}.npy", array)
             with torch.no_grad():
-                expected = model(*(torch.from_numpy(np.asarray(inputs[i])) for i in INPUTS[name])).numpy()
+                expected = model(*(torch.from_numpy(np.asarray(inputs[i])) for i in INPUTS[name]))
+            expected = (expected[0] if isinstance(expected, tuple) else expected).numpy()  # the first output
             export_models.save_npy(case / "expected" / "torch.npy", expected)
             export_models.save_npy(case / "expected" / "ort.npy", session.run(None, inputs)[0])
         meta = {"recipe": recipe(name), "export_s": round(time.time() - t0, 1)}
