@@ -494,7 +494,7 @@ def export_model(name: str, cache_dir: Path | None = None, force: bool = False) 
                 export_models.save_npy(case / f"{n}.npy", array)
             with torch.no_grad():
                 expected = model(*(torch.from_numpy(np.asarray(inputs[i])) for i in INPUTS[name]))
-            expected = (expected[0] if isinstance(expected, tuple) else expected).numpy()  # the first output
+                expected = (expected[0] if isinstance(expected, tuple) else expected).numpy()  # the first output
             export_models.save_npy(case / "expected" / "torch.npy", expected)
             export_models.save_npy(case / "expected" / "ort.npy", session.run(None, inputs)[0])
         meta = {"recipe": recipe(name), "export_s": round(time.time() - t0, 1)}
