@@ -47,6 +47,7 @@ std::vector<std::unique_ptr<Pass>> passes_for_level(int level, const ConstantEva
     passes.push_back(make_fold_shapes());
     passes.push_back(make_shape_of_shuffle(false));
     passes.push_back(make_fold_constants(evaluator));
+    passes.push_back(make_inline_constant_if());  // after them: they settle its condition
     passes.push_back(make_eliminate_common_subexpressions());
     passes.push_back(make_dead_code());
   }

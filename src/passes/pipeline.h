@@ -45,6 +45,8 @@ std::unique_ptr<Pass> make_fold_shapes();
 // Shapes read before Transposes; with `reshapes` also Shapes of Reshapes as their targets.
 std::unique_ptr<Pass> make_shape_of_shuffle(bool reshapes);
 std::unique_ptr<Pass> make_fold_constants(ConstantEvaluator evaluator);
+// An If of a constant condition as the nodes of the branch it takes.
+std::unique_ptr<Pass> make_inline_constant_if();
 std::unique_ptr<Pass> make_simplify_reshapes();
 std::unique_ptr<Pass> make_fold_matmul_transpose();
 std::unique_ptr<Pass> make_fuse_shared_input_matmuls();

@@ -47,6 +47,12 @@ Models:
         (the past with the step's own appended). The cases' second number is
         the past's length. Products of one row, a Concat of the past with the
         step's keys before the scores.
+  hf_llama_step  Hugging Face's LlamaForCausalLM (2 layers, hidden 64, 4
+        heads, FFN 128, vocab 1000) taking one step likewise, with inputs
+        attention_mask [batch, past + 1] (ones) and position_ids [batch, 1]
+        (the past's length) besides: RMSNorm, rotary embeddings whose tables
+        PyTorch squeezes through an If of a shape test (a constant once the
+        shapes fold), SwiGLU.
   hf_distilbert  Hugging Face's DistilBertModel (2 layers, hidden 64, 4
         heads, vocab 1000): queries scaled before the product, padding by
         masked_fill(Expand(mask == 0, scores' shape), finfo.min).
@@ -98,6 +104,7 @@ SHAPES = {
     "hf_bert": [(1, 7), (2, 16), (1, 64)],
     "hf_gpt2": [(1, 5), (3, 12), (2, 32)],
     "hf_gpt2_step": [(1, 5), (3, 12), (2, 31)],  # (batch, past length)
+    "hf_llama_step": [(1, 5), (3, 12), (2, 31)],  # likewise
     "hf_distilbert": [(1, 7), (2, 16), (1, 64)],
     "hf_bart": [(1, 7), (2, 16), (1, 64)],
     "hf_clip": [(1, 7), (2, 16), (1, 64)],
@@ -326,27 +333,44 @@ def _hf_gpt2():
 HF_STEP_LAYERS, HF_STEP_HEADS, HF_STEP_HEAD_DIM = 2, 4, 16
 
 
+class _DecodingStep:
+    """Wraps a Hugging Face causal LM as one decoding step: the logits, then
+    every layer's present key and value (the extra inputs before the past)."""
+
+    @staticmethod
+    def module(model, extra_inputs: tuple):
+        import torch.nn as nn
+
+        class Step(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.model = model
+
+            def forward(self, input_ids, *rest):
+                extra, past = rest[:len(extra_inputs)], rest[len(extra_inputs):]
+                pairs = tuple((past[2 * i], past[2 * i + 1]) for i in range(HF_STEP_LAYERS))
+                out = self.model(input_ids=input_ids, past_key_values=pairs, use_cache=True,
+                                 **dict(zip(extra_inputs, extra)))
+                return (out.logits, *(t for pair in out.past_key_values for t in pair))
+
+        return Step()
+
+
 def _hf_gpt2_step():
-    import torch.nn as nn
     import transformers
 
     config = transformers.GPT2Config(vocab_size=1000, n_positions=128, n_embd=HF_STEP_HEADS * HF_STEP_HEAD_DIM,
                                      n_layer=HF_STEP_LAYERS, n_head=HF_STEP_HEADS, use_cache=True)
-    model = transformers.GPT2LMHeadModel(config)
+    return _DecodingStep.module(transformers.GPT2LMHeadModel(config), ())
 
-    class Step(nn.Module):
-        """One decoding step: the logits, then every layer's present key and value."""
 
-        def __init__(self):
-            super().__init__()
-            self.model = model
+def _hf_llama_step():
+    import transformers
 
-        def forward(self, input_ids, *past):
-            pairs = tuple((past[2 * i], past[2 * i + 1]) for i in range(HF_STEP_LAYERS))
-            out = self.model(input_ids=input_ids, past_key_values=pairs, use_cache=True)
-            return (out.logits, *(t for pair in out.past_key_values for t in pair))
-
-    return Step()
+    config = transformers.LlamaConfig(vocab_size=1000, hidden_size=HF_STEP_HEADS * HF_STEP_HEAD_DIM,
+                                      intermediate_size=128, num_hidden_layers=HF_STEP_LAYERS,
+                                      num_attention_heads=HF_STEP_HEADS, max_position_embeddings=128, use_cache=True)
+    return _DecodingStep.module(transformers.LlamaForCausalLM(config), ("attention_mask", "position_ids"))
 
 
 def _past_names(kind: str) -> list:
@@ -386,17 +410,21 @@ def _vit():
 
 
 BUILDERS = {"bert": _bert, "gpt2": _gpt2, "loop": _loop, "if": _if, "lstm": _lstm, "gru": _gru, "hf_bert": _hf_bert,
-            "hf_gpt2": _hf_gpt2, "hf_gpt2_step": _hf_gpt2_step, "hf_distilbert": _hf_distilbert, "hf_bart": _hf_bart,
+            "hf_gpt2": _hf_gpt2, "hf_gpt2_step": _hf_gpt2_step, "hf_llama_step": _hf_llama_step,
+            "hf_distilbert": _hf_distilbert, "hf_bart": _hf_bart,
             "hf_clip": _hf_clip, "vit": _vit}
 INPUTS = {"bert": ["input_ids", "attention_mask"], "gpt2": ["input_ids"], "loop": ["x", "steps"], "if": ["x"],
           "lstm": ["features"], "gru": ["x"], "hf_bert": ["input_ids", "attention_mask"], "hf_gpt2": ["input_ids"],
-          "hf_gpt2_step": ["input_ids"] + _past_names("past"), "hf_distilbert": ["input_ids", "attention_mask"], "hf_bart": ["input_ids", "attention_mask"],
+          "hf_gpt2_step": ["input_ids"] + _past_names("past"),
+          "hf_llama_step": ["input_ids", "attention_mask", "position_ids"] + _past_names("past"), "hf_distilbert": ["input_ids", "attention_mask"], "hf_bart": ["input_ids", "attention_mask"],
           "hf_clip": ["input_ids", "attention_mask"], "vit": ["x"]}
 OUTPUTS = {"bert": ["last_hidden_state"], "gpt2": ["logits"], "loop": ["y"], "if": ["y"], "lstm": ["scores"],
            "gru": ["tags"], "hf_bert": ["last_hidden_state"], "hf_gpt2": ["last_hidden_state"],
-           "hf_gpt2_step": ["logits"] + _past_names("present"), "hf_distilbert": ["last_hidden_state"], "hf_bart": ["last_hidden_state"],
+           "hf_gpt2_step": ["logits"] + _past_names("present"), "hf_llama_step": ["logits"] + _past_names("present"),
+           "hf_distilbert": ["last_hidden_state"], "hf_bart": ["last_hidden_state"],
            "hf_clip": ["last_hidden_state"], "vit": ["scores"]}
-VOCAB = {"bert": 30522, "gpt2": 1000, "hf_bert": 1000, "hf_gpt2": 1000, "hf_gpt2_step": 1000, "hf_distilbert": 1000, "hf_bart": 1000,
+VOCAB = {"bert": 30522, "gpt2": 1000, "hf_bert": 1000, "hf_gpt2": 1000, "hf_gpt2_step": 1000, "hf_llama_step": 1000,
+         "hf_distilbert": 1000, "hf_bart": 1000,
          "hf_clip": 1000}
 # Dynamic axes of every input and output, or per name (a dict of dicts).
 AXES = {"bert": {0: "batch", 1: "sequence"}, "gpt2": {0: "batch", 1: "sequence"}, "loop": {0: "batch"},
@@ -406,7 +434,11 @@ AXES = {"bert": {0: "batch", 1: "sequence"}, "gpt2": {0: "batch", 1: "sequence"}
         "hf_clip": {0: "batch", 1: "sequence"}, "vit": {0: "batch"},
         "hf_gpt2_step": {"input_ids": {0: "batch"}, "logits": {0: "batch"},
                          **{n: {0: "batch", 2: "past"} for n in _past_names("past")},
-                         **{n: {0: "batch", 2: "present"} for n in _past_names("present")}}}
+                         **{n: {0: "batch", 2: "present"} for n in _past_names("present")}},
+        "hf_llama_step": {"input_ids": {0: "batch"}, "attention_mask": {0: "batch", 1: "total"},
+                          "position_ids": {0: "batch"}, "logits": {0: "batch"},
+                          **{n: {0: "batch", 2: "past"} for n in _past_names("past")},
+                          **{n: {0: "batch", 2: "present"} for n in _past_names("present")}}}
 
 
 def dynamic_axes(name: str) -> dict:
@@ -432,10 +464,15 @@ def make_inputs(name: str, batch: int, seq: int, rng: np.random.Generator) -> di
     if name == "if":
         x = np.abs(rng.standard_normal((batch, 8), dtype=np.float32)) * seq  # seq gives the sign of the sum
         return {"x": x}
-    if name == "hf_gpt2_step":
+    if name in ("hf_gpt2_step", "hf_llama_step"):
         ids = rng.integers(0, VOCAB[name], size=(batch, 1), dtype=np.int64)
         shape = (batch, HF_STEP_HEADS, seq, HF_STEP_HEAD_DIM)
-        return {"input_ids": ids, **{n: rng.standard_normal(shape, dtype=np.float32) for n in _past_names("past")}}
+        past = {n: rng.standard_normal(shape, dtype=np.float32) for n in _past_names("past")}
+        if name == "hf_gpt2_step":
+            return {"input_ids": ids, **past}
+        mask = np.ones((batch, seq + 1), dtype=np.int64)
+        positions = np.full((batch, 1), seq, dtype=np.int64)
+        return {"input_ids": ids, "attention_mask": mask, "position_ids": positions, **past}
     ids = rng.integers(0, VOCAB[name], size=(batch, seq), dtype=np.int64)
     if name in ("gpt2", "hf_gpt2"):
         return {"input_ids": ids}

@@ -62,9 +62,10 @@ def _declared_type(value) -> str:
 # The Loop model's output is declared [batch, Loopy_dim_1], Hugging Face's
 # GPT-2's [batch, sequence, Reshapelast_hidden_state_dim_2]: PyTorch's
 # exporter could not name a dim (Anvil infers 64 for GPT-2's), so there is
-# nothing to compare with. The decoding step's presents are declared with
+# nothing to compare with. The decoding steps' presents are declared with
 # a name of their own, `present`, where Anvil infers past + 1.
-@pytest.mark.parametrize("name", [n for n in seq.MODEL_NAMES if n not in ("loop", "hf_gpt2", "hf_gpt2_step")])
+@pytest.mark.parametrize("name", [n for n in seq.MODEL_NAMES
+                                  if n not in ("loop", "hf_gpt2", "hf_gpt2_step", "hf_llama_step")])
 def test_inference_recovers_the_declared_output_types(name, anvil, tmp_path):
     """With every intermediate and output shape removed, Anvil's schemas infer
     the outputs' symbolic types from the inputs alone, as PyTorch declared them."""
@@ -97,3 +98,18 @@ def test_every_attention_layer_fuses(name, anvil, tmp_path):
     fused = re.search(r"^\s+anvil\.QkvAttention\s+(\d+)$", result.stdout, re.MULTILINE)
     assert fused and int(fused.group(1)) == seq.ATTENTION_LAYERS[name], (
         f"{name}: expected {seq.ATTENTION_LAYERS[name]} anvil.QkvAttention nodes\n{result.stdout}")
+
+
+# Hugging Face's LLaMA squeezes its rotary tables through Ifs of a shape
+# test (PyTorch's export of squeeze on a dim it cannot see). Once the shapes
+# fold, each is a constant and must give way to its branch: an If left in
+# would hide the types of everything after it, and the products would be
+# planned, and their weights packed, only at run time.
+@pytest.mark.slow
+def test_constant_ifs_give_way_to_their_branches(anvil, tmp_path):
+    model = seq.export_model("hf_llama_step")
+    original = onnx.load(str(model))
+    assert any(n.op_type == "If" for n in original.graph.node), "the export no longer has the Ifs this test is for"
+    result = anvil("optimize", model, tmp_path / "llama_opt.onnx", timeout=RUN_TIMEOUT_S)
+    assert_ok(result)
+    assert not re.search(r"^\s+If\s+\d+$", result.stdout, re.MULTILINE), result.stdout

@@ -2951,5 +2951,99 @@ TEST(Passes, ProductsThatDisagreeKeepTheirOwnProduct) {
   EXPECT_EQ(count_ops(*basic, "Split"), 0u);
 }
 
+
+Tensor bool_scalar(bool v) {
+  Tensor t(DType::kBool, {});
+  *t.data<bool>() = v;
+  return t;
+}
+
+// PyTorch's export of x.squeeze(1) where it cannot see the dim: If(Shape(x)[1]
+// == 1) then { Squeeze(x, [1]) } else { Identity(x) }, x [2, 1, 3]. With
+// `cond_input` the condition is a graph input instead; with `nested`, the
+// then-branch's Squeeze sits inside an If of its own.
+std::unique_ptr<ir::Graph> squeeze_if_graph(bool cond_input = false, bool nested = false) {
+  auto g = std::make_unique<ir::Graph>();
+  g->opsets[""] = 17;
+  ir::Value* x = g->add_input("x", DType::kFloat32, {2, 1, 3});
+  ir::Value* cond = nullptr;
+  if (cond_input) {
+    cond = g->add_input("cond", DType::kBool, {});
+  } else {
+    ir::Value* shape = g->add_node("Shape", {x}, 1)->output(0);
+    ir::Value* dim = g->add_node("Gather", {shape, g->add_constant("one_index", ints({}, {1}))}, 1)->output(0);
+    cond = g->add_node("Equal", {dim, g->add_constant("one", ints({}, {1}))}, 1)->output(0);
+  }
+  ir::Node* node = g->add_node("If", {cond}, 1, "squeeze_if");
+  const auto branch = [&](ir::Graph* parent, ir::Node* owner, bool squeeze, ir::Value* outer_x) {
+    auto sub = std::make_shared<ir::Graph>();
+    sub->parent = parent;
+    sub->owner = owner;
+    ir::Value* inner = sub->add_capture("x", outer_x);
+    ir::Node* op = squeeze ? sub->add_node("Squeeze", {inner, sub->add_constant("axes", ints({1}, {1}))}, 1)
+                           : sub->add_node("Identity", {inner}, 1);
+    sub->add_output(op->output(0));
+    return sub;
+  };
+  node->attrs.set("else_branch", branch(g.get(), node, false, x));
+  if (!nested) {
+    node->attrs.set("then_branch", branch(g.get(), node, true, x));
+  } else {
+    auto then = std::make_shared<ir::Graph>();
+    then->parent = g.get();
+    then->owner = node;
+    ir::Value* inner_x = then->add_capture("x", x);
+    ir::Node* inner_if = then->add_node("If", {then->add_constant("yes", bool_scalar(true))}, 1, "inner_if");
+    inner_if->attrs.set("then_branch", branch(then.get(), inner_if, true, inner_x));
+    inner_if->attrs.set("else_branch", branch(then.get(), inner_if, false, inner_x));
+    then->add_output(inner_if->output(0));
+    node->attrs.set("then_branch", then);
+  }
+  ir::Node* relu = g->add_node("Relu", {node->output(0)}, 1, "relu");
+  g->add_output(relu->output(0));
+  ir::infer_types(*g);
+  return g;
+}
+
+Tensor signed_ramp() {
+  Tensor x(DType::kFloat32, {2, 1, 3});
+  for (int64_t i = 0; i < 6; ++i) x.data<float>()[i] = static_cast<float>(i) - 2.5f;
+  return x;
+}
+
+TEST(Passes, IfOfAConstantConditionBecomesItsBranch) {
+  auto g = squeeze_if_graph();
+  EXPECT_FALSE(g->nodes().back()->output(0)->type.has_shape());  // the If hides its branch's rank
+  passes::optimize(*g, 2, runtime::reference_evaluator());
+  EXPECT_EQ(count_ops(*g, "If"), 0u);
+  EXPECT_EQ(count_ops(*g, "Squeeze"), 1u);
+  EXPECT_EQ(count_ops(*g, "Identity"), 0u);
+  ASSERT_TRUE(g->outputs()[0]->is_static());  // typed end to end once inlined
+  EXPECT_EQ(g->outputs()[0]->type.shape_or_minus_one(), (Shape{2, 3}));
+  Session s = Session::from_graph(squeeze_if_graph());
+  std::vector<Tensor> out = s.run({{"x", signed_ramp()}});
+  ASSERT_EQ(out[0].shape(), (Shape{2, 3}));
+  for (int64_t i = 0; i < 6; ++i) EXPECT_EQ(out[0].data<float>()[i], std::max(0.f, static_cast<float>(i) - 2.5f)) << i;
+}
+
+TEST(Passes, IfLookalikesStay) {
+  // A condition known only at run time: both branches stay possible.
+  auto input_cond = squeeze_if_graph(true);
+  passes::optimize(*input_cond, 2, runtime::reference_evaluator());
+  EXPECT_EQ(count_ops(*input_cond, "If"), 1u);
+  Session s = Session::from_graph(squeeze_if_graph(true));
+  for (bool cond : {true, false}) {
+    std::vector<Tensor> out = s.run({{"x", signed_ramp()}, {"cond", bool_scalar(cond)}});
+    EXPECT_EQ(out[0].shape(), cond ? (Shape{2, 3}) : (Shape{2, 1, 3}));
+    for (int64_t i = 0; i < 6; ++i) EXPECT_EQ(out[0].data<float>()[i], std::max(0.f, static_cast<float>(i) - 2.5f));
+  }
+  // A branch holding an If of its own stays whole.
+  auto nested = squeeze_if_graph(false, true);
+  passes::optimize(*nested, 2, runtime::reference_evaluator());
+  EXPECT_EQ(count_ops(*nested, "If"), 1u);
+  Session n = Session::from_graph(squeeze_if_graph(false, true));
+  EXPECT_EQ(n.run({{"x", signed_ramp()}})[0].shape(), (Shape{2, 3}));
+}
+
 }  // namespace
 }  // namespace anvil
