@@ -512,6 +512,44 @@ PY
   touch "$corpus/.squeeze-excite"
 fi
 
+# PyTorch's squeeze of a dim it cannot see: an If of Shape(x)[1] == 1
+# (Squeeze, else Identity), which inline_constant_if replaces with its branch
+# once the shapes fold; with the axes from a branch initializer and from a
+# Constant node, and an If whose branch holds an If (left whole). Once.
+if [ ! -e "$corpus/.constant-if" ]; then
+  "${ANVIL_PYTHON:-python3}" - "$corpus/models" <<'PY'
+import os, sys
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper, TensorProto as T
+def i64(name, a): return numpy_helper.from_array(np.asarray(a, np.int64), name)
+def branch(name, squeeze, axes_node):
+    if not squeeze:
+        return helper.make_graph([helper.make_node("Identity", ["x"], [name + "_y"])], name, [],
+                                 [helper.make_tensor_value_info(name + "_y", T.FLOAT, None)])
+    nodes = [helper.make_node("Constant", [], [name + "_axes"], value=i64("a", [1]))] if axes_node else []
+    nodes.append(helper.make_node("Squeeze", ["x", name + "_axes"], [name + "_y"]))
+    return helper.make_graph(nodes, name, [], [helper.make_tensor_value_info(name + "_y", T.FLOAT, None)],
+                             [] if axes_node else [i64(name + "_axes", [1])])
+def save(name, then_branch):
+    nodes = [helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Gather", ["s", "one"], ["d"]),
+             helper.make_node("Equal", ["d", "one"], ["c"]),
+             helper.make_node("If", ["c"], ["i"], then_branch=then_branch, else_branch=branch("e", False, False)),
+             helper.make_node("Relu", ["i"], ["y"])]
+    g = helper.make_graph(nodes, name, [helper.make_tensor_value_info("x", T.FLOAT, [2, 1, 3])],
+                          [helper.make_tensor_value_info("y", T.FLOAT, None)], [i64("one", 1)])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    onnx.save(m, os.path.join(sys.argv[1], name + ".onnx"))
+save("constant_if", branch("t", True, False))
+save("constant_if_constant_node", branch("t", True, True))
+nested = helper.make_node("If", ["yes"], ["t_y"], then_branch=branch("tt", True, False), else_branch=branch("te", False, False))
+save("constant_if_nested", helper.make_graph([nested], "t", [], [helper.make_tensor_value_info("t_y", T.FLOAT, None)],
+                                             [numpy_helper.from_array(np.array(True), "yes")]))
+PY
+  touch "$corpus/.constant-if"
+fi
+
 # Backend test models with one float input retyped (float64, float16 or
 # float32), once per suite: kernels that read inputs of two types as one
 # read past a buffer (Attention's K, InstanceNormalization's scale, ...).
