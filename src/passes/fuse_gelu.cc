@@ -3,8 +3,9 @@
 // MatMul fusion can take as a post-op):
 //   erf:  x * 0.5 * (1 + erf(x / sqrt(2)))                 -> Gelu(approximate="none")
 //   tanh: x * 0.5 * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3))) -> Gelu(approximate="tanh")
-// Every intermediate must feed only the pattern; the products may come in
-// either order and the 0.5 may scale x or the sum.
+// The tanh's argument may also come factored as sqrt(2/pi) x (1 + 0.044715
+// x x), as BLOOM writes it. Every intermediate must feed only the pattern;
+// the products may come in either order and the 0.5 may scale x or the sum.
 #include <vector>
 
 #include "passes/match.h"
@@ -116,6 +117,49 @@ bool match_tanh(const ir::Graph& g, ir::Node* tanh, Match& m) {
   return m.x && match_tail(g, tanh, m);
 }
 
+// c * x * x as (x * c) * x, x * (x * c), (x * x) * c or c * (x * x), the
+// constant c read from `coef`.
+bool is_scaled_square(const ir::Graph& g, const ir::Value* v, const ir::Value* x, double c,
+                      std::vector<ir::Node*>& nodes) {
+  ir::Node* outer = producer_op(v, "Mul");
+  if (!outer || !used_once(g, v)) return false;
+  if (ir::Value* square = operand_beside_scalar(*outer, c)) {  // (x * x) * c
+    ir::Node* inner = producer_op(square, "Mul");
+    if (!inner || !used_once(g, square) || inner->input(0) != x || inner->input(1) != x) return false;
+    nodes.insert(nodes.end(), {outer, inner});
+    return true;
+  }
+  ir::Value* scaled = other_operand(*outer, x);  // (x * c) * x
+  ir::Node* inner = producer_op(scaled, "Mul");
+  if (!inner || !used_once(g, scaled) || operand_beside_scalar(*inner, c) != x) return false;
+  nodes.insert(nodes.end(), {outer, inner});
+  return true;
+}
+
+// tanh(sqrt(2/pi) * x * (1 + 0.044715 * x * x)): (sqrt(2/pi) x) times the
+// sum, in either order.
+bool match_tanh_factored(const ir::Graph& g, ir::Node* tanh, Match& m) {
+  ir::Value* u = tanh->input(0);
+  ir::Node* product = producer_op(u, "Mul");
+  if (!product || !used_once(g, u) || product->num_inputs() != 2) return false;
+  for (int i = 0; i < 2; ++i) {
+    ir::Value* scaled_x = product->input(i);
+    ir::Value* sum = product->input(1 - i);
+    ir::Node* scale = producer_op(scaled_x, "Mul");
+    ir::Node* add = producer_op(sum, "Add");
+    if (!scale || !add || !used_once(g, scaled_x) || !used_once(g, sum)) continue;
+    ir::Value* x = operand_beside_scalar(*scale, kSqrt2OverPi);
+    ir::Value* square = operand_beside_scalar(*add, 1.0);
+    std::vector<ir::Node*> square_nodes;
+    if (!x || !square || !is_scaled_square(g, square, x, 0.044715, square_nodes)) continue;
+    m.x = x;
+    m.nodes.insert(m.nodes.end(), {product, scale, add});
+    m.nodes.insert(m.nodes.end(), square_nodes.begin(), square_nodes.end());
+    return match_tail(g, tanh, m);
+  }
+  return false;
+}
+
 class FuseGelu : public Pass {
  public:
   std::string name() const override { return "fuse_gelu"; }
@@ -124,7 +168,9 @@ class FuseGelu : public Pass {
       ir::Node* n = &node;
       Match m;
       const bool erf = is_op(n, "Erf");
-      if (!(erf ? match_erf(graph, n, m) : is_op(n, "Tanh") && match_tanh(graph, n, m))) return false;
+      const bool matched = erf ? match_erf(graph, n, m)
+                               : is_op(n, "Tanh") && (match_tanh(graph, n, m) || match_tanh_factored(graph, n, (m = {})));
+      if (!matched) return false;
       // A rank-0 x would become [1] through a [1]-shaped constant: only x of rank >= 1.
       if (!m.x || !is_float(m.x->dtype()) || !m.x->type.has_shape() || m.x->type.rank() < 1) return false;
       rewrite(graph, m, erf ? "none" : "tanh");

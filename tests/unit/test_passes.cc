@@ -713,6 +713,23 @@ std::unique_ptr<ir::Graph> gelu_tanh_graph() {
   return g;
 }
 
+// BLOOM's tanh form, its argument factored: x * 0.5 * (1 + tanh(0.79788456 * x
+// * (1 + 0.044715 * x * x))), in PyTorch's order of operations. The square's
+// coefficient is `c` (0.044715 is GELU's; another is a lookalike).
+std::unique_ptr<ir::Graph> gelu_tanh_factored_graph(float c = 0.044715f) {
+  auto g = std::make_unique<ir::Graph>();
+  g->opsets[""] = 13;
+  ir::Value* x = g->add_input("x", DType::kFloat32, {2, 5});
+  ir::Value* half_x = mul(*g, x, scalar_f32(*g, "half", 0.5f));
+  ir::Value* scaled_x = mul(*g, scalar_f32(*g, "k", 0.79788456f), x);
+  ir::Value* square = mul(*g, mul(*g, scalar_f32(*g, "c", c), x), x);
+  ir::Value* poly = g->add_node("Add", {scalar_f32(*g, "one", 1.f), square}, 1)->output(0);
+  ir::Value* t = g->add_node("Tanh", {mul(*g, scaled_x, poly)}, 1)->output(0);
+  ir::Value* sum = g->add_node("Add", {scalar_f32(*g, "one_", 1.f), t}, 1)->output(0);
+  g->add_output(mul(*g, half_x, sum));
+  return g;
+}
+
 void expect_gelu_values(std::unique_ptr<ir::Graph> g, bool tanh) {
   Session s = Session::from_graph(std::move(g));
   Tensor x = ramp({2, 5}, -3.f, 0.6f);
@@ -741,6 +758,15 @@ TEST(Passes, GeluTanhFormBecomesOneGelu) {
   EXPECT_EQ(g->nodes()[0]->op_type, "Gelu");
   EXPECT_EQ(g->nodes()[0]->attrs.get_string("approximate", ""), "tanh");
   expect_gelu_values(gelu_tanh_graph(), true);
+}
+
+TEST(Passes, GeluTanhFactoredFormBecomesOneGelu) {
+  auto g = gelu_tanh_factored_graph();
+  passes::optimize(*g, 2, runtime::reference_evaluator());
+  ASSERT_EQ(g->nodes().size(), 1u);
+  EXPECT_EQ(g->nodes()[0]->op_type, "Gelu");
+  EXPECT_EQ(g->nodes()[0]->attrs.get_string("approximate", ""), "tanh");
+  expect_gelu_values(gelu_tanh_factored_graph(), true);
 }
 
 // torchvision ViT's class token: Expand(token, shape), the shape computed
@@ -792,6 +818,10 @@ TEST(Passes, GeluLookalikesAreLeftAlone) {
   auto shared = gelu_erf_graph(1.f, true);  // erf(...) is also a graph output
   passes::optimize(*shared, 2, runtime::reference_evaluator());
   EXPECT_EQ(count_ops(*shared, "Gelu"), 0u);
+  auto other_square = gelu_tanh_factored_graph(0.05f);  // not GELU's cubic term
+  passes::optimize(*other_square, 2, runtime::reference_evaluator());
+  EXPECT_EQ(count_ops(*other_square, "Gelu"), 0u);
+  EXPECT_EQ(count_ops(*other_square, "Tanh"), 1u);
 }
 
 // y = [relu](x W + b [+ r]): x [2, 4] ramp, W [4, 3] ramp, b [3]; r is an input of shape r_shape.
