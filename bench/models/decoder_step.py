@@ -20,7 +20,8 @@ Outputs: the logits, then each layer's present key and value. `past` and
     build/venv/bin/python bench/models/decoder_step.py /tmp/gpt2_step.onnx
     build/venv/bin/python bench/compare /tmp/gpt2_step.onnx --dim past=127 --threads 1,2 --cycles 5 --iters 20
     build/venv/bin/python bench/models/decoder_step.py /tmp/llama_step.onnx --arch llama
-    build/venv/bin/python bench/compare /tmp/llama_step.onnx --dim past=127 --dim total=128 --threads 1,2 --cycles 5 --iters 20
+    build/venv/bin/python bench/compare /tmp/llama_step.onnx --dim past=127 --dim total=128 \
+        --threads 1,2 --cycles 5 --iters 20
 
 (bench/compare feeds integer inputs of 0 and 1: LLaMA's mask then hides
 some past positions and its position id is 0 or 1, which changes no cost.)
@@ -62,7 +63,8 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("output", help="the .onnx file to write")
     parser.add_argument("--arch", choices=("gpt2", "llama"), default="gpt2")
-    parser.add_argument("--layers", type=_count(1, 48), help="transformer layers (1-48; default 12 for gpt2, 8 for llama)")
+    parser.add_argument("--layers", type=_count(1, 48),
+                        help="transformer layers (1-48; default 12 for gpt2, 8 for llama)")
     parser.add_argument("--past", type=_count(1, 1023), default=127,
                         help="past length of the example inputs (the axis stays symbolic)")
     args = parser.parse_args(argv)
@@ -80,7 +82,8 @@ def main(argv=None) -> int:
         def forward(self, input_ids, *rest):
             extra, past = rest[:len(extra_names)], rest[len(extra_names):]
             pairs = tuple((past[2 * i], past[2 * i + 1]) for i in range(layers))
-            out = self.model(input_ids=input_ids, past_key_values=pairs, use_cache=True, **dict(zip(extra_names, extra)))
+            out = self.model(input_ids=input_ids, past_key_values=pairs, use_cache=True,
+                             **dict(zip(extra_names, extra)))
             return (out.logits, *(t for pair in out.past_key_values for t in pair))
 
     names = [f"{kind}_{layer}_{half}" for kind in ("past", "present") for layer in range(layers) for half in "kv"]

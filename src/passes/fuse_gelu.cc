@@ -76,6 +76,12 @@ bool match_erf(const ir::Graph& g, ir::Node* erf, Match& m) {
   return match_tail(g, erf, m);
 }
 
+// x * x, read only by the pattern: its node, or null.
+ir::Node* square_of(const ir::Graph& g, const ir::Value* v, const ir::Value* x) {
+  ir::Node* mul = producer_op(v, "Mul");
+  return mul && used_once(g, v) && mul->input(0) == x && mul->input(1) == x ? mul : nullptr;
+}
+
 // x^3 as Pow(x, 3), x * (x * x) or (x * x) * x.
 bool is_cube(const ir::Graph& g, const ir::Value* v, const ir::Value* x, std::vector<ir::Node*>& nodes) {
   if (!used_once(g, v)) return false;
@@ -85,9 +91,8 @@ bool is_cube(const ir::Graph& g, const ir::Value* v, const ir::Value* x, std::ve
   }
   ir::Node* outer = producer_op(v, "Mul");
   if (!outer) return false;
-  ir::Value* square = other_operand(*outer, x);
-  ir::Node* inner = producer_op(square, "Mul");
-  if (!inner || !used_once(g, square) || inner->input(0) != x || inner->input(1) != x) return false;
+  ir::Node* inner = square_of(g, other_operand(*outer, x), x);
+  if (!inner) return false;
   nodes.insert(nodes.end(), {outer, inner});
   return true;
 }
@@ -117,21 +122,19 @@ bool match_tanh(const ir::Graph& g, ir::Node* tanh, Match& m) {
   return m.x && match_tail(g, tanh, m);
 }
 
-// c * x * x as (x * c) * x, x * (x * c), (x * x) * c or c * (x * x), the
-// constant c read from `coef`.
+// c * x * x as (x * c) * x, x * (x * c), (x * x) * c or c * (x * x).
 bool is_scaled_square(const ir::Graph& g, const ir::Value* v, const ir::Value* x, double c,
                       std::vector<ir::Node*>& nodes) {
   ir::Node* outer = producer_op(v, "Mul");
   if (!outer || !used_once(g, v)) return false;
+  ir::Node* inner = nullptr;
   if (ir::Value* square = operand_beside_scalar(*outer, c)) {  // (x * x) * c
-    ir::Node* inner = producer_op(square, "Mul");
-    if (!inner || !used_once(g, square) || inner->input(0) != x || inner->input(1) != x) return false;
-    nodes.insert(nodes.end(), {outer, inner});
-    return true;
+    inner = square_of(g, square, x);
+  } else if (ir::Value* scaled = other_operand(*outer, x)) {  // (x * c) * x
+    inner = producer_op(scaled, "Mul");
+    if (inner && !(used_once(g, scaled) && operand_beside_scalar(*inner, c) == x)) inner = nullptr;
   }
-  ir::Value* scaled = other_operand(*outer, x);  // (x * c) * x
-  ir::Node* inner = producer_op(scaled, "Mul");
-  if (!inner || !used_once(g, scaled) || operand_beside_scalar(*inner, c) != x) return false;
+  if (!inner) return false;
   nodes.insert(nodes.end(), {outer, inner});
   return true;
 }
@@ -168,8 +171,11 @@ class FuseGelu : public Pass {
       ir::Node* n = &node;
       Match m;
       const bool erf = is_op(n, "Erf");
-      const bool matched = erf ? match_erf(graph, n, m)
-                               : is_op(n, "Tanh") && (match_tanh(graph, n, m) || match_tanh_factored(graph, n, (m = {})));
+      bool matched = erf ? match_erf(graph, n, m) : is_op(n, "Tanh") && match_tanh(graph, n, m);
+      if (!matched && !erf && is_op(n, "Tanh")) {
+        m = Match{};  // match_tanh may have filled it before it failed
+        matched = match_tanh_factored(graph, n, m);
+      }
       if (!matched) return false;
       // A rank-0 x would become [1] through a [1]-shaped constant: only x of rank >= 1.
       if (!m.x || !is_float(m.x->dtype()) || !m.x->type.has_shape() || m.x->type.rank() < 1) return false;

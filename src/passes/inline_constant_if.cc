@@ -7,8 +7,8 @@
 // and planned only at run time. Inlined, the graph is typed end to end.
 //
 // Not inlined: a branch whose own nodes hold subgraphs (their captures would
-// have to be re-pointed at the outer graph), and a malformed branch (outputs
-// that do not match the If's, values from nowhere: the verifier's case).
+// have to be re-pointed at the outer graph), and a malformed one (can_inline),
+// which the If kernel then refuses at run time as before.
 #include "passes/pipeline.h"
 
 #include <map>
@@ -18,20 +18,28 @@ namespace anvil::passes {
 
 namespace {
 
-// The condition's single element, when it is a constant bool.
+// The condition's single element, when it is a constant bool and the If's
+// one explicit input.
 std::optional<bool> constant_condition(const ir::Node& n) {
-  const ir::Value* cond = n.input(0);
+  const ir::Value* cond = n.num_explicit_inputs() == 1 ? n.input(0) : nullptr;
   if (!cond || !cond->is_constant() || cond->constant->dtype() != DType::kBool || cond->constant->numel() != 1)
     return std::nullopt;
   return *cond->constant->data<bool>();
 }
 
-// Whether every value the branch's nodes read, and every output, is a
-// capture, a constant, or made by one of its nodes before (an If's branches
-// have no inputs of their own), and none of its nodes holds a subgraph.
-bool can_inline(const ir::Graph& branch) {
+// Whether the branch has no inputs of its own (as an If's must), its
+// captures name implicit inputs the owner has, every value its nodes read,
+// and every output, is a capture, a constant, or made by one of its nodes
+// before, none of its nodes holds a subgraph, and its outputs match the
+// If's in number and in the element types both name: what the If kernel
+// checks at run time, so that an inlined model fails no later than it would.
+bool can_inline(const ir::Node& owner, const ir::Graph& branch) {
+  if (!branch.inputs().empty() || branch.outputs().size() != owner.outputs.size()) return false;
   std::set<const ir::Value*> known;
-  for (const ir::Graph::Capture& c : branch.captures) known.insert(c.inner);
+  for (const ir::Graph::Capture& c : branch.captures) {
+    if (c.implicit_index >= owner.num_implicit_inputs) return false;
+    known.insert(c.inner);
+  }
   const auto readable = [&](const ir::Value* v) { return !v || v->is_constant() || known.count(v); };
   for (const auto& node : branch.nodes()) {
     if (node->dead) continue;
@@ -40,8 +48,13 @@ bool can_inline(const ir::Graph& branch) {
       if (!readable(in)) return false;
     known.insert(node->outputs.begin(), node->outputs.end());
   }
-  for (const ir::Value* out : branch.outputs())
-    if (!out || !readable(out)) return false;
+  for (size_t i = 0; i < owner.outputs.size(); ++i) {
+    const ir::Value* inner = branch.outputs()[i];
+    const ir::Value* out = owner.outputs[i];
+    if (!inner || !readable(inner)) return false;
+    if (out && inner->dtype() != DType::kUndefined && out->dtype() != DType::kUndefined && inner->dtype() != out->dtype())
+      return false;
+  }
   return true;
 }
 
@@ -52,7 +65,7 @@ bool can_inline(const ir::Graph& branch) {
 std::map<const ir::Value*, ir::Value*> copy_branch(ir::Graph& graph, const ir::Node& owner, const ir::Graph& branch) {
   std::map<const ir::Value*, ir::Value*> outer;
   for (const ir::Graph::Capture& c : branch.captures)
-    outer[c.inner] = owner.inputs[owner.num_explicit_inputs() + c.implicit_index];
+    outer[c.inner] = owner.input(owner.num_explicit_inputs() + c.implicit_index);
   const auto outer_of = [&](const ir::Value* inner) -> ir::Value* {
     if (!inner) return nullptr;
     if (auto it = outer.find(inner); it != outer.end()) return it->second;
@@ -89,14 +102,13 @@ bool inline_if(ir::Graph& graph, ir::Node& n) {
   const std::optional<bool> cond = constant_condition(n);
   if (!cond) return false;
   const ir::Graph* branch = n.attrs.get_graph(*cond ? "then_branch" : "else_branch");
-  if (!branch || branch->outputs().size() != n.outputs.size() || !can_inline(*branch)) return false;
+  if (!branch || !can_inline(n, *branch)) return false;
   const std::map<const ir::Value*, ir::Value*> outer = copy_branch(graph, n, *branch);
   // Each If output keeps its value (and name, maybe a graph output's): an
   // Identity writes it, which eliminate_identity then removes.
   for (size_t i = 0; i < n.outputs.size(); ++i) {
     ir::Value* out = n.outputs[i];
     if (!out) continue;
-    out->producer = nullptr;
     graph.add_node_with_outputs("Identity", {outer.at(branch->outputs()[i])}, {out}, n.name + "/output");
   }
   n.outputs.clear();

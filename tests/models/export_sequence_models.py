@@ -333,27 +333,26 @@ def _hf_gpt2():
 HF_STEP_LAYERS, HF_STEP_HEADS, HF_STEP_HEAD_DIM = 2, 4, 16
 
 
-class _DecodingStep:
-    """Wraps a Hugging Face causal LM as one decoding step: the logits, then
-    every layer's present key and value (the extra inputs before the past)."""
+def _decoding_step(model, extra_inputs: tuple):
+    """A Hugging Face causal LM as one decoding step: the logits, then every
+    layer's present key and value (`extra_inputs` come before the past)."""
+    import torch.nn as nn
 
-    @staticmethod
-    def module(model, extra_inputs: tuple):
-        import torch.nn as nn
+    layers = model.config.num_hidden_layers
 
-        class Step(nn.Module):
-            def __init__(self):
-                super().__init__()
-                self.model = model
+    class Step(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.model = model
 
-            def forward(self, input_ids, *rest):
-                extra, past = rest[:len(extra_inputs)], rest[len(extra_inputs):]
-                pairs = tuple((past[2 * i], past[2 * i + 1]) for i in range(HF_STEP_LAYERS))
-                out = self.model(input_ids=input_ids, past_key_values=pairs, use_cache=True,
-                                 **dict(zip(extra_inputs, extra)))
-                return (out.logits, *(t for pair in out.past_key_values for t in pair))
+        def forward(self, input_ids, *rest):
+            extra, past = rest[:len(extra_inputs)], rest[len(extra_inputs):]
+            pairs = tuple((past[2 * i], past[2 * i + 1]) for i in range(layers))
+            out = self.model(input_ids=input_ids, past_key_values=pairs, use_cache=True,
+                             **dict(zip(extra_inputs, extra)))
+            return (out.logits, *(t for pair in out.past_key_values for t in pair))
 
-        return Step()
+    return Step()
 
 
 def _hf_gpt2_step():
@@ -361,7 +360,7 @@ def _hf_gpt2_step():
 
     config = transformers.GPT2Config(vocab_size=1000, n_positions=128, n_embd=HF_STEP_HEADS * HF_STEP_HEAD_DIM,
                                      n_layer=HF_STEP_LAYERS, n_head=HF_STEP_HEADS, use_cache=True)
-    return _DecodingStep.module(transformers.GPT2LMHeadModel(config), ())
+    return _decoding_step(transformers.GPT2LMHeadModel(config), ())
 
 
 def _hf_llama_step():
@@ -370,7 +369,7 @@ def _hf_llama_step():
     config = transformers.LlamaConfig(vocab_size=1000, hidden_size=HF_STEP_HEADS * HF_STEP_HEAD_DIM,
                                       intermediate_size=128, num_hidden_layers=HF_STEP_LAYERS,
                                       num_attention_heads=HF_STEP_HEADS, max_position_embeddings=128, use_cache=True)
-    return _DecodingStep.module(transformers.LlamaForCausalLM(config), ("attention_mask", "position_ids"))
+    return _decoding_step(transformers.LlamaForCausalLM(config), ("attention_mask", "position_ids"))
 
 
 def _past_names(kind: str) -> list:
@@ -416,7 +415,8 @@ BUILDERS = {"bert": _bert, "gpt2": _gpt2, "loop": _loop, "if": _if, "lstm": _lst
 INPUTS = {"bert": ["input_ids", "attention_mask"], "gpt2": ["input_ids"], "loop": ["x", "steps"], "if": ["x"],
           "lstm": ["features"], "gru": ["x"], "hf_bert": ["input_ids", "attention_mask"], "hf_gpt2": ["input_ids"],
           "hf_gpt2_step": ["input_ids"] + _past_names("past"),
-          "hf_llama_step": ["input_ids", "attention_mask", "position_ids"] + _past_names("past"), "hf_distilbert": ["input_ids", "attention_mask"], "hf_bart": ["input_ids", "attention_mask"],
+          "hf_llama_step": ["input_ids", "attention_mask", "position_ids"] + _past_names("past"),
+          "hf_distilbert": ["input_ids", "attention_mask"], "hf_bart": ["input_ids", "attention_mask"],
           "hf_clip": ["input_ids", "attention_mask"], "vit": ["x"]}
 OUTPUTS = {"bert": ["last_hidden_state"], "gpt2": ["logits"], "loop": ["y"], "if": ["y"], "lstm": ["scores"],
            "gru": ["tags"], "hf_bert": ["last_hidden_state"], "hf_gpt2": ["last_hidden_state"],
@@ -447,6 +447,8 @@ def dynamic_axes(name: str) -> dict:
     if all(isinstance(v, dict) for v in axes.values()):
         return axes
     return {n: axes for n in INPUTS[name] + OUTPUTS[name] if n != "steps"}
+
+
 # Multi-head attention nodes `anvil optimize` must make of each (one per layer).
 ATTENTION_LAYERS = {"bert": 12, "gpt2": 4, "hf_bert": 2, "hf_gpt2": 2, "hf_distilbert": 2, "hf_bart": 2, "hf_clip": 2,
                     "vit": 2}

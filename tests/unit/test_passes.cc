@@ -714,15 +714,20 @@ std::unique_ptr<ir::Graph> gelu_tanh_graph() {
 }
 
 // BLOOM's tanh form, its argument factored: x * 0.5 * (1 + tanh(0.79788456 * x
-// * (1 + 0.044715 * x * x))), in PyTorch's order of operations. The square's
-// coefficient is `c` (0.044715 is GELU's; another is a lookalike).
-std::unique_ptr<ir::Graph> gelu_tanh_factored_graph(float c = 0.044715f) {
+// * (1 + 0.044715 * x * x))), in PyTorch's order of operations, or with the
+// square first ((x * x) * 0.044715). The square's coefficient is `c`
+// (0.044715 is GELU's; another is a lookalike); `square_is_output` makes
+// the scaled square a graph output too (read twice: a lookalike).
+std::unique_ptr<ir::Graph> gelu_tanh_factored_graph(float c = 0.044715f, bool square_first = false,
+                                                    bool square_is_output = false) {
   auto g = std::make_unique<ir::Graph>();
   g->opsets[""] = 13;
   ir::Value* x = g->add_input("x", DType::kFloat32, {2, 5});
   ir::Value* half_x = mul(*g, x, scalar_f32(*g, "half", 0.5f));
   ir::Value* scaled_x = mul(*g, scalar_f32(*g, "k", 0.79788456f), x);
-  ir::Value* square = mul(*g, mul(*g, scalar_f32(*g, "c", c), x), x);
+  ir::Value* square = square_first ? mul(*g, mul(*g, x, x), scalar_f32(*g, "c", c))
+                                   : mul(*g, mul(*g, scalar_f32(*g, "c", c), x), x);
+  if (square_is_output) g->add_output(square);
   ir::Value* poly = g->add_node("Add", {scalar_f32(*g, "one", 1.f), square}, 1)->output(0);
   ir::Value* t = g->add_node("Tanh", {mul(*g, scaled_x, poly)}, 1)->output(0);
   ir::Value* sum = g->add_node("Add", {scalar_f32(*g, "one_", 1.f), t}, 1)->output(0);
@@ -761,12 +766,14 @@ TEST(Passes, GeluTanhFormBecomesOneGelu) {
 }
 
 TEST(Passes, GeluTanhFactoredFormBecomesOneGelu) {
-  auto g = gelu_tanh_factored_graph();
-  passes::optimize(*g, 2, runtime::reference_evaluator());
-  ASSERT_EQ(g->nodes().size(), 1u);
-  EXPECT_EQ(g->nodes()[0]->op_type, "Gelu");
-  EXPECT_EQ(g->nodes()[0]->attrs.get_string("approximate", ""), "tanh");
-  expect_gelu_values(gelu_tanh_factored_graph(), true);
+  for (bool square_first : {false, true}) {
+    auto g = gelu_tanh_factored_graph(0.044715f, square_first);
+    passes::optimize(*g, 2, runtime::reference_evaluator());
+    ASSERT_EQ(g->nodes().size(), 1u) << square_first;
+    EXPECT_EQ(g->nodes()[0]->op_type, "Gelu");
+    EXPECT_EQ(g->nodes()[0]->attrs.get_string("approximate", ""), "tanh");
+    expect_gelu_values(gelu_tanh_factored_graph(0.044715f, square_first), true);
+  }
 }
 
 // torchvision ViT's class token: Expand(token, shape), the shape computed
@@ -818,10 +825,15 @@ TEST(Passes, GeluLookalikesAreLeftAlone) {
   auto shared = gelu_erf_graph(1.f, true);  // erf(...) is also a graph output
   passes::optimize(*shared, 2, runtime::reference_evaluator());
   EXPECT_EQ(count_ops(*shared, "Gelu"), 0u);
-  auto other_square = gelu_tanh_factored_graph(0.05f);  // not GELU's cubic term
-  passes::optimize(*other_square, 2, runtime::reference_evaluator());
-  EXPECT_EQ(count_ops(*other_square, "Gelu"), 0u);
-  EXPECT_EQ(count_ops(*other_square, "Tanh"), 1u);
+  for (bool square_first : {false, true}) {
+    auto other_square = gelu_tanh_factored_graph(0.05f, square_first);  // not GELU's cubic term
+    passes::optimize(*other_square, 2, runtime::reference_evaluator());
+    EXPECT_EQ(count_ops(*other_square, "Gelu"), 0u) << square_first;
+    EXPECT_EQ(count_ops(*other_square, "Tanh"), 1u) << square_first;
+  }
+  auto square_read_twice = gelu_tanh_factored_graph(0.044715f, false, true);
+  passes::optimize(*square_read_twice, 2, runtime::reference_evaluator());
+  EXPECT_EQ(count_ops(*square_read_twice, "Gelu"), 0u);
 }
 
 // y = [relu](x W + b [+ r]): x [2, 4] ramp, W [4, 3] ramp, b [3]; r is an input of shape r_shape.
@@ -3035,10 +3047,28 @@ std::unique_ptr<ir::Graph> squeeze_if_graph(bool cond_input = false, bool nested
   return g;
 }
 
-Tensor signed_ramp() {
-  Tensor x(DType::kFloat32, {2, 1, 3});
-  for (int64_t i = 0; i < 6; ++i) x.data<float>()[i] = static_cast<float>(i) - 2.5f;
-  return x;
+// y = If(cond) then { Transpose(x, perm [1, 0, 2]) } else { the branch's own
+// constant, read as its output }, x [2, 3, 2], y the graph's output. (The
+// perm is not Transpose's default, which reverses the axes.)
+std::unique_ptr<ir::Graph> constant_if_graph(Tensor cond) {
+  auto g = std::make_unique<ir::Graph>();
+  g->opsets[""] = 17;
+  ir::Value* x = g->add_input("x", DType::kFloat32, {2, 3, 2});
+  ir::Node* node = g->add_node("If", {g->add_constant("cond", std::move(cond))}, 1, "if");
+  auto then = std::make_shared<ir::Graph>();
+  then->parent = g.get();
+  then->owner = node;
+  ir::Node* transpose = then->add_node("Transpose", {then->add_capture("x", x)}, 1);
+  transpose->attrs.set("perm", std::vector<int64_t>{1, 0, 2});
+  then->add_output(transpose->output(0));
+  node->attrs.set("then_branch", then);
+  auto otherwise = std::make_shared<ir::Graph>();
+  otherwise->parent = g.get();
+  otherwise->owner = node;
+  otherwise->add_output(otherwise->add_constant("fixed", ramp({2, 3, 2}, 10.f, 1.f)));
+  node->attrs.set("else_branch", otherwise);
+  g->add_output(node->output(0));
+  return g;
 }
 
 TEST(Passes, IfOfAConstantConditionBecomesItsBranch) {
@@ -3051,7 +3081,7 @@ TEST(Passes, IfOfAConstantConditionBecomesItsBranch) {
   ASSERT_TRUE(g->outputs()[0]->is_static());  // typed end to end once inlined
   EXPECT_EQ(g->outputs()[0]->type.shape_or_minus_one(), (Shape{2, 3}));
   Session s = Session::from_graph(squeeze_if_graph());
-  std::vector<Tensor> out = s.run({{"x", signed_ramp()}});
+  std::vector<Tensor> out = s.run({{"x", ramp({2, 1, 3}, -2.5f, 1.f)}});
   ASSERT_EQ(out[0].shape(), (Shape{2, 3}));
   for (int64_t i = 0; i < 6; ++i) EXPECT_EQ(out[0].data<float>()[i], std::max(0.f, static_cast<float>(i) - 2.5f)) << i;
 }
@@ -3063,7 +3093,7 @@ TEST(Passes, IfLookalikesStay) {
   EXPECT_EQ(count_ops(*input_cond, "If"), 1u);
   Session s = Session::from_graph(squeeze_if_graph(true));
   for (bool cond : {true, false}) {
-    std::vector<Tensor> out = s.run({{"x", signed_ramp()}, {"cond", bool_scalar(cond)}});
+    std::vector<Tensor> out = s.run({{"x", ramp({2, 1, 3}, -2.5f, 1.f)}, {"cond", bool_scalar(cond)}});
     EXPECT_EQ(out[0].shape(), cond ? (Shape{2, 3}) : (Shape{2, 1, 3}));
     for (int64_t i = 0; i < 6; ++i) EXPECT_EQ(out[0].data<float>()[i], std::max(0.f, static_cast<float>(i) - 2.5f));
   }
@@ -3072,7 +3102,41 @@ TEST(Passes, IfLookalikesStay) {
   passes::optimize(*nested, 2, runtime::reference_evaluator());
   EXPECT_EQ(count_ops(*nested, "If"), 1u);
   Session n = Session::from_graph(squeeze_if_graph(false, true));
-  EXPECT_EQ(n.run({{"x", signed_ramp()}})[0].shape(), (Shape{2, 3}));
+  EXPECT_EQ(n.run({{"x", ramp({2, 1, 3}, -2.5f, 1.f)}})[0].shape(), (Shape{2, 3}));
+  // Conditions that are not one bool: an int64, two bools.
+  for (Tensor cond : {ints({}, {1}), Tensor(DType::kBool, {2})}) {
+    auto g = constant_if_graph(cond);
+    passes::optimize(*g, 1, runtime::reference_evaluator());
+    EXPECT_EQ(count_ops(*g, "If"), 1u) << dtype_name(cond.dtype()) << " of " << cond.numel();
+  }
+  // A branch whose output's element type is not the one the If declares:
+  // left for the If kernel to refuse when it runs.
+  auto mistyped = constant_if_graph(bool_scalar(true));
+  ir::infer_types(*mistyped);  // types the branches' values too
+  mistyped->outputs()[0]->type = ir::Type::tensor(DType::kInt64, Shape{3, 2, 2});
+  passes::optimize(*mistyped, 1, runtime::reference_evaluator());
+  EXPECT_EQ(count_ops(*mistyped, "If"), 1u);
+}
+
+TEST(Passes, IfInlinesEitherBranchAtLevelOne) {
+  for (bool cond : {true, false}) {
+    auto g = constant_if_graph(bool_scalar(cond));
+    const std::string name = g->outputs()[0]->name;
+    passes::optimize(*g, 1, runtime::reference_evaluator());
+    EXPECT_EQ(count_ops(*g, "If"), 0u) << cond;
+    EXPECT_EQ(count_ops(*g, "Transpose"), cond ? 1u : 0u) << cond;
+    ASSERT_EQ(g->outputs().size(), 1u);
+    EXPECT_EQ(g->outputs()[0]->name, name) << "the If's output keeps its name";
+    Session s = Session::from_graph(constant_if_graph(bool_scalar(cond)));
+    Tensor x = ramp({2, 3, 2}, -1.f, 0.5f);
+    Tensor y = s.run({{"x", x}})[0];
+    ASSERT_EQ(y.shape(), cond ? (Shape{3, 2, 2}) : (Shape{2, 3, 2})) << cond;
+    for (int64_t i = 0; i < 12; ++i) {
+      const int64_t a = i / 4, b = i / 2 % 2, k = i % 2;  // y[a][b][k] when transposed, [3, 2, 2]
+      const float want = cond ? x.data<float>()[(b * 3 + a) * 2 + k] : 10.f + static_cast<float>(i);
+      EXPECT_EQ(y.data<float>()[i], want) << cond << " at " << i;
+    }
+  }
 }
 
 }  // namespace

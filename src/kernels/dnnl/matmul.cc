@@ -73,11 +73,14 @@ bool staging_b_pays(int64_t m) {
 // anvil_stream_gemm_ab, BERT-base's 768 x 3072 weights streamed: on two
 // AVX-512 cores of an Intel Xeon, 0.79-0.87 of brgemm's time at M = 8-96,
 // 0.96 at 128, 0.97 at 1; resident in the caches, level at M = 32 and
-// 1.08-1.15 from M = 128 on. On a Zen 4 (docs/benchmarks.md, "A decoder's
-// step"), 0.65 of brgemm's time at M = 1 on one thread and 0.76 on two,
+// 1.08-1.15 from M = 128 on. On a Zen 4 (docs/benchmarks.md, "Decoding
+// steps"), 0.65 of brgemm's time at M = 1 on one thread and 0.76 on two,
 // 0.60 and 0.65 at M = 2, level and 0.75 at M = 4: brgemm read the weights
 // at 13-15 GB/s on one thread, the GEMM at 21-23. So from one row on: a
 // decoder's step with a cache of past keys and values is such a product.
+// The rule is the model's, not the product's: a one-row product whose small
+// weights stay in the caches between its reads (a Loop's body) runs slower
+// on the GEMM (0.12 against 0.07 ms for 5 MB, docs/benchmarks.md).
 bool streams_weights_faster(const PrepareContext& ctx, int64_t m) {
   constexpr int64_t kMaxRows = 128;
   return m <= kMaxRows && du::weights_stream(ctx);
