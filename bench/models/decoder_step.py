@@ -32,6 +32,10 @@ from __future__ import annotations
 import argparse
 import sys
 import warnings
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests" / "models"))
+import export_sequence_models  # noqa: E402  (the decoding-step wrapper of the model tests)
 
 
 def _count(low: int, high: int):
@@ -74,18 +78,6 @@ def main(argv=None) -> int:
     torch.manual_seed(20261207)
     model, layers, heads, head_dim, vocab, extra_names = _model(args.arch, args.layers)
 
-    class Step(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.model = model
-
-        def forward(self, input_ids, *rest):
-            extra, past = rest[:len(extra_names)], rest[len(extra_names):]
-            pairs = tuple((past[2 * i], past[2 * i + 1]) for i in range(layers))
-            out = self.model(input_ids=input_ids, past_key_values=pairs, use_cache=True,
-                             **dict(zip(extra_names, extra)))
-            return (out.logits, *(t for pair in out.past_key_values for t in pair))
-
     names = [f"{kind}_{layer}_{half}" for kind in ("past", "present") for layer in range(layers) for half in "kv"]
     past_names, present_names = names[:2 * layers], names[2 * layers:]
     extra = {"attention_mask": torch.ones(1, args.past + 1, dtype=torch.int64),
@@ -97,7 +89,8 @@ def main(argv=None) -> int:
         dynamic["attention_mask"] = {1: "total"}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        torch.onnx.export(Step(), example, args.output, opset_version=17,
+        step = export_sequence_models.decoding_step(model, extra_names)
+        torch.onnx.export(step, example, args.output, opset_version=17,
                           input_names=["input_ids", *extra_names, *past_names],
                           output_names=["logits", *present_names], dynamic_axes=dynamic, do_constant_folding=True)
     print(args.output)

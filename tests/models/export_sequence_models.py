@@ -333,9 +333,10 @@ def _hf_gpt2():
 HF_STEP_LAYERS, HF_STEP_HEADS, HF_STEP_HEAD_DIM = 2, 4, 16
 
 
-def _decoding_step(model, extra_inputs: tuple):
+def decoding_step(model, extra_inputs: tuple = ()):
     """A Hugging Face causal LM as one decoding step: the logits, then every
-    layer's present key and value (`extra_inputs` come before the past)."""
+    layer's present key and value (`extra_inputs` come before the past).
+    Also bench/models/decoder_step.py's."""
     import torch.nn as nn
 
     layers = model.config.num_hidden_layers
@@ -360,7 +361,7 @@ def _hf_gpt2_step():
 
     config = transformers.GPT2Config(vocab_size=1000, n_positions=128, n_embd=HF_STEP_HEADS * HF_STEP_HEAD_DIM,
                                      n_layer=HF_STEP_LAYERS, n_head=HF_STEP_HEADS, use_cache=True)
-    return _decoding_step(transformers.GPT2LMHeadModel(config), ())
+    return decoding_step(transformers.GPT2LMHeadModel(config))
 
 
 def _hf_llama_step():
@@ -369,7 +370,7 @@ def _hf_llama_step():
     config = transformers.LlamaConfig(vocab_size=1000, hidden_size=HF_STEP_HEADS * HF_STEP_HEAD_DIM,
                                       intermediate_size=128, num_hidden_layers=HF_STEP_LAYERS,
                                       num_attention_heads=HF_STEP_HEADS, max_position_embeddings=128, use_cache=True)
-    return _decoding_step(transformers.LlamaForCausalLM(config), ("attention_mask", "position_ids"))
+    return decoding_step(transformers.LlamaForCausalLM(config), ("attention_mask", "position_ids"))
 
 
 def _past_names(kind: str) -> list:
