@@ -52,8 +52,8 @@ bool can_inline(const ir::Node& owner, const ir::Graph& branch) {
     const ir::Value* inner = branch.outputs()[i];
     const ir::Value* out = owner.outputs[i];
     if (!inner || !readable(inner)) return false;
-    if (out && inner->dtype() != DType::kUndefined && out->dtype() != DType::kUndefined && inner->dtype() != out->dtype())
-      return false;
+    const bool both_typed = out && inner->dtype() != DType::kUndefined && out->dtype() != DType::kUndefined;
+    if (both_typed && inner->dtype() != out->dtype()) return false;
   }
   return true;
 }
@@ -87,8 +87,8 @@ std::map<const ir::Value*, ir::Value*> copy_branch(ir::Graph& graph, const ir::N
       copy->type = out->type;
       outputs.push_back(outer[out] = copy);
     }
-    ir::Node* copy =
-        graph.add_node_with_outputs(node->op_type, std::move(inputs), std::move(outputs), owner.name + "/" + node->name);
+    const std::string name = owner.name + "/" + node->name;
+    ir::Node* copy = graph.add_node_with_outputs(node->op_type, std::move(inputs), std::move(outputs), name);
     copy->domain = node->domain;
     copy->opset = node->opset;
     copy->attrs = node->attrs;
