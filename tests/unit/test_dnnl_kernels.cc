@@ -391,6 +391,29 @@ TEST(DnnlEltwise, ClipWithConstantBounds) {
   EXPECT_THROW(run_kernel("Clip", {random_f32({3, 8}, 63), lo, hi}, {}, o), Error);
 }
 
+// Pow by a constant float32 2 is a square, exactly the reference's (x * x
+// in double is exact for a float x, then rounded); any other Pow is left to
+// the reference kernel.
+TEST(DnnlEltwise, PowByAConstantTwoIsASquare) {
+  const auto scalar = [](Shape shape, float v) {
+    Tensor t(DType::kFloat32, std::move(shape));
+    *t.data<float>() = v;
+    return t;
+  };
+  expect_backends_agree("Pow", {random_f32({2, 6, 5, 5}, 64), scalar({}, 2.f)}, {}, {false, true}, 0.f);
+  expect_backends_agree("Pow", {random_f32({3, 8}, 65), scalar({1}, 2.f)}, {}, {false, true}, 0.f);
+  KernelOptions o;
+  o.backend = Backend::kDnnl;
+  o.constant_inputs = {false, true};
+  EXPECT_THROW(run_kernel("Pow", {random_f32({3, 8}, 66), scalar({}, 3.f)}, {}, o), Error);  // not a square
+  EXPECT_THROW(run_kernel("Pow", {random_f32({8}, 67), scalar({1, 1}, 2.f)}, {}, o), Error);  // widens the rank
+  Tensor int_two(DType::kInt64, {});
+  *int_two.data<int64_t>() = 2;
+  EXPECT_ANY_THROW(run_kernel("Pow", {random_f32({3, 8}, 68), int_two}, {}, o));  // float32 inputs only: not registered
+  o.constant_inputs = {false, false};  // an exponent known only at run time
+  EXPECT_THROW(run_kernel("Pow", {random_f32({3, 8}, 69), scalar({}, 2.f)}, {}, o), Error);
+}
+
 TEST(DnnlBinary, BroadcastBothWays) {
   for (const char* op : {"Add", "Sub", "Mul", "Div", "Max", "Min"}) {
     expect_backends_agree(op, {random_f32({2, 3, 4}, 64), random_f32({2, 3, 4}, 65)}, {}, {false, false}, 1e-5f);
