@@ -65,6 +65,8 @@ def _model(arch: str, layers: int | None):
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    # Bad arguments: one line and exit 1, without argparse's usage block.
+    parser.error = lambda message: sys.exit(f"decoder_step.py: error: {message}")
     parser.add_argument("output", help="the .onnx file to write")
     parser.add_argument("--arch", choices=("gpt2", "llama"), default="gpt2")
     parser.add_argument("--layers", type=_count(1, 48),
@@ -72,6 +74,8 @@ def main(argv=None) -> int:
     parser.add_argument("--past", type=_count(1, 1023), default=127,
                         help="past length of the example inputs (the axis stays symbolic)")
     args = parser.parse_args(argv)
+    if not Path(args.output).resolve().parent.is_dir():
+        parser.error(f"no folder for {args.output}")
 
     import torch
 
