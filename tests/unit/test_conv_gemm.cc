@@ -1,9 +1,10 @@
 // Anvil's convolutions over blocked activations (vec::conv_gemm, and the
-// Winograd convolution vec::conv_winograd for 3x3 windows at stride 1):
-// every ISA path the CPU has against a convolution computed here in double,
-// over strides, padding, dilation, 1x1 and 3x3 windows, batches, a bias, a
-// residual and ReLU. Named VecKernels.* so that ctest also runs it capped
-// at sse41 and avx2 (ANVIL_MAX_ISA).
+// Winograd convolution vec::conv_winograd for 3x3 windows at stride 1) and
+// its 1-D convolution over channels-last ones (vec::conv1d_gemm): every ISA
+// path the CPU has against a convolution computed here in double, over
+// strides, padding, dilation, window sizes, batches, a bias, a residual and
+// activations. Named VecKernels.* so that ctest also runs it capped at sse41
+// and avx2 (ANVIL_MAX_ISA).
 #include <gtest/gtest.h>
 #include <omp.h>
 
@@ -172,6 +173,118 @@ TEST(VecKernels, ConvGemmMatchesADirectConvolution) {
   }
 }
 
+struct Conv1dCase {
+  int64_t batch, cin, length, cout, taps, stride, pad_begin, pad_end;
+  bool bias = false;
+  enum { kNone, kInPlace, kApart } residual = kNone;  // FusedConv's sum: in y's buffer, or its own
+  kernels::vec::GemmActivation activation = kernels::vec::GemmActivation::kNone;  // kNone, kRelu or kGelu here
+};
+
+// A 1-D convolution on conv1d_gemm (input, output and residual NWC) against
+// one computed here in double from NCW data.
+void check_conv1d(const VecKernels& kernels, const Conv1dCase& t, uint32_t seed) {
+  SCOPED_TRACE(::testing::Message() << "batch " << t.batch << " cin " << t.cin << " length " << t.length << " cout "
+                                    << t.cout << " taps " << t.taps << " stride " << t.stride << " pads "
+                                    << t.pad_begin << "," << t.pad_end);
+  using kernels::vec::GemmActivation;
+  const GemmKernels& g = kernels.gemm;
+  const int64_t out_length = (t.length + t.pad_begin + t.pad_end - t.taps) / t.stride + 1;
+  const std::vector<float> x = uniform_values(static_cast<size_t>(t.batch * t.cin * t.length), seed);
+  const std::vector<float> weights = uniform_values(static_cast<size_t>(t.cout * t.cin * t.taps), seed + 1);
+  const std::vector<float> bias = uniform_values(static_cast<size_t>(t.cout), seed + 2);
+  const std::vector<float> residual = uniform_values(static_cast<size_t>(t.batch * t.cout * out_length), seed + 3);
+  const int64_t k = t.taps * t.cin;
+  std::vector<float> b(static_cast<size_t>(k * t.cout));
+  for (int64_t o = 0; o < t.cout; ++o)
+    for (int64_t c = 0; c < t.cin; ++c)
+      for (int64_t tap = 0; tap < t.taps; ++tap)
+        b[(tap * t.cin + c) * t.cout + o] = weights[(o * t.cin + c) * t.taps + tap];
+  const Tensor packed = kernels::vec::pack_gemm_b(g, b.data(), k, t.cout, t.cout, 1);
+
+  // NWC copies: element (n, c, l) at (n * L + l) * C + c.
+  std::vector<float> x_nwc(x.size()), y(residual.size(), std::nanf("")), r_nwc(residual.size());
+  for (int64_t n = 0; n < t.batch; ++n)
+    for (int64_t c = 0; c < t.cin; ++c)
+      for (int64_t l = 0; l < t.length; ++l) x_nwc[(n * t.length + l) * t.cin + c] = x[(n * t.cin + c) * t.length + l];
+  if (t.residual != Conv1dCase::kNone)
+    for (int64_t n = 0; n < t.batch; ++n)
+      for (int64_t o = 0; o < t.cout; ++o)
+        for (int64_t l = 0; l < out_length; ++l)
+          (t.residual == Conv1dCase::kApart ? r_nwc : y)[(n * out_length + l) * t.cout + o] =
+              residual[(n * t.cout + o) * out_length + l];
+
+  kernels::vec::Conv1dGemmArgs args;
+  args.x = x_nwc.data();
+  args.batch = t.batch;
+  args.x_item = t.cin * t.length;
+  args.y_item = t.cout * out_length;
+  args.length = t.length;
+  args.channels = t.cin;
+  args.out_length = out_length;
+  args.taps = t.taps;
+  args.stride = t.stride;
+  args.pad_begin = t.pad_begin;
+  args.n = t.cout;
+  args.b_packed = packed.data<float>();
+  args.bias = t.bias ? bias.data() : nullptr;
+  args.residual = t.residual == Conv1dCase::kNone ? nullptr : t.residual == Conv1dCase::kApart ? r_nwc.data() : y.data();
+  args.y = y.data();
+  args.epilogue.activation = t.activation;
+  // Guards past the edge rows' scratch catch a gather that writes beyond it.
+  const size_t edge_floats = static_cast<size_t>(kernels::vec::conv1d_gemm_edge_floats(args));
+  std::vector<float> scratch(edge_floats + 16, -7.f);
+  kernels::vec::conv1d_gemm(g, args, scratch.data());
+  for (size_t i = edge_floats; i < scratch.size(); ++i) ASSERT_EQ(scratch[i], -7.f) << "past the edge rows at " << i;
+
+  int failures = 0;
+  for (int64_t n = 0; n < t.batch && failures < 5; ++n)
+    for (int64_t o = 0; o < t.cout && failures < 5; ++o)
+      for (int64_t l = 0; l < out_length && failures < 5; ++l) {
+        double sum = t.bias ? bias[o] : 0, magnitude = 0;
+        for (int64_t c = 0; c < t.cin; ++c)
+          for (int64_t tap = 0; tap < t.taps; ++tap) {
+            const int64_t at = l * t.stride - t.pad_begin + tap;
+            if (at < 0 || at >= t.length) continue;
+            const double term = double{x[(n * t.cin + c) * t.length + at]} * weights[(o * t.cin + c) * t.taps + tap];
+            sum += term;
+            magnitude += std::abs(term);
+          }
+        if (t.residual != Conv1dCase::kNone) sum += residual[(n * t.cout + o) * out_length + l];
+        double want = sum;
+        if (t.activation == GemmActivation::kRelu) want = std::max(sum, 0.0);
+        if (t.activation == GemmActivation::kGelu) want = 0.5 * sum * std::erfc(-sum / std::sqrt(2.0));
+        const float got = y[(n * out_length + l) * t.cout + o];
+        if (!(std::abs(got - want) <= 2e-6 * (magnitude + 4))) {
+          ADD_FAILURE() << "y[" << n << "][" << o << "][" << l << "] = " << got << ", want " << want;
+          ++failures;
+        }
+      }
+}
+
+TEST(VecKernels, Conv1dGemmMatchesADirectConvolution) {
+  using kernels::vec::GemmActivation;
+  for (VectorIsa isa : supported_vector_isas()) {
+    SCOPED_TRACE(vector_isa_name(isa));
+    const VecKernels& kernels = kernels::vec::vec_kernels_for(isa);
+    const int64_t w = kernels.gemm.width;
+    // batch, cin, length, cout, taps, stride, pad_begin, pad_end, bias, residual, activation
+    const Conv1dCase cases[] = {
+        {1, 2 * w, 41, 2 * w, 3, 2, 0, 0, true, Conv1dCase::kNone, GemmActivation::kGelu},  // wav2vec2's: rows overlap
+        {1, w, 40, 3 * w, 2, 2, 0, 0, false},                                             // windows that touch
+        {2, 3, 30, 5, 3, 1, 1, 1, true, Conv1dCase::kInPlace, GemmActivation::kRelu},      // channels short of a vector
+        {1, 7, 23, 2 * w + 3, 3, 2, 1, 1, true},                                           // Whisper's second layer
+        {2, w, 17, w, 5, 3, 4, 2, false, Conv1dCase::kApart},  // several edge rows at each end, uneven pads
+        {1, w, 2, 2 * w, 5, 1, 3, 3, true},                    // shorter than the window: every row an edge row
+        {1, w, 9, w, 2, 4, 0, 0, false},                       // windows with gaps between them
+        {1, 300, 12, 40, 3, 1, 1, 1, true, Conv1dCase::kInPlace},  // K over several k-blocks
+        {1, w, 300, 2 * w, 3, 1, 1, 1, false},                     // rows over several row blocks
+        {3, 5, 8, 9, 1, 2, 0, 1, true},                            // one tap, a pad past the end only
+    };
+    uint32_t seed = 101;
+    for (const Conv1dCase& t : cases) check_conv1d(kernels, t, seed += 10);
+  }
+}
+
 // F(4x4, 3x3)'s transforms scale values by up to 10 (A^T's 8, B^T's 5):
 // its float error against the exact sum, here at most about 1e-6 of the
 // terms' magnitudes, is several times the direct convolution's.
@@ -212,11 +325,10 @@ Tensor random_tensor(Shape shape, uint32_t seed) {
   return t;
 }
 
-// Conv and FusedConv on oneDNN's backend at `threads` threads against the
-// reference kernels; `gemm`: the rule puts the node on conv_gemm, which it
-// does where oneDNN's choice is jit:avx2 (AVX2, or capped there).
-void expect_conv_matches_reference(const std::string& op, const std::vector<Tensor>& inputs, const ir::Attributes& a,
-                                   bool gemm, int threads = 2) {
+// Conv or FusedConv on oneDNN's backend at `threads` threads against the
+// reference kernels; returns the implementation it ran on.
+std::string conv_against_reference(const std::string& op, const std::vector<Tensor>& inputs, const ir::Attributes& a,
+                                   int threads) {
   testing::KernelOptions fast, ref;
   fast.backend = kernels::Backend::kDnnl;
   ref.backend = kernels::Backend::kRef;
@@ -226,11 +338,64 @@ void expect_conv_matches_reference(const std::string& op, const std::vector<Tens
   const testing::KernelResult got = testing::run_kernel_full(op, inputs, a, fast);
   const std::vector<float> want = testing::values<float>(testing::run_kernel(op, inputs, a, ref)[0]);
   const std::vector<float> have = testing::values<float>(got.outputs[0]);
-  EXPECT_EQ(got.impl.find(":conv_gemm") != std::string::npos, gemm && vector_isa() == VectorIsa::kAvx2)
-      << op << ": " << got.impl;
-  ASSERT_EQ(have.size(), want.size());
-  for (size_t i = 0; i < want.size(); ++i)
-    ASSERT_NEAR(have[i], want[i], 1e-4 * (1 + std::abs(want[i]))) << op << " [" << got.impl << "] at " << i;
+  EXPECT_EQ(have.size(), want.size());
+  for (size_t i = 0; i < want.size() && i < have.size(); ++i)
+    if (std::abs(have[i] - want[i]) > 1e-4 * (1 + std::abs(want[i]))) {
+      ADD_FAILURE() << op << " [" << got.impl << "] at " << i << ": " << have[i] << ", want " << want[i];
+      break;
+    }
+  return got.impl;
+}
+
+// The same; `gemm`: the rule puts the node on conv_gemm, which it does where
+// oneDNN's choice is jit:avx2 (AVX2, or capped there).
+void expect_conv_matches_reference(const std::string& op, const std::vector<Tensor>& inputs, const ir::Attributes& a,
+                                   bool gemm, int threads = 2) {
+  const std::string impl = conv_against_reference(op, inputs, a, threads);
+  EXPECT_EQ(impl.find(":conv_gemm") != std::string::npos, gemm && vector_isa() == VectorIsa::kAvx2) << op << ": " << impl;
+}
+
+// 1-D convolutions take conv1d_gemm where oneDNN's pick is brgconv (AVX-512)
+// and consecutive windows start a multiple of 4 KiB apart: stride x C_in a
+// multiple of 1024 floats. The others keep oneDNN's pick.
+TEST(VecKernels, Conv1dTakesTheGemmWhereWindowsStartPagesApart) {
+  using testing::attrs;
+  const bool avx512 = vector_isa() == VectorIsa::kAvx512;
+  struct Case {
+    const char* what;
+    std::string op;
+    std::vector<Tensor> inputs;
+    ir::Attributes attrs;
+    bool conv1d_gemm;
+  };
+  const Case cases[] = {
+      {"256 channels at stride 4, padded", "Conv",
+       {random_tensor({1, 256, 41}, 40), random_tensor({48, 256, 3}, 41), random_tensor({48}, 42)},
+       attrs({{"strides", std::vector<int64_t>{4}}, {"pads", std::vector<int64_t>{2, 1}}}), true},
+      {"wav2vec2's layer: 512 channels at stride 2, GELU, a residual, a batch", "FusedConv",
+       {random_tensor({2, 512, 19}, 43), random_tensor({64, 512, 3}, 44), random_tensor({64}, 45),
+        random_tensor({2, 64, 9}, 46)},
+       attrs({{"strides", std::vector<int64_t>{2}}, {"activation", std::string("Gelu")}}), true},
+      {"1024 channels at stride 1", "Conv",
+       {random_tensor({1, 1024, 12}, 47), random_tensor({16, 1024, 2}, 48), Tensor()}, {}, true},
+      {"384 channels at stride 2 (Whisper's)", "Conv",
+       {random_tensor({1, 384, 30}, 49), random_tensor({32, 384, 3}, 50), random_tensor({32}, 51)},
+       attrs({{"strides", std::vector<int64_t>{2}}, {"pads", std::vector<int64_t>{1, 1}}}), false},
+      {"512 channels at stride 1", "Conv",
+       {random_tensor({1, 512, 10}, 52), random_tensor({16, 512, 3}, 53), Tensor()}, {}, false},
+      {"a dilated window", "Conv",
+       {random_tensor({1, 512, 20}, 54), random_tensor({16, 512, 3}, 55), Tensor()},
+       attrs({{"strides", std::vector<int64_t>{2}}, {"dilations", std::vector<int64_t>{2}}}), false},
+      {"two groups", "Conv",
+       {random_tensor({1, 512, 20}, 56), random_tensor({16, 256, 3}, 57), Tensor()},
+       attrs({{"strides", std::vector<int64_t>{2}}, {"group", int64_t{2}}}), false},
+  };
+  for (const Case& c : cases)
+    for (int threads : {1, 2}) {
+      SCOPED_TRACE(::testing::Message() << c.what << ", " << threads << " threads");
+      const std::string impl = conv_against_reference(c.op, c.inputs, c.attrs, threads);
+      EXPECT_EQ(impl.find(":conv1d_gemm") != std::string::npos, c.conv1d_gemm && avx512) << impl;
+    }
 }
 
 TEST(VecKernels, ConvOnTheGemmMatchesTheReference) {

@@ -18,6 +18,9 @@
 //   planes of at least kWinogradMinPlane pixels (winograd_pd);
 // - oneDNN's jit_dw kernel where it picks brdgmm_dw for a depthwise
 //   convolution, on planes of at least kJitDwMinPlane pixels (jit_dw_pd).
+// And one for 1-D convolutions: Anvil's GEMM over channels-last activations
+// (vec::conv1d_gemm) where oneDNN's pick is brgconv and its windows start a
+// multiple of 4 KiB apart (conv1d_gemm_pays).
 // `--tune` times those that fit instead (Kernel::alternatives).
 #include <algorithm>
 #include <cstdlib>
@@ -275,6 +278,8 @@ class DnnlConv : public DnnlConvBase {
       }
       const float alpha = ctx.attrs().get_float("activation_alpha", 0.f);
       const float beta = ctx.attrs().get_float("activation_beta", 0.f);
+      epilogue_.alpha = alpha;
+      epilogue_.beta = beta;
       // A Swish (SiLU) runs after the convolution, on Anvil's vectorized
       // loop over its output, rather than as oneDNN's post-op: the
       // implementations are then picked as for a convolution without one,
@@ -351,6 +356,10 @@ class DnnlConv : public DnnlConvBase {
       if (jit_dw) alternatives_.push_back("dnnl_jit_dw");
       const bool gemm_fits = conv_gemm_fits(ctx, x, w, act, pd);
       if (gemm_fits) alternatives_.push_back("conv_gemm");
+      std::optional<dnnl::convolution_forward::primitive_desc> nwc =
+          conv1d_gemm_fits(ctx, x, act, g) ? pd_if_any([&] { return make_pd(nwc_desc(x), nwc_desc(y)); })
+                                           : std::nullopt;
+      if (nwc) alternatives_.push_back("conv1d_gemm");
       const bool anvil_winograd_on_pd = gemm_fits && allow_winograd() && is_3x3_dense(w, g);
       const bool anvil_winograd_on_blocks = winograd && conv_gemm_fits(ctx, x, w, act, *winograd);
       const bool anvil_winograd_fits = anvil_winograd_on_pd || anvil_winograd_on_blocks;
@@ -360,10 +369,11 @@ class DnnlConv : public DnnlConvBase {
               ? alternatives_[static_cast<size_t>(ctx.choice())]
               : rule_pick(ctx, w, y, pd, gemm_fits, anvil_winograd_fits,
                           winograd && dnnl_winograd_weights_pay(*winograd, y),
-                          jit_dw.has_value());
-      const bool anvil = pick == "conv_gemm" || pick == "winograd";
+                          jit_dw.has_value(), nwc && conv1d_gemm_pays(x, g, du::impl_name(pd)));
+      const bool anvil = pick == "conv_gemm" || pick == "winograd" || pick == "conv1d_gemm";
       if (pick == "dnnl_winograd" || (pick == "winograd" && !anvil_winograd_on_pd)) pd = *winograd;
       if (pick == "dnnl_jit_dw") pd = *jit_dw;
+      if (pick == "conv1d_gemm") pd = *nwc;
       if (!anvil) {
         primitive_ = dnnl::convolution_forward(pd);
         scratchpad_md_ = pd.scratchpad_desc();
@@ -371,6 +381,7 @@ class DnnlConv : public DnnlConvBase {
       finish_prepare(ctx, pd, w_plain, !anvil);
       if (pick == "conv_gemm") prepare_conv_gemm(ctx, x, w, y, g, act == "Relu");
       if (pick == "winograd") prepare_winograd(ctx, x, w, y, g, act == "Relu");
+      if (pick == "conv1d_gemm") prepare_conv1d_gemm(ctx, x, w, y, g, act);
     } catch (const dnnl::error& e) {
       ctx.fail(ErrorKind::kUnsupported, "oneDNN has no convolution for this case ({})", e.what());
     }
@@ -389,7 +400,7 @@ class DnnlConv : public DnnlConvBase {
 
   void run(const RunContext& ctx) const override {
     const Tensor* sum = has_sum_ ? &ctx.in(3) : nullptr;
-    if (conv_gemm_ || winograd_) run_on_anvil(ctx, sum);
+    if (conv_gemm_ || winograd_ || conv1d_gemm_) run_on_anvil(ctx, sum);
     else execute(ctx, sum);
     if (swish_apart_) swish_output(ctx);
   }
@@ -436,11 +447,13 @@ class DnnlConv : public DnnlConvBase {
   // windows); else (AVX-512) Anvil's Winograd on planes of
   // kAnvilWinogradMinPlane pixels or more and oneDNN's on planes of
   // kWinogradMinPlane or more; else jit_dw over brdgmm_dw on planes of
-  // kJitDwMinPlane pixels or more; else oneDNN's own pick.
+  // kJitDwMinPlane pixels or more; else oneDNN's own pick. A 1-D
+  // convolution takes conv1d_gemm where conv1d_gemm_pays, else oneDNN's pick.
   std::string rule_pick(const PrepareContext& ctx, const Shape& w, const Shape& y,
                         const dnnl::convolution_forward::primitive_desc& pd, bool gemm_fits, bool anvil_winograd_fits,
-                        bool winograd_fits, bool jit_dw_fits) const {
-    if (y.size() != 4) return "dnnl";  // each alternative is 2-D only
+                        bool winograd_fits, bool jit_dw_fits, bool conv1d_gemm_wanted) const {
+    if (conv1d_gemm_wanted) return "conv1d_gemm";
+    if (y.size() != 4) return "dnnl";  // each alternative below is 2-D only
     const std::string impl = du::impl_name(pd);
     const int64_t pixels = y[2] * y[3];
     const bool small = w[2] * w[3] > 1 ? pixels <= kConvGemmMaxPixelsWindow
@@ -553,7 +566,6 @@ class DnnlConv : public DnnlConvBase {
   // once, shared through the session's weight cache.
   void prepare_conv_gemm(const PrepareContext& ctx, const Shape& x, const Shape& w, const Shape& y,
                          const SpatialGeometry& g, bool relu) {
-    const vec::GemmKernels& gk = vec::vec_kernels().gemm;
     const int64_t cout = w[0], cin = w[1], taps = w[2] * w[3];
     conv_.input = {nullptr, cin, x[2], x[3], y[3], w[2], w[3], g.strides[0], g.strides[1], g.pads_begin[0],
                    g.pads_begin[1], g.dilations[0], g.dilations[1]};
@@ -564,11 +576,21 @@ class DnnlConv : public DnnlConvBase {
     conv_.k = taps * cin;
     conv_.n = cout;
     conv_.relu = relu;
+    conv_b_ = pack_window_weights(ctx, cout, cin, taps);
+    conv_.prefetch_b = du::weights_stream(ctx);  // as the matmul's packed GEMM
+    conv_gemm_ = true;
+    impl_ = std::string(vec::vec_impl_name()) + ":conv_gemm";
+  }
+
+  // The weights as B [taps * C_in, C_out] packed once for Anvil's GEMM,
+  // shared through the session's weight cache. K runs over a tap's channels
+  // (contiguous in the channels-last and blocked layouts), so B's rows are
+  // not one stride through ONNX's [C_out, C_in, taps...]: the weights go
+  // through a [K, C_out] copy on the way in and out.
+  static Tensor pack_window_weights(const PrepareContext& ctx, int64_t cout, int64_t cin, int64_t taps) {
+    const vec::GemmKernels& gk = vec::vec_kernels().gemm;
     const Tensor& source = *ctx.constant(1);
-    const int64_t k = conv_.k;
-    // The gather's K runs over a tap's channels (contiguous in nChw8c), so
-    // B's rows are not one stride through ONNX's [C_out, C_in, KH, KW]: the
-    // weights go through a [K, C_out] copy on the way in and out.
+    const int64_t k = taps * cin;
     auto pack = [&gk, &source, k, cout, cin, taps] {
       std::vector<float> b(static_cast<size_t>(k * cout));
       const float* w = source.data<float>();
@@ -576,20 +598,72 @@ class DnnlConv : public DnnlConvBase {
       return vec::pack_gemm_b(gk, b.data(), k, cout, cout, 1);
     };
     WeightCache* cache = ctx.weight_cache();
-    if (cache) {
-      auto unpack = [gk, k, cout, cin, taps](const Tensor& packed, void* dst) {
-        std::vector<float> b(static_cast<size_t>(k * cout));
-        vec::unpack_gemm_b(gk, packed.data<float>(), k, cout, b.data(), cout, 1);
-        float* w = static_cast<float*>(dst);
-        for_each_conv_weight(cout, cin, taps, [&](int64_t wi, int64_t bi) { w[wi] = b[static_cast<size_t>(bi)]; });
-      };
-      conv_b_ = cache->get(source, "anvil-conv-gemm " + vec::gemm_layout_key(gk, k, cout, cout, 1), pack, unpack);
-    } else {
-      conv_b_ = pack();
-    }
-    conv_.prefetch_b = du::weights_stream(ctx);  // as the matmul's packed GEMM
-    conv_gemm_ = true;
-    impl_ = std::string(vec::vec_impl_name()) + ":conv_gemm";
+    if (!cache) return pack();
+    auto unpack = [gk, k, cout, cin, taps](const Tensor& packed, void* dst) {
+      std::vector<float> b(static_cast<size_t>(k * cout));
+      vec::unpack_gemm_b(gk, packed.data<float>(), k, cout, b.data(), cout, 1);
+      float* w = static_cast<float*>(dst);
+      for_each_conv_weight(cout, cin, taps, [&](int64_t wi, int64_t bi) { w[wi] = b[static_cast<size_t>(bi)]; });
+    };
+    return cache->get(source, "anvil-conv-gemm " + vec::gemm_layout_key(gk, k, cout, cout, 1), pack, unpack);
+  }
+
+  // Whether the convolution can run on vec::conv1d_gemm: 1-D, one group,
+  // constant weights, dilation 1, an activation the GEMM's epilogue has, and
+  // layouts of the kernels' own allowed (ANVIL_CONV_LAYOUT). Where the plan
+  // gives the activations plain, they are staged to and from NWC, as for
+  // oneDNN's kernels.
+  bool conv1d_gemm_fits(const PrepareContext& ctx, const Shape& x, const std::string& act,
+                        const SpatialGeometry& g) const {
+    if (x.size() != 3 || group_ != 1 || !ctx.constant(1) || !vec::gemm_activation(act)) return false;
+    return du::blocked_layouts_allowed() && g.dilations[0] == 1;
+  }
+
+  // Whether conv1d_gemm beats oneDNN's pick: its brgconv (AVX-512, NWC)
+  // where consecutive windows start a multiple of 4 KiB apart (stride * C_in
+  // floats), which it runs at 0.5-0.7 of its speed elsewhere; in the same
+  // cases conv1d_gemm, packing A's blocks, keeps its speed. AMD EPYC Zen 4
+  // (anvil_conv1d_ab, one thread): wav2vec2's 512 -> 512 layers at stride 2
+  // (3 taps, 3199 positions; 2 taps, 399) 0.74 and 0.77 of brgconv's time, a
+  // 1024-channel one at stride 1 0.72, 256 at stride 4 0.68; at two threads
+  // 0.65-0.70. Elsewhere brgconv ran level or faster (384 channels at stride
+  // 2, Whisper's: conv1d_gemm 1.14x; 256 or 768 at stride 1: 1.04-1.06x), and
+  // so did brgconv_1x1 and, below AVX-512, jit:avx2 in its channel blocks
+  // (Whisper's: conv1d_gemm 1.09-1.11x).
+  static constexpr int64_t kAliasingBytes = 4096;
+  static bool conv1d_gemm_pays(const Shape& x, const SpatialGeometry& g, const std::string& impl) {
+    if (impl.rfind("dnnl:brgconv:", 0) != 0) return false;
+    const int64_t window_step = g.strides[0] * x[1] * static_cast<int64_t>(sizeof(float));
+    return window_step % kAliasingBytes == 0;
+  }
+
+  static memory::desc nwc_desc(const Shape& shape) {
+    return memory::desc(du::dims(shape), memory::data_type::f32, memory::format_tag::nwc);
+  }
+
+  // conv1d_gemm's geometry, its packed weights and the scratch for its
+  // padded edge rows (after the layouts' staging).
+  void prepare_conv1d_gemm(const PrepareContext& ctx, const Shape& x, const Shape& w, const Shape& y,
+                           const SpatialGeometry& g, const std::string& act) {
+    conv1d_ = {};
+    conv1d_.batch = x[0];
+    conv1d_.x_item = x[1] * x[2];
+    conv1d_.y_item = y[1] * y[2];
+    conv1d_.length = x[2];
+    conv1d_.channels = x[1];
+    conv1d_.out_length = y[2];
+    conv1d_.taps = w[2];
+    conv1d_.stride = g.strides[0];
+    conv1d_.pad_begin = g.pads_begin[0];
+    conv1d_.n = y[1];
+    conv1d_.epilogue = epilogue_;
+    conv1d_.epilogue.activation = *vec::gemm_activation(act);
+    conv1d_.prefetch_b = du::weights_stream(ctx);
+    conv_b_ = pack_window_weights(ctx, w[0], w[1], w[2]);
+    edge_rows_at_ = (scratch_ + 63) / 64 * 64;
+    scratch_ = edge_rows_at_ + static_cast<size_t>(vec::conv1d_gemm_edge_floats(conv1d_)) * sizeof(float);
+    conv1d_gemm_ = true;
+    impl_ = std::string(vec::vec_impl_name()) + ":conv1d_gemm";
   }
 
   // Anvil's Winograd geometry, and the transformed weights packed once,
@@ -638,6 +712,14 @@ class DnnlConv : public DnnlConvBase {
       args.y = y;
       args.residual = sum ? y : nullptr;
       vec::conv_winograd(vec::vec_kernels(), args);
+    } else if (conv1d_gemm_) {
+      vec::Conv1dGemmArgs args = conv1d_;
+      args.x = x;
+      args.b_packed = conv_b_.data<float>();
+      args.bias = bias;
+      args.y = y;
+      args.residual = sum ? y : nullptr;
+      vec::conv1d_gemm(vec::vec_kernels().gemm, args, reinterpret_cast<float*>(static_cast<char*>(ctx.scratch) + edge_rows_at_));
     } else {
       vec::ConvGemmArgs args = conv_;
       args.input.x = x;
@@ -669,8 +751,12 @@ class DnnlConv : public DnnlConvBase {
   int64_t output_floats_ = 0;
   bool conv_gemm_ = false;
   bool winograd_ = false;
+  bool conv1d_gemm_ = false;
   std::vector<std::string> alternatives_;
   vec::ConvGemmArgs conv_;
+  vec::Conv1dGemmArgs conv1d_;
+  vec::GemmEpilogue epilogue_;  // the activation's alpha and beta
+  size_t edge_rows_at_ = 0;     // conv1d_gemm's edge rows in the scratch
   vec::WinogradConvArgs winograd_args_;
   Tensor conv_b_;  // conv_gemm's or the Winograd convolution's packed weights
 };

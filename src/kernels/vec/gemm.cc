@@ -702,4 +702,66 @@ void conv_gemm(const GemmKernels& g, const ConvGemmArgs& p) {
   }
 }
 
+namespace {
+
+// Output positions [lo, hi) of a 1-D convolution read no padding: their
+// windows lie within the input.
+std::pair<int64_t, int64_t> conv1d_inner_rows(const Conv1dGemmArgs& p) {
+  const int64_t lo = std::min(p.out_length, ceil_div(p.pad_begin, p.stride));
+  const int64_t last_start = p.length - p.taps + p.pad_begin;  // the last window within the input, in padded positions
+  const int64_t hi = last_start < 0 ? lo : std::clamp(last_start / p.stride + 1, lo, p.out_length);
+  return {lo, hi};
+}
+
+// Rows [r0, r1)'s windows as rows of taps * C_in floats, zeros for the padding.
+void gather_conv1d_rows(const Conv1dGemmArgs& p, const float* x, int64_t r0, int64_t r1, float* out) {
+  const size_t row_bytes = static_cast<size_t>(p.channels) * sizeof(float);
+  for (int64_t r = r0; r < r1; ++r)
+    for (int64_t t = 0; t < p.taps; ++t, out += p.channels) {
+      const int64_t at = r * p.stride - p.pad_begin + t;
+      if (at < 0 || at >= p.length) std::memset(out, 0, row_bytes);
+      else std::memcpy(out, x + at * p.channels, row_bytes);
+    }
+}
+
+}  // namespace
+
+int64_t conv1d_gemm_edge_floats(const Conv1dGemmArgs& p) {
+  const auto [lo, hi] = conv1d_inner_rows(p);
+  return std::max(lo, p.out_length - hi) * p.taps * p.channels;
+}
+
+void conv1d_gemm(const GemmKernels& g, const Conv1dGemmArgs& p, float* edge_rows) {
+  ANVIL_CHECK(p.stride > 0 && p.pad_begin >= 0 && p.taps > 0 && p.channels > 0, ErrorKind::kInternal,
+              "conv1d_gemm: stride {}, padding {}, taps {}, channels {}", p.stride, p.pad_begin, p.taps, p.channels);
+  const auto [lo, hi] = conv1d_inner_rows(p);
+  const int64_t k = p.taps * p.channels;
+  for (int64_t item = 0; item < p.batch; ++item) {
+    const float* x = p.x + item * p.x_item;
+    // Output rows [r0, r0 + rows) from A's rows, lda apart.
+    auto rows_of = [&](const float* a, int64_t lda, int64_t r0, int64_t rows) {
+      if (rows == 0) return;
+      GemmArgs args;
+      args.a = a;
+      args.lda = lda;
+      args.m = rows;
+      args.k = k;
+      args.n = p.n;
+      args.b_packed = p.b_packed;
+      args.prefetch_b = p.prefetch_b;
+      args.bias = p.bias;
+      args.residual = p.residual ? p.residual + item * p.y_item + r0 * p.n : nullptr;
+      args.c = p.y + item * p.y_item + r0 * p.n;
+      args.ldc = p.n;
+      args.epilogue = p.epilogue;
+      packed_gemm(g, args);
+    };
+    if (hi > lo) rows_of(x + (lo * p.stride - p.pad_begin) * p.channels, p.stride * p.channels, lo, hi - lo);
+    gather_conv1d_rows(p, x, 0, lo, edge_rows);
+    rows_of(edge_rows, k, 0, lo);
+    gather_conv1d_rows(p, x, hi, p.out_length, edge_rows);
+    rows_of(edge_rows, k, hi, p.out_length - hi);
+  }
+}
+
 }  // namespace anvil::kernels::vec

@@ -143,4 +143,27 @@ struct ConvGemmArgs {
 };
 void conv_gemm(const GemmKernels& g, const ConvGemmArgs& args);
 
+// A 1-D convolution (one group, dilation 1) over channels-last (NWC)
+// activations as products whose A rows overlap: output position r reads the
+// taps * C_in floats from input position r * stride - pad_begin on, so A is
+// the input itself, rows stride * C_in apart, and B the weights as conv_gemm
+// packs them ([taps * C_in, C_out]). Rows whose window reaches into the
+// padding are gathered first into `edge_rows` (conv1d_gemm_edge_floats of
+// them), zeros standing for the padding. y and the residual are NWC too.
+struct Conv1dGemmArgs {
+  const float* x = nullptr;  // the first batch item
+  int64_t batch = 1, x_item = 0, y_item = 0;  // floats from one batch item to the next
+  int64_t length = 0, channels = 0;            // input positions, C_in
+  int64_t out_length = 0, taps = 0, stride = 1, pad_begin = 0;
+  int64_t n = 0;  // C_out
+  const float* b_packed = nullptr;
+  const float* bias = nullptr;      // [C_out] or null
+  const float* residual = nullptr;  // laid out as y, or null; may be y
+  float* y = nullptr;
+  GemmEpilogue epilogue;
+  bool prefetch_b = true;  // as GemmArgs::prefetch_b
+};
+int64_t conv1d_gemm_edge_floats(const Conv1dGemmArgs& args);
+void conv1d_gemm(const GemmKernels& g, const Conv1dGemmArgs& args, float* edge_rows);
+
 }  // namespace anvil::kernels::vec
