@@ -550,6 +550,43 @@ PY
   touch "$corpus/.constant-if"
 fi
 
+# A transformer's tokens turned into an image for a convolution and back
+# (passes/tokens_as_image.cc: SegFormer's blocks), and the com.anvil nodes
+# that pass makes, with an int64 tensor and a spatial that does not fit, once.
+if [ ! -e "$corpus/.tokens-image" ]; then
+  "${ANVIL_PYTHON:-python3}" - "$corpus/models" <<'PY'
+import os, sys
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper, TensorProto as T
+rng = np.random.default_rng(0)
+def i64(name, a): return numpy_helper.from_array(np.asarray(a, np.int64), name)
+def save(name, nodes, x_type, x_shape, inits, anvil=False):
+    g = helper.make_graph(nodes, name, [helper.make_tensor_value_info("x", x_type, x_shape)],
+                          [helper.make_tensor_value_info("y", x_type, None)], inits)
+    opsets = [helper.make_opsetid("", 17)] + ([helper.make_opsetid("com.anvil", 2)] if anvil else [])
+    m = helper.make_model(g, opset_imports=opsets)
+    m.ir_version = 8
+    onnx.save(m, os.path.join(sys.argv[1], name + ".onnx"))
+w = numpy_helper.from_array(rng.standard_normal((8, 1, 3, 3)).astype(np.float32), "w")
+save("tokens_image", [helper.make_node("Transpose", ["x"], ["t"], perm=[0, 2, 1]),
+                      helper.make_node("Reshape", ["t", "image"], ["i"]),
+                      helper.make_node("Conv", ["i", "w"], ["c"], group=8, pads=[1, 1, 1, 1]),
+                      helper.make_node("Reshape", ["c", "flat"], ["f"]),
+                      helper.make_node("Transpose", ["f"], ["g"], perm=[0, 2, 1]),
+                      helper.make_node("Relu", ["g"], ["y"])],
+     T.FLOAT, [1, 6, 8], [i64("image", [1, 8, 2, 3]), i64("flat", [1, 8, 6]), w])
+save("tokens_to_image", [helper.make_node("TokensToImage", ["x"], ["i"], domain="com.anvil", spatial=[2, 3]),
+                         helper.make_node("ImageToTokens", ["i"], ["y"], domain="com.anvil")],
+     T.FLOAT, [2, 6, 4], [], anvil=True)
+save("tokens_to_image_int", [helper.make_node("TokensToImage", ["x"], ["y"], domain="com.anvil", spatial=[3, 2])],
+     T.INT64, [1, 6, 2], [], anvil=True)
+save("tokens_to_image_misfit", [helper.make_node("TokensToImage", ["x"], ["y"], domain="com.anvil", spatial=[4, 4])],
+     T.FLOAT, [1, 6, 2], [], anvil=True)
+PY
+  touch "$corpus/.tokens-image"
+fi
+
 # Backend test models with one float input retyped (float64, float16 or
 # float32), once per suite: kernels that read inputs of two types as one
 # read past a buffer (Attention's K, InstanceNormalization's scale, ...).

@@ -3,7 +3,7 @@
 // them back.
 //   - Anvil's own fused ops (internal domain "anvil"): FusedConv, FusedMatMul,
 //     FusedGemm, MaskedSoftmax, ElementwiseChain, FusedConvDepthwise, QkvAttention,
-//     FusedBatchNorm, ChannelShuffle, SqueezeExcite.
+//     FusedBatchNorm, ChannelShuffle, SqueezeExcite, TokensToImage, ImageToTokens.
 //   - ONNX ops newer than the model's opset that the passes create (Gelu-20,
 //     LayerNormalization-17, Attention-23, RMSNormalization-23, Swish-24):
 //     written as com.anvil nodes of the

@@ -17,6 +17,7 @@ std::optional<AnvilDomainOp> anvil_domain_op(const std::string& op_type) {
       {"FusedConvDepthwise", "anvil", 1}, {"QkvAttention", "anvil", 1},
       {"Swish", "", 24},         {"FusedGemm", "anvil", 1},      {"HardSwish", "", 14},
       {"FusedBatchNorm", "anvil", 1},    {"SqueezeExcite", "anvil", 1},      {"ChannelShuffle", "anvil", 1},
+      {"TokensToImage", "anvil", 1},     {"ImageToTokens", "anvil", 1},
       {"RMSNormalization", "", 23},
   };
   for (const AnvilDomainOp& op : kOps)

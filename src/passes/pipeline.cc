@@ -98,6 +98,7 @@ std::vector<std::unique_ptr<Pass>> late_passes_for_level(int level, const Fusion
     passes.push_back(make_eliminate_common_subexpressions());  // the shape arithmetic the fusions repeat
     passes.push_back(make_dead_code());
   }
+  if (level >= 3) passes.push_back(make_tokens_as_image());
   if (level >= 3 && advisor) passes.push_back(make_channels_last_before_split(advisor));  // where the image arrives in a layout
   return passes;
 }

@@ -110,6 +110,7 @@ SHAPES = {
     "hf_clip": [(1, 7), (2, 16), (1, 64)],
     "vit": [(1, 0), (3, 0), (2, 0)],
     "hf_wav2vec2": [(1, 1600), (2, 2405), (1, 4000)],  # (batch, audio samples)
+    "hf_segformer": [(1, 0), (3, 0), (2, 0)],
 }
 MODEL_NAMES = list(SHAPES)
 
@@ -427,6 +428,28 @@ def _hf_wav2vec2():
     return LastHiddenState()
 
 
+def _hf_segformer():
+    """SegFormer (MiT encoder, all-MLP decode head) at 64 x 64: tokens turned
+    into images for convolutions and back in every block, the decode head's
+    projections resized and concatenated (passes/tokens_as_image.cc)."""
+    import torch.nn as nn
+    import transformers
+
+    config = transformers.SegformerConfig(depths=[1, 1, 1, 1], hidden_sizes=[16, 32, 48, 64],
+                                          num_attention_heads=[1, 2, 2, 4], decoder_hidden_size=64, num_labels=3)
+    model = transformers.SegformerForSemanticSegmentation(config)
+
+    class Logits(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.model = model
+
+        def forward(self, pixel_values):
+            return self.model(pixel_values=pixel_values).logits
+
+    return Logits()
+
+
 def _vit():
     from torchvision.models.vision_transformer import VisionTransformer
 
@@ -437,18 +460,20 @@ def _vit():
 BUILDERS = {"bert": _bert, "gpt2": _gpt2, "loop": _loop, "if": _if, "lstm": _lstm, "gru": _gru, "hf_bert": _hf_bert,
             "hf_gpt2": _hf_gpt2, "hf_gpt2_step": _hf_gpt2_step, "hf_llama_step": _hf_llama_step,
             "hf_distilbert": _hf_distilbert, "hf_bart": _hf_bart,
-            "hf_clip": _hf_clip, "vit": _vit, "hf_wav2vec2": _hf_wav2vec2}
+            "hf_clip": _hf_clip, "vit": _vit, "hf_wav2vec2": _hf_wav2vec2, "hf_segformer": _hf_segformer}
 INPUTS = {"bert": ["input_ids", "attention_mask"], "gpt2": ["input_ids"], "loop": ["x", "steps"], "if": ["x"],
           "lstm": ["features"], "gru": ["x"], "hf_bert": ["input_ids", "attention_mask"], "hf_gpt2": ["input_ids"],
           "hf_gpt2_step": ["input_ids"] + _past_names("past"),
           "hf_llama_step": ["input_ids", "attention_mask", "position_ids"] + _past_names("past"),
           "hf_distilbert": ["input_ids", "attention_mask"], "hf_bart": ["input_ids", "attention_mask"],
-          "hf_clip": ["input_ids", "attention_mask"], "vit": ["x"], "hf_wav2vec2": ["input_values"]}
+          "hf_clip": ["input_ids", "attention_mask"], "vit": ["x"], "hf_wav2vec2": ["input_values"],
+          "hf_segformer": ["pixel_values"]}
 OUTPUTS = {"bert": ["last_hidden_state"], "gpt2": ["logits"], "loop": ["y"], "if": ["y"], "lstm": ["scores"],
            "gru": ["tags"], "hf_bert": ["last_hidden_state"], "hf_gpt2": ["last_hidden_state"],
            "hf_gpt2_step": ["logits"] + _past_names("present"), "hf_llama_step": ["logits"] + _past_names("present"),
            "hf_distilbert": ["last_hidden_state"], "hf_bart": ["last_hidden_state"],
-           "hf_clip": ["last_hidden_state"], "vit": ["scores"], "hf_wav2vec2": ["last_hidden_state"]}
+           "hf_clip": ["last_hidden_state"], "vit": ["scores"], "hf_wav2vec2": ["last_hidden_state"],
+           "hf_segformer": ["logits"]}
 VOCAB = {"bert": 30522, "gpt2": 1000, "hf_bert": 1000, "hf_gpt2": 1000, "hf_gpt2_step": 1000, "hf_llama_step": 1000,
          "hf_distilbert": 1000, "hf_bart": 1000,
          "hf_clip": 1000}
@@ -458,6 +483,7 @@ AXES = {"bert": {0: "batch", 1: "sequence"}, "gpt2": {0: "batch", 1: "sequence"}
         "hf_bert": {0: "batch", 1: "sequence"}, "hf_gpt2": {0: "batch", 1: "sequence"},
         "hf_distilbert": {0: "batch", 1: "sequence"}, "hf_bart": {0: "batch", 1: "sequence"},
         "hf_clip": {0: "batch", 1: "sequence"}, "vit": {0: "batch"},
+        "hf_segformer": {0: "batch"},
         "hf_wav2vec2": {"input_values": {0: "batch", 1: "samples"}, "last_hidden_state": {0: "batch", 1: "frames"}},
         "hf_gpt2_step": {"input_ids": {0: "batch"}, "logits": {0: "batch"},
                          **{n: {0: "batch", 2: "past"} for n in _past_names("past")},
@@ -490,6 +516,8 @@ def make_inputs(name: str, batch: int, seq: int, rng: np.random.Generator) -> di
         return {"x": rng.standard_normal((batch, seq, 24), dtype=np.float32)}
     if name == "vit":
         return {"x": rng.standard_normal((batch, 3, 32, 32), dtype=np.float32)}
+    if name == "hf_segformer":
+        return {"pixel_values": rng.standard_normal((batch, 3, 64, 64), dtype=np.float32)}
     if name == "hf_wav2vec2":
         return {"input_values": rng.standard_normal((batch, seq), dtype=np.float32)}
     if name == "if":

@@ -65,9 +65,14 @@ def _declared_type(value) -> str:
 # nothing to compare with. The decoding steps' presents are declared with
 # a name of their own, `present`, where Anvil infers past + 1; wav2vec2's
 # frames likewise (`frames`, a floor division of the samples that Anvil
-# leaves unnamed).
+# leaves unnamed). SegFormer's logits are declared [batch, 3,
+# Convlogits_dim_2, Convlogits_dim_3], PyTorch's names for dims it could not
+# infer; from the input types alone Anvil infers no rank for them (the
+# decode head resizes to sizes read from a Shape), so there is nothing to
+# compare with either.
 @pytest.mark.parametrize("name", [n for n in seq.MODEL_NAMES
-                                  if n not in ("loop", "hf_gpt2", "hf_gpt2_step", "hf_llama_step", "hf_wav2vec2")])
+                                  if n not in ("loop", "hf_gpt2", "hf_gpt2_step", "hf_llama_step", "hf_wav2vec2",
+                                               "hf_segformer")])
 def test_inference_recovers_the_declared_output_types(name, anvil, tmp_path):
     """With every intermediate and output shape removed, Anvil's schemas infer
     the outputs' symbolic types from the inputs alone, as PyTorch declared them."""
@@ -115,3 +120,21 @@ def test_constant_ifs_give_way_to_their_branches(anvil, tmp_path):
     result = anvil("optimize", model, tmp_path / "llama_opt.onnx", timeout=RUN_TIMEOUT_S)
     assert_ok(result)
     assert not re.search(r"^\s+If\s+\d+$", result.stdout, re.MULTILINE), result.stdout
+
+
+# SegFormer turns its tokens into images for convolutions and back in every
+# block and in its decode head, as Transpose + Reshape pairs: each must
+# become one anvil.TokensToImage or anvil.ImageToTokens (a view in the
+# plan's channels-last layout), none left as a Transpose.
+@pytest.mark.slow
+def test_segformer_tokens_become_images_and_back(anvil, tmp_path):
+    model = seq.export_model("hf_segformer")
+    transposes = sum(n.op_type == "Transpose" for n in onnx.load(str(model)).graph.node)
+    assert transposes == 46, f"the export has {transposes} Transposes; this test was written for 46"
+    result = anvil("optimize", model, tmp_path / "segformer_opt.onnx", timeout=RUN_TIMEOUT_S)
+    assert_ok(result)
+    counts = {op: re.search(rf"^\s+{re.escape(op)}\s+(\d+)$", result.stdout, re.MULTILINE)
+              for op in ("anvil.TokensToImage", "anvil.ImageToTokens", "Transpose")}
+    assert counts["anvil.TokensToImage"] and int(counts["anvil.TokensToImage"].group(1)) == 15, result.stdout
+    assert counts["anvil.ImageToTokens"] and int(counts["anvil.ImageToTokens"].group(1)) == 11, result.stdout
+    assert not counts["Transpose"], result.stdout

@@ -4,6 +4,9 @@
 #include <algorithm>
 #include <climits>
 
+#include <fmt/ranges.h>
+
+#include "core/checked.h"
 #include "ir/schemas/common.h"
 
 namespace anvil::ir::schemas {
@@ -593,6 +596,41 @@ void infer_channel_shuffle(InferContext& ctx) {
     ctx.fail_input("X {} has {} channels, not a multiple of the group {}", dims_str(x), x[1].value, group);
 }
 
+// anvil.TokensToImage: X [N, T..., C] -> [N, C, spatial...], the positions
+// T... (flattened) laid out as the image's spatial dims.
+void infer_tokens_to_image(InferContext& ctx) {
+  const SymShape& x = ctx.dims(0);
+  if (x.size() < 3) ctx.fail_input("X {} must be [N, positions..., C]", dims_str(x));
+  const std::vector<int64_t> spatial = ctx.attr_ints("spatial");
+  if (spatial.empty() || spatial.size() > 3) ctx.fail("spatial has {} dims; 1 to 3 are supported", spatial.size());
+  int64_t image = 1, tokens = 1;
+  bool tokens_known = true;
+  for (int64_t d : spatial) {
+    const std::optional<int64_t> p = d >= 1 ? mul_overflow_free(image, d) : std::nullopt;
+    if (!p) ctx.fail("spatial dims {} must be positive, with a product that fits int64", fmt::join(spatial, "x"));
+    image = *p;
+  }
+  for (size_t a = 1; a + 1 < x.size() && tokens_known; ++a) {
+    const std::optional<int64_t> p = x[a].is_known() ? mul_overflow_free(tokens, x[a].value) : std::nullopt;
+    tokens_known = p.has_value();
+    tokens = p.value_or(0);
+  }
+  if (tokens_known && tokens != image)
+    ctx.fail_input("X {} has {} positions, the image {} holds {}", dims_str(x), tokens, fmt::join(spatial, "x"), image);
+  SymShape out{x[0], x.back()};
+  for (int64_t d : spatial) out.push_back(Dim::known(d));
+  ctx.set_output(0, Type::tensor(ctx.dtype(0), out));
+}
+
+// anvil.ImageToTokens: X [N, C, S...] -> [N, S1 x S2 x ..., C].
+void infer_image_to_tokens(InferContext& ctx) {
+  const SymShape& x = ctx.dims(0);
+  if (x.size() < 3 || x.size() > 5) ctx.fail_input("X {} must be [N, C, S...] with 1 to 3 spatial dims", dims_str(x));
+  Dim positions = x[2];
+  for (size_t a = 3; a < x.size(); ++a) positions = dim_mul(positions, x[a]);
+  ctx.set_output(0, Type::tensor(ctx.dtype(0), SymShape{x[0], positions, x[1]}));
+}
+
 void infer_depth_space(InferContext& ctx) {
   ctx.set_output(0, Type::tensor(ctx.dtype(0)));
   const SymShape& x = ctx.dims(0);
@@ -702,6 +740,12 @@ struct Registrations {
     // anvil.ChannelShuffle (passes/fuse_channel_shuffle.cc): X [N, C, D...],
     // y[:, j * group + i] = x[:, i * C / group + j].
     r.add(OpSchema("ChannelShuffle", "anvil").required_attr("group").infer(infer_channel_shuffle));
+    // anvil.TokensToImage and anvil.ImageToTokens (passes/tokens_as_image.cc):
+    // a transformer's tokens [N, positions, C] as an image [N, C, H, W] and
+    // back, Y[n, c, p] = X[n, p, c]; the planner's channels-last layout makes
+    // either a view (kernels/dnnl/tokens.cc).
+    r.add(OpSchema("TokensToImage", "anvil").required_attr("spatial").infer(infer_tokens_to_image));
+    r.add(OpSchema("ImageToTokens", "anvil").infer(infer_image_to_tokens));
     r.add(OpSchema("SpaceToDepth").required_attr("blocksize").infer(infer_depth_space));
     r.add(OpSchema("NonZero").infer([](InferContext& ctx) {
       ctx.set_output(0, Type::tensor(DType::kInt64, SymShape{Dim::known(ctx.rank(0)), Dim::unknown()}));
