@@ -993,5 +993,46 @@ TEST(Layouts, ConcatOfMixedFormatsTakesTheLargestInputsFormat) {
     }
 }
 
+// Reorders between NHWC and channel blocks of 8 (1-3 spatial dims) run
+// Anvil's copy of runs of channels (kernels/dnnl/layout.cc), those with
+// blocks of 16 oneDNN's; each must move every element where oneDNN's
+// reorder from plain puts it.
+TEST(Layouts, PixelReordersMoveEveryChannel) {
+  using tag = dnnl::memory::format_tag;
+  namespace du = kernels::dnnl_util;
+  struct Case {
+    Shape shape;
+    tag from, to;
+    bool anvil;  // the reorder Anvil's
+  };
+  const Case cases[] = {
+      {{2, 16, 3, 5}, tag::nhwc, tag::nChw8c, true},     {{2, 16, 3, 5}, tag::nChw8c, tag::nhwc, true},
+      {{1, 32, 7, 9}, tag::nChw16c, tag::nChw8c, true},  {{3, 24, 40}, tag::nwc, tag::nCw8c, true},
+      {{2, 16, 2, 3, 4}, tag::ndhwc, tag::nCdhw8c, true},
+      {{1, 8, 70, 3}, tag::nChw8c, tag::nhwc, true},  // more pixels than a tile, a partial last tile
+      {{1, 32, 7, 9}, tag::nhwc, tag::nChw16c, false}, {{2, 16, 2, 3, 4}, tag::nCdhw16c, tag::ndhwc, false},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(::testing::Message() << shape_str(c.shape) << " " << static_cast<int>(c.from) << " -> "
+                                      << static_cast<int>(c.to));
+    const dnnl::memory::desc plain = du::plain_desc(c.shape, DType::kFloat32);
+    const dnnl::memory::desc from_md(du::dims(c.shape), dnnl::memory::data_type::f32, c.from);
+    const dnnl::memory::desc to_md(du::dims(c.shape), dnnl::memory::data_type::f32, c.to);
+    const Tensor x = random_tensor(c.shape, 17);
+    const Tensor laid = testing::relaid(x, plain, from_md);
+    const kernels::TensorType from{DType::kFloat32, c.shape, du::layout_of(from_md, c.shape, DType::kFloat32)};
+    const kernels::Layout to = du::layout_of(to_md, c.shape, DType::kFloat32);
+    ASSERT_TRUE(from.layout && to);
+    std::unique_ptr<kernels::Kernel> reorder = from.layout->make_reorder(from, to);
+    EXPECT_EQ(reorder->impl_name(), c.anvil ? "pixels:reorder" : "dnnl:reorder");
+    Tensor y(DType::kFloat32, c.shape);
+    kernels::RunContext ctx;
+    ctx.inputs = {&laid};
+    ctx.outputs = {&y};
+    reorder->run(ctx);
+    EXPECT_EQ(testing::values<float>(testing::relaid(y, to_md, plain)), testing::values<float>(x));
+  }
+}
+
 }  // namespace
 }  // namespace anvil
