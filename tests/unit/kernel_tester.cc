@@ -52,6 +52,7 @@ KernelResult run_kernel_full(const std::string& op, const std::vector<Tensor>& i
   kernels::PrepareContext pctx(node, types, constants, options.num_threads,
                                options.model_weight_bytes ? &weights : nullptr);
   if (!options.incoming_layouts.empty()) pctx.allow_blocked_layouts(true, options.blocked_outputs, options.incoming_layouts);
+  pctx.set_choice(options.choice);
   auto entries = kernels::Registry::global().select(node, types);
   const kernels::KernelEntry* entry = nullptr;
   for (const auto* e : entries)

@@ -49,6 +49,9 @@ struct KernelOptions {
   // With incoming_layouts: whether the outputs may take layouts of their own
   // (false: as a graph output's, plain).
   bool blocked_outputs = true;
+  // >= 0: the kernel's alternative of that index (Kernel::alternatives), as
+  // the tuner asks for it; -1: its own rule's pick.
+  int choice = -1;
 };
 
 struct KernelResult {

@@ -398,6 +398,48 @@ TEST(VecKernels, Conv1dTakesTheGemmWhereWindowsStartPagesApart) {
     }
 }
 
+// conv1d_gemm asked for by choice (as the tuner does), so that every ISA
+// runs its wiring in the convolution kernel: NWC staging, padded edge rows
+// in the scratch, the residual in place, and activations with parameters.
+TEST(VecKernels, Conv1dGemmChosenMatchesTheReference) {
+  using testing::attrs;
+  struct Case {
+    const char* what;
+    std::string op;
+    std::vector<Tensor> inputs;
+    ir::Attributes attrs;
+  };
+  const Case cases[] = {
+      {"padded, strided, a bias", "Conv",
+       {random_tensor({1, 24, 33}, 60), random_tensor({40, 24, 5}, 61), random_tensor({40}, 62)},
+       attrs({{"strides", std::vector<int64_t>{2}}, {"pads", std::vector<int64_t>{3, 1}}})},
+      {"LeakyRelu's slope and a residual, a batch", "FusedConv",
+       {random_tensor({2, 16, 20}, 63), random_tensor({8, 16, 3}, 64), random_tensor({8}, 65),
+        random_tensor({2, 8, 20}, 66)},
+       attrs({{"pads", std::vector<int64_t>{1, 1}},
+              {"activation", std::string("LeakyRelu")},
+              {"activation_alpha", 0.3f}})},
+      {"Clip's bounds", "FusedConv",
+       {random_tensor({1, 8, 12}, 67), random_tensor({16, 8, 2}, 68), Tensor()},
+       attrs({{"activation", std::string("Clip")}, {"activation_alpha", -0.5f}, {"activation_beta", 0.25f}})},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    testing::KernelOptions fast, ref;
+    fast.backend = kernels::Backend::kDnnl;
+    fast.domain = ref.domain = c.op == "FusedConv" ? "anvil" : "";
+    fast.constant_inputs = ref.constant_inputs = {false, true, true, false};
+    fast.choice = 1;  // alternatives: oneDNN's pick, then conv1d_gemm
+    const testing::KernelResult got = testing::run_kernel_full(c.op, c.inputs, c.attrs, fast);
+    EXPECT_NE(got.impl.find(":conv1d_gemm"), std::string::npos) << got.impl;
+    const std::vector<float> want = testing::values<float>(testing::run_kernel(c.op, c.inputs, c.attrs, ref)[0]);
+    const std::vector<float> have = testing::values<float>(got.outputs[0]);
+    ASSERT_EQ(have.size(), want.size());
+    for (size_t i = 0; i < want.size(); ++i)
+      ASSERT_NEAR(have[i], want[i], 1e-4 * (1 + std::abs(want[i]))) << i;
+  }
+}
+
 TEST(VecKernels, ConvOnTheGemmMatchesTheReference) {
   const int saved_threads = omp_get_max_threads();
   omp_set_num_threads(2);

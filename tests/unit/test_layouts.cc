@@ -1010,6 +1010,7 @@ TEST(Layouts, PixelReordersMoveEveryChannel) {
       {{1, 32, 7, 9}, tag::nChw16c, tag::nChw8c, true},  {{3, 24, 40}, tag::nwc, tag::nCw8c, true},
       {{2, 16, 2, 3, 4}, tag::ndhwc, tag::nCdhw8c, true},
       {{1, 8, 70, 3}, tag::nChw8c, tag::nhwc, true},  // more pixels than a tile, a partial last tile
+      {{2, 64, 32, 17}, tag::nhwc, tag::nChw8c, true},  // enough to split between threads
       {{1, 32, 7, 9}, tag::nhwc, tag::nChw16c, false}, {{2, 16, 2, 3, 4}, tag::nCdhw16c, tag::ndhwc, false},
   };
   for (const Case& c : cases) {

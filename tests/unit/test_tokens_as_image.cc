@@ -198,13 +198,29 @@ TEST(TokensAsImage, KernelsTransposePlainData) {
   const std::vector<Tensor> to_tokens = testing::run_kernel("ImageToTokens", {i64({2, 3, 2, 3}, image)}, {}, options);
   EXPECT_EQ(to_tokens[0].shape(), Shape({2, 6, 3}));
   EXPECT_EQ(testing::values<int64_t>(to_tokens[0]), tokens);
-  // float32, a 3-D image of one spatial dim [2, 3, 6].
+  // float32, a 3-D image of one spatial dim [2, 3, 6], on the reference
+  // kernel and on the vectorized one (4-byte elements only).
   const std::vector<float> ft(tokens.begin(), tokens.end()), fi(image.begin(), image.end());
-  const std::vector<Tensor> f_image = testing::run_kernel(
-      "TokensToImage", {testing::f32({2, 6, 3}, ft)}, attrs({{"spatial", std::vector<int64_t>{6}}}), options);
-  EXPECT_EQ(testing::values<float>(f_image[0]), fi);
-  const std::vector<Tensor> f_tokens = testing::run_kernel("ImageToTokens", {testing::f32({2, 3, 6}, fi)}, {}, options);
-  EXPECT_EQ(testing::values<float>(f_tokens[0]), ft);
+  for (kernels::Backend backend : {kernels::Backend::kRef, kernels::Backend::kVec}) {
+    options.backend = backend;
+    const std::vector<Tensor> f_image = testing::run_kernel(
+        "TokensToImage", {testing::f32({2, 6, 3}, ft)}, attrs({{"spatial", std::vector<int64_t>{6}}}), options);
+    EXPECT_EQ(testing::values<float>(f_image[0]), fi);
+    const std::vector<Tensor> f_tokens = testing::run_kernel("ImageToTokens", {testing::f32({2, 3, 6}, fi)}, {}, options);
+    EXPECT_EQ(testing::values<float>(f_tokens[0]), ft);
+  }
+  // The vectorized one over several of its 64 x 64 blocks: [2, 70 x 3, 65].
+  options.backend = kernels::Backend::kVec;
+  const Tensor big = testing::random_f32({2, 210, 65}, 5);
+  const Tensor big_image =
+      testing::run_kernel("TokensToImage", {big}, attrs({{"spatial", std::vector<int64_t>{70, 3}}}), options)[0];
+  ASSERT_EQ(big_image.shape(), Shape({2, 65, 70, 3}));
+  for (int64_t n = 0; n < 2; ++n)
+    for (int64_t p = 0; p < 210; ++p)
+      for (int64_t c = 0; c < 65; ++c)
+        ASSERT_EQ(big_image.data<float>()[(n * 65 + c) * 210 + p], big.data<float>()[(n * 210 + p) * 65 + c]);
+  const Tensor big_tokens = testing::run_kernel("ImageToTokens", {big_image}, {}, options)[0];
+  EXPECT_EQ(testing::values<float>(big_tokens), testing::values<float>(big));
 
   // Where layouts are allowed, oneDNN's backend takes the views: the image
   // is the tokens' bytes in NHWC, and the tokens the image's.

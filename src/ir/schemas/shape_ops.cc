@@ -611,9 +611,10 @@ void infer_tokens_to_image(InferContext& ctx) {
     image = *p;
   }
   for (size_t a = 1; a + 1 < x.size() && tokens_known; ++a) {
-    const std::optional<int64_t> p = x[a].is_known() ? mul_overflow_free(tokens, x[a].value) : std::nullopt;
-    tokens_known = p.has_value();
-    tokens = p.value_or(0);
+    tokens_known = x[a].is_known();
+    const std::optional<int64_t> p = tokens_known ? mul_overflow_free(tokens, x[a].value) : std::optional<int64_t>(0);
+    if (!p) ctx.fail_input("X {} has more positions than int64 counts", dims_str(x));
+    tokens = *p;
   }
   if (tokens_known && tokens != image)
     ctx.fail_input("X {} has {} positions, the image {} holds {}", dims_str(x), tokens, fmt::join(spatial, "x"), image);
@@ -741,9 +742,9 @@ struct Registrations {
     // y[:, j * group + i] = x[:, i * C / group + j].
     r.add(OpSchema("ChannelShuffle", "anvil").required_attr("group").infer(infer_channel_shuffle));
     // anvil.TokensToImage and anvil.ImageToTokens (passes/tokens_as_image.cc):
-    // a transformer's tokens [N, positions, C] as an image [N, C, H, W] and
-    // back, Y[n, c, p] = X[n, p, c]; the planner's channels-last layout makes
-    // either a view (kernels/dnnl/tokens.cc).
+    // a transformer's tokens [N, positions, C] as an image [N, C, S...] of 1-3
+    // spatial dims and back, Y[n, c, p] = X[n, p, c]; the planner's
+    // channels-last layout makes either a view (kernels/dnnl/tokens.cc).
     r.add(OpSchema("TokensToImage", "anvil").required_attr("spatial").infer(infer_tokens_to_image));
     r.add(OpSchema("ImageToTokens", "anvil").infer(infer_image_to_tokens));
     r.add(OpSchema("SpaceToDepth").required_attr("blocksize").infer(infer_depth_space));

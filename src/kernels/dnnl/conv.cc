@@ -616,7 +616,9 @@ class DnnlConv : public DnnlConvBase {
   bool conv1d_gemm_fits(const PrepareContext& ctx, const Shape& x, const std::string& act,
                         const SpatialGeometry& g) const {
     if (x.size() != 3 || group_ != 1 || !ctx.constant(1) || !vec::gemm_activation(act)) return false;
-    return du::blocked_layouts_allowed() && g.dilations[0] == 1;
+    // A stride past the input (one window) keeps A's row step within the
+    // input's size, so stride x C_in cannot overflow.
+    return du::blocked_layouts_allowed() && g.dilations[0] == 1 && x[1] > 0 && g.strides[0] <= x[2];
   }
 
   // Whether conv1d_gemm beats oneDNN's pick: its brgconv (AVX-512, NWC)
@@ -633,7 +635,7 @@ class DnnlConv : public DnnlConvBase {
   static constexpr int64_t kAliasingBytes = 4096;
   static bool conv1d_gemm_pays(const Shape& x, const SpatialGeometry& g, const std::string& impl) {
     if (impl.rfind("dnnl:brgconv:", 0) != 0) return false;
-    const int64_t window_step = g.strides[0] * x[1] * static_cast<int64_t>(sizeof(float));
+    const int64_t window_step = g.strides[0] * x[1] * static_cast<int64_t>(sizeof(float));  // fits: conv1d_gemm_fits
     return window_step % kAliasingBytes == 0;
   }
 
@@ -696,7 +698,7 @@ class DnnlConv : public DnnlConvBase {
     impl_ = std::string(vec::vec_impl_name()) + ":winograd";
   }
 
-  // conv_gemm or the Winograd convolution, between the layouts' staging reorders (if any).
+  // conv_gemm, conv1d_gemm or the Winograd convolution, between the layouts' staging reorders (if any).
   void run_on_anvil(const RunContext& ctx, const Tensor* sum) const {
     memory dst = output_with_sum(ctx, sum);
     const memory src = io_.src.input(ctx.in(0).raw(), ctx.scratch);
@@ -758,7 +760,7 @@ class DnnlConv : public DnnlConvBase {
   vec::GemmEpilogue epilogue_;  // the activation's alpha and beta
   size_t edge_rows_at_ = 0;     // conv1d_gemm's edge rows in the scratch
   vec::WinogradConvArgs winograd_args_;
-  Tensor conv_b_;  // conv_gemm's or the Winograd convolution's packed weights
+  Tensor conv_b_;  // conv_gemm's, conv1d_gemm's or the Winograd convolution's packed weights
 };
 
 // oneDNN's 1x1 convolution of x by w with the depthwise 3x3 of an

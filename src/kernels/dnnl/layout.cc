@@ -49,8 +49,9 @@ class DnnlReorder : public Kernel {
   dnnl::reorder reorder_;
 };
 
-// A reorder between NHWC and channel blocks of 8 (or two sizes of blocks
-// of 8 or more) of a float32 image, 1-3 spatial dims (spatial_pixel_layout):
+// A reorder between two pixel layouts of a float32 image, 1-3 spatial dims
+// (spatial_pixel_layout), the smaller of whose channel runs is 8: NHWC and
+// nChw8c, or nChw8c and nChw16c (timed only as part of models):
 // each pixel's channels copied in runs of the smaller block, a tile of
 // pixels at a time, so the source's rows stay in cache while each
 // destination plane is written a contiguous run per tile. oneDNN 2.6.3 took

@@ -9,8 +9,8 @@
 // and its decode head resizes and concatenates the projected tokens as
 // images: as Transpose + Reshape pairs, each took a transpose to plain NCHW
 // and a reorder to NHWC around every convolution. Elsewhere (an image that
-// must be plain, a graph output; tokens read from a layout the plan does
-// not allow) the reference kernel transposes.
+// must be plain: a graph output, ANVIL_CONV_LAYOUT=plain; outside a plan)
+// the vectorized kernel transposes (vec/transpose.cc), or the reference one.
 #include "kernels/dnnl/common.h"
 #include "kernels/registry.h"
 

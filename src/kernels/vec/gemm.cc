@@ -728,7 +728,7 @@ void gather_conv1d_rows(const Conv1dGemmArgs& p, const float* x, int64_t r0, int
 
 int64_t conv1d_gemm_edge_floats(const Conv1dGemmArgs& p) {
   const auto [lo, hi] = conv1d_inner_rows(p);
-  return std::max(lo, p.out_length - hi) * p.taps * p.channels;
+  return checked_mul(std::max(lo, p.out_length - hi), checked_mul(p.taps, p.channels, "a window"), "edge rows");
 }
 
 void conv1d_gemm(const GemmKernels& g, const Conv1dGemmArgs& p, float* edge_rows) {

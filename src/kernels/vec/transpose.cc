@@ -91,7 +91,50 @@ class VecTransposeKernel : public Kernel {
   size_t p_ = 0;                                      // the output axis contiguous in the input
 };
 
+// anvil.TokensToImage and anvil.ImageToTokens (passes/tokens_as_image.cc)
+// where they are not views (an image that must be plain, layouts turned off
+// by ANVIL_CONV_LAYOUT=plain): per batch item, a 2-D transpose of [rows,
+// cols] 4-byte elements in the blocks above.
+class VecTokensImageKernel : public Kernel {
+ public:
+  explicit VecTokensImageKernel(const ir::Node& node) : to_image_(node.op_type == "TokensToImage") {}
+
+  std::vector<TensorType> prepare(const PrepareContext& ctx) override {
+    ANVIL_PREPARE_CHECK(ctx, dtype_size(ctx.input_dtype(0)) == 4, ErrorKind::kUnsupported,
+                        "the vectorized transpose moves 4-byte elements");
+    const Shape& x = ctx.input_shape(0);  // the schema checked rank >= 3
+    batch_ = x[0];
+    rows_ = to_image_ ? shape_numel(Shape(x.begin() + 1, x.end() - 1)) : x[1];
+    cols_ = to_image_ ? x.back() : shape_numel(Shape(x.begin() + 2, x.end()));
+    return ctx.output_types();
+  }
+
+  void run(const RunContext& ctx) const override {
+    const auto* src = static_cast<const uint32_t*>(ctx.in(0).raw());
+    auto* dst = static_cast<uint32_t*>(ctx.out(0).raw());
+    const int64_t rows = rows_, cols = cols_, item_size = rows * cols;
+    if (batch_ * item_size == 0) return;
+    const int64_t row_blocks = (rows + kBlock - 1) / kBlock, col_blocks = (cols + kBlock - 1) / kBlock;
+    const auto transpose = vec::vec_kernels().transpose32;
+#pragma omp parallel for if (batch_ * item_size > 32768)
+    for (int64_t item = 0; item < batch_ * row_blocks * col_blocks; ++item) {
+      const int64_t cb = item % col_blocks, rb = item / col_blocks % row_blocks, n = item / col_blocks / row_blocks;
+      const int64_t r0 = rb * kBlock, c0 = cb * kBlock;
+      transpose(src + n * item_size + r0 * cols + c0, cols, dst + n * item_size + c0 * rows + r0, rows,
+                std::min(kBlock, rows - r0), std::min(kBlock, cols - c0));
+    }
+  }
+
+  std::string impl_name() const override { return vec::vec_impl_name(); }
+
+ private:
+  bool to_image_;
+  int64_t batch_ = 0, rows_ = 0, cols_ = 0;  // each batch item's input is [rows, cols]
+};
+
 ANVIL_REGISTER_KERNEL_CLASS("Transpose", kVec, VecTransposeKernel);
+static Registrar tokens_to_image_vec("TokensToImage", Backend::kVec, factory_of<VecTokensImageKernel>(), "anvil");
+static Registrar image_to_tokens_vec("ImageToTokens", Backend::kVec, factory_of<VecTokensImageKernel>(), "anvil");
 
 }  // namespace
 }  // namespace anvil::kernels
