@@ -552,7 +552,8 @@ fi
 
 # A transformer's tokens turned into an image for a convolution and back
 # (passes/tokens_as_image.cc: SegFormer's blocks), and the com.anvil nodes
-# that pass makes, with an int64 tensor and a spatial that does not fit, once.
+# that pass makes, with an int64 tensor and a spatial that does not fit; and
+# GroupNorm between convolutions, once.
 if [ ! -e "$corpus/.tokens-image" ]; then
   "${ANVIL_PYTHON:-python3}" - "$corpus/models" <<'PY'
 import os, sys
@@ -561,10 +562,10 @@ import onnx
 from onnx import helper, numpy_helper, TensorProto as T
 rng = np.random.default_rng(0)
 def i64(name, a): return numpy_helper.from_array(np.asarray(a, np.int64), name)
-def save(name, nodes, x_type, x_shape, inits, anvil=False):
+def save(name, nodes, x_type, x_shape, inits, anvil=False, opset=17):
     g = helper.make_graph(nodes, name, [helper.make_tensor_value_info("x", x_type, x_shape)],
                           [helper.make_tensor_value_info("y", x_type, None)], inits)
-    opsets = [helper.make_opsetid("", 17)] + ([helper.make_opsetid("com.anvil", 2)] if anvil else [])
+    opsets = [helper.make_opsetid("", opset)] + ([helper.make_opsetid("com.anvil", 2)] if anvil else [])
     m = helper.make_model(g, opset_imports=opsets)
     m.ir_version = 8
     onnx.save(m, os.path.join(sys.argv[1], name + ".onnx"))
@@ -581,6 +582,21 @@ save("tokens_to_image", [helper.make_node("TokensToImage", ["x"], ["i"], domain=
      T.FLOAT, [2, 6, 4], [], anvil=True)
 save("tokens_to_image_int", [helper.make_node("TokensToImage", ["x"], ["y"], domain="com.anvil", spatial=[3, 2])],
      T.INT64, [1, 6, 2], [], anvil=True)
+# PyTorch's GroupNorm(2, 8) export after a convolution (passes/fuse_group_norm.cc
+# makes a GroupNormalization of it, run in the convolution's layout), and a
+# GroupNormalization node of opset 18 after one.
+ones, zeros = numpy_helper.from_array(np.ones(2, np.float32), "s"), numpy_helper.from_array(np.zeros(2, np.float32), "b")
+gamma = numpy_helper.from_array(rng.standard_normal((8, 1, 1)).astype(np.float32), "gamma")
+w8 = numpy_helper.from_array(rng.standard_normal((8, 8, 3, 3)).astype(np.float32), "w8")
+save("group_norm_export", [helper.make_node("Conv", ["x", "w8"], ["c"], pads=[1, 1, 1, 1]),
+                           helper.make_node("Reshape", ["c", "fold"], ["f"]),
+                           helper.make_node("InstanceNormalization", ["f", "s", "b"], ["n"]),
+                           helper.make_node("Reshape", ["n", "unfold"], ["u"]),
+                           helper.make_node("Mul", ["u", "gamma"], ["y"])],
+     T.FLOAT, [1, 8, 5, 5], [i64("fold", [0, 2, -1]), i64("unfold", [1, 8, 5, 5]), ones, zeros, gamma, w8])
+save("group_norm_node", [helper.make_node("Conv", ["x", "w8"], ["c"], pads=[1, 1, 1, 1]),
+                         helper.make_node("GroupNormalization", ["c", "s", "b"], ["y"], num_groups=2)],
+     T.FLOAT, [2, 8, 4, 4], [ones, zeros, w8], opset=18)
 save("tokens_to_image_misfit", [helper.make_node("TokensToImage", ["x"], ["y"], domain="com.anvil", spatial=[4, 4])],
      T.FLOAT, [1, 6, 2], [], anvil=True)
 PY

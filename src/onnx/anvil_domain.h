@@ -5,7 +5,8 @@
 //     FusedGemm, MaskedSoftmax, ElementwiseChain, FusedConvDepthwise, QkvAttention,
 //     FusedBatchNorm, ChannelShuffle, SqueezeExcite, TokensToImage, ImageToTokens.
 //   - ONNX ops newer than the model's opset that the passes create (Gelu-20,
-//     LayerNormalization-17, Attention-23, RMSNormalization-23, Swish-24):
+//     LayerNormalization-17, Attention-23, RMSNormalization-23, Swish-24,
+//     GroupNormalization-21):
 //     written as com.anvil nodes of the
 //     same name, meaning the ONNX op at that version. Raising the model's
 //     opset instead would change the meaning of its other nodes.

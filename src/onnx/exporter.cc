@@ -18,7 +18,7 @@ std::optional<AnvilDomainOp> anvil_domain_op(const std::string& op_type) {
       {"Swish", "", 24},         {"FusedGemm", "anvil", 1},      {"HardSwish", "", 14},
       {"FusedBatchNorm", "anvil", 1},    {"SqueezeExcite", "anvil", 1},      {"ChannelShuffle", "anvil", 1},
       {"TokensToImage", "anvil", 1},     {"ImageToTokens", "anvil", 1},
-      {"RMSNormalization", "", 23},
+      {"RMSNormalization", "", 23},      {"GroupNormalization", "", 21},
   };
   for (const AnvilDomainOp& op : kOps)
     if (op_type == op.op_type) return op;

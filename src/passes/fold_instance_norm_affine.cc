@@ -1,5 +1,6 @@
-// A per-channel Mul and/or Add after an InstanceNormalization folds into its
-// scale and bias:
+// A per-channel Mul and/or Add after an InstanceNormalization, or a
+// GroupNormalization of opset 21 (scale and bias per channel: what
+// fuse_group_norm makes), folds into its scale and bias:
 //   InstanceNormalization(x, s, b) * g + h  =>  InstanceNormalization(x, s * g, b * g + h)
 // with g and h float32 constants of one value per channel of x (or one in
 // all). PyTorch exports GroupNorm(C, C) (wav2vec2's feature extractor) as an
@@ -52,7 +53,8 @@ class FoldInstanceNormAffine : public Pass {
   std::string name() const override { return "fold_instance_norm_affine"; }
   bool run(ir::Graph& graph) override {
     return rewrite_each_node(graph, [&](ir::Node& norm) {
-      if (!is_op(&norm, "InstanceNormalization")) return false;
+      if (!is_op(&norm, "InstanceNormalization") && !(is_op(&norm, "GroupNormalization") && norm.opset >= 21))
+        return false;
       const ir::Value* x = norm.input(0);
       if (!x || x->dtype() != DType::kFloat32 || !x->type.has_shape() || x->type.rank() < 3) return false;
       const int rank = x->type.rank();

@@ -88,6 +88,7 @@ std::vector<std::unique_ptr<Pass>> late_passes_for_level(int level, const Fusion
   if (level >= 2) {
     // First: it reads the loss gradient's Sub and Mul, which the elementwise chains would take.
     if (advisor) passes.push_back(make_fuse_two_class_gate_grad(advisor));
+    passes.push_back(make_fuse_group_norm());  // late: once the shapes have folded
     passes.push_back(make_fold_instance_norm_affine());  // late: once the identity Reshapes around it are gone
     passes.push_back(make_fold_matmul_transpose());
     passes.push_back(make_fuse_shared_input_matmuls());

@@ -62,6 +62,7 @@ std::unique_ptr<Pass> make_fuse_batchnorm_activation();
 std::unique_ptr<Pass> make_fuse_squeeze_excite();
 std::unique_ptr<Pass> make_fuse_channel_shuffle();
 std::unique_ptr<Pass> make_tokens_as_image();
+std::unique_ptr<Pass> make_fuse_group_norm();
 std::unique_ptr<Pass> make_fuse_gelu();
 std::unique_ptr<Pass> make_fuse_swish();
 std::unique_ptr<Pass> make_fuse_matmul();

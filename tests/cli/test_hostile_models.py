@@ -101,6 +101,24 @@ def test_fused_conv_depthwise_from_a_file(anvil, cases, label, w_shape, w_dw_sha
     check_error(run(anvil, model), EXIT_INVALID_MODEL, "FusedConvDepthwise", pattern, strip=(cases,))
 
 
+@pytest.mark.parametrize("label,op,inputs,x_shape,attrs,pattern", [
+    ("overflow", "TokensToImage", ["x"], (1, 4, 2), dict(spatial=[1 << 40, 1 << 40]), "fits int64"),
+    ("negative", "TokensToImage", ["x"], (1, 4, 2), dict(spatial=[-2, -2]), "must be positive"),
+    ("four_dims", "TokensToImage", ["x"], (1, 4, 2), dict(spatial=[1, 1, 2, 2]), "1 to 3 are supported"),
+    ("no_spatial", "TokensToImage", ["x"], (1, 4, 2), {}, "spatial"),
+    ("misfit", "TokensToImage", ["x"], (1, 6, 2), dict(spatial=[4, 4]), "the image 4x4 holds 16"),
+    ("tokens_rank_2", "TokensToImage", ["x"], (4, 2), dict(spatial=[2]), r"\[N, positions..., C\]"),
+    ("image_rank_6", "ImageToTokens", ["x"], (1, 2, 2, 2, 2, 2), {}, "1 to 3 spatial dims"),
+    ("two_inputs", "ImageToTokens", ["x", "x"], (1, 2, 2, 2), {}, "takes one input, got 2"),
+])
+def test_tokens_and_images_from_a_file(anvil, cases, label, op, inputs, x_shape, attrs, pattern):
+    """anvil optimize writes com.anvil TokensToImage / ImageToTokens nodes; a file's are checked before they run."""
+    graph = helper.make_graph([helper.make_node(op, inputs, ["y"], name="t0", domain="com.anvil", **attrs)], "g",
+                              [float_info("x", x_shape)], [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    model = save_model(graph, cases / f"tokens_{label}.onnx", check=False, extra_opsets=[("com.anvil", 2)])
+    check_error(run(anvil, model), EXIT_INVALID_MODEL, op, pattern, strip=(cases,))
+
+
 def test_fused_conv_depthwise_of_doubles_from_a_file(anvil, cases):
     """The node is float32 only (what the pass makes): other types are refused, not run."""
     weights = [numpy_helper.from_array(np.ones((8, 4, 1, 1)), "w"), numpy_helper.from_array(np.ones((8, 1, 3, 3)), "w_dw")]

@@ -111,6 +111,7 @@ SHAPES = {
     "vit": [(1, 0), (3, 0), (2, 0)],
     "hf_wav2vec2": [(1, 1600), (2, 2405), (1, 4000)],  # (batch, audio samples)
     "hf_segformer": [(1, 0), (3, 0), (2, 0)],
+    "hf_poolformer": [(1, 0), (3, 0), (2, 0)],
 }
 MODEL_NAMES = list(SHAPES)
 
@@ -404,50 +405,52 @@ def _hf_clip():
     return _last_hidden_state(transformers.CLIPTextModel(config), with_mask=True)
 
 
+def _one_output(model, input_name: str, field: str):
+    """A Hugging Face module of one input whose forward returns only `field` of its output."""
+    import torch.nn as nn
+
+    class OneOutput(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.model = model
+
+        def forward(self, x):
+            return getattr(self.model(**{input_name: x}), field)
+
+    return OneOutput()
+
+
 def _hf_wav2vec2():
     """wav2vec2's feature encoder at full width (512-channel 1-D
     convolutions, stride 2 after the first: conv1d_gemm's case on AVX-512)
     under a small transformer."""
-    import torch.nn as nn
     import transformers
 
     config = transformers.Wav2Vec2Config(conv_dim=(512, 512, 512), conv_kernel=(10, 3, 2), conv_stride=(5, 2, 2),
                                          hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
                                          intermediate_size=128, num_conv_pos_embeddings=16,
                                          num_conv_pos_embedding_groups=4)
-    model = transformers.Wav2Vec2Model(config)
-
-    class LastHiddenState(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.model = model
-
-        def forward(self, input_values):
-            return self.model(input_values=input_values).last_hidden_state
-
-    return LastHiddenState()
+    return _one_output(transformers.Wav2Vec2Model(config), "input_values", "last_hidden_state")
 
 
 def _hf_segformer():
     """SegFormer (MiT encoder, all-MLP decode head) at 64 x 64: tokens turned
     into images for convolutions and back in every block, the decode head's
     projections resized and concatenated (passes/tokens_as_image.cc)."""
-    import torch.nn as nn
     import transformers
 
     config = transformers.SegformerConfig(depths=[1, 1, 1, 1], hidden_sizes=[16, 32, 48, 64],
                                           num_attention_heads=[1, 2, 2, 4], decoder_hidden_size=64, num_labels=3)
-    model = transformers.SegformerForSemanticSegmentation(config)
+    return _one_output(transformers.SegformerForSemanticSegmentation(config), "pixel_values", "logits")
 
-    class Logits(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.model = model
 
-        def forward(self, pixel_values):
-            return self.model(pixel_values=pixel_values).logits
+def _hf_poolformer():
+    """PoolFormer at 64 x 64: GroupNorm(1, C) before every token mixer and
+    MLP (passes/fuse_group_norm.cc), between convolutions."""
+    import transformers
 
-    return Logits()
+    config = transformers.PoolFormerConfig(depths=[1, 1, 1, 1], hidden_sizes=[16, 32, 48, 64])
+    return _one_output(transformers.PoolFormerModel(config), "pixel_values", "last_hidden_state")
 
 
 def _vit():
@@ -460,20 +463,21 @@ def _vit():
 BUILDERS = {"bert": _bert, "gpt2": _gpt2, "loop": _loop, "if": _if, "lstm": _lstm, "gru": _gru, "hf_bert": _hf_bert,
             "hf_gpt2": _hf_gpt2, "hf_gpt2_step": _hf_gpt2_step, "hf_llama_step": _hf_llama_step,
             "hf_distilbert": _hf_distilbert, "hf_bart": _hf_bart,
-            "hf_clip": _hf_clip, "vit": _vit, "hf_wav2vec2": _hf_wav2vec2, "hf_segformer": _hf_segformer}
+            "hf_clip": _hf_clip, "vit": _vit, "hf_wav2vec2": _hf_wav2vec2, "hf_segformer": _hf_segformer,
+            "hf_poolformer": _hf_poolformer}
 INPUTS = {"bert": ["input_ids", "attention_mask"], "gpt2": ["input_ids"], "loop": ["x", "steps"], "if": ["x"],
           "lstm": ["features"], "gru": ["x"], "hf_bert": ["input_ids", "attention_mask"], "hf_gpt2": ["input_ids"],
           "hf_gpt2_step": ["input_ids"] + _past_names("past"),
           "hf_llama_step": ["input_ids", "attention_mask", "position_ids"] + _past_names("past"),
           "hf_distilbert": ["input_ids", "attention_mask"], "hf_bart": ["input_ids", "attention_mask"],
           "hf_clip": ["input_ids", "attention_mask"], "vit": ["x"], "hf_wav2vec2": ["input_values"],
-          "hf_segformer": ["pixel_values"]}
+          "hf_segformer": ["pixel_values"], "hf_poolformer": ["pixel_values"]}
 OUTPUTS = {"bert": ["last_hidden_state"], "gpt2": ["logits"], "loop": ["y"], "if": ["y"], "lstm": ["scores"],
            "gru": ["tags"], "hf_bert": ["last_hidden_state"], "hf_gpt2": ["last_hidden_state"],
            "hf_gpt2_step": ["logits"] + _past_names("present"), "hf_llama_step": ["logits"] + _past_names("present"),
            "hf_distilbert": ["last_hidden_state"], "hf_bart": ["last_hidden_state"],
            "hf_clip": ["last_hidden_state"], "vit": ["scores"], "hf_wav2vec2": ["last_hidden_state"],
-           "hf_segformer": ["logits"]}
+           "hf_segformer": ["logits"], "hf_poolformer": ["last_hidden_state"]}
 VOCAB = {"bert": 30522, "gpt2": 1000, "hf_bert": 1000, "hf_gpt2": 1000, "hf_gpt2_step": 1000, "hf_llama_step": 1000,
          "hf_distilbert": 1000, "hf_bart": 1000,
          "hf_clip": 1000}
@@ -483,7 +487,7 @@ AXES = {"bert": {0: "batch", 1: "sequence"}, "gpt2": {0: "batch", 1: "sequence"}
         "hf_bert": {0: "batch", 1: "sequence"}, "hf_gpt2": {0: "batch", 1: "sequence"},
         "hf_distilbert": {0: "batch", 1: "sequence"}, "hf_bart": {0: "batch", 1: "sequence"},
         "hf_clip": {0: "batch", 1: "sequence"}, "vit": {0: "batch"},
-        "hf_segformer": {0: "batch"},
+        "hf_segformer": {0: "batch"}, "hf_poolformer": {0: "batch"},
         "hf_wav2vec2": {"input_values": {0: "batch", 1: "samples"}, "last_hidden_state": {0: "batch", 1: "frames"}},
         "hf_gpt2_step": {"input_ids": {0: "batch"}, "logits": {0: "batch"},
                          **{n: {0: "batch", 2: "past"} for n in _past_names("past")},
@@ -516,7 +520,7 @@ def make_inputs(name: str, batch: int, seq: int, rng: np.random.Generator) -> di
         return {"x": rng.standard_normal((batch, seq, 24), dtype=np.float32)}
     if name == "vit":
         return {"x": rng.standard_normal((batch, 3, 32, 32), dtype=np.float32)}
-    if name == "hf_segformer":
+    if name in ("hf_segformer", "hf_poolformer"):
         return {"pixel_values": rng.standard_normal((batch, 3, 64, 64), dtype=np.float32)}
     if name == "hf_wav2vec2":
         return {"input_values": rng.standard_normal((batch, seq), dtype=np.float32)}

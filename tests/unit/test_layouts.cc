@@ -921,6 +921,72 @@ TEST(Layouts, InstanceNormReadsPixelLayouts) {
   }
 }
 
+// GroupNormalization in the pixel layout it arrives in (the InstanceNorm
+// kernel's, groups of several channels pooled): against the definition in
+// double, groups of one to all channels, scale and bias per channel
+// (opset 21) and per group (18), a group of constant values, channels last
+// and in blocks, groups that span blocks and blocks that span groups.
+TEST(Layouts, GroupNormReadsPixelLayouts) {
+  namespace du = kernels::dnnl_util;
+  using tag = dnnl::memory::format_tag;
+  const int64_t block = du::channel_block(Shape{1, 16, 1, 1});
+  struct Case {
+    Shape shape;
+    int64_t groups;
+    bool channels_last;
+    int opset;
+  };
+  const Case cases[] = {
+      {{2, 32, 5, 7}, 1, true, 21},  {{1, 32, 5, 7}, 4, false, 21}, {{1, 64, 3, 3}, 2, false, 21},
+      {{2, 48, 9}, 3, true, 21},     {{1, 32, 2, 3, 4}, 8, true, 18}, {{1, 96, 4, 4}, 32, true, 21},
+      {{1, 32, 6, 6}, 32, false, 18}, {{1, 160, 2, 2}, 5, true, 21},  // chunks of 64 channels split a group
+  };
+  for (const Case& c : cases) {
+    const Shape& shape = c.shape;
+    const tag last[] = {tag::nwc, tag::nhwc, tag::ndhwc};
+    const tag blocks[] = {block == 16 ? tag::nCw16c : tag::nCw8c, block == 16 ? tag::nChw16c : tag::nChw8c,
+                          block == 16 ? tag::nCdhw16c : tag::nCdhw8c};
+    const tag format = (c.channels_last ? last : blocks)[shape.size() - 3];
+    SCOPED_TRACE(fmt::format("{} {} groups, {}, opset {}", shape_str(shape), c.groups,
+                             c.channels_last ? "channels last" : "blocks", c.opset));
+    const dnnl::memory::desc plain_md = du::plain_desc(shape, DType::kFloat32);
+    const dnnl::memory::desc x_md(du::dims(shape), dnnl::memory::data_type::f32, format);
+    const int64_t n_count = shape[0], c_count = shape[1], pixels = shape_numel(shape) / (n_count * c_count);
+    const int64_t per_group = c_count / c.groups;
+    Tensor x = random_tensor(shape, 66);
+    for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = x.data<float>()[i] * 3 + static_cast<float>(i % 7);
+    std::fill(x.data<float>(), x.data<float>() + per_group * pixels, 2.5f);  // image 0's group 0: no spread
+    const int64_t params = c.opset >= 21 ? c_count : c.groups;
+    const Tensor scale = random_tensor({params}, 67), bias = random_tensor({params}, 68);
+    testing::KernelOptions own;
+    own.backend = kernels::Backend::kDnnl;
+    own.opset = c.opset;
+    own.incoming_layouts = {du::layout_of(x_md, shape, DType::kFloat32)};
+    own.num_threads = 2;
+    const ir::Attributes attrs = testing::attrs({{"epsilon", 1e-3f}, {"num_groups", c.groups}});
+    const testing::KernelResult got =
+        testing::run_kernel_full("GroupNormalization", {relaid(x, plain_md, x_md), scale, bias}, attrs, own);
+    EXPECT_EQ(got.impl, "pixels:group_norm");
+    const Tensor y = relaid(got.outputs[0], x_md, plain_md);
+    for (int64_t n = 0; n < n_count; ++n)
+      for (int64_t g = 0; g < c.groups; ++g) {
+        const float* xg = x.data<float>() + (n * c_count + g * per_group) * pixels;
+        const int64_t count = per_group * pixels;
+        double mean = 0, variance = 0;
+        for (int64_t i = 0; i < count; ++i) mean += xg[i];
+        mean /= static_cast<double>(count);
+        for (int64_t i = 0; i < count; ++i) variance += (xg[i] - mean) * (xg[i] - mean);
+        variance /= static_cast<double>(count);
+        for (int64_t i = 0; i < count; ++i) {
+          const int64_t ch = g * per_group + i / pixels, p = c.opset >= 21 ? ch : g;
+          const double want = (xg[i] - mean) / std::sqrt(variance + 1e-3) * scale.data<float>()[p] + bias.data<float>()[p];
+          ASSERT_NEAR(y.data<float>()[(n * c_count + g * per_group) * pixels + i], want, 1e-5 * (1 + std::fabs(want)))
+              << n << " " << g << " " << i;
+        }
+      }
+  }
+}
+
 // What the pixel-layout Resize leaves to the reference kernel: resizing the
 // channels or the batch, and other ranks.
 TEST(Layouts, ResizeLeavesOtherAxesToTheReference) {

@@ -1839,24 +1839,26 @@ std::unique_ptr<ir::Graph> group_norm_graph(const GroupNormGraph& o) {
   return g;
 }
 
-// The first output of `g` against GroupNorm(4, 4) with the affine by hand, in
-// double (gamma 0.5 + 0.25 c, or 0.5 for all with one_gamma).
-void expect_group_norm_values(std::unique_ptr<ir::Graph> g, bool mul, bool add, bool one_gamma = false) {
+// The first output of `g` against GroupNorm(groups, 4) with the affine by
+// hand, in double (gamma 0.5 + 0.25 c, or 0.5 for all with one_gamma).
+void expect_group_norm_values(std::unique_ptr<ir::Graph> g, bool mul, bool add, bool one_gamma = false,
+                              int64_t groups = 4) {
   Session s = Session::from_graph(std::move(g));
   Tensor x = ramp({2, 4, 6}, -2.f, 0.37f);
   for (int64_t i = 0; i < 48; i += 5) x.data<float>()[i] *= 3.f;  // uneven planes
   const Tensor y = s.run({{"x", x}})[0];
-  for (int64_t p = 0; p < 8; ++p) {
-    const float* xp = x.data<float>() + p * 6;
+  const int64_t count = 4 / groups * 6;  // a group's values
+  for (int64_t ng = 0; ng < 2 * groups; ++ng) {
+    const float* xg = x.data<float>() + ng * count;
     double mean = 0, variance = 0;
-    for (int64_t i = 0; i < 6; ++i) mean += xp[i] / 6.0;
-    for (int64_t i = 0; i < 6; ++i) variance += (xp[i] - mean) * (xp[i] - mean) / 6.0;
-    const int64_t c = p % 4;
-    for (int64_t i = 0; i < 6; ++i) {
-      double want = (xp[i] - mean) / std::sqrt(variance + 1e-3);
+    for (int64_t i = 0; i < count; ++i) mean += xg[i] / static_cast<double>(count);
+    for (int64_t i = 0; i < count; ++i) variance += (xg[i] - mean) * (xg[i] - mean) / static_cast<double>(count);
+    for (int64_t i = 0; i < count; ++i) {
+      const int64_t c = (ng * count + i) / 6 % 4;
+      double want = (xg[i] - mean) / std::sqrt(variance + 1e-3);
       if (mul) want *= one_gamma ? 0.5 : 0.5 + 0.25 * static_cast<double>(c);
       if (add) want += 0.1 * static_cast<double>(c) - 0.2;
-      EXPECT_NEAR(y.data<float>()[p * 6 + i], want, 1e-5 * (1 + std::fabs(want))) << p << "," << i;
+      EXPECT_NEAR(y.data<float>()[ng * count + i], want, 1e-5 * (1 + std::fabs(want))) << ng << "," << i;
     }
   }
 }
@@ -1898,12 +1900,60 @@ TEST(Passes, InstanceNormTakesItsPerChannelAffine) {
   }
 }
 
+// With fewer groups than channels, the export (fold, InstanceNormalization,
+// unfold) becomes one GroupNormalization (fuse_group_norm.cc), which takes
+// the Mul and the Add as InstanceNormalization does; at level 1 all stay.
+TEST(Passes, GroupNormOfSeveralChannelsBecomesOneNode) {
+  for (int64_t groups : {2, 1}) {
+    SCOPED_TRACE(::testing::Message() << groups << " groups");
+    GroupNormGraph grouped;
+    grouped.groups = groups;
+    auto g = group_norm_graph(grouped);
+    passes::optimize(*g, 2, runtime::reference_evaluator());
+    ASSERT_EQ(g->nodes().size(), 1u);
+    const ir::Node& norm = *g->nodes()[0];
+    EXPECT_EQ(norm.op_type, "GroupNormalization");
+    EXPECT_EQ(norm.opset, 21);
+    EXPECT_EQ(norm.attrs.get_int("num_groups", 0), groups);
+    EXPECT_FLOAT_EQ(norm.attrs.get_float("epsilon", 0.f), 1e-3f);
+    expect_group_norm_values(group_norm_graph(grouped), true, true, false, groups);
+    auto level1 = group_norm_graph(grouped);
+    passes::optimize(*level1, 1, runtime::reference_evaluator());
+    EXPECT_EQ(count_ops(*level1, "GroupNormalization"), 0u);
+  }
+  // The InstanceNormalization's own scale and bias per group, spread over its channels.
+  GroupNormGraph scaled;
+  scaled.groups = 2;
+  scaled.mul = scaled.add = false;
+  auto g = group_norm_graph(scaled);
+  for (const auto& v : g->values())
+    if (v->is_constant() && (v->name == "ones" || v->name == "zeros")) {
+      v->constant->data<float>()[0] = v->name == "ones" ? 2.f : 0.5f;  // group 0: x_n * 2 + 0.5
+    }
+  Session s = Session::from_graph(std::move(g));
+  const Tensor x = ramp({2, 4, 6}, -2.f, 0.37f);
+  const Tensor y = s.run({{"x", x}})[0];
+  for (int64_t ng = 0; ng < 4; ++ng) {
+    const float* xg = x.data<float>() + ng * 12;
+    double mean = 0, variance = 0;
+    for (int64_t i = 0; i < 12; ++i) mean += xg[i] / 12.0;
+    for (int64_t i = 0; i < 12; ++i) variance += (xg[i] - mean) * (xg[i] - mean) / 12.0;
+    for (int64_t i = 0; i < 12; ++i) {
+      double want = (xg[i] - mean) / std::sqrt(variance + 1e-3);
+      if (ng % 2 == 0) want = want * 2 + 0.5;
+      EXPECT_NEAR(y.data<float>()[ng * 12 + i], want, 1e-5 * (1 + std::fabs(want))) << ng << "," << i;
+    }
+  }
+}
+
 TEST(Passes, InstanceNormAffineLookalikesStay) {
-  // Two groups of two channels: the Reshape back stays between, and so do the Mul and the Add.
-  GroupNormGraph grouped;
-  grouped.groups = 2;
-  auto g = group_norm_graph(grouped);
+  // Three groups of four channels' values (a Reshape the channels do not
+  // split along): not a GroupNorm, so the Reshapes, the Mul and the Add stay.
+  GroupNormGraph misfit;
+  misfit.groups = 3;
+  auto g = group_norm_graph(misfit);
   passes::optimize(*g, 2, runtime::reference_evaluator());
+  EXPECT_EQ(count_ops(*g, "GroupNormalization"), 0u);
   EXPECT_EQ(count_ops(*g, "Mul"), 1u);
   EXPECT_EQ(count_ops(*g, "Add"), 1u);
   // gamma along the last axis ([6], [1, 6], and [4] over 4 positions, as

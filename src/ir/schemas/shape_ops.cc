@@ -599,6 +599,7 @@ void infer_channel_shuffle(InferContext& ctx) {
 // anvil.TokensToImage: X [N, T..., C] -> [N, C, spatial...], the positions
 // T... (flattened) laid out as the image's spatial dims.
 void infer_tokens_to_image(InferContext& ctx) {
+  if (ctx.num_inputs() != 1) ctx.fail("takes one input, got {}", ctx.num_inputs());
   const SymShape& x = ctx.dims(0);
   if (x.size() < 3) ctx.fail_input("X {} must be [N, positions..., C]", dims_str(x));
   const std::vector<int64_t> spatial = ctx.attr_ints("spatial");
@@ -625,6 +626,7 @@ void infer_tokens_to_image(InferContext& ctx) {
 
 // anvil.ImageToTokens: X [N, C, S...] -> [N, S1 x S2 x ..., C].
 void infer_image_to_tokens(InferContext& ctx) {
+  if (ctx.num_inputs() != 1) ctx.fail("takes one input, got {}", ctx.num_inputs());
   const SymShape& x = ctx.dims(0);
   if (x.size() < 3 || x.size() > 5) ctx.fail_input("X {} must be [N, C, S...] with 1 to 3 spatial dims", dims_str(x));
   Dim positions = x[2];

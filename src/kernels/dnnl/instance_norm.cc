@@ -1,14 +1,17 @@
-// InstanceNormalization (float32) in the pixel layout its input arrives in
-// (NWC, NHWC, NDHWC or their channel blocks: du::spatial_pixel_layout),
-// kept for its output. wav2vec2's feature extractor normalizes its first
-// Conv1d's output, which brgconv writes NWC on AVX-512; on plain data that
-// took a reorder to plain and one back, more time than the normalization.
-// Each image's channels are summed a group at a time over its pixels (vec
-// sum_columns: float runs added in double), the means rounded to float, and
-// a second pass sums the squared deviations from them, as the plain
-// kernel's moments_row does per plane; then the pixels are normalized a run
-// of rows at a time (vec batch_norm_rows, one mean, factor and shift per
-// channel). Plain inputs are vec/normalization.cc's.
+// InstanceNormalization and GroupNormalization (float32) in the pixel layout
+// their input arrives in (NWC, NHWC, NDHWC or their channel blocks:
+// du::spatial_pixel_layout), kept for the output. wav2vec2's feature
+// extractor normalizes its first Conv1d's output, which brgconv writes NWC
+// on AVX-512, and PoolFormer a GroupNorm(1, C) of every block's input
+// (passes/fuse_group_norm.cc); on plain data each took a reorder to plain
+// and one back, more time than the normalization. Each image's channels are
+// summed a chunk at a time over its pixels (vec sum_columns: float runs
+// added in double), the means (of a channel, or of a group's channels)
+// rounded to float, and a second pass sums the squared deviations from
+// them, as the plain kernel's moments_row does per plane; then the pixels
+// are normalized a run of rows at a time (vec batch_norm_rows, one mean,
+// factor and shift per channel). Plain inputs are vec/normalization.cc's
+// (InstanceNormalization) and the reference kernel's (GroupNormalization).
 #include <algorithm>
 #include <cmath>
 #include <optional>
@@ -28,9 +31,11 @@ constexpr int64_t kGroup = 64;                // a work item's channels in the s
 constexpr int64_t kParallelFloats = 1 << 15;  // smaller tensors run on one thread
 constexpr int64_t kRunFloats = 1 << 14;       // a work item's floats in the normalizing pass
 
-class PixelInstanceNorm : public Kernel {
+class PixelNorm : public Kernel {
  public:
-  explicit PixelInstanceNorm(const ir::Node& node) : eps_(node.attrs.get_float("epsilon", 1e-5f)) {}
+  explicit PixelNorm(const ir::Node& node)
+      : eps_(node.attrs.get_float("epsilon", 1e-5f)),
+        num_groups_(node.op_type == "GroupNormalization" ? node.attrs.get_int("num_groups", 1) : 0) {}
 
   std::vector<TensorType> prepare(const PrepareContext& ctx) override {
     const Shape& x = ctx.input_shape(0);  // the schema checked [N, C, ...] and scale, B of [C]
@@ -43,6 +48,10 @@ class PixelInstanceNorm : public Kernel {
     batch_ = x[0];
     channels_ = x[1];
     plane_ = pixels_->plane / pixels_->channels;  // a pixel's channels are contiguous: pixel == channels
+    // InstanceNormalization: a group per channel. GroupNormalization's
+    // scale and bias are per channel from opset 21, per group before.
+    groups_ = num_groups_ ? num_groups_ : channels_;  // the schema checked that they divide C
+    params_per_group_ = num_groups_ && ctx.opset() < 21;
     TensorType out = ctx.output_type(0);
     out.layout = layout_;
     return {out};
@@ -52,15 +61,24 @@ class PixelInstanceNorm : public Kernel {
   std::string layout_name() const override { return kernels::layout_name(layout_); }
   // The statistics' pass reads every pixel before the normalizing one writes.
   int inplace_input() const override { return 0; }
-  size_t scratch_bytes() const override { return 3 * static_cast<size_t>(batch_ * channels_) * sizeof(float); }
-  std::string impl_name() const override { return "pixels:instance_norm"; }
+  // mean, factor and shift per (n, c); where groups span channels, each
+  // channel's sums and squared deviations in double first.
+  size_t scratch_bytes() const override {
+    const auto values = static_cast<size_t>(batch_ * channels_);
+    return values * (2 * sizeof(double) + 3 * sizeof(float));
+  }
+  std::string impl_name() const override { return num_groups_ ? "pixels:group_norm" : "pixels:instance_norm"; }
 
   void run(const RunContext& ctx) const override {
-    auto* mean = static_cast<float*>(ctx.scratch);
+    auto* sums = static_cast<double*>(ctx.scratch);
+    double* squares = sums + batch_ * channels_;
+    auto* mean = reinterpret_cast<float*>(squares + batch_ * channels_);
     float* factor = mean + batch_ * channels_;
     float* shift = factor + batch_ * channels_;
-    statistics(ctx.in(0).data<float>(), ctx.in(1).data<float>(), ctx.in(2).data<float>(), mean, factor, shift);
-    normalize(ctx.in(0).data<float>(), mean, factor, shift, ctx.out(0).data<float>());
+    const float *x = ctx.in(0).data<float>(), *scale = ctx.in(1).data<float>(), *bias = ctx.in(2).data<float>();
+    if (groups_ == channels_) statistics(x, scale, bias, mean, factor, shift);
+    else group_statistics(x, scale, bias, sums, squares, mean, factor, shift);
+    normalize(x, mean, factor, shift, ctx.out(0).data<float>());
   }
 
  private:
@@ -103,6 +121,58 @@ class PixelInstanceNorm : public Kernel {
     }
   }
 
+  // The same where each group holds several channels: every channel's sum
+  // first, then its squared deviations from its group's rounded mean, each
+  // pooled per group.
+  void group_statistics(const float* x, const float* scale, const float* bias, double* sums, double* squares,
+                        float* mean, float* factor, float* shift) const {
+    const int64_t per_group = channels_ / groups_;
+    const auto count = static_cast<double>(plane_) * static_cast<double>(per_group);
+    std::fill(sums, sums + batch_ * channels_, 0.0);  // sum_columns adds into them
+    std::fill(squares, squares + batch_ * channels_, 0.0);
+    for_channel_chunks(x, [&](const float* xp, int64_t width, int64_t i0) {
+      vec::vec_kernels().sum_columns(vec::Reduction::kSum, xp, plane_, pixels_->pixel, width, nullptr, sums + i0);
+    });
+    for (int64_t ng = 0; ng < batch_ * groups_; ++ng) {
+      double total = 0;
+      for (int64_t i = ng * per_group; i < (ng + 1) * per_group; ++i) total += sums[i];
+      std::fill(mean + ng * per_group, mean + (ng + 1) * per_group, static_cast<float>(total / count));
+      sums[ng * per_group] = total / count;  // the exact mean, kept for the variance
+    }
+    for_channel_chunks(x, [&](const float* xp, int64_t width, int64_t i0) {
+      vec::vec_kernels().sum_columns(vec::Reduction::kSquaredDeviation, xp, plane_, pixels_->pixel, width, mean + i0,
+                                     squares + i0);
+    });
+    for (int64_t ng = 0; ng < batch_ * groups_; ++ng) {
+      double total = 0;
+      for (int64_t i = ng * per_group; i < (ng + 1) * per_group; ++i) total += squares[i];
+      const int64_t first = ng * per_group;
+      const double off = sums[first] - static_cast<double>(mean[first]);
+      double variance = total / count - off * off;
+      variance = variance < 0 ? 0.0 : variance;  // rounding below zero; a NaN stays
+      const double inverse = 1.0 / std::sqrt(variance + static_cast<double>(eps_));
+      for (int64_t i = first; i < first + per_group; ++i) {
+        const int64_t c = i % channels_, p = params_per_group_ ? c / per_group : c;
+        factor[i] = static_cast<float>(static_cast<double>(scale[p]) * inverse);
+        shift[i] = bias[p];
+      }
+    }
+  }
+
+  // f(first float of the chunk in x, its channels, their first index in
+  // [N, C]) for each chunk of at most kGroup channels of each plane, split
+  // between threads when large. The chunks' indices do not overlap.
+  template <typename F>
+  void for_channel_chunks(const float* x, F f) const {
+    const du::PixelLayout& px = *pixels_;
+    const int64_t group = std::min(px.channels, kGroup), groups = (px.channels + group - 1) / group;
+#pragma omp parallel for schedule(static) if (parallel())
+    for (int64_t item = 0; item < px.planes * groups; ++item) {
+      const int64_t p = item / groups, first = item % groups * group, width = std::min(group, px.channels - first);
+      f(x + p * px.plane + first, width, first_channel(p) + first);
+    }
+  }
+
   // Each plane's pixels in runs of rows, a pixel's channels per row.
   void normalize(const float* x, const float* mean, const float* factor, const float* shift, float* y) const {
     const du::PixelLayout& px = *pixels_;
@@ -118,6 +188,9 @@ class PixelInstanceNorm : public Kernel {
   }
 
   float eps_;
+  int64_t num_groups_;  // GroupNormalization's; 0 for InstanceNormalization
+  int64_t groups_ = 0;  // channels for InstanceNormalization
+  bool params_per_group_ = false;
   Layout layout_;  // the input's, kept
   std::optional<du::PixelLayout> pixels_;
   int64_t batch_ = 0, channels_ = 0, plane_ = 0;  // plane_: pixels per image
@@ -125,6 +198,7 @@ class PixelInstanceNorm : public Kernel {
 
 }  // namespace
 
-ANVIL_REGISTER_KERNEL_CLASS_TYPED("InstanceNormalization", kDnnl, PixelInstanceNorm, {kFloat32Only});
+ANVIL_REGISTER_KERNEL_CLASS_TYPED("InstanceNormalization", kDnnl, PixelNorm, {kFloat32Only});
+ANVIL_REGISTER_KERNEL_CLASS_TYPED("GroupNormalization", kDnnl, PixelNorm, {kFloat32Only});
 
 }  // namespace anvil::kernels
