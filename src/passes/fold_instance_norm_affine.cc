@@ -9,8 +9,8 @@
 // convolutions around it keep their own layouts. The export reshapes to
 // [N, groups, -1] and back around the normalization; with as many groups as
 // channels both are identities, which simplify_reshapes removes (hence a
-// late pass). With fewer groups the Reshape back stays between the
-// normalization and the Mul, the pattern does not match, and both stay.
+// late pass). With fewer groups fuse_group_norm makes the three one
+// GroupNormalization first, whose Mul and Add fold here the same way.
 #include <optional>
 #include <vector>
 

@@ -10,9 +10,12 @@
 // and MLP) reordered to plain and back around each normalization; the one
 // node runs in the layout it arrives in (kernels/dnnl/instance_norm.cc),
 // and fold_instance_norm_affine then takes the per-channel Mul and Add
-// after it. A late pass, so that the shapes have folded.
+// after it. A late pass, so that the shapes have folded. Shapes come from
+// inference from the graph's inputs (ir::infer_run_time_facts), not from
+// types a file declares.
 #include <vector>
 
+#include "ir/schema.h"
 #include "passes/match.h"
 #include "passes/pipeline.h"
 
@@ -47,6 +50,7 @@ class FuseGroupNorm : public Pass {
  public:
   std::string name() const override { return "fuse_group_norm"; }
   bool run(ir::Graph& graph) override {
+    const ir::InferredFacts facts = ir::infer_run_time_facts(graph);  // the rewrite keeps every value's meaning
     return rewrite_each_node(graph, [&](ir::Node& unfold) {
       if (!is_op(&unfold, "Reshape") || !unfold.output(0)) return false;
       ir::Node* norm = producer_op(unfold.input(0), "InstanceNormalization");
@@ -54,10 +58,12 @@ class FuseGroupNorm : public Pass {
       ir::Node* fold = producer_op(norm->input(0), "Reshape");
       if (!fold || !used_once(graph, fold->output(0))) return false;
       ir::Value* x = fold->input(0);
-      if (!x || x->dtype() != DType::kFloat32 || !surely_same_shape(unfold.output(0)->type, x->type)) return false;
-      const int64_t groups = groups_of(x->type, fold->output(0)->type);
+      if (!x || x->dtype() != DType::kFloat32) return false;
+      const ir::Type &xt = facts.type_of(x), &folded = facts.type_of(fold->output(0));
+      if (!surely_same_shape(facts.type_of(unfold.output(0)), xt)) return false;
+      const int64_t groups = groups_of(xt, folded);
       if (!groups || !constant_of(norm->input(1), groups) || !constant_of(norm->input(2), groups)) return false;
-      const int64_t channels = x->type.dims()[1].value;
+      const int64_t channels = xt.dims()[1].value;
       ir::Value* scale = per_channel(graph, norm->input(1), channels, unfold.name + "/scale");
       ir::Value* bias = per_channel(graph, norm->input(2), channels, unfold.name + "/bias");
       const float epsilon = norm->attrs.get_float("epsilon", 1e-5f);

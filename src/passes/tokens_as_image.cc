@@ -11,8 +11,11 @@
 // after it reorders plain NCHW to NHWC; where the image keeps the
 // channels-last layout, either node is a view of its input
 // (kernels/dnnl/tokens.cc). So it runs at level 3, where activations keep
-// the kernels' layouts, on float32 with every spatial dim known.
+// the kernels' layouts, on float32 with every spatial dim known. Shapes come
+// from inference from the graph's inputs (ir::infer_run_time_facts), not
+// from types a file declares.
 #include "core/checked.h"
+#include "ir/schema.h"
 #include "passes/match.h"
 #include "passes/pipeline.h"
 
@@ -24,9 +27,12 @@ namespace {
 // to the reference kernel: those are left alone.
 bool internal(const ir::Value* v) { return v && !v->is_graph_output; }
 
-bool float32_of_rank(const ir::Value* v, int lo, int hi) {
-  return v && v->type.is_tensor() && v->type.dtype() == DType::kFloat32 && v->type.has_shape() &&
-         v->type.rank() >= lo && v->type.rank() <= hi;
+// v's inferred type when it is a float32 tensor of rank lo to hi; null otherwise.
+const ir::Type* float32_of_rank(const ir::InferredFacts& facts, const ir::Value* v, int lo, int hi) {
+  if (!v) return nullptr;
+  const ir::Type& t = facts.type_of(v);
+  const bool fits = t.is_tensor() && t.dtype() == DType::kFloat32 && t.has_shape() && t.rank() >= lo && t.rank() <= hi;
+  return fits ? &t : nullptr;
 }
 
 // The known dims [from, to) of `dims` and their product; nullopt where one is
@@ -52,14 +58,13 @@ void become_tokens_to_image(ir::Node& n, ir::Value* x, std::vector<int64_t> spat
 }
 
 // Reshape(Transpose(x [N, P, C], [0, 2, 1]), [N, C, S...]).
-bool tokens_reshaped_to_image(ir::Graph& graph, ir::Node& reshape) {
-  if (!is_op(&reshape, "Reshape") || !float32_of_rank(reshape.output(0), 4, 5) || !internal(reshape.output(0)))
-    return false;
+bool tokens_reshaped_to_image(ir::Graph& graph, const ir::InferredFacts& facts, ir::Node& reshape) {
+  const ir::Type* out = is_op(&reshape, "Reshape") ? float32_of_rank(facts, reshape.output(0), 4, 5) : nullptr;
+  if (!out || !internal(reshape.output(0))) return false;
   ir::Node* t = producer_op(reshape.input(0), "Transpose");
-  if (!t || !used_once(graph, t->output(0)) || !float32_of_rank(t->input(0), 3, 3) ||
-      transpose_permutation(*t, 3) != std::vector<int64_t>{0, 2, 1})
-    return false;
-  const ir::SymShape &x = t->input(0)->type.dims(), &image = reshape.output(0)->type.dims();
+  const ir::Type* in = t && used_once(graph, t->output(0)) ? float32_of_rank(facts, t->input(0), 3, 3) : nullptr;
+  if (!in || transpose_permutation(*t, 3) != std::vector<int64_t>{0, 2, 1}) return false;
+  const ir::SymShape &x = in->dims(), &image = out->dims();
   const auto spatial = known_dims(image, 2, image.size());
   if (!spatial || !surely_same_dim(image[0], x[0]) || !surely_same_dim(image[1], x[2]) || !x[1].is_known() ||
       x[1].value != spatial->second)
@@ -70,9 +75,10 @@ bool tokens_reshaped_to_image(ir::Graph& graph, ir::Node& reshape) {
 }
 
 // Transpose(x [N, S..., C], [0, r - 1, 1, ..., r - 2]): channels moved first.
-bool channels_moved_first(ir::Node& t) {
-  if (!is_op(&t, "Transpose") || !float32_of_rank(t.input(0), 4, 5) || !internal(t.output(0))) return false;
-  const ir::SymShape& x = t.input(0)->type.dims();
+bool channels_moved_first(const ir::InferredFacts& facts, ir::Node& t) {
+  const ir::Type* in = is_op(&t, "Transpose") ? float32_of_rank(facts, t.input(0), 4, 5) : nullptr;
+  if (!in || !internal(t.output(0))) return false;
+  const ir::SymShape& x = in->dims();
   std::vector<int64_t> perm{0, static_cast<int64_t>(x.size()) - 1};
   for (size_t a = 1; a + 1 < x.size(); ++a) perm.push_back(static_cast<int64_t>(a));
   const auto spatial = known_dims(x, 1, x.size() - 1);
@@ -82,13 +88,14 @@ bool channels_moved_first(ir::Node& t) {
 }
 
 // Transpose(Reshape(y [N, C, S...], [N, C, P]), [0, 2, 1]).
-bool image_flattened_to_tokens(ir::Graph& graph, ir::Node& t) {
-  if (!is_op(&t, "Transpose") || !float32_of_rank(t.input(0), 3, 3) || !internal(t.output(0)) ||
-      transpose_permutation(t, 3) != std::vector<int64_t>{0, 2, 1})
-    return false;
+bool image_flattened_to_tokens(ir::Graph& graph, const ir::InferredFacts& facts, ir::Node& t) {
+  const ir::Type* flat_type = is_op(&t, "Transpose") ? float32_of_rank(facts, t.input(0), 3, 3) : nullptr;
+  if (!flat_type || !internal(t.output(0)) || transpose_permutation(t, 3) != std::vector<int64_t>{0, 2, 1}) return false;
   ir::Node* reshape = producer_op(t.input(0), "Reshape");
-  if (!reshape || !used_once(graph, reshape->output(0)) || !float32_of_rank(reshape->input(0), 4, 5)) return false;
-  const ir::SymShape &y = reshape->input(0)->type.dims(), &flat = reshape->output(0)->type.dims();
+  const ir::Type* image =
+      reshape && used_once(graph, reshape->output(0)) ? float32_of_rank(facts, reshape->input(0), 4, 5) : nullptr;
+  if (!image) return false;
+  const ir::SymShape &y = image->dims(), &flat = flat_type->dims();
   const auto spatial = known_dims(y, 2, y.size());
   if (!spatial || !surely_same_dim(flat[0], y[0]) || !surely_same_dim(flat[1], y[1]) || !flat[2].is_known() ||
       flat[2].value != spatial->second)
@@ -105,9 +112,11 @@ class TokensAsImage : public Pass {
  public:
   std::string name() const override { return "tokens_as_image"; }
   bool run(ir::Graph& graph) override {
+    const ir::InferredFacts facts = ir::infer_run_time_facts(graph);  // the rewrites keep every value's meaning
     return rewrite_each_node(graph, [&](ir::Node& n) {
       if (n.dead) return false;
-      return tokens_reshaped_to_image(graph, n) || image_flattened_to_tokens(graph, n) || channels_moved_first(n);
+      return tokens_reshaped_to_image(graph, facts, n) || image_flattened_to_tokens(graph, facts, n) ||
+             channels_moved_first(facts, n);
     });
   }
 };

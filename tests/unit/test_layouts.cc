@@ -938,8 +938,10 @@ TEST(Layouts, GroupNormReadsPixelLayouts) {
   };
   const Case cases[] = {
       {{2, 32, 5, 7}, 1, true, 21},  {{1, 32, 5, 7}, 4, false, 21}, {{1, 64, 3, 3}, 2, false, 21},
-      {{2, 48, 9}, 3, true, 21},     {{1, 32, 2, 3, 4}, 8, true, 18}, {{1, 96, 4, 4}, 32, true, 21},
-      {{1, 32, 6, 6}, 32, false, 18}, {{1, 160, 2, 2}, 5, true, 21},  // chunks of 64 channels split a group
+      {{2, 48, 9}, 3, true, 21},     {{1, 32, 2, 3, 4}, 8, true, 18},
+      {{1, 32, 6, 6}, 32, false, 18}, {{1, 160, 2, 2}, 5, true, 21},
+      {{1, 96, 4, 4}, 32, true, 18},   // a group across the 64-channel chunks' boundary
+      {{2, 64, 16, 17}, 4, false, 21},  // enough to split between threads
   };
   for (const Case& c : cases) {
     const Shape& shape = c.shape;

@@ -38,7 +38,7 @@ class PixelNorm : public Kernel {
         num_groups_(node.op_type == "GroupNormalization" ? node.attrs.get_int("num_groups", 1) : 0) {}
 
   std::vector<TensorType> prepare(const PrepareContext& ctx) override {
-    const Shape& x = ctx.input_shape(0);  // the schema checked [N, C, ...] and scale, B of [C]
+    const Shape& x = ctx.input_shape(0);  // the schema checked [N, C, ...], the groups and scale, B
     ANVIL_PREPARE_CHECK(ctx, x.size() >= 3 && x.size() <= 5 && shape_numel(x) > 0, ErrorKind::kUnsupported,
                         "not an image of 1-3 spatial dims with pixels");
     layout_ = du::elementwise_layout(ctx, 0, x);
@@ -62,19 +62,18 @@ class PixelNorm : public Kernel {
   // The statistics' pass reads every pixel before the normalizing one writes.
   int inplace_input() const override { return 0; }
   // mean, factor and shift per (n, c); where groups span channels, each
-  // channel's sums and squared deviations in double first.
+  // channel's sums and squared deviations in double after them.
   size_t scratch_bytes() const override {
-    const auto values = static_cast<size_t>(batch_ * channels_);
-    return values * (2 * sizeof(double) + 3 * sizeof(float));
+    return doubles_at() + (groups_ == channels_ ? 0 : 2 * static_cast<size_t>(batch_ * channels_) * sizeof(double));
   }
   std::string impl_name() const override { return num_groups_ ? "pixels:group_norm" : "pixels:instance_norm"; }
 
   void run(const RunContext& ctx) const override {
-    auto* sums = static_cast<double*>(ctx.scratch);
-    double* squares = sums + batch_ * channels_;
-    auto* mean = reinterpret_cast<float*>(squares + batch_ * channels_);
+    auto* mean = static_cast<float*>(ctx.scratch);
     float* factor = mean + batch_ * channels_;
     float* shift = factor + batch_ * channels_;
+    auto* sums = reinterpret_cast<double*>(static_cast<char*>(ctx.scratch) + doubles_at());
+    double* squares = sums + batch_ * channels_;
     const float *x = ctx.in(0).data<float>(), *scale = ctx.in(1).data<float>(), *bias = ctx.in(2).data<float>();
     if (groups_ == channels_) statistics(x, scale, bias, mean, factor, shift);
     else group_statistics(x, scale, bias, sums, squares, mean, factor, shift);
@@ -83,6 +82,8 @@ class PixelNorm : public Kernel {
 
  private:
   bool parallel() const { return batch_ * channels_ * plane_ >= kParallelFloats; }
+  // Bytes to the scratch's doubles: after the three floats per (n, c), 8-aligned.
+  size_t doubles_at() const { return (3 * static_cast<size_t>(batch_ * channels_) * sizeof(float) + 7) / 8 * 8; }
   // Offset of plane p's first channel in the [N, C] statistics.
   int64_t first_channel(int64_t p) const {
     const int64_t blocks = channels_ / pixels_->channels;
