@@ -36,12 +36,6 @@ std::optional<std::vector<float>> per_channel_values(const ir::Value* v, int ran
   return std::vector<float>(p, p + channels);
 }
 
-// A float32 constant of `channels` values in one axis: a scale or bias as
-// InstanceNormalization takes them (the schema checks the rest).
-bool has_channels(const ir::Value* v, int64_t channels) {
-  return is_float_constant(v) && v->constant->rank() == 1 && v->constant->numel() == channels;
-}
-
 // `v`'s only consumer (pass.h's single_consumer) when it is an `op` node, else nullptr.
 ir::Node* only_consumer_op(const ir::Graph& graph, const ir::Value* v, const char* op) {
   ir::Node* next = v ? single_consumer(graph, v) : nullptr;
@@ -60,7 +54,8 @@ class FoldInstanceNormAffine : public Pass {
       const int rank = x->type.rank();
       const int64_t channels = x->type.dims()[1].value;
       if (channels < 1) return false;
-      if (!has_channels(norm.input(1), channels) || !has_channels(norm.input(2), channels)) return false;
+      // A scale and bias as the normalization takes them (the schema checks the rest).
+      if (!is_float_vector(norm.input(1), channels) || !is_float_vector(norm.input(2), channels)) return false;
       const float *scale = norm.input(1)->constant->data<float>(), *bias = norm.input(2)->constant->data<float>();
       std::vector<float> s(scale, scale + channels), b(bias, bias + channels);
       ir::Node* last = nullptr;

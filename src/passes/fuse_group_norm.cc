@@ -32,11 +32,6 @@ int64_t groups_of(const ir::Type& x, const ir::Type& folded) {
   return groups >= 1 && channels >= groups && channels % groups == 0 ? groups : 0;
 }
 
-// A float32 constant of `n` values in one axis.
-bool constant_of(const ir::Value* v, int64_t n) {
-  return is_float_constant(v) && v->constant->rank() == 1 && v->constant->numel() == n;
-}
-
 // Each group's value repeated for its channels: [G] -> [C].
 ir::Value* per_channel(ir::Graph& graph, const ir::Value* per_group, int64_t channels, const std::string& name) {
   const Tensor& g = *per_group->constant;
@@ -62,7 +57,7 @@ class FuseGroupNorm : public Pass {
       const ir::Type &xt = facts.type_of(x), &folded = facts.type_of(fold->output(0));
       if (!surely_same_shape(facts.type_of(unfold.output(0)), xt)) return false;
       const int64_t groups = groups_of(xt, folded);
-      if (!groups || !constant_of(norm->input(1), groups) || !constant_of(norm->input(2), groups)) return false;
+      if (!groups || !is_float_vector(norm->input(1), groups) || !is_float_vector(norm->input(2), groups)) return false;
       const int64_t channels = xt.dims()[1].value;
       ir::Value* scale = per_channel(graph, norm->input(1), channels, unfold.name + "/scale");
       ir::Value* bias = per_channel(graph, norm->input(2), channels, unfold.name + "/bias");

@@ -58,6 +58,10 @@ bool is_float32_matrix(const ir::Value* v) {
   return v && v->dtype() == DType::kFloat32 && v->type.has_shape() && v->type.rank() == 2;
 }
 
+bool is_float_vector(const ir::Value* v, int64_t n) {
+  return is_float_constant(v) && v->constant->rank() == 1 && v->constant->numel() == n;
+}
+
 namespace {
 
 // A Clip bound (opset 11+: an optional constant input); false when not constant.

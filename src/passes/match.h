@@ -31,6 +31,8 @@ bool is_scalar(const ir::Value* v, double expected, double rel_tol = 1e-4);
 ir::Value* other_operand(const ir::Node& n, const ir::Value* v);
 // `v` is a float32 constant.
 bool is_float_constant(const ir::Value* v);
+// A float32 constant of `n` values in one axis.
+bool is_float_vector(const ir::Value* v, int64_t n);
 // `v` is a float32 matrix (rank 2, dims possibly symbolic).
 bool is_float32_matrix(const ir::Value* v);
 // Every value is `v` (true for none).

@@ -655,7 +655,8 @@ class ChannelShuffleKernel : public Kernel {
 
 // anvil.TokensToImage and anvil.ImageToTokens (passes/tokens_as_image.cc)
 // on plain data, any element type but strings: per batch item, a transpose
-// of [positions, C] into [C, positions] (TokensToImage) or back.
+// of [positions, C] into [C, positions] (TokensToImage) or back, as
+// Transpose's strided copy.
 class TokensImageKernel : public Kernel {
  public:
   explicit TokensImageKernel(const ir::Node& node) : to_image_(node.op_type == "TokensToImage") {}
@@ -664,36 +665,18 @@ class TokensImageKernel : public Kernel {
     ANVIL_PREPARE_CHECK(ctx, element_ == 1 || element_ == 2 || element_ == 4 || element_ == 8, ErrorKind::kUnsupported,
                         "{} elements", dtype_name(ctx.input_dtype(0)));
     const Shape& x = ctx.input_shape(0);  // the schema checked rank >= 3
-    batch_ = x[0];
-    // Rows and columns of each item's [rows, cols] input.
-    cols_ = to_image_ ? x.back() : shape_numel(Shape(x.begin() + 2, x.end()));
-    rows_ = to_image_ ? shape_numel(Shape(x.begin() + 1, x.end() - 1)) : x[1];
+    // Each batch item's input as [rows, cols], read column by column.
+    const int64_t cols = to_image_ ? x.back() : shape_numel(Shape(x.begin() + 2, x.end()));
+    const int64_t rows = to_image_ ? shape_numel(Shape(x.begin() + 1, x.end() - 1)) : x[1];
+    copy_.init({x[0], cols, rows}, {rows * cols, 1, cols}, 0, element_);
     return ctx.output_types();
   }
-  void run(const RunContext& ctx) const override {
-    if (batch_ * rows_ * cols_ == 0) return;
-    switch (element_) {
-      case 1: return transpose<uint8_t>(ctx);
-      case 2: return transpose<uint16_t>(ctx);
-      case 4: return transpose<uint32_t>(ctx);
-      case 8: return transpose<uint64_t>(ctx);
-      default: ANVIL_INTERNAL_CHECK(false);
-    }
-  }
+  void run(const RunContext& ctx) const override { copy_.run(ctx.in(0).raw(), ctx.out(0).raw()); }
 
  private:
-  template <typename T>
-  void transpose(const RunContext& ctx) const {
-    const auto* x = static_cast<const T*>(ctx.in(0).raw());
-    auto* y = static_cast<T*>(ctx.out(0).raw());
-    for (int64_t n = 0; n < batch_; ++n, x += rows_ * cols_, y += rows_ * cols_)
-      for (int64_t r = 0; r < rows_; ++r)
-        for (int64_t c = 0; c < cols_; ++c) y[c * rows_ + r] = x[r * cols_ + c];
-  }
-
   bool to_image_;
-  int64_t batch_ = 0, rows_ = 0, cols_ = 0;
   size_t element_ = 0;
+  StridedCopy copy_;
 };
 
 }  // namespace
