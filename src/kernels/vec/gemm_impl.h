@@ -167,6 +167,19 @@ inline void finish_tile(VF (&acc)[M][Nv], const GemmTileFinish& f) {
       }
 }
 
+// Copies of a tile's accumulators its k loop alternates between, so that
+// the tile has kGemmChains independent FMA chains: one row of Nv vectors
+// alone waits on each FMA's latency (4 cycles) at every k step, which held a
+// one-row product (a decoding step, a classifier) to 2 FMAs per 4 cycles
+// with its weights in the caches. The copies are summed before the finish.
+constexpr int kGemmChains = 8;
+template <int M, int Nv>
+constexpr int gemm_k_split() {
+  int split = 1;
+  while (M * Nv * split < kGemmChains) split *= 2;
+  return split;
+}
+
 // c[M x Nv vectors] = init + a[M x kc] * b[kc x Nv vectors]: a's rows `lda`
 // apart (PackedA: a packed panel, kGemmMr floats per k, lda unused), b packed
 // (kGemmNr floats per k, of which the first Nv vectors are read), c and init
@@ -181,11 +194,17 @@ template <int M, int Nv, bool PackedA, bool Prefetch>
 void gemm_tile_rows(const float* __restrict a, int64_t lda, const float* __restrict b, int64_t kc, const float* init,
                     float* c, int64_t ldc, int64_t ldv, bool prefetch_next, const GemmTileFinish* finish,
                     GemmPrefetch prefetch) {
+  constexpr int S = gemm_k_split<M, Nv>();
   VF acc[M][Nv];
+  VF part[S][M][Nv];
 #pragma GCC unroll 16
   for (int r = 0; r < M; ++r)
 #pragma GCC unroll 4
-    for (int v = 0; v < Nv; ++v) acc[r][v] = init ? load(init + r * ldc + v * ldv) : splat(0.f);
+    for (int v = 0; v < Nv; ++v) {
+      acc[r][v] = init ? load(init + r * ldc + v * ldv) : splat(0.f);
+#pragma GCC unroll 8
+      for (int s = 1; s < S; ++s) part[s][r][v] = splat(0.f);
+    }
   // The drivers' next tile is mostly the one below this (same panel): its C
   // lines arrive during this tile's kc steps instead of stalling its start
   // (from L3 or memory once the row block outgrows L2). After a block's last
@@ -207,20 +226,37 @@ void gemm_tile_rows(const float* __restrict a, int64_t lda, const float* __restr
   // flight, once per k step, made AVX2's 4-row tiles 20% slower.
   const char* ahead = reinterpret_cast<const char*>(prefetch.next);
   int64_t due = 0, line = 0;
-#pragma GCC unroll 4
-  for (int64_t k = 0; k < kc; ++k, b += kGemmNr) {
+  // k step k into copy `into` of the accumulators (copy 0 is acc).
+  const auto step = [&](int64_t k, VF (&into)[M][Nv]) __attribute__((always_inline)) {
     if constexpr (Prefetch)
       for (due += prefetch.lines; due >= kc; due -= kc) __builtin_prefetch(ahead + 64 * line++, 0, 2);
+    const float* bk = b + k * kGemmNr;
     VF bv[Nv];
 #pragma GCC unroll 4
-    for (int v = 0; v < Nv; ++v) bv[v] = load_b(b + v * kWidth);
+    for (int v = 0; v < Nv; ++v) bv[v] = load_b(bk + v * kWidth);
 #pragma GCC unroll 16
     for (int r = 0; r < M; ++r) {
       const VF av = broadcast_from(PackedA ? a + k * kGemmMr + r : a + r * lda + k);
 #pragma GCC unroll 4
-      for (int v = 0; v < Nv; ++v) acc[r][v] = fmadd(av, bv[v], acc[r][v]);
+      for (int v = 0; v < Nv; ++v) into[r][v] = fmadd(av, bv[v], into[r][v]);
+    }
+  };
+  int64_t k = 0;
+  if constexpr (S > 1) {
+    for (; k + S <= kc; k += S) {
+      step(k, acc);
+#pragma GCC unroll 8
+      for (int s = 1; s < S; ++s) step(k + s, part[s]);
     }
   }
+#pragma GCC unroll 4
+  for (; k < kc; ++k) step(k, acc);
+#pragma GCC unroll 8
+  for (int s = 1; s < S; ++s)
+#pragma GCC unroll 16
+    for (int r = 0; r < M; ++r)
+#pragma GCC unroll 4
+      for (int v = 0; v < Nv; ++v) acc[r][v] += part[s][r][v];
   if (finish) finish_tile<M, Nv>(acc, *finish);
 #pragma GCC unroll 16
   for (int r = 0; r < M; ++r)
