@@ -300,10 +300,19 @@ void PrimitiveKernel::execute(std::unordered_map<int, dnnl::memory>& args, void*
 
 size_t streaming_weight_bytes() { return std::min<size_t>(cpu_info().l3_bytes, size_t{32} << 20); }
 
-bool weights_stream(const PrepareContext& ctx) {
+namespace {
+bool weights_pass(const PrepareContext& ctx, size_t threshold) {
   const WeightCache* weights = ctx.weight_cache();
-  const size_t threshold = streaming_weight_bytes();
   return weights && threshold > 0 && weights->model_weight_bytes() > threshold;
+}
+}  // namespace
+
+bool weights_stream(const PrepareContext& ctx) { return weights_pass(ctx, streaming_weight_bytes()); }
+
+size_t few_rows_streaming_weight_bytes() { return streaming_weight_bytes() / 2; }
+
+bool weights_stream_past_few_rows(const PrepareContext& ctx) {
+  return weights_pass(ctx, few_rows_streaming_weight_bytes());
 }
 
 std::optional<PixelLayout> spatial_pixel_layout(const dnnl::memory::desc& md) {

@@ -144,6 +144,11 @@ size_t streaming_weight_bytes();
 // Whether the model's product weights (WeightCache::model_weight_bytes) pass
 // streaming_weight_bytes(); false outside a session.
 bool weights_stream(const PrepareContext& ctx);
+// The same for products of few rows, whose choice of GEMM costs less when
+// it is wrong: half of streaming_weight_bytes() (matmul.cc,
+// streams_weights_faster).
+size_t few_rows_streaming_weight_bytes();
+bool weights_stream_past_few_rows(const PrepareContext& ctx);
 
 // The oneDNN descriptor of a planned tensor type (plain when it has no layout).
 dnnl::memory::desc desc_of(const TensorType& type);

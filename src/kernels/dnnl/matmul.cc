@@ -81,9 +81,18 @@ bool staging_b_pays(int64_t m) {
 // The rule is the model's, not the product's: a one-row product whose small
 // weights stay in the caches between its reads (a Loop's body) runs slower
 // on the GEMM (0.12 against 0.07 ms for 5 MB, docs/benchmarks.md).
+// The bound is half the one for streaming (du::weights_stream_past_few_rows):
+// on a Zen 4 guest (32 MiB of L3 shared with other tenants) brgemm read
+// 9.6 MB of weights in turn at 0.78 of its in-cache speed and 14 MB at
+// 0.62, while with its weights in the caches the GEMM ran these products
+// at 0.95-0.98 of brgemm's speed (M = 16-196, K = 256-384,
+// anvil_stream_gemm_ab): a wrong choice costs less this way round.
+// LeViT-128S (31 MB of weights, products of 16-196 rows) ran 0.97 of its
+// time; GPT-2's 14 MB at sequence 64 stay on brgemm (on the GEMM they ran
+// 1.04 of its time at two threads).
 bool streams_weights_faster(const PrepareContext& ctx, int64_t m) {
   constexpr int64_t kMaxRows = 128;
-  return m <= kMaxRows && du::weights_stream(ctx);
+  return m <= kMaxRows && du::weights_stream_past_few_rows(ctx);
 }
 
 // A matrix operand as oneDNN sees it: logical dims and element strides.
