@@ -54,9 +54,9 @@ class FuseConvBatchNorm : public Pass {
     const float *gamma = params[0]->data<float>(), *beta = params[1]->data<float>();
     const float *mean = params[2]->data<float>(), *var = params[3]->data<float>();
 
-    Tensor new_w = w.clone();
+    const int64_t per_channel = w.numel() / cout;
+    Tensor& new_w = writable_constant(graph, conv, 1);  // `w` no longer read below
     Tensor new_b(DType::kFloat32, {cout});
-    int64_t per_channel = w.numel() / cout;
     for (int64_t c = 0; c < cout; ++c) {
       float s = gamma[c] / std::sqrt(var[c] + eps);
       float* wc = new_w.data<float>() + c * per_channel;
@@ -65,7 +65,6 @@ class FuseConvBatchNorm : public Pass {
       new_b.data<float>()[c] = (bias - mean[c]) * s + beta[c];
     }
     conv.inputs.resize(3);
-    conv.inputs[1] = graph.add_constant(graph.unique_name(conv.input(1)->name + "_bnfolded"), std::move(new_w));
     conv.inputs[2] = graph.add_constant(graph.unique_name(conv.name + "_bias_bnfolded"), std::move(new_b));
     // The conv now produces the BN's output value (which may be a graph output).
     ir::Value* y = bn.output(0);

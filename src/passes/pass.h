@@ -41,6 +41,11 @@ ir::Node* single_consumer(const ir::Graph& graph, const ir::Value* v);
 // append nodes, which wait for the pass's next round. True when any call
 // rewrote (returned true).
 bool rewrite_each_node(ir::Graph& graph, const std::function<bool(ir::Node&)>& rewrite_at);
+// The tensor of constant input `index` of `node`, to rewrite: the value's
+// own when `node` alone reads it and nothing else holds its bytes (import's
+// copy, rewritten where it lies: one copy of the weights at a time), else a
+// copy, made a new constant that only `node` reads.
+Tensor& writable_constant(ir::Graph& graph, ir::Node& node, size_t index);
 // Makes `v` the constant `t` in place, so that its name (maybe a graph
 // output's) survives; the caller kills the node that produced it.
 void become_constant(ir::Value& v, Tensor t);

@@ -32,6 +32,15 @@ ir::Node* single_consumer(const ir::Graph& graph, const ir::Value* v) {
   return nullptr;
 }
 
+Tensor& writable_constant(ir::Graph& graph, ir::Node& node, size_t index) {
+  ir::Value* v = node.inputs.at(index);
+  ANVIL_INTERNAL_CHECK(v && v->is_constant());
+  const bool own = !v->is_graph_input && !v->is_graph_output && !v->is_capture && v->constant->use_count() == 1 &&
+                   use_count(graph, v) == 1;
+  if (!own) node.inputs[index] = v = graph.add_constant(graph.unique_name(v->name + "_rewritten"), v->constant->clone());
+  return *v->constant;
+}
+
 void become_constant(ir::Value& v, Tensor t) {
   v.type = ir::Type::tensor(t.dtype(), t.shape());
   v.constant = std::move(t);
@@ -55,6 +64,7 @@ std::vector<std::unique_ptr<Pass>> passes_for_level(int level, const ConstantEva
     passes.push_back(make_fold_pad());
     passes.push_back(make_conv_transpose_as_depth_to_space());
     passes.push_back(make_fuse_conv_batchnorm());
+    passes.push_back(make_fold_linear_batchnorm());  // before fuse_matmul, which takes its Add as a bias
     passes.push_back(make_fuse_layer_norm());
     passes.push_back(make_fuse_rms_norm());  // after it: a LayerNorm's variance is a mean of squares too
     // After fuse_layer_norm (an instance norm's means over the plane are its) and

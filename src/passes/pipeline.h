@@ -56,6 +56,7 @@ std::unique_ptr<Pass> make_dead_code();
 std::unique_ptr<Pass> make_fold_pad();
 std::unique_ptr<Pass> make_global_pool_from_reduce_mean();
 std::unique_ptr<Pass> make_fuse_conv_batchnorm();
+std::unique_ptr<Pass> make_fold_linear_batchnorm();
 std::unique_ptr<Pass> make_fold_instance_norm_affine();
 std::unique_ptr<Pass> make_fuse_conv_activation();
 std::unique_ptr<Pass> make_fuse_batchnorm_activation();
