@@ -603,6 +603,46 @@ PY
   touch "$corpus/.tokens-image"
 fi
 
+# A linear layer and a BatchNormalization of its features, as LeViT exports
+# them (passes/fold_linear_batchnorm.cc folds them), a Gemm's (transB, a
+# bias), and misfits: parameters of the wrong length, a reshape that
+# regroups the features, a Gemm bias per row.
+if [ ! -e "$corpus/.linear-bn" ]; then
+  "${ANVIL_PYTHON:-python3}" - "$corpus/models" <<'PY'
+import os, sys
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper, TensorProto as T
+rng = np.random.default_rng(0)
+def f32(name, *shape): return numpy_helper.from_array(rng.standard_normal(shape).astype(np.float32), name)
+def i64(name, a): return numpy_helper.from_array(np.asarray(a, np.int64), name)
+def bn_params(n, prefix="bn"):
+    var = numpy_helper.from_array((0.5 + rng.random(n)).astype(np.float32), prefix + "_var")
+    return [f32(prefix + "_g", n), f32(prefix + "_b", n), f32(prefix + "_m", n), var]
+def bn(x, y, prefix="bn"): return helper.make_node("BatchNormalization", [x] + [prefix + s for s in ("_g", "_b", "_m", "_var")], [y])
+def save(name, nodes, x_shape, inits):
+    g = helper.make_graph(nodes, name, [helper.make_tensor_value_info("x", T.FLOAT, x_shape)],
+                          [helper.make_tensor_value_info("y", T.FLOAT, None)], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    onnx.save(m, os.path.join(sys.argv[1], name + ".onnx"))
+save("linear_bn_levit", [helper.make_node("MatMul", ["x", "w"], ["p"]), helper.make_node("Flatten", ["p"], ["f"], axis=2),
+                         bn("f", "n"), helper.make_node("Reshape", ["n", "back"], ["r"]),
+                         helper.make_node("Add", ["r", "x"], ["y"])],
+     [1, 6, 8], [f32("w", 8, 8), i64("back", [1, 6, 8])] + bn_params(8))
+save("linear_bn_gemm", [helper.make_node("Gemm", ["x", "w", "c"], ["p"], transB=1), bn("p", "y")],
+     [4, 8], [f32("w", 5, 8), f32("c", 5)] + bn_params(5))
+save("linear_bn_short_params", [helper.make_node("MatMul", ["x", "w"], ["p"]), bn("p", "y")],
+     [4, 8], [f32("w", 8, 5)] + bn_params(4))
+save("linear_bn_regrouped", [helper.make_node("MatMul", ["x", "w"], ["p"]), helper.make_node("Reshape", ["p", "shape"], ["r"]),
+                             bn("r", "y")],
+     [4, 8], [f32("w", 8, 4), i64("shape", [8, 2])] + bn_params(2))
+save("linear_bn_gemm_row_bias", [helper.make_node("Gemm", ["x", "w", "c"], ["p"]), bn("p", "y")],
+     [4, 8], [f32("w", 8, 4), f32("c", 4, 1)] + bn_params(4))
+PY
+  touch "$corpus/.linear-bn"
+fi
+
 # Backend test models with one float input retyped (float64, float16 or
 # float32), once per suite: kernels that read inputs of two types as one
 # read past a buffer (Attention's K, InstanceNormalization's scale, ...).

@@ -119,6 +119,20 @@ def test_tokens_and_images_from_a_file(anvil, cases, label, op, inputs, x_shape,
     check_error(run(anvil, model), EXIT_INVALID_MODEL, op, pattern, strip=(cases,))
 
 
+@pytest.mark.parametrize("layer", ["MatMul", "Gemm"])
+def test_linear_then_batchnorm_of_the_wrong_length(anvil, cases, layer):
+    """A BatchNormalization after a linear layer whose parameters do not match its features is left for the
+    normalization's kernel to refuse (fold_linear_batchnorm folds only what fits)."""
+    inits = [numpy_helper.from_array(np.ones((8, 5), np.float32), "w")]
+    inits += [numpy_helper.from_array(np.ones(4, np.float32), n) for n in ("g", "b", "m", "v")]
+    graph = helper.make_graph([helper.make_node(layer, ["x", "w"], ["p"], name="linear"),
+                               helper.make_node("BatchNormalization", ["p", "g", "b", "m", "v"], ["y"], name="bn")],
+                              "g", [float_info("x", (4, 8))], [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              inits)
+    model = save_model(graph, cases / f"linear_bn_{layer}.onnx", check=False)
+    check_error(run(anvil, model), EXIT_INVALID_ARGUMENT, "BatchNormalization", r"scale.*\[4\]", strip=(cases,))
+
+
 def test_fused_conv_depthwise_of_doubles_from_a_file(anvil, cases):
     """The node is float32 only (what the pass makes): other types are refused, not run."""
     weights = [numpy_helper.from_array(np.ones((8, 4, 1, 1)), "w"), numpy_helper.from_array(np.ones((8, 1, 3, 3)), "w_dw")]
