@@ -48,6 +48,22 @@ bool is_inference_batchnorm(const ir::Node& bn) {
   return true;
 }
 
+// `v` feeds `reader`, once, and otherwise only Shape nodes (the fold keeps
+// every shape; exporters size the Reshape back from the product's), and is
+// no graph output.
+bool only_data_reader(const ir::Graph& g, const ir::Value* v, const ir::Node& reader) {
+  if (v->is_graph_output) return false;
+  size_t reads = 0;
+  for (const auto& n : g.nodes())
+    if (!n->dead)
+      for (const ir::Value* in : n->inputs)
+        if (in == v) {
+          if (n.get() != &reader && !is_op(n.get(), "Shape")) return false;
+          reads += n.get() == &reader;
+        }
+  return reads == 1;
+}
+
 bool is_reshape_like(const ir::Node& n) { return is_op(&n, "Reshape") || is_op(&n, "Flatten"); }
 
 // W's column j scaled by scale[j], in place: a [K, N] matrix, or [N, K] when `transposed`.
@@ -73,13 +89,13 @@ class FoldLinearBatchNorm : public Pass {
       ir::Value* x = bn.input(0);
       if (!x || x->dtype() != DType::kFloat32 || !x->type.has_shape() || x->type.rank() != 2) return false;
       const ir::Dim& features = x->type.dims()[1];
-      if (!features.is_known() || features.value < 1 || !used_once(graph, x) || !x->producer) return false;
+      if (!features.is_known() || features.value < 1 || !only_data_reader(graph, x, bn) || !x->producer) return false;
       ir::Node& producer = *x->producer;
       if (is_op(&producer, "Gemm")) return fold_gemm(graph, producer, bn, features.value);
       if (is_op(&producer, "MatMul")) return fold_matmul(graph, producer, nullptr, bn, features.value);
       if (!is_reshape_like(producer)) return false;  // to [P, N] from [..., N]: each element keeps its column
       ir::Value* y = producer.input(0);
-      if (!y || !y->producer || !is_op(y->producer, "MatMul") || !used_once(graph, y)) return false;
+      if (!y || !y->producer || !is_op(y->producer, "MatMul") || !only_data_reader(graph, y, producer)) return false;
       return fold_matmul(graph, *y->producer, &producer, bn, features.value);
     });
   }

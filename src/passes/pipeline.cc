@@ -83,6 +83,7 @@ std::vector<std::unique_ptr<Pass>> passes_for_level(int level, const ConstantEva
     passes.push_back(make_fuse_attention());
     passes.push_back(make_fuse_sequence_first_attention());
     passes.push_back(make_fuse_folded_heads_attention());
+    passes.push_back(make_fuse_head_attention());  // after the three above: what their patterns leave
   }
   return passes;
 }

@@ -73,6 +73,7 @@ std::unique_ptr<Pass> make_fuse_head_grad();
 std::unique_ptr<Pass> make_fuse_attention();
 std::unique_ptr<Pass> make_fuse_sequence_first_attention();
 std::unique_ptr<Pass> make_fuse_folded_heads_attention();
+std::unique_ptr<Pass> make_fuse_head_attention();
 std::unique_ptr<Pass> make_fuse_rms_norm();
 std::unique_ptr<Pass> make_conv_transpose_as_depth_to_space();
 std::unique_ptr<Pass> make_fuse_layer_norm();

@@ -112,6 +112,7 @@ SHAPES = {
     "hf_wav2vec2": [(1, 1600), (2, 2405), (1, 4000)],  # (batch, audio samples)
     "hf_segformer": [(1, 0), (3, 0), (2, 0)],
     "hf_poolformer": [(1, 0), (3, 0), (2, 0)],
+    "hf_levit": [(1, 0), (3, 0), (2, 0)],
 }
 MODEL_NAMES = list(SHAPES)
 
@@ -453,6 +454,28 @@ def _hf_poolformer():
     return _one_output(transformers.PoolFormerModel(config), "pixel_values", "last_hidden_state")
 
 
+def _hf_levit():
+    """LeViT at 64 x 64: Linear + BatchNorm1d layers exported as MatMul,
+    Flatten, BatchNormalization, Reshape (passes/fold_linear_batchnorm.cc;
+    running statistics drawn at random, not PyTorch's 0 and 1), attention
+    over 4-D heads split per head from one projection, with a position bias
+    (passes/fuse_head_attention.cc)."""
+    import torch
+    import transformers
+
+    config = transformers.LevitConfig(image_size=64, hidden_sizes=[32, 48, 64], num_attention_heads=[2, 3, 4],
+                                      depths=[1, 1, 1], key_dim=[8, 8, 8])
+    model = transformers.LevitModel(config)
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, torch.nn.BatchNorm1d):
+                m.running_mean.normal_(0.0, 0.5)
+                m.running_var.uniform_(0.5, 2.0)
+                m.weight.uniform_(0.5, 1.5)
+                m.bias.normal_(0.0, 0.5)
+    return _one_output(model, "pixel_values", "last_hidden_state")
+
+
 def _vit():
     from torchvision.models.vision_transformer import VisionTransformer
 
@@ -464,20 +487,22 @@ BUILDERS = {"bert": _bert, "gpt2": _gpt2, "loop": _loop, "if": _if, "lstm": _lst
             "hf_gpt2": _hf_gpt2, "hf_gpt2_step": _hf_gpt2_step, "hf_llama_step": _hf_llama_step,
             "hf_distilbert": _hf_distilbert, "hf_bart": _hf_bart,
             "hf_clip": _hf_clip, "vit": _vit, "hf_wav2vec2": _hf_wav2vec2, "hf_segformer": _hf_segformer,
-            "hf_poolformer": _hf_poolformer}
+            "hf_poolformer": _hf_poolformer, "hf_levit": _hf_levit}
 INPUTS = {"bert": ["input_ids", "attention_mask"], "gpt2": ["input_ids"], "loop": ["x", "steps"], "if": ["x"],
           "lstm": ["features"], "gru": ["x"], "hf_bert": ["input_ids", "attention_mask"], "hf_gpt2": ["input_ids"],
           "hf_gpt2_step": ["input_ids"] + _past_names("past"),
           "hf_llama_step": ["input_ids", "attention_mask", "position_ids"] + _past_names("past"),
           "hf_distilbert": ["input_ids", "attention_mask"], "hf_bart": ["input_ids", "attention_mask"],
           "hf_clip": ["input_ids", "attention_mask"], "vit": ["x"], "hf_wav2vec2": ["input_values"],
-          "hf_segformer": ["pixel_values"], "hf_poolformer": ["pixel_values"]}
+          "hf_segformer": ["pixel_values"], "hf_poolformer": ["pixel_values"],
+          "hf_levit": ["pixel_values"]}
 OUTPUTS = {"bert": ["last_hidden_state"], "gpt2": ["logits"], "loop": ["y"], "if": ["y"], "lstm": ["scores"],
            "gru": ["tags"], "hf_bert": ["last_hidden_state"], "hf_gpt2": ["last_hidden_state"],
            "hf_gpt2_step": ["logits"] + _past_names("present"), "hf_llama_step": ["logits"] + _past_names("present"),
            "hf_distilbert": ["last_hidden_state"], "hf_bart": ["last_hidden_state"],
            "hf_clip": ["last_hidden_state"], "vit": ["scores"], "hf_wav2vec2": ["last_hidden_state"],
-           "hf_segformer": ["logits"], "hf_poolformer": ["last_hidden_state"]}
+           "hf_segformer": ["logits"], "hf_poolformer": ["last_hidden_state"],
+           "hf_levit": ["last_hidden_state"]}
 VOCAB = {"bert": 30522, "gpt2": 1000, "hf_bert": 1000, "hf_gpt2": 1000, "hf_gpt2_step": 1000, "hf_llama_step": 1000,
          "hf_distilbert": 1000, "hf_bart": 1000,
          "hf_clip": 1000}
@@ -487,7 +512,7 @@ AXES = {"bert": {0: "batch", 1: "sequence"}, "gpt2": {0: "batch", 1: "sequence"}
         "hf_bert": {0: "batch", 1: "sequence"}, "hf_gpt2": {0: "batch", 1: "sequence"},
         "hf_distilbert": {0: "batch", 1: "sequence"}, "hf_bart": {0: "batch", 1: "sequence"},
         "hf_clip": {0: "batch", 1: "sequence"}, "vit": {0: "batch"},
-        "hf_segformer": {0: "batch"}, "hf_poolformer": {0: "batch"},
+        "hf_segformer": {0: "batch"}, "hf_poolformer": {0: "batch"}, "hf_levit": {0: "batch"},
         "hf_wav2vec2": {"input_values": {0: "batch", 1: "samples"}, "last_hidden_state": {0: "batch", 1: "frames"}},
         "hf_gpt2_step": {"input_ids": {0: "batch"}, "logits": {0: "batch"},
                          **{n: {0: "batch", 2: "past"} for n in _past_names("past")},
@@ -520,7 +545,7 @@ def make_inputs(name: str, batch: int, seq: int, rng: np.random.Generator) -> di
         return {"x": rng.standard_normal((batch, seq, 24), dtype=np.float32)}
     if name == "vit":
         return {"x": rng.standard_normal((batch, 3, 32, 32), dtype=np.float32)}
-    if name in ("hf_segformer", "hf_poolformer"):
+    if name in ("hf_segformer", "hf_poolformer", "hf_levit"):
         return {"pixel_values": rng.standard_normal((batch, 3, 64, 64), dtype=np.float32)}
     if name == "hf_wav2vec2":
         return {"input_values": rng.standard_normal((batch, seq), dtype=np.float32)}

@@ -69,10 +69,11 @@ def _declared_type(value) -> str:
 # Convlogits_dim_2, Convlogits_dim_3], PyTorch's names for dims it could not
 # infer; from the input types alone Anvil infers no rank for them (the
 # decode head resizes to sizes read from a Shape), so there is nothing to
-# compare with either.
+# compare with either. LeViT's tokens are declared
+# Addlast_hidden_state_dim_1, where Anvil infers the 1 they are at 64 x 64.
 @pytest.mark.parametrize("name", [n for n in seq.MODEL_NAMES
                                   if n not in ("loop", "hf_gpt2", "hf_gpt2_step", "hf_llama_step", "hf_wav2vec2",
-                                               "hf_segformer")])
+                                               "hf_segformer", "hf_levit")])
 def test_inference_recovers_the_declared_output_types(name, anvil, tmp_path):
     """With every intermediate and output shape removed, Anvil's schemas infer
     the outputs' symbolic types from the inputs alone, as PyTorch declared them."""
@@ -138,3 +139,22 @@ def test_segformer_tokens_become_images_and_back(anvil, tmp_path):
     assert counts["anvil.TokensToImage"] and int(counts["anvil.TokensToImage"].group(1)) == 15, result.stdout
     assert counts["anvil.ImageToTokens"] and int(counts["anvil.ImageToTokens"].group(1)) == 11, result.stdout
     assert not counts["Transpose"], result.stdout
+
+
+# LeViT writes each Linear + BatchNorm1d as MatMul, Flatten,
+# BatchNormalization and a Reshape back, and its attention over heads split
+# per head from one projection, with a position bias: every BatchNorm must
+# fold into its product and every attention become one Attention node.
+@pytest.mark.slow
+def test_levit_batchnorms_fold_and_attention_fuses(anvil, tmp_path):
+    model = seq.export_model("hf_levit")
+    ops = [n.op_type for n in onnx.load(str(model)).graph.node]
+    assert ops.count("BatchNormalization") >= 10 and ops.count("Softmax") == 5, (
+        f"the export has {ops.count('BatchNormalization')} BatchNorms and {ops.count('Softmax')} Softmaxes; "
+        "this test was written for LeViT's 5 attentions")
+    result = anvil("optimize", model, tmp_path / "levit_opt.onnx", timeout=RUN_TIMEOUT_S)
+    assert_ok(result)
+    count = {op: re.search(rf"^\s+{re.escape(op)}\s+(\d+)$", result.stdout, re.MULTILINE)
+             for op in ("BatchNormalization", "Softmax", "Attention", "Flatten")}
+    assert not count["BatchNormalization"] and not count["Softmax"] and not count["Flatten"], result.stdout
+    assert count["Attention"] and int(count["Attention"].group(1)) == 5, result.stdout

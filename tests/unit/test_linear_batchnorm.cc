@@ -115,6 +115,15 @@ TEST(LinearBatchNorm, LeViTsLayerFoldsIntoOneProduct) {
     expect_near(s.run({{"x", x}, {"residual", residual}})[0], want, "level " + std::to_string(level));
   }
 
+  // A Shape reading the product (exporters size the Reshape back from it) does not stop the fold.
+  g = levit_layer(w, norm);
+  g->inputs()[0]->type = ir::Type::tensor(DType::kFloat32, ir::SymShape{ir::Dim::named("batch"), ir::Dim::known(6),
+                                                                        ir::Dim::known(4)});
+  g->add_output(g->add_node("Shape", {g->nodes()[0]->output(0)}, 1, "product_shape")->output(0));
+  ir::infer_types(*g);
+  passes::optimize(*g, 2, runtime::reference_evaluator());
+  EXPECT_EQ(count_ops(*g, "BatchNormalization"), 0u);
+
   // The normalized rows as the graph's output: the shift is added before the Flatten.
   g = levit_layer(w, norm, /*flat_output=*/true);
   ir::infer_types(*g);
