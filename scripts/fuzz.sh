@@ -606,7 +606,8 @@ fi
 # A linear layer and a BatchNormalization of its features, as LeViT exports
 # them (passes/fold_linear_batchnorm.cc folds them), a Gemm's (transB, a
 # bias), and misfits: parameters of the wrong length, a reshape that
-# regroups the features, a Gemm bias per row.
+# regroups the features, a Gemm bias per row; LeViT's attention over 4-D
+# heads with a position bias.
 if [ ! -e "$corpus/.linear-bn" ]; then
   "${ANVIL_PYTHON:-python3}" - "$corpus/models" <<'PY'
 import os, sys
@@ -639,6 +640,15 @@ save("linear_bn_regrouped", [helper.make_node("MatMul", ["x", "w"], ["p"]), help
      [4, 8], [f32("w", 8, 4), i64("shape", [8, 2])] + bn_params(2))
 save("linear_bn_gemm_row_bias", [helper.make_node("Gemm", ["x", "w", "c"], ["p"]), bn("p", "y")],
      [4, 8], [f32("w", 8, 4), f32("c", 4, 1)] + bn_params(4))
+# Attention over 4-D heads with a position bias (passes/fuse_head_attention.cc),
+# and one whose bias is one key short (the Add must refuse it).
+def heads_attention(name, bias_keys):
+    nodes = [helper.make_node("Transpose", ["x"], ["kt"], perm=[0, 1, 3, 2]), helper.make_node("MatMul", ["x", "kt"], ["s"]),
+             helper.make_node("Mul", ["s", "c"], ["ss"]), helper.make_node("Add", ["ss", "bias"], ["sb"]),
+             helper.make_node("Softmax", ["sb"], ["p"], axis=-1), helper.make_node("MatMul", ["p", "x"], ["y"])]
+    save(name, nodes, [1, 2, 6, 4], [numpy_helper.from_array(np.array(0.5, np.float32), "c"), f32("bias", 2, 6, bias_keys)])
+heads_attention("head_attention_bias", 6)
+heads_attention("head_attention_short_bias", 5)
 PY
   touch "$corpus/.linear-bn"
 fi
