@@ -41,8 +41,10 @@ std::optional<Affine> inference_affine(const ir::Node& bn, int64_t features) {
   return f;
 }
 
+// Opset 7 on: before it, is_test = 0 (the default) asked for training, and
+// an Add broadcast only with broadcast = 1.
 bool is_inference_batchnorm(const ir::Node& bn) {
-  if (!is_op(&bn, "BatchNormalization") || bn.attrs.get_int("training_mode", 0) != 0) return false;
+  if (!is_op(&bn, "BatchNormalization") || bn.opset < 7 || bn.attrs.get_int("training_mode", 0) != 0) return false;
   for (size_t i = 1; i < bn.outputs.size(); ++i)
     if (bn.outputs[i]) return false;  // running statistics requested
   return true;
@@ -91,7 +93,8 @@ class FoldLinearBatchNorm : public Pass {
       const ir::Dim& features = x->type.dims()[1];
       if (!features.is_known() || features.value < 1 || !only_data_reader(graph, x, bn) || !x->producer) return false;
       ir::Node& producer = *x->producer;
-      if (is_op(&producer, "Gemm")) return fold_gemm(graph, producer, bn, features.value);
+      // The Gemm's output value goes (the Gemm takes the BN's): no Shape may read it.
+      if (is_op(&producer, "Gemm")) return used_once(graph, x) && fold_gemm(graph, producer, bn, features.value);
       if (is_op(&producer, "MatMul")) return fold_matmul(graph, producer, nullptr, bn, features.value);
       if (!is_reshape_like(producer)) return false;  // to [P, N] from [..., N]: each element keeps its column
       ir::Value* y = producer.input(0);
@@ -126,8 +129,8 @@ class FoldLinearBatchNorm : public Pass {
       // Reshaped back to the product's shape (LeViT): the Add gives that
       // value, so that the product's next Add (a residual) meets it in this
       // round of passes, not only once simplify_reshapes has run.
+      // The reshape stays for Shapes that read it; dead_code removes it otherwise.
       absorb(*add, *back);
-      reshape->dead = true;
       bn.dead = true;
       return true;
     }
@@ -147,6 +150,8 @@ class FoldLinearBatchNorm : public Pass {
     const bool trans_b = gemm.attrs.get_int("transB", 0) != 0;
     const ir::Value* b = gemm.input(1);
     if (!is_float_constant(b) || b->constant->rank() != 2 || b->constant->dim(trans_b ? 0 : 1) != features) return false;
+    const std::optional<Affine> f = inference_affine(bn, features);  // bounds `features` by the file's parameters
+    if (!f) return false;
     const ir::Value* c = gemm.input(2);
     std::vector<float> bias(static_cast<size_t>(features), 0.f);
     if (c) {
@@ -156,8 +161,6 @@ class FoldLinearBatchNorm : public Pass {
       if (!one && !per_feature) return false;
       for (int64_t j = 0; j < features; ++j) bias[static_cast<size_t>(j)] = t.data<float>()[one ? 0 : j];
     }
-    const std::optional<Affine> f = inference_affine(bn, features);
-    if (!f) return false;
     for (size_t j = 0; j < bias.size(); ++j) bias[j] = bias[j] * f->scale[j] + f->shift[j];
     gemm.inputs.resize(3);
     scale_columns(writable_constant(graph, gemm, 1), f->scale, trans_b);

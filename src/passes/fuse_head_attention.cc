@@ -80,6 +80,9 @@ bool match(const ir::Graph& g, ir::Node& softmax, HeadAttention& m) {
   if (m.bias && (!fits_attention_mask(m.bias->type, p->type) ||
                  std::find(m.nodes.begin(), m.nodes.end(), m.bias->producer) != m.nodes.end()))
     return false;
+  // The bias must not broadcast the scores past the product's shape (a bias
+  // of more batch items or heads than Q): Attention's output follows Q.
+  if (!surely_same_shape(qk->output(0)->type, p->type)) return false;
   m.nodes.push_back(qk);
   ir::Node* pv = single_consumer(g, p);
   if (!is_op(pv, "MatMul") || pv->input(0) != p) return false;

@@ -42,24 +42,26 @@ struct Case {
   bool probabilities_are_an_output = false;
   bool scale_is_a_vector = false;
   int64_t key_batch = kBatch;
+  int64_t qkv_heads = kHeads;  // 1 with a bias of kHeads: the Add broadcasts the scores past the product
 };
 
 // Y = softmax(Qh Kt * 0.5 (or / 2) + bias) Vh, 4-D heads.
 std::unique_ptr<ir::Graph> attention_graph(const Case& c, const Tensor& bias) {
   auto g = std::make_unique<ir::Graph>();
   g->opsets[""] = 17;
-  ir::Value* q = g->add_input("q", DType::kFloat32, {kBatch, kHeads, kQueries, kSize});
+  const int64_t heads = c.qkv_heads;
+  ir::Value* q = g->add_input("q", DType::kFloat32, {kBatch, heads, kQueries, kSize});
   ir::Value* k_t = nullptr;
   if (c.keys_transposed_in_graph) {
-    ir::Value* k = c.keys_sequence_first ? g->add_input("k", DType::kFloat32, {c.key_batch, kKeys, kHeads, kSize})
-                                         : g->add_input("k", DType::kFloat32, {c.key_batch, kHeads, kKeys, kSize});
+    ir::Value* k = c.keys_sequence_first ? g->add_input("k", DType::kFloat32, {c.key_batch, kKeys, heads, kSize})
+                                         : g->add_input("k", DType::kFloat32, {c.key_batch, heads, kKeys, kSize});
     ir::Node* t = g->add_node("Transpose", {k}, 1, "k_t");
     t->attrs.set("perm", c.keys_sequence_first ? std::vector<int64_t>{0, 2, 3, 1} : std::vector<int64_t>{0, 1, 3, 2});
     k_t = t->output(0);
   } else {
-    k_t = g->add_input("k_t", DType::kFloat32, {c.key_batch, kHeads, kSize, kKeys});
+    k_t = g->add_input("k_t", DType::kFloat32, {c.key_batch, heads, kSize, kKeys});
   }
-  ir::Value* v = g->add_input("v", DType::kFloat32, {kBatch, kHeads, kKeys, kValueSize});
+  ir::Value* v = g->add_input("v", DType::kFloat32, {kBatch, heads, kKeys, kValueSize});
   ir::Value* s = g->add_node("MatMul", {q, k_t}, 1, "qk")->output(0);
   const std::string scaling = c.scaling;
   if (scaling == "mul") {
@@ -158,10 +160,12 @@ TEST(HeadAttention, ScoresScaledAndBiasedBecomeOneAttention) {
 }
 
 // The softmax over another axis, the probabilities also an output, a bias
-// that broadcasts along the keys, a scale per key, and keys of another
-// batch (MatMul broadcasts it, Attention would not): no Attention.
+// that broadcasts along the keys, a scale per key, keys of another batch
+// (MatMul broadcasts it, Attention would not), and one head against a bias
+// of three (the Add makes three heads of scores): no Attention.
 TEST(HeadAttention, LookalikesKeepTheirNodes) {
-  std::vector<Case> cases(5);
+  std::vector<Case> cases(6);
+  cases[5].qkv_heads = 1;
   cases[0].softmax_axis = 2;
   cases[1].probabilities_are_an_output = true;
   cases[2].bias_shape = {kHeads, kQueries, 1};

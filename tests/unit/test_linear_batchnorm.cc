@@ -229,6 +229,19 @@ TEST(LinearBatchNorm, LookalikesAndCallersWeightsAreLeftAlone) {
     EXPECT_EQ(count_ops(*g, "BatchNormalization"), 1u);
   }
 
+  // Opset 6: is_test = 0, the default, meant training; left to the kernel.
+  {
+    const Norm norm(4);
+    auto g = std::make_unique<ir::Graph>();
+    g->opsets[""] = 6;
+    ir::Value* in = g->add_input("x", DType::kFloat32, {4, 4});
+    g->add_output(norm.add(*g, g->add_node("MatMul", {in, g->add_constant("w", wave({4, 4}, 0.f))}, 1)->output(0), "bn")
+                      ->output(0));
+    ir::infer_types(*g);
+    passes::optimize(*g, 2, runtime::reference_evaluator());
+    EXPECT_EQ(count_ops(*g, "BatchNormalization"), 1u);
+  }
+
   // The caller holds the weights' tensor: the fold scales a copy.
   const Norm norm(3);
   Tensor held = wave({2, 3}, 0.f);
@@ -241,6 +254,75 @@ TEST(LinearBatchNorm, LookalikesAndCallersWeightsAreLeftAlone) {
   passes::optimize(*g, 2, runtime::reference_evaluator());
   EXPECT_EQ(count_ops(*g, "BatchNormalization"), 0u);
   for (int64_t i = 0; i < held.numel(); ++i) EXPECT_EQ(held.data<float>()[i], before.data<float>()[i]) << i;
+}
+
+}  // namespace
+}  // namespace anvil
+
+namespace anvil {
+namespace {
+
+// Shapes of a symbolic batch read the product's values (exporters size
+// their Reshape back so): a Gemm's output read by a Shape keeps its BN (the
+// Gemm would take the BN's output value); a Flatten's read by one folds, the
+// Flatten staying for the Shape. Both graphs run and match the layers in
+// double.
+TEST(LinearBatchNorm, ShapesOfASymbolicBatchReadTheProduct) {
+  const Norm norm(3);
+  const Tensor w = wave({2, 3}, 1.f), x = wave({4, 2}, 0.2f);
+  std::vector<double> want = product(x, w, 4, 2, 3, false);
+  for (size_t i = 0; i < want.size(); ++i) want[i] = norm.apply(want[i], static_cast<int64_t>(i % 3));
+  for (const bool gemm : {true, false}) {
+    SCOPED_TRACE(gemm ? "Gemm" : "MatMul, Flatten");
+    auto make = [&] {
+      auto g = std::make_unique<ir::Graph>();
+      g->opsets[""] = 17;
+      ir::Value* in = g->add_input("x", DType::kFloat32, {});
+      in->type = ir::Type::tensor(DType::kFloat32, ir::SymShape{ir::Dim::named("batch"), ir::Dim::known(2)});
+      ir::Value* y = g->add_node(gemm ? "Gemm" : "MatMul", {in, g->add_constant("w", w.clone())}, 1)->output(0);
+      if (!gemm) y = g->add_node("Flatten", {y}, 1, "flat")->output(0);
+      g->add_output(g->add_node("Shape", {y}, 1, "rows")->output(0));
+      g->add_output(norm.add(*g, y, "bn")->output(0));
+      return g;
+    };
+    auto g = make();
+    ir::infer_types(*g);
+    passes::optimize(*g, 2, runtime::reference_evaluator());
+    EXPECT_EQ(count_ops(*g, "BatchNormalization"), gemm ? 1u : 0u);
+    Session s = Session::from_graph(make());
+    const std::vector<Tensor> out = s.run({{"x", x}});
+    ASSERT_EQ(out[0].numel(), 2);
+    EXPECT_EQ(out[0].data<int64_t>()[0], 4);
+    EXPECT_EQ(out[0].data<int64_t>()[1], 3);
+    expect_near(out[1], want, "normalized");
+  }
+
+  // LeViT's layer at a symbolic batch: [batch, 2, 2] -> MatMul -> Flatten ->
+  // BN -> Reshape back to Shape(product), a Shape reading the Flatten too.
+  auto levit = [&] {
+    auto g = std::make_unique<ir::Graph>();
+    g->opsets[""] = 17;
+    ir::Value* in = g->add_input("x", DType::kFloat32, {});
+    in->type = ir::Type::tensor(DType::kFloat32, ir::SymShape{ir::Dim::named("batch"), ir::Dim::known(2), ir::Dim::known(2)});
+    ir::Value* y = g->add_node("MatMul", {in, g->add_constant("w", w.clone())}, 1, "mm")->output(0);
+    ir::Node* flat = g->add_node("Flatten", {y}, 1, "flat");
+    flat->attrs.set("axis", int64_t{2});
+    g->add_output(g->add_node("Shape", {flat->output(0)}, 1, "rows")->output(0));
+    ir::Value* n = norm.add(*g, flat->output(0), "bn")->output(0);
+    ir::Value* back = g->add_node("Shape", {y}, 1, "product_shape")->output(0);
+    g->add_output(g->add_node("Reshape", {n, back}, 1, "back")->output(0));
+    return g;
+  };
+  auto g = levit();
+  ir::infer_types(*g);
+  passes::optimize(*g, 2, runtime::reference_evaluator());
+  EXPECT_EQ(count_ops(*g, "BatchNormalization"), 0u);
+  Session s = Session::from_graph(levit());
+  const Tensor x3 = x.reshaped({2, 2, 2});
+  const std::vector<Tensor> out = s.run({{"x", x3}});
+  EXPECT_EQ(out[0].data<int64_t>()[0], 4);
+  EXPECT_EQ(out[1].shape(), (Shape{2, 2, 3}));
+  expect_near(out[1], want, "LeViT's layer");
 }
 
 }  // namespace

@@ -12,8 +12,8 @@
 // constant B packed once and shared through the session's weight cache, or
 // operands known only at run time (training's products and gradients, A or
 // B transposed) packed per run, from M of one row tile up. Against brgemm
-// too for products of few rows when the model's weights outgrow the
-// last-level cache (streams_weights_faster). `--tune` times both instead
+// too for products of few rows when the model's weights pass half of what
+// the last-level cache keeps (streams_weights_faster). `--tune` times both instead
 // (Kernel::alternatives). On brgemm, a B known only at run time is staged
 // per run in brgemm's own blocked layout where the product has rows enough
 // to repay that pass (staging_b_pays: training's forward products at large
