@@ -9,9 +9,10 @@
 // with W's and B's output columns scaled. BatchNormalization normalizes
 // axis 1; on a rank-2 input that is the product's last axis, and a reshape
 // that keeps the last dim keeps each element's column (element (i, n) stays
-// at offset i * N + n). fuse_matmul then takes the Add as the product's
-// bias, and simplify_reshapes cancels the Flatten and the Reshape back
-// that LeViT wraps around each of its 58 such pairs.
+// at offset i * N + n). Where a reshape back to the product's shape follows
+// (LeViT wraps each of its 58 such pairs in a Flatten and a Reshape), the
+// Add gives that reshape's value and both reshapes go; fuse_matmul then
+// takes the Add as the product's bias, and the residual Add after it.
 #include <cmath>
 #include <vector>
 
@@ -128,8 +129,8 @@ class FoldLinearBatchNorm : public Pass {
     if (back && is_reshape_like(*back) && surely_same_shape(back->output(0)->type, product->type)) {
       // Reshaped back to the product's shape (LeViT): the Add gives that
       // value, so that the product's next Add (a residual) meets it in this
-      // round of passes, not only once simplify_reshapes has run.
-      // The reshape stays for Shapes that read it; dead_code removes it otherwise.
+      // round of passes, not only once simplify_reshapes has run. The first
+      // reshape stays for Shapes that read it; dead_code removes it otherwise.
       absorb(*add, *back);
       bn.dead = true;
       return true;
