@@ -43,7 +43,8 @@ bool known(const ir::Dim& d) { return d.is_known() || d.is_symbol(); }
 ir::Node* scores(const ir::Graph& g, ir::Value* x, HeadAttention& m) {
   if (ir::Node* add = producer_op(x, "Add"); add && used_once(g, x)) {
     for (int i = 0; i < 2 && !m.bias; ++i) {
-      ir::Node* p = add->input(i)->producer;
+      const ir::Value* in = add->input(i);
+      ir::Node* p = in ? in->producer : nullptr;
       if (is_op(p, "MatMul") || is_op(p, "Mul") || is_op(p, "Div")) {
         m.bias = add->input(1 - i);
         x = add->input(i);
@@ -52,7 +53,7 @@ ir::Node* scores(const ir::Graph& g, ir::Value* x, HeadAttention& m) {
     if (!m.bias || m.bias->dtype() != DType::kFloat32) return nullptr;
     m.nodes.push_back(add);
   }
-  if (!used_once(g, x)) return nullptr;
+  if (!x || !used_once(g, x)) return nullptr;
   if (ir::Node* div = producer_op(x, "Div"); div && scalar_value(div->input(1))) {
     m.scale = 1.0 / *scalar_value(div->input(1));
     m.nodes.push_back(div);
@@ -64,7 +65,7 @@ ir::Node* scores(const ir::Graph& g, ir::Value* x, HeadAttention& m) {
     m.nodes.push_back(mul);
     x = mul->input(1 - at);
   }
-  ir::Node* qk = producer_op(x, "MatMul");
+  ir::Node* qk = producer_op(x, "MatMul");  // x may be null: a Mul of a file missing an input
   return qk && used_once(g, x) ? qk : nullptr;
 }
 
