@@ -85,13 +85,6 @@ class FoldInstanceNormAffine : public Pass {
       return true;
     });
   }
-
- private:
-  static ir::Value* float_constant(ir::Graph& graph, const std::string& name, const std::vector<float>& values) {
-    Tensor t(DType::kFloat32, {static_cast<int64_t>(values.size())});
-    std::copy(values.begin(), values.end(), t.data<float>());
-    return graph.add_constant(graph.unique_name(name), std::move(t));
-  }
 };
 
 }  // namespace

@@ -77,12 +77,6 @@ void scale_columns(Tensor& w, const std::vector<float>& scale, bool transposed) 
     for (int64_t j = 0; j < cols; ++j) p[i * cols + j] *= scale[static_cast<size_t>(transposed ? i : j)];
 }
 
-ir::Value* vector_constant(ir::Graph& graph, const std::string& name, const std::vector<float>& values) {
-  Tensor t(DType::kFloat32, {static_cast<int64_t>(values.size())});
-  std::copy(values.begin(), values.end(), t.data<float>());
-  return graph.add_constant(graph.unique_name(name), std::move(t));
-}
-
 class FoldLinearBatchNorm : public Pass {
  public:
   std::string name() const override { return "fold_linear_batchnorm"; }
@@ -113,7 +107,7 @@ class FoldLinearBatchNorm : public Pass {
     const std::optional<Affine> f = inference_affine(bn, features);
     if (!f) return false;
     scale_columns(writable_constant(graph, mm, 1), f->scale, /*transposed=*/false);
-    ir::Value* shift = vector_constant(graph, bn.name + "/shift", f->shift);
+    ir::Value* shift = float_constant(graph, bn.name + "/shift", f->shift);
     if (!reshape) {  // the product is [P, N]: bn becomes the Add
       bn.op_type = "Add";
       bn.attrs = {};
@@ -165,7 +159,7 @@ class FoldLinearBatchNorm : public Pass {
     for (size_t j = 0; j < bias.size(); ++j) bias[j] = bias[j] * f->scale[j] + f->shift[j];
     gemm.inputs.resize(3);
     scale_columns(writable_constant(graph, gemm, 1), f->scale, trans_b);
-    gemm.inputs[2] = vector_constant(graph, gemm.name + "/bias_bnfolded", bias);
+    gemm.inputs[2] = float_constant(graph, gemm.name + "/bias_bnfolded", bias);
     absorb(gemm, bn);
     return true;
   }

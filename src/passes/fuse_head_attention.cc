@@ -36,8 +36,6 @@ bool is_rank4_float(const ir::Value* v) {
   return v && v->dtype() == DType::kFloat32 && v->type.has_shape() && v->type.rank() == 4;
 }
 
-bool known(const ir::Dim& d) { return d.is_known() || d.is_symbol(); }
-
 // S's producers back from the Softmax's input: [Add(., bias)] [Mul or Div by
 // a scalar] MatMul, each read only by the next.
 ir::Node* scores(const ir::Graph& g, ir::Value* x, HeadAttention& m) {
@@ -96,8 +94,8 @@ bool match(const ir::Graph& g, ir::Node& softmax, HeadAttention& m) {
   // Attention does not broadcast batch or heads as MatMul would: the same, surely, in all three.
   const ir::SymShape &q = m.q->type.dims(), &kt = m.k_t->type.dims(), &v = m.v->type.dims();
   for (int axis_ : {0, 1})
-    if (!known(q[axis_]) || q[axis_] != kt[axis_] || q[axis_] != v[axis_]) return false;
-  if (!q[3].is_known() || q[3] != kt[2] || !known(kt[3]) || kt[3] != v[2] || !v[3].is_known()) return false;
+    if (!surely_same_dim(q[axis_], kt[axis_]) || !surely_same_dim(q[axis_], v[axis_])) return false;
+  if (!q[3].is_known() || q[3] != kt[2] || !surely_same_dim(kt[3], v[2]) || !v[3].is_known()) return false;
   if (ir::Node* t = producer_op(m.k_t, "Transpose");
       t && t->attrs.get_ints("perm") == std::vector<int64_t>{0, 1, 3, 2} && used_once(g, m.k_t))
     m.k_transpose = t;

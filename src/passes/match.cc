@@ -149,6 +149,12 @@ ir::Value* int64_constant(ir::Graph& graph, const std::string& name, const std::
   return graph.add_constant(graph.unique_name(name), std::move(t));
 }
 
+ir::Value* float_constant(ir::Graph& graph, const std::string& name, const std::vector<float>& values) {
+  Tensor t(DType::kFloat32, {static_cast<int64_t>(values.size())});
+  std::copy(values.begin(), values.end(), t.data<float>());
+  return graph.add_constant(graph.unique_name(name), std::move(t));
+}
+
 ir::Node* add_attention(ir::Graph& graph, std::vector<ir::Value*> inputs, ir::Value* y, const std::string& name,
                         int64_t heads, double scale) {
   ir::Node* att = graph.add_node_with_outputs("Attention", std::move(inputs), {y}, name);

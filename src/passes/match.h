@@ -66,6 +66,8 @@ void absorb(ir::Node& fused, ir::Node& next, size_t index = 0);
 // A constant int64 vector of `values` (a Reshape's target, Split's sizes,
 // Gather's indices), named graph.unique_name(name).
 ir::Value* int64_constant(ir::Graph& graph, const std::string& name, const std::vector<int64_t>& values);
+// A new float32 constant [values.size()] (its name made unique).
+ir::Value* float_constant(ir::Graph& graph, const std::string& name, const std::vector<float>& values);
 // An ONNX Attention node (opset 23, its first version, whatever the model's)
 // over `inputs` writing `y`, with `heads` query and key/value heads and the
 // scale given: what the attention fusions make.
